@@ -1,0 +1,343 @@
+//! The value types a capability accepts and returns, and their model-facing notation.
+//!
+//! A [`ValueType`] is the catalog's own description of a WIT type after the mapping of
+//! DESIGN §3 (the loader builds it; this module never sees wasmtime). It renders the
+//! seed's notation (`list[str]`, `dict[str, int]`, `{a: T, b: U}`, `T | None`) and is
+//! what argument binding checks values against.
+
+/// Width and signedness of a WIT integer; binding checks ranges with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IntKind {
+    /// `s8`
+    S8,
+    /// `u8`
+    U8,
+    /// `s16`
+    S16,
+    /// `u16`
+    U16,
+    /// `s32`
+    S32,
+    /// `u32`
+    U32,
+    /// `s64`
+    S64,
+    /// `u64` (values above `i64::MAX` cannot cross into a program)
+    U64,
+}
+
+impl IntKind {
+    /// The inclusive range of values this kind accepts from a program (signed 64-bit
+    /// projection: `u64` tops out at `i64::MAX`).
+    pub fn range(self) -> (i64, i64) {
+        match self {
+            IntKind::S8 => (i8::MIN.into(), i8::MAX.into()),
+            IntKind::U8 => (0, u8::MAX.into()),
+            IntKind::S16 => (i16::MIN.into(), i16::MAX.into()),
+            IntKind::U16 => (0, u16::MAX.into()),
+            IntKind::S32 => (i32::MIN.into(), i32::MAX.into()),
+            IntKind::U32 => (0, u32::MAX.into()),
+            IntKind::S64 => (i64::MIN, i64::MAX),
+            IntKind::U64 => (0, i64::MAX),
+        }
+    }
+}
+
+/// Precision of a WIT float.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FloatKind {
+    /// `f32`
+    F32,
+    /// `f64`
+    F64,
+}
+
+/// A capability parameter or result type, after the WIT → notation mapping.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ValueType {
+    /// `string` → `str`
+    Str,
+    /// `char` → `str` (exactly one Unicode scalar value)
+    Char,
+    /// `bool`
+    Bool,
+    /// Any WIT integer → `int`
+    Int(IntKind),
+    /// `f32`/`f64` → `float`
+    Float(FloatKind),
+    /// `list<T>` → `list[T]`
+    List(Box<ValueType>),
+    /// `list<tuple<string, T>>` → `dict[str, T]`
+    Dict(Box<ValueType>),
+    /// `record` → `{a: T, b: U}`
+    Record(Vec<Field>),
+    /// `option<T>` → `T | None`
+    Option(Box<ValueType>),
+    /// `enum` → `str`, one of the cases (WIT spelling, e.g. `in-progress`)
+    Enum(Vec<String>),
+    /// `flags` → `list[str]`, each one of the flags (WIT spelling)
+    Flags(Vec<String>),
+}
+
+/// One member of a record, or one parameter of a capability.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Field {
+    /// The name agents use: the WIT name with `-` turned into `_`.
+    pub name: String,
+    /// The name in WIT (kebab-case), needed to build component values.
+    pub wit_name: String,
+    /// The member's type.
+    pub ty: ValueType,
+}
+
+impl Field {
+    /// A field named after its WIT name (`min-score` is shown as `min_score`).
+    pub fn from_wit(wit_name: &str, ty: ValueType) -> Self {
+        Self {
+            name: snake_case(wit_name),
+            wit_name: wit_name.to_owned(),
+            ty,
+        }
+    }
+
+    /// Whether a program may omit this field (its type is an option).
+    pub fn is_optional(&self) -> bool {
+        matches!(self.ty, ValueType::Option(_))
+    }
+}
+
+/// Turns a WIT kebab-case identifier into the snake_case name agents see.
+pub fn snake_case(wit_name: &str) -> String {
+    wit_name.replace('-', "_")
+}
+
+impl ValueType {
+    /// The seed's notation for this type.
+    pub fn notation(&self) -> String {
+        let mut out = String::new();
+        self.write_notation(&mut out);
+        out
+    }
+
+    fn write_notation(&self, out: &mut String) {
+        match self {
+            ValueType::Str | ValueType::Char | ValueType::Enum(_) => out.push_str("str"),
+            ValueType::Bool => out.push_str("bool"),
+            ValueType::Int(_) => out.push_str("int"),
+            ValueType::Float(_) => out.push_str("float"),
+            ValueType::Flags(_) => out.push_str("list[str]"),
+            ValueType::List(elem) => {
+                out.push_str("list[");
+                elem.write_notation(out);
+                out.push(']');
+            }
+            ValueType::Dict(value) => {
+                out.push_str("dict[str, ");
+                value.write_notation(out);
+                out.push(']');
+            }
+            ValueType::Record(fields) => {
+                out.push('{');
+                for (i, field) in fields.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    out.push_str(&field.name);
+                    out.push_str(": ");
+                    field.ty.write_notation(out);
+                }
+                out.push('}');
+            }
+            ValueType::Option(inner) => {
+                // Option layers append `| None` once (seed: "Pointer layers append
+                // | None once").
+                let mut inner = inner.as_ref();
+                while let ValueType::Option(next) = inner {
+                    inner = next;
+                }
+                inner.write_notation(out);
+                out.push_str(" | None");
+            }
+        }
+    }
+}
+
+/// The flat field shape `describe_api` returns for one input or output field.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FieldShape {
+    /// Field name as agents write it.
+    pub name: String,
+    /// The type in the seed's notation; nesting lives in this string.
+    #[serde(rename = "type")]
+    pub ty: String,
+    /// Input: whether the argument must be given. Output: whether the key is always
+    /// present (always true: an option field is present as `None`).
+    pub required: bool,
+}
+
+/// The input field shapes of a parameter list: optional exactly when the type is an
+/// option.
+pub fn input_shapes(params: &[Field]) -> Vec<FieldShape> {
+    params
+        .iter()
+        .map(|p| FieldShape {
+            name: p.name.clone(),
+            ty: p.ty.notation(),
+            required: !p.is_optional(),
+        })
+        .collect()
+}
+
+/// The output field shapes of a result record. Every key is present in a result (an
+/// option is `None`, not omitted), so every field is required.
+pub fn output_shapes(fields: &[Field]) -> Vec<FieldShape> {
+    fields
+        .iter()
+        .map(|f| FieldShape {
+            name: f.name.clone(),
+            ty: f.ty.notation(),
+            required: true,
+        })
+        .collect()
+}
+
+/// The invocation-only keyword signature: `records.lookup(*, key: str, limit: int |
+/// None)`, or `records.status()` without parameters.
+pub fn signature(name: &str, params: &[Field]) -> String {
+    if params.is_empty() {
+        return format!("{name}()");
+    }
+    let list: Vec<String> = params
+        .iter()
+        .map(|p| format!("{}: {}", p.name, p.ty.notation()))
+        .collect();
+    format!("{name}(*, {})", list.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(name: &str, ty: ValueType) -> Field {
+        Field::from_wit(name, ty)
+    }
+
+    fn opt(ty: ValueType) -> ValueType {
+        ValueType::Option(Box::new(ty))
+    }
+
+    #[test]
+    fn notation_follows_the_mapping_table() {
+        let cases = [
+            ("string", ValueType::Str, "str"),
+            ("char", ValueType::Char, "str"),
+            ("bool", ValueType::Bool, "bool"),
+            ("u8", ValueType::Int(IntKind::U8), "int"),
+            ("f32", ValueType::Float(FloatKind::F32), "float"),
+            (
+                "enum",
+                ValueType::Enum(vec!["open".into(), "closed".into()]),
+                "str",
+            ),
+            ("flags", ValueType::Flags(vec!["read".into()]), "list[str]"),
+            (
+                "list",
+                ValueType::List(Box::new(ValueType::Str)),
+                "list[str]",
+            ),
+            (
+                "dict",
+                ValueType::Dict(Box::new(ValueType::Int(IntKind::S64))),
+                "dict[str, int]",
+            ),
+            ("option", opt(ValueType::Str), "str | None"),
+            ("option of option", opt(opt(ValueType::Str)), "str | None"),
+            (
+                "list of options, optional",
+                opt(ValueType::List(Box::new(opt(ValueType::Str)))),
+                "list[str | None] | None",
+            ),
+            (
+                "record",
+                ValueType::Record(vec![
+                    field("title", ValueType::Str),
+                    field("min-score", opt(ValueType::Float(FloatKind::F64))),
+                ]),
+                "{title: str, min_score: float | None}",
+            ),
+            ("empty record", ValueType::Record(vec![]), "{}"),
+            (
+                "list of records",
+                ValueType::List(Box::new(ValueType::Record(vec![
+                    field("title", ValueType::Str),
+                    field("score", ValueType::Float(FloatKind::F64)),
+                ]))),
+                "list[{title: str, score: float}]",
+            ),
+        ];
+        for (case, ty, want) in cases {
+            assert_eq!(ty.notation(), want, "{case}");
+        }
+    }
+
+    #[test]
+    fn signature_has_keyword_marker_only_with_parameters() {
+        let params = vec![
+            field("key", ValueType::Str),
+            field("limit", opt(ValueType::Int(IntKind::S64))),
+        ];
+        assert_eq!(
+            signature("records.lookup", &params),
+            "records.lookup(*, key: str, limit: int | None)"
+        );
+        assert_eq!(signature("records.status", &[]), "records.status()");
+    }
+
+    #[test]
+    fn shapes_mark_optional_inputs_and_keep_declaration_order() {
+        let params = vec![
+            field("tags", ValueType::List(Box::new(ValueType::Str))),
+            field("limit", opt(ValueType::Int(IntKind::S64))),
+        ];
+        assert_eq!(
+            input_shapes(&params),
+            vec![
+                FieldShape {
+                    name: "tags".into(),
+                    ty: "list[str]".into(),
+                    required: true
+                },
+                FieldShape {
+                    name: "limit".into(),
+                    ty: "int | None".into(),
+                    required: false
+                },
+            ]
+        );
+        assert_eq!(
+            output_shapes(&params),
+            vec![
+                FieldShape {
+                    name: "tags".into(),
+                    ty: "list[str]".into(),
+                    required: true
+                },
+                FieldShape {
+                    name: "limit".into(),
+                    ty: "int | None".into(),
+                    required: true
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn int_ranges_project_through_signed_64_bit() {
+        assert_eq!(IntKind::U64.range(), (0, i64::MAX));
+        assert_eq!(IntKind::S8.range(), (-128, 127));
+        assert_eq!(IntKind::U32.range(), (0, 4_294_967_295));
+    }
+}

@@ -1,0 +1,141 @@
+//! Every text a model can see when a call fails, and the one function that builds the
+//! detail forms.
+//!
+//! The texts are fixed by the MCP tool contract (the seed's "Errors" table and the Go
+//! digest §10): clients and models recover by matching them, so they are constants
+//! tested for exact equality. Nothing else in the crate may format a model-visible
+//! error; host-derived text (paths, wasmtime errors, plugin messages) goes to the log.
+
+/// The resolver failed or returned an empty subject.
+pub const UNAUTHENTICATED: &str = "unauthenticated";
+/// `describe_api` did not find an enabled exact name.
+pub const CAPABILITY_NOT_FOUND: &str = "capability not found";
+/// Fixed prefix: the program was invalid (parse, entry point, runtime, final value).
+pub const INVALID_PROGRAM: &str = "invalid program";
+/// Fixed prefix: a native call failed binding.
+pub const INVALID_CAPABILITY_ARGUMENTS: &str = "invalid capability arguments";
+/// The policy returned a recognized denial.
+pub const PERMISSION_DENIED: &str = "permission denied";
+/// Policy evaluation failed.
+pub const AUTHORIZATION_POLICY_FAILURE: &str = "authorization policy failure";
+/// A discovery, execution, depth, per-value or aggregate budget was exceeded.
+pub const RESOURCE_LIMIT_EXCEEDED: &str = "resource limit exceeded";
+/// A capability failed or returned an invalid value.
+pub const CAPABILITY_FAILED: &str = "capability failed";
+/// The request was cancelled.
+pub const CONTEXT_CANCELED: &str = "context canceled";
+/// A bare deadline error (execution deadlines project as resource limits instead).
+pub const CONTEXT_DEADLINE_EXCEEDED: &str = "context deadline exceeded";
+/// Any unknown failure.
+pub const INTERNAL_FAILURE: &str = "internal failure";
+
+/// A failure of one of the three operations, as the model will see it.
+///
+/// Variants carry only model-derived detail (a parse position, an argument path, a
+/// capability's own sanitized message); everything host-derived is logged where it
+/// happens and never stored here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolError {
+    /// See [`UNAUTHENTICATED`].
+    #[error("{UNAUTHENTICATED}")]
+    Unauthenticated,
+    /// See [`CAPABILITY_NOT_FOUND`].
+    #[error("{CAPABILITY_NOT_FOUND}")]
+    NotFound,
+    /// See [`INVALID_PROGRAM`]; the detail is a `<codemode>:line:col: message` suffix.
+    #[error("{}", with_detail(INVALID_PROGRAM, .0.as_deref()))]
+    InvalidProgram(Option<String>),
+    /// See [`INVALID_CAPABILITY_ARGUMENTS`]; the detail names the rejected argument.
+    #[error("{}", with_detail(INVALID_CAPABILITY_ARGUMENTS, .0.as_deref()))]
+    InvalidArguments(Option<String>),
+    /// See [`PERMISSION_DENIED`].
+    #[error("{PERMISSION_DENIED}")]
+    PermissionDenied,
+    /// See [`AUTHORIZATION_POLICY_FAILURE`].
+    #[error("{AUTHORIZATION_POLICY_FAILURE}")]
+    PolicyFailure,
+    /// See [`RESOURCE_LIMIT_EXCEEDED`].
+    #[error("{RESOURCE_LIMIT_EXCEEDED}")]
+    ResourceLimit,
+    /// See [`CAPABILITY_FAILED`]; the detail is the capability's sanitized message.
+    #[error("{}", with_detail(CAPABILITY_FAILED, .0.as_deref()))]
+    CapabilityFailed(Option<String>),
+    /// See [`CONTEXT_CANCELED`].
+    #[error("{CONTEXT_CANCELED}")]
+    Canceled,
+    /// See [`CONTEXT_DEADLINE_EXCEEDED`].
+    #[error("{CONTEXT_DEADLINE_EXCEEDED}")]
+    DeadlineExceeded,
+    /// See [`INTERNAL_FAILURE`].
+    #[error("{INTERNAL_FAILURE}")]
+    Internal,
+}
+
+/// Renders `prefix` or `prefix: detail`: the only place a detail form is built.
+fn with_detail(prefix: &str, detail: Option<&str>) -> String {
+    match detail {
+        Some(detail) if !detail.is_empty() => format!("{prefix}: {detail}"),
+        _ => prefix.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_texts_are_exactly_the_seed_texts() {
+        let cases = [
+            (UNAUTHENTICATED, "unauthenticated"),
+            (CAPABILITY_NOT_FOUND, "capability not found"),
+            (INVALID_PROGRAM, "invalid program"),
+            (INVALID_CAPABILITY_ARGUMENTS, "invalid capability arguments"),
+            (PERMISSION_DENIED, "permission denied"),
+            (AUTHORIZATION_POLICY_FAILURE, "authorization policy failure"),
+            (RESOURCE_LIMIT_EXCEEDED, "resource limit exceeded"),
+            (CAPABILITY_FAILED, "capability failed"),
+            (CONTEXT_CANCELED, "context canceled"),
+            (CONTEXT_DEADLINE_EXCEEDED, "context deadline exceeded"),
+            (INTERNAL_FAILURE, "internal failure"),
+        ];
+        for (constant, text) in cases {
+            assert_eq!(constant, text);
+        }
+    }
+
+    #[test]
+    fn tool_errors_render_bare_or_with_detail() {
+        let cases = [
+            (ToolError::Unauthenticated, "unauthenticated"),
+            (ToolError::NotFound, "capability not found"),
+            (ToolError::InvalidProgram(None), "invalid program"),
+            (
+                ToolError::InvalidProgram(Some("<codemode>:1:5: bad".into())),
+                "invalid program: <codemode>:1:5: bad",
+            ),
+            (
+                ToolError::InvalidArguments(Some(String::new())),
+                "invalid capability arguments",
+            ),
+            (
+                ToolError::InvalidArguments(Some("unknown argument \"x\"".into())),
+                "invalid capability arguments: unknown argument \"x\"",
+            ),
+            (ToolError::PermissionDenied, "permission denied"),
+            (ToolError::PolicyFailure, "authorization policy failure"),
+            (ToolError::ResourceLimit, "resource limit exceeded"),
+            (ToolError::CapabilityFailed(None), "capability failed"),
+            (
+                ToolError::CapabilityFailed(Some("no book".into())),
+                "capability failed: no book",
+            ),
+            (ToolError::Canceled, "context canceled"),
+            (ToolError::DeadlineExceeded, "context deadline exceeded"),
+            (ToolError::Internal, "internal failure"),
+        ];
+        for (error, text) in cases {
+            assert_eq!(error.to_string(), text, "{error:?}");
+        }
+    }
+}

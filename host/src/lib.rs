@@ -1,0 +1,22 @@
+//! codemode-host: an MCP server for "code mode".
+//!
+//! Instead of one tool per capability, an agent gets three: `search_api` (ranked
+//! discovery), `describe_api` (exact signature and field shapes) and `execute` (one
+//! Starlark program calling many capabilities). Capabilities ship as WebAssembly
+//! components dropped in a folder; their WIT types are their signatures.
+//!
+//! The crate is split by job: [`catalog`] validates and searches capabilities and
+//! knows nothing of wasmtime or MCP; `plugins` loads components; [`Service`] offers
+//! the operations; [`mcp`] is a thin rmcp adapter over it; [`error`] holds every text
+//! a model can see. The `codemode-host` binary parses flags and wires these together.
+
+pub mod catalog;
+pub mod cli;
+pub mod error;
+pub mod mcp;
+mod plugins;
+mod service;
+
+pub use error::ToolError;
+pub use plugins::{LoadError, TypeError};
+pub use service::{Service, ServiceConfig, StartError};

@@ -1,0 +1,240 @@
+//! The model-facing contract of the MCP tools: names, descriptions, input and output
+//! schemas, and the server instructions. Every text here is fixed by the seed and
+//! tested for exact equality.
+
+use serde_json::{Value, json};
+
+/// Tool name of ranked discovery.
+pub const SEARCH_API: &str = "search_api";
+/// Tool name of exact description.
+pub const DESCRIBE_API: &str = "describe_api";
+
+/// The seed's `search_api` description, byte for byte.
+pub const SEARCH_API_DESCRIPTION: &str = "Search enabled capabilities using task, resource, or exact-name vocabulary. Results are relevance-ranked. Pass the exact returned name to describe_api. If truncated is true and no result fits, submit a more specific task/resource query.";
+/// The seed's `describe_api` description, byte for byte.
+pub const DESCRIBE_API_DESCRIPTION: &str = "Describe one enabled capability by the exact name returned by search_api, without whitespace or case changes.";
+
+/// Sent at initialize: the workflow in three sentences.
+pub const INSTRUCTIONS: &str = "Find capabilities with search_api using task or resource words. Call describe_api with an exact returned name to get its keyword signature and result fields. Then run one Starlark program with execute whose main() calls those capabilities and returns one value.";
+
+/// The single required string property of a tool's input.
+pub(crate) fn input_property(tool: &str) -> Option<&'static str> {
+    match tool {
+        SEARCH_API => Some("query"),
+        DESCRIBE_API => Some("name"),
+        _ => None,
+    }
+}
+
+/// Input schema: an object with exactly one required string property.
+pub(crate) fn input_schema(property: &str) -> Value {
+    json!({
+        "type": "object",
+        "required": [property],
+        "additionalProperties": false,
+        "properties": { property: { "type": "string" } }
+    })
+}
+
+/// The flat field-shape item schema shared by `describe_api`'s `input` and `output`.
+fn field_shape_items() -> Value {
+    json!({
+        "type": "object",
+        "required": ["name", "type", "required"],
+        "additionalProperties": false,
+        "properties": {
+            "name": { "type": "string" },
+            "type": { "type": "string" },
+            "required": { "type": "boolean" }
+        }
+    })
+}
+
+/// `search_api`'s output schema, as the seed prints it.
+pub(crate) fn search_output_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["results", "truncated"],
+        "additionalProperties": false,
+        "properties": {
+            "results": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["name", "signature", "summary"],
+                    "additionalProperties": false,
+                    "properties": {
+                        "name": { "type": "string" },
+                        "signature": { "type": "string" },
+                        "summary": { "type": "string" }
+                    }
+                }
+            },
+            "truncated": { "type": "boolean" }
+        }
+    })
+}
+
+/// `describe_api`'s output schema, as the seed prints it.
+pub(crate) fn describe_output_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["name", "signature", "summary", "description", "input", "output"],
+        "additionalProperties": false,
+        "properties": {
+            "name": { "type": "string" },
+            "signature": { "type": "string" },
+            "summary": { "type": "string" },
+            "description": { "type": "string" },
+            "input": { "type": "array", "items": field_shape_items() },
+            "output": { "type": "array", "items": field_shape_items() }
+        }
+    })
+}
+
+/// Why a tool call's arguments were rejected before any service work (the schema
+/// check the seed says the SDK performs). These name client-owned fields only.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ArgumentsError {
+    /// The required property is absent.
+    #[error("{tool}: missing required property \"{property}\"")]
+    Missing {
+        /// Tool name.
+        tool: &'static str,
+        /// Property name.
+        property: &'static str,
+    },
+    /// A property other than the declared one.
+    #[error("{tool}: unexpected property {property:?} (additionalProperties is false)")]
+    Unexpected {
+        /// Tool name.
+        tool: &'static str,
+        /// The extra property.
+        property: String,
+    },
+    /// The property is not a string.
+    #[error("{tool}: property \"{property}\" must be a string")]
+    NotString {
+        /// Tool name.
+        tool: &'static str,
+        /// Property name.
+        property: &'static str,
+    },
+}
+
+/// Checks `arguments` against the tool's input schema and returns the one string.
+///
+/// # Errors
+///
+/// [`ArgumentsError`] naming the offending property.
+pub(crate) fn single_string<'a>(
+    tool: &'static str,
+    property: &'static str,
+    arguments: Option<&'a serde_json::Map<String, Value>>,
+) -> Result<&'a str, ArgumentsError> {
+    let Some(arguments) = arguments else {
+        return Err(ArgumentsError::Missing { tool, property });
+    };
+    let mut extra: Vec<&String> = arguments
+        .keys()
+        .filter(|k| k.as_str() != property)
+        .collect();
+    extra.sort();
+    if let Some(extra) = extra.first() {
+        return Err(ArgumentsError::Unexpected {
+            tool,
+            property: (*extra).clone(),
+        });
+    }
+    match arguments.get(property) {
+        None => Err(ArgumentsError::Missing { tool, property }),
+        Some(Value::String(s)) => Ok(s.as_str()),
+        Some(_) => Err(ArgumentsError::NotString { tool, property }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptions_are_the_seed_texts() {
+        assert_eq!(
+            SEARCH_API_DESCRIPTION,
+            "Search enabled capabilities using task, resource, or exact-name vocabulary. Results are relevance-ranked. Pass the exact returned name to describe_api. If truncated is true and no result fits, submit a more specific task/resource query."
+        );
+        assert_eq!(
+            DESCRIBE_API_DESCRIPTION,
+            "Describe one enabled capability by the exact name returned by search_api, without whitespace or case changes."
+        );
+        assert_eq!(
+            INSTRUCTIONS,
+            "Find capabilities with search_api using task or resource words. Call describe_api with an exact returned name to get its keyword signature and result fields. Then run one Starlark program with execute whose main() calls those capabilities and returns one value."
+        );
+    }
+
+    #[test]
+    fn input_schema_is_one_required_string_without_extras() {
+        assert_eq!(
+            input_schema("query").to_string(),
+            r#"{"additionalProperties":false,"properties":{"query":{"type":"string"}},"required":["query"],"type":"object"}"#
+        );
+    }
+
+    #[test]
+    fn output_schemas_match_the_seed() {
+        assert_eq!(
+            search_output_schema().to_string(),
+            r#"{"additionalProperties":false,"properties":{"results":{"items":{"additionalProperties":false,"properties":{"name":{"type":"string"},"signature":{"type":"string"},"summary":{"type":"string"}},"required":["name","signature","summary"],"type":"object"},"type":"array"},"truncated":{"type":"boolean"}},"required":["results","truncated"],"type":"object"}"#
+        );
+        let shape = r#"{"items":{"additionalProperties":false,"properties":{"name":{"type":"string"},"required":{"type":"boolean"},"type":{"type":"string"}},"required":["name","type","required"],"type":"object"},"type":"array"}"#;
+        assert_eq!(
+            describe_output_schema().to_string(),
+            format!(
+                r#"{{"additionalProperties":false,"properties":{{"description":{{"type":"string"}},"input":{shape},"name":{{"type":"string"}},"output":{shape},"signature":{{"type":"string"}},"summary":{{"type":"string"}}}},"required":["name","signature","summary","description","input","output"],"type":"object"}}"#
+            )
+        );
+    }
+
+    #[test]
+    fn arguments_are_checked_against_the_schema() {
+        let obj = |v: Value| v.as_object().cloned();
+        let cases: Vec<(
+            &str,
+            Option<serde_json::Map<String, Value>>,
+            Result<&str, &str>,
+        )> = vec![
+            ("ok", obj(json!({"query": "x"})), Ok("x")),
+            ("empty string ok", obj(json!({"query": ""})), Ok("")),
+            (
+                "absent arguments",
+                None,
+                Err("search_api: missing required property \"query\""),
+            ),
+            (
+                "missing",
+                obj(json!({})),
+                Err("search_api: missing required property \"query\""),
+            ),
+            (
+                "extra",
+                obj(json!({"query": "x", "limit": 3})),
+                Err("search_api: unexpected property \"limit\" (additionalProperties is false)"),
+            ),
+            (
+                "number",
+                obj(json!({"query": 3})),
+                Err("search_api: property \"query\" must be a string"),
+            ),
+            (
+                "null",
+                obj(json!({"query": null})),
+                Err("search_api: property \"query\" must be a string"),
+            ),
+        ];
+        for (case, args, want) in cases {
+            let got = single_string(SEARCH_API, "query", args.as_ref()).map_err(|e| e.to_string());
+            assert_eq!(got, want.map_err(str::to_owned), "{case}");
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! The MCP adapter: rmcp server, tool contract, error projection, stdio transport.
+//!
+//! A thin layer over [`Service`](crate::Service): each tool call is decoded, checked
+//! against its input schema, handed to one service method, and the outcome rendered
+//! as `structuredContent` plus a JSON text mirror, or as a fixed error text with
+//! `isError`.
+
+mod contract;
+mod server;
+
+pub use contract::{
+    DESCRIBE_API, DESCRIBE_API_DESCRIPTION, INSTRUCTIONS, SEARCH_API, SEARCH_API_DESCRIPTION,
+};
+pub use server::{McpServer, ServeError, serve_stdio};

@@ -1,0 +1,157 @@
+//! The rmcp [`ServerHandler`] exposing the tools over a [`Service`].
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
+    ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::contract::{self, DESCRIBE_API, SEARCH_API};
+use crate::error::ToolError;
+use crate::service::Service;
+
+/// The server name clients see at initialize.
+const SERVER_NAME: &str = "codemode-host";
+
+/// The MCP face of a [`Service`]. Cheap to clone; every clone serves the same service.
+#[derive(Clone)]
+pub struct McpServer {
+    service: Arc<Service>,
+    tools: Arc<Vec<Tool>>,
+}
+
+impl McpServer {
+    /// A server answering from `service`.
+    pub fn new(service: Arc<Service>) -> Self {
+        let tools = vec![
+            tool(
+                SEARCH_API,
+                contract::SEARCH_API_DESCRIPTION,
+                contract::search_output_schema(),
+            ),
+            tool(
+                DESCRIBE_API,
+                contract::DESCRIBE_API_DESCRIPTION,
+                contract::describe_output_schema(),
+            ),
+        ];
+        Self {
+            service,
+            tools: Arc::new(tools),
+        }
+    }
+
+    /// Runs one tool call; `Err` is a protocol error (unknown tool, bad arguments).
+    fn call(
+        &self,
+        name: &str,
+        arguments: Option<&JsonObject>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let Some(property) = contract::input_property(name) else {
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool {name:?}"),
+                None,
+            ));
+        };
+        let tool_name = if name == SEARCH_API {
+            SEARCH_API
+        } else {
+            DESCRIBE_API
+        };
+        let input = contract::single_string(tool_name, property, arguments)
+            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        Ok(match tool_name {
+            SEARCH_API => project(self.service.search(input)),
+            _ => project(self.service.describe(input)),
+        })
+    }
+}
+
+/// Builds a tool definition from the contract.
+fn tool(name: &'static str, description: &'static str, output_schema: Value) -> Tool {
+    let mut tool = Tool::new(
+        name,
+        description,
+        as_object(contract::input_schema(
+            contract::input_property(name).unwrap_or_default(),
+        )),
+    );
+    tool.output_schema = Some(Arc::new(as_object(output_schema)));
+    tool
+}
+
+fn as_object(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        // The contract builds every schema with `json!({...})`.
+        _ => JsonObject::new(),
+    }
+}
+
+/// Success → `structuredContent` plus its JSON text mirror; failure → the fixed text
+/// with `isError`.
+fn project<T: Serialize>(outcome: Result<T, ToolError>) -> CallToolResult {
+    match outcome.and_then(|value| serde_json::to_value(value).map_err(|_| ToolError::Internal)) {
+        Ok(value) => CallToolResult::structured(value),
+        Err(error) => CallToolResult::error(vec![ContentBlock::text(error.to_string())]),
+    }
+}
+
+impl ServerHandler for McpServer {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = InitializeResult::new(ServerCapabilities::builder().enable_tools().build());
+        info.server_info = Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION"));
+        info.instructions = Some(contract::INSTRUCTIONS.to_owned());
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.tools.iter().find(|t| t.name == name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.call(&request.name, request.arguments.as_ref())
+            .map(CallToolResponse::from)
+    }
+}
+
+/// Why serving stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The MCP handshake failed.
+    #[error("MCP initialization failed: {0}")]
+    Initialize(#[from] rmcp::service::ServerInitializeError),
+    /// The server task ended abnormally.
+    #[error("MCP server task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// Serves `server` on stdin/stdout until the client disconnects.
+///
+/// # Errors
+///
+/// [`ServeError`] when the handshake fails or the server task dies.
+pub async fn serve_stdio(server: McpServer) -> Result<(), ServeError> {
+    let running = server.serve(rmcp::transport::stdio()).await?;
+    running.waiting().await?;
+    Ok(())
+}

@@ -1,0 +1,221 @@
+//! Loads one plugin file: compile, link, reflect the exports, ask `describe()`, and
+//! pair every metadata entry with the export it names.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use wasmtime::Engine;
+use wasmtime::component::{Component, InstancePre};
+
+use super::metadata::{self, METADATA_INTERFACE, MetadataEntry};
+use super::reflect::{self, ErrorKind, ExportedFunc, TypeError};
+use super::sandbox::{self, PluginState};
+use crate::catalog::{CapabilitySpec, snake_case};
+
+/// `\0asm`: every WebAssembly binary starts with it.
+const WASM_MAGIC: [u8; 4] = *b"\0asm";
+/// Bytes 6..8 of the header: 0 for a core module, 1 for a component.
+const COMPONENT_LAYER: [u8; 2] = [1, 0];
+
+/// Why one plugin file could not be loaded. The caller prefixes the file name.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("cannot read the file: {0}")]
+    Read(#[source] std::io::Error),
+    /// The file is not WebAssembly at all.
+    #[error("not a WebAssembly file (no `\\0asm` header); only components are loaded")]
+    NotWasm,
+    /// The file is a core module, not a component.
+    #[error(
+        "a core WebAssembly module, not a component: build it with a component toolchain (e.g. `cargo build --target wasm32-wasip2`)"
+    )]
+    CoreModule,
+    /// wasmtime rejected the component.
+    #[error("invalid component: {0:#}")]
+    Compile(wasmtime::Error),
+    /// Its imports could not be linked.
+    #[error("cannot link the component's imports: {0:#}")]
+    Link(wasmtime::Error),
+    /// The component does not export the metadata interface.
+    #[error(
+        "does not export `{METADATA_INTERFACE}` (Rust plugins get it from codemode-sdk's `metadata!`; other toolchains must include the world `codemode:plugin/plugin@0.1.0`)"
+    )]
+    NoMetadata,
+    /// `describe()` trapped or failed.
+    #[error("`{METADATA_INTERFACE}#describe` failed: {0:#}")]
+    Describe(wasmtime::Error),
+    /// A metadata entry names an export the component does not have.
+    #[error(
+        "metadata entry `{export}` names no exported function (exported functions: {available})"
+    )]
+    UnknownExport {
+        /// The `export-name` given.
+        export: String,
+        /// What the component does export, comma-separated.
+        available: String,
+    },
+    /// Two metadata entries name the same export.
+    #[error("export `{0}`: named by more than one metadata entry")]
+    DuplicateEntry(String),
+    /// Two exported interfaces share a short name, so `<interface>.<function>` is
+    /// ambiguous.
+    #[error("export `{0}`: exported by two interfaces with the same name")]
+    AmbiguousExport(String),
+    /// The export's WIT signature is outside the mapping.
+    #[error("export `{export}`: {source}")]
+    Type {
+        /// The export, `<interface>.<function>`.
+        export: String,
+        /// What is wrong with its types.
+        source: TypeError,
+    },
+}
+
+/// A capability as one plugin provides it: the catalog's spec plus where to call it.
+#[derive(Debug, Clone)]
+#[expect(
+    dead_code,
+    reason = "instance, function and error are read by execute (issue #3)"
+)]
+pub(crate) struct PluginCapability {
+    /// What the catalog needs.
+    pub spec: CapabilitySpec,
+    /// The export, `<interface>.<function>` in WIT names.
+    pub export: String,
+    /// Full name of the exported instance.
+    pub instance: String,
+    /// The function's WIT name.
+    pub function: String,
+    /// How the result reports failure.
+    pub error: ErrorKind,
+}
+
+/// A plugin file that compiled, linked and described itself.
+#[expect(dead_code, reason = "pre is instantiated by execute (issue #3)")]
+pub(crate) struct LoadedPlugin {
+    /// The file name, e.g. `records.wasm`, used in every message about it.
+    pub file: String,
+    /// Ready to instantiate: imports resolved once.
+    pub pre: InstancePre<PluginState>,
+    /// Its capabilities, in metadata order.
+    pub capabilities: Vec<PluginCapability>,
+    /// Exports no metadata entry names (ignored; logged as a warning).
+    pub ignored_exports: Vec<String>,
+    /// Compile + link + describe time.
+    pub load_time: Duration,
+}
+
+/// Loads the plugin at `path`.
+///
+/// # Errors
+///
+/// Any [`LoadError`]; the file is then skipped by the caller.
+pub(crate) fn load_file(engine: &Engine, path: &Path) -> Result<LoadedPlugin, LoadError> {
+    let started = Instant::now();
+    let bytes = std::fs::read(path).map_err(LoadError::Read)?;
+    if bytes.get(..4) != Some(&WASM_MAGIC[..]) {
+        return Err(LoadError::NotWasm);
+    }
+    if bytes.get(6..8) != Some(&COMPONENT_LAYER[..]) {
+        return Err(LoadError::CoreModule);
+    }
+    let component = Component::new(engine, &bytes).map_err(LoadError::Compile)?;
+    let (funcs, _other) = reflect::exported_functions(engine, &component);
+    if !funcs.iter().any(|f| f.instance == METADATA_INTERFACE) {
+        return Err(LoadError::NoMetadata);
+    }
+    let pre = sandbox::pre_instantiate(engine, &component).map_err(LoadError::Link)?;
+    let entries = metadata::describe(engine, &pre).map_err(LoadError::Describe)?;
+    let (capabilities, ignored_exports) = assemble(funcs, entries)?;
+    Ok(LoadedPlugin {
+        file: file_label(path),
+        pre,
+        capabilities,
+        ignored_exports,
+        load_time: started.elapsed(),
+    })
+}
+
+/// The name a plugin is known by in messages: its file name.
+pub(crate) fn file_label(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+/// Pairs metadata entries with exported functions. Returns the capabilities in
+/// metadata order and the exports nobody named.
+///
+/// # Errors
+///
+/// [`LoadError::UnknownExport`], [`LoadError::DuplicateEntry`],
+/// [`LoadError::AmbiguousExport`] or [`LoadError::Type`].
+pub(crate) fn assemble(
+    funcs: Vec<ExportedFunc>,
+    entries: Vec<MetadataEntry>,
+) -> Result<(Vec<PluginCapability>, Vec<String>), LoadError> {
+    let funcs: Vec<ExportedFunc> = funcs
+        .into_iter()
+        .filter(|f| f.instance != METADATA_INTERFACE)
+        .collect();
+    let mut seen_exports = HashSet::new();
+    for f in &funcs {
+        if !seen_exports.insert(f.export_name()) {
+            return Err(LoadError::AmbiguousExport(f.export_name()));
+        }
+    }
+    let mut named = HashSet::new();
+    let mut capabilities = Vec::new();
+    for entry in entries {
+        let Some(func) = funcs.iter().find(|f| f.export_name() == entry.export_name) else {
+            let mut available: Vec<String> = funcs.iter().map(ExportedFunc::export_name).collect();
+            available.sort();
+            let available = if available.is_empty() {
+                "none".to_owned()
+            } else {
+                available.join(", ")
+            };
+            return Err(LoadError::UnknownExport {
+                export: entry.export_name,
+                available,
+            });
+        };
+        if !named.insert(entry.export_name.clone()) {
+            return Err(LoadError::DuplicateEntry(entry.export_name));
+        }
+        let signature = func.signature.clone().map_err(|source| LoadError::Type {
+            export: entry.export_name.clone(),
+            source,
+        })?;
+        let default_name = format!(
+            "{}.{}",
+            snake_case(&func.interface),
+            snake_case(&func.function)
+        );
+        capabilities.push(PluginCapability {
+            spec: CapabilitySpec {
+                name: entry.name.unwrap_or(default_name),
+                id: entry.id,
+                summary: entry.summary,
+                description: entry.description,
+                search_terms: entry.search_terms,
+                params: signature.params,
+                output: signature.output,
+            },
+            export: entry.export_name,
+            instance: func.instance.clone(),
+            function: func.function.clone(),
+            error: signature.error,
+        });
+    }
+    let ignored = funcs
+        .iter()
+        .map(ExportedFunc::export_name)
+        .filter(|n| !named.contains(n))
+        .collect();
+    Ok((capabilities, ignored))
+}

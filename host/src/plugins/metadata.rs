@@ -1,0 +1,63 @@
+//! Calls a plugin's `codemode:plugin/metadata@0.1.0#describe` export once, in a
+//! throw-away instance with its own fuel and memory caps.
+
+use wasmtime::component::{ComponentType, InstancePre, Lift};
+use wasmtime::{Engine, Store};
+
+use super::sandbox::PluginState;
+
+/// The metadata interface every plugin exports (DESIGN §3; the ABI).
+pub(crate) const METADATA_INTERFACE: &str = "codemode:plugin/metadata@0.1.0";
+/// Its one function.
+const DESCRIBE: &str = "describe";
+/// Fuel for instantiating the plugin and running `describe()`: generous for an
+/// interpreter-based component's start-up (a componentize-py instance start costs
+/// well under this), small enough that a looping plugin is stopped in about a second.
+const DESCRIBE_FUEL: u64 = 2_000_000_000;
+/// Memory a plugin may use while describing itself.
+const DESCRIBE_MEMORY: usize = 512 * 1024 * 1024;
+
+/// One entry of `describe()`, as the WIT record `capability` defines it.
+#[derive(ComponentType, Lift, Debug, Clone, PartialEq)]
+#[component(record)]
+pub(crate) struct MetadataEntry {
+    #[component(name = "export-name")]
+    pub export_name: String,
+    pub name: Option<String>,
+    pub id: Option<String>,
+    pub summary: String,
+    pub description: Option<String>,
+    #[component(name = "search-terms")]
+    pub search_terms: Vec<String>,
+}
+
+/// Instantiates the plugin and returns what `describe()` returns.
+///
+/// # Errors
+///
+/// Instantiation failures, a missing or mistyped `describe` export, traps (including
+/// running out of fuel or memory).
+pub(crate) fn describe(
+    engine: &Engine,
+    pre: &InstancePre<PluginState>,
+) -> wasmtime::Result<Vec<MetadataEntry>> {
+    let mut store = Store::new(engine, PluginState::new(DESCRIBE_MEMORY));
+    store.limiter(|s| &mut s.limits);
+    store.set_fuel(DESCRIBE_FUEL)?;
+    // No epoch ticker drives the loader's stores; fuel bounds this call.
+    store.set_epoch_deadline(u64::MAX);
+    let instance = pre.instantiate(&mut store)?;
+    let interface = instance
+        .get_export_index(&mut store, None, METADATA_INTERFACE)
+        .ok_or_else(|| wasmtime::Error::msg(format!("missing export `{METADATA_INTERFACE}`")))?;
+    let func = instance
+        .get_export_index(&mut store, Some(&interface), DESCRIBE)
+        .ok_or_else(|| {
+            wasmtime::Error::msg(format!(
+                "missing function `{DESCRIBE}` in `{METADATA_INTERFACE}`"
+            ))
+        })?;
+    let describe = instance.get_typed_func::<(), (Vec<MetadataEntry>,)>(&mut store, &func)?;
+    let (entries,) = describe.call(&mut store, ())?;
+    Ok(entries)
+}

@@ -1,0 +1,336 @@
+//! Reads a component's exported functions and maps their WIT types to catalog types.
+//!
+//! The mapping is DESIGN §3: scalars, `list<T>`, `list<tuple<string, T>>` (a dict),
+//! records, options, enums and flags are supported; variants, resources, futures,
+//! streams and other tuples are rejected naming the export, the place in the type and
+//! the WIT type. A capability's result must be a record or `result<record, E>`.
+
+use wasmtime::Engine;
+use wasmtime::component::types::{ComponentFunc, ComponentItem};
+use wasmtime::component::{Component, Type};
+
+use crate::catalog::{Field, FloatKind, IntKind, ValueType};
+
+/// How a capability's failure is reported by its result type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ErrorKind {
+    /// The result is a bare record: the capability cannot report a failure.
+    None,
+    /// `result<record>`: a failure without a message.
+    Bare,
+    /// `result<record, string>`.
+    Message,
+    /// `result<record, R>` where record `R` has a `message: string` field.
+    RecordMessage,
+}
+
+/// One function exported from an interface of the component.
+#[derive(Debug, Clone)]
+pub(crate) struct ExportedFunc {
+    /// Full name of the exported instance, e.g. `example:records/records@0.1.0`.
+    pub instance: String,
+    /// The interface's short name, e.g. `records`.
+    pub interface: String,
+    /// The function's WIT name, e.g. `lookup` or `word-counts`.
+    pub function: String,
+    /// The outcome of mapping its signature.
+    pub signature: Result<Signature, TypeError>,
+}
+
+impl ExportedFunc {
+    /// The `<interface>.<function>` name metadata entries use.
+    pub fn export_name(&self) -> String {
+        format!("{}.{}", self.interface, self.function)
+    }
+}
+
+/// A function's parameters and result, mapped.
+#[derive(Debug, Clone)]
+pub(crate) struct Signature {
+    /// Parameters in order.
+    pub params: Vec<Field>,
+    /// Fields of the result record.
+    pub output: Vec<Field>,
+    /// How failures are reported.
+    pub error: ErrorKind,
+}
+
+/// Why a function's signature cannot be a capability.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TypeError {
+    /// A WIT type outside the supported mapping.
+    #[error("{place}: WIT type `{wit}` is not supported ({hint})")]
+    Unsupported {
+        /// Where the type sits, e.g. `parameter filter, field kind`.
+        place: String,
+        /// The WIT type's kind, e.g. `variant`.
+        wit: &'static str,
+        /// What to use instead.
+        hint: &'static str,
+    },
+    /// The function returns nothing or something other than a record.
+    #[error("the result must be a record or result<record, E>, found {found}")]
+    Result {
+        /// What was found.
+        found: String,
+    },
+    /// The error type of a `result` is neither a string nor a record with `message`.
+    #[error(
+        "the error type of result<record, E> must be string or a record with a `message: string` field, found {found}"
+    )]
+    ErrorType {
+        /// What was found.
+        found: String,
+    },
+}
+
+/// The interface name inside an instance export name: `ns:pkg/iface@1.0` → `iface`;
+/// a plain name is itself.
+pub(crate) fn interface_name(instance: &str) -> &str {
+    let after_slash = instance.rsplit_once('/').map_or(instance, |(_, rest)| rest);
+    after_slash
+        .split_once('@')
+        .map_or(after_slash, |(name, _)| name)
+}
+
+/// Every function exported through an instance of `component`, plus the names of
+/// exports that are not instances (world-level functions, types), which can never be
+/// capabilities.
+pub(crate) fn exported_functions(
+    engine: &Engine,
+    component: &Component,
+) -> (Vec<ExportedFunc>, Vec<String>) {
+    let mut funcs = Vec::new();
+    let mut other = Vec::new();
+    let ty = component.component_type();
+    for (instance_name, item) in ty.exports(engine) {
+        match item.ty {
+            ComponentItem::ComponentInstance(instance) => {
+                for (function, item) in instance.exports(engine) {
+                    if let ComponentItem::ComponentFunc(func) = item.ty {
+                        funcs.push(ExportedFunc {
+                            instance: instance_name.to_owned(),
+                            interface: interface_name(instance_name).to_owned(),
+                            function: function.to_owned(),
+                            signature: map_signature(&func),
+                        });
+                    }
+                }
+            }
+            ComponentItem::ComponentFunc(_)
+            | ComponentItem::CoreFunc(_)
+            | ComponentItem::Module(_)
+            | ComponentItem::Component(_)
+            | ComponentItem::Type(_)
+            | ComponentItem::Resource(_) => other.push(instance_name.to_owned()),
+        }
+    }
+    (funcs, other)
+}
+
+fn map_signature(func: &ComponentFunc) -> Result<Signature, TypeError> {
+    let mut params = Vec::new();
+    for (name, ty) in func.params() {
+        let field = Field::from_wit(name, ValueType::Bool);
+        let place = format!("parameter {}", field.name);
+        params.push(Field {
+            ty: map_type(&ty, &place)?,
+            ..field
+        });
+    }
+    let results: Vec<Type> = func.results().collect();
+    let (record, error) = match results.as_slice() {
+        [] => {
+            return Err(TypeError::Result {
+                found: "no result".into(),
+            });
+        }
+        [Type::Record(_)] => (&results[0], ErrorKind::None),
+        [Type::Result(r)] => {
+            let ok = r.ok().ok_or_else(|| TypeError::Result {
+                found: "result<_, E> without an ok type".into(),
+            })?;
+            if !matches!(ok, Type::Record(_)) {
+                return Err(TypeError::Result {
+                    found: format!("result<{}, E>", wit_kind(&ok)),
+                });
+            }
+            let error = match r.err() {
+                None => ErrorKind::Bare,
+                Some(Type::String) => ErrorKind::Message,
+                Some(Type::Record(rec))
+                    if rec
+                        .fields()
+                        .any(|f| f.name == "message" && matches!(f.ty, Type::String)) =>
+                {
+                    ErrorKind::RecordMessage
+                }
+                Some(other) => {
+                    return Err(TypeError::ErrorType {
+                        found: wit_kind(&other).to_owned(),
+                    });
+                }
+            };
+            let ValueType::Record(output) = map_type(&ok, "result")? else {
+                return Err(TypeError::Result {
+                    found: wit_kind(&ok).to_owned(),
+                });
+            };
+            return Ok(Signature {
+                params,
+                output,
+                error,
+            });
+        }
+        [other] => {
+            return Err(TypeError::Result {
+                found: wit_kind(other).to_owned(),
+            });
+        }
+        _ => {
+            return Err(TypeError::Result {
+                found: format!("{} results", results.len()),
+            });
+        }
+    };
+    let ValueType::Record(output) = map_type(record, "result")? else {
+        return Err(TypeError::Result {
+            found: wit_kind(record).to_owned(),
+        });
+    };
+    Ok(Signature {
+        params,
+        output,
+        error,
+    })
+}
+
+/// Maps one WIT type; `place` says where it sits for error messages.
+fn map_type(ty: &Type, place: &str) -> Result<ValueType, TypeError> {
+    let unsupported = |wit: &'static str, hint: &'static str| {
+        Err(TypeError::Unsupported {
+            place: place.to_owned(),
+            wit,
+            hint,
+        })
+    };
+    Ok(match ty {
+        Type::Bool => ValueType::Bool,
+        Type::S8 => ValueType::Int(IntKind::S8),
+        Type::U8 => ValueType::Int(IntKind::U8),
+        Type::S16 => ValueType::Int(IntKind::S16),
+        Type::U16 => ValueType::Int(IntKind::U16),
+        Type::S32 => ValueType::Int(IntKind::S32),
+        Type::U32 => ValueType::Int(IntKind::U32),
+        Type::S64 => ValueType::Int(IntKind::S64),
+        Type::U64 => ValueType::Int(IntKind::U64),
+        Type::Float32 => ValueType::Float(FloatKind::F32),
+        Type::Float64 => ValueType::Float(FloatKind::F64),
+        Type::Char => ValueType::Char,
+        Type::String => ValueType::Str,
+        Type::List(list) => {
+            let elem = list.ty();
+            if let Type::Tuple(tuple) = &elem {
+                let types: Vec<Type> = tuple.types().collect();
+                if let [Type::String, value] = types.as_slice() {
+                    return Ok(ValueType::Dict(Box::new(map_type(
+                        value,
+                        &format!("{place}, dict value"),
+                    )?)));
+                }
+                return unsupported(
+                    "tuple",
+                    "only list<tuple<string, T>> is supported, as a dict",
+                );
+            }
+            ValueType::List(Box::new(map_type(
+                &elem,
+                &format!("{place}, list element"),
+            )?))
+        }
+        Type::Map(map) => {
+            if !matches!(map.key(), Type::String) {
+                return unsupported("map", "only string keys are supported");
+            }
+            ValueType::Dict(Box::new(map_type(
+                &map.value(),
+                &format!("{place}, map value"),
+            )?))
+        }
+        Type::Record(record) => {
+            let mut fields = Vec::new();
+            for f in record.fields() {
+                let field = Field::from_wit(f.name, ValueType::Bool);
+                let ty = map_type(&f.ty, &format!("{place}, field {}", field.name))?;
+                fields.push(Field { ty, ..field });
+            }
+            ValueType::Record(fields)
+        }
+        Type::Option(option) => ValueType::Option(Box::new(map_type(&option.ty(), place)?)),
+        Type::Enum(e) => ValueType::Enum(e.names().map(str::to_owned).collect()),
+        Type::Flags(f) => ValueType::Flags(f.names().map(str::to_owned).collect()),
+        Type::Tuple(_) => return unsupported("tuple", "use a record"),
+        Type::Variant(_) => {
+            return unsupported("variant", "use an enum, or a record with option fields");
+        }
+        Type::Result(_) => {
+            return unsupported(
+                "result",
+                "result is only supported as the function's own result",
+            );
+        }
+        Type::Own(_) | Type::Borrow(_) => {
+            return unsupported("resource", "capabilities take and return plain data");
+        }
+        Type::Future(_) => return unsupported("future", "capabilities are synchronous"),
+        Type::Stream(_) => return unsupported("stream", "capabilities are synchronous"),
+        Type::ErrorContext => return unsupported("error-context", "return result<record, string>"),
+        Type::FixedLengthList(_) => return unsupported("fixed-length list", "use list<T>"),
+    })
+}
+
+/// A short WIT name of a type's kind, for messages.
+fn wit_kind(ty: &Type) -> &'static str {
+    match ty {
+        Type::Bool => "bool",
+        Type::S8 => "s8",
+        Type::U8 => "u8",
+        Type::S16 => "s16",
+        Type::U16 => "u16",
+        Type::S32 => "s32",
+        Type::U32 => "u32",
+        Type::S64 => "s64",
+        Type::U64 => "u64",
+        Type::Float32 => "f32",
+        Type::Float64 => "f64",
+        Type::Char => "char",
+        Type::String => "string",
+        Type::List(_) => "list",
+        Type::Map(_) => "map",
+        Type::Record(_) => "record",
+        Type::Tuple(_) => "tuple",
+        Type::Variant(_) => "variant",
+        Type::Enum(_) => "enum",
+        Type::Option(_) => "option",
+        Type::Result(_) => "result",
+        Type::Flags(_) => "flags",
+        Type::Own(_) | Type::Borrow(_) => "resource",
+        Type::Future(_) => "future",
+        Type::Stream(_) => "stream",
+        Type::ErrorContext => "error-context",
+        Type::FixedLengthList(_) => "fixed-length list",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interface_names_drop_package_and_version() {
+        assert_eq!(interface_name("example:records/records@0.1.0"), "records");
+        assert_eq!(interface_name("example:records/records"), "records");
+        assert_eq!(interface_name("plain"), "plain");
+    }
+}

@@ -1,0 +1,196 @@
+//! Write [codemode-host] plugins in Rust with the least ceremony.
+//!
+//! A plugin is a WebAssembly component that exports its own WIT interfaces (the
+//! capabilities) plus `codemode:plugin/metadata@0.1.0`, which tells the host the
+//! summary, description and search terms of each exported function. This crate:
+//!
+//! - generates and exports the metadata interface for you: list your capabilities
+//!   with [`metadata!`] and you are done;
+//! - re-exports [`wit_bindgen`] and offers [`generate!`], so your own interface's
+//!   bindings need no extra dependency.
+//!
+//! # Example
+//!
+//! `wit/world.wit` of your plugin:
+//!
+//! ```wit
+//! package acme:greetings@0.1.0;
+//!
+//! interface greet {
+//!   record greeting { text: string }
+//!   hello: func(name: string, shout: option<bool>) -> result<greeting, string>;
+//! }
+//!
+//! world plugin {
+//!   export greet;
+//! }
+//! ```
+//!
+//! `src/lib.rs`:
+//!
+//! ```ignore
+//! codemode_sdk::generate!({ world: "plugin", path: "wit" });
+//!
+//! use exports::acme::greetings::greet::{Greeting, Guest};
+//!
+//! struct Plugin;
+//!
+//! impl Guest for Plugin {
+//!     fn hello(name: String, shout: Option<bool>) -> Result<Greeting, String> {
+//!         if name.is_empty() {
+//!             return Err("name must not be empty".into());
+//!         }
+//!         let text = format!("Hello, {name}!");
+//!         Ok(Greeting { text: if shout == Some(true) { text.to_uppercase() } else { text } })
+//!     }
+//! }
+//!
+//! export!(Plugin);
+//!
+//! codemode_sdk::metadata![
+//!     codemode_sdk::Capability::new("greet.hello", "Greet someone by name.")
+//!         .with_description("Returns a greeting; shout=True upper-cases it.")
+//!         .with_search_terms(["greeting", "say hello"]),
+//! ];
+//! ```
+//!
+//! Build with `cargo build --release --target wasm32-wasip2` (crate type `cdylib`)
+//! and drop the `.wasm` into the host's plugins folder. Agents then call
+//! `greet.hello(name="Ada")`.
+//!
+//! # Types
+//!
+//! Parameters and results use plain WIT data: strings, integers, floats, bools,
+//! `list<T>`, `list<tuple<string, T>>` (a dict), records, options, enums, flags. A
+//! function returns a record or `result<record, string>`; the `Err` string reaches
+//! the agent as `capability failed: <message>`.
+//!
+//! [codemode-host]: https://github.com/codemode-host
+
+pub use wit_bindgen;
+
+/// Bindings of the `codemode:plugin` world; used by [`metadata!`].
+#[doc(hidden)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../wit/plugin",
+        world: "codemode:plugin/plugin",
+        pub_export_macro: true,
+        export_macro_name: "__export_codemode_metadata",
+        default_bindings_module: "codemode_sdk::bindings",
+    });
+}
+
+/// One capability's metadata: which export it describes and the text agents see.
+pub use bindings::exports::codemode::plugin::metadata::Capability;
+
+impl Capability {
+    /// Metadata for the export `export_name` (`"<interface>.<function>"` in WIT names,
+    /// e.g. `"records.lookup"` or `"text.word-counts"`), with its one-line summary.
+    ///
+    /// The agent-facing name defaults to the export name in snake_case
+    /// (`text.word_counts`), the ID to that name, the description to the summary.
+    pub fn new(export_name: impl Into<String>, summary: impl Into<String>) -> Self {
+        Self {
+            export_name: export_name.into(),
+            name: None,
+            id: None,
+            summary: summary.into(),
+            description: None,
+            search_terms: Vec::new(),
+        }
+    }
+
+    /// Sets a dotted name other than the default (e.g. `github.pulls.create_review`).
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Sets a stable ID other than the name, for policies and `--disable`.
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Sets the longer description `describe_api` shows.
+    pub fn with_description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// Sets discovery-only phrases (at most 16, 1 KiB in total) that `search_api`
+    /// matches besides the name, summary and description.
+    pub fn with_search_terms<I, S>(mut self, terms: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.search_terms = terms.into_iter().map(Into::into).collect();
+        self
+    }
+}
+
+/// Generates bindings for your plugin's own world, like `wit_bindgen::generate!`,
+/// without a direct `wit-bindgen` dependency.
+#[macro_export]
+macro_rules! generate {
+    ({ $($body:tt)* }) => {
+        // Generated bindings carry no docs of their own.
+        #[allow(missing_docs)]
+        $crate::wit_bindgen::generate!({
+            runtime_path: "codemode_sdk::wit_bindgen::rt",
+            $($body)*
+        });
+    };
+}
+
+/// Exports `codemode:plugin/metadata@0.1.0` describing the given capabilities.
+///
+/// Use it once per plugin, at the crate root, with one [`Capability`] expression per
+/// exported function agents may call. Exports you do not list are not capabilities.
+#[macro_export]
+macro_rules! metadata {
+    ($($capability:expr),* $(,)?) => {
+        #[doc(hidden)]
+        struct __CodemodeMetadata;
+
+        impl $crate::bindings::exports::codemode::plugin::metadata::Guest for __CodemodeMetadata {
+            fn describe() -> ::std::vec::Vec<$crate::Capability> {
+                ::std::vec![$($capability),*]
+            }
+        }
+
+        $crate::bindings::__export_codemode_metadata!(__CodemodeMetadata with_types_in $crate::bindings);
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builder_sets_every_field() {
+        let c = Capability::new("text.word-counts", "Count words.")
+            .with_name("text.counts")
+            .with_id("text.v1.counts")
+            .with_description("Counts each word.")
+            .with_search_terms(["frequency", "tally"]);
+        assert_eq!(c.export_name, "text.word-counts");
+        assert_eq!(c.name.as_deref(), Some("text.counts"));
+        assert_eq!(c.id.as_deref(), Some("text.v1.counts"));
+        assert_eq!(c.summary, "Count words.");
+        assert_eq!(c.description.as_deref(), Some("Counts each word."));
+        assert_eq!(
+            c.search_terms,
+            vec!["frequency".to_string(), "tally".to_string()]
+        );
+    }
+
+    #[test]
+    fn defaults_leave_name_id_and_description_to_the_host() {
+        let c = Capability::new("records.lookup", "Look up a book.");
+        assert_eq!((c.name, c.id, c.description), (None, None, None));
+        assert!(c.search_terms.is_empty());
+    }
+}

@@ -1,0 +1,53 @@
+"""Drive codemode-host with the official Python MCP SDK client (PyPI `mcp`).
+
+Reads a JSON script on stdin:
+    {"command": "...", "args": [...], "mode": "legacy", "steps": [STEP, ...]}
+with steps {"op": "list_tools"} or {"op": "call", "tool": NAME, "arguments": {...}},
+and prints one JSON document: {"server_info": ..., "instructions": ...,
+"results": [RESULT, ...]}. A call's RESULT is {"is_error", "structured", "text"}
+or {"protocol_error": MESSAGE}. The Rust end-to-end tests assert on it exactly.
+"""
+
+import asyncio
+import json
+import sys
+
+import mcp
+from mcp import StdioServerParameters
+
+
+async def run(script):
+    params = StdioServerParameters(command=script["command"], args=script["args"])
+    results = []
+    async with mcp.Client(params, mode=script.get("mode", "legacy"), read_timeout_seconds=60) as client:
+        info = client.server_info
+        for step in script["steps"]:
+            if step["op"] == "list_tools":
+                listed = await client.list_tools()
+                results.append([t.model_dump(by_alias=True, exclude_none=True) for t in listed.tools])
+            elif step["op"] == "call":
+                try:
+                    r = await client.call_tool(step["tool"], step.get("arguments"))
+                except mcp.MCPError as e:
+                    results.append({"protocol_error": str(e)})
+                    continue
+                text = [c.text for c in r.content if getattr(c, "type", None) == "text"]
+                results.append({"is_error": bool(r.is_error), "structured": r.structured_content, "text": text})
+            else:
+                raise ValueError(f"unknown op {step['op']!r}")
+        return {
+            "server_info": info.model_dump(by_alias=True, exclude_none=True) if info else None,
+            "instructions": client.instructions,
+            "protocol_version": client.protocol_version,
+            "results": results,
+        }
+
+
+def main():
+    script = json.load(sys.stdin)
+    out = asyncio.run(asyncio.wait_for(run(script), timeout=120))
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

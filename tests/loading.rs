@@ -1,0 +1,107 @@
+//! Loading a plugins folder: good plugins serve, bad ones are named on stderr and
+//! skipped, `--disable` removes capabilities.
+
+use std::path::Path;
+
+use serde_json::json;
+
+use crate::support::{drive, example_plugins, startup_log, test_plugin};
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("codemode-e2e-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    dir
+}
+
+fn copy(from: &Path, to: &Path) {
+    std::fs::copy(from, to)
+        .unwrap_or_else(|e| panic!("copy {} to {}: {e}", from.display(), to.display()));
+}
+
+#[test]
+fn broken_plugins_are_named_and_skipped_while_good_ones_serve() {
+    let dir = temp_dir("mixed");
+    copy(
+        &example_plugins().join("records.wasm"),
+        &dir.join("records.wasm"),
+    );
+    copy(&test_plugin("misfit"), &dir.join("misfit.wasm"));
+    std::fs::write(dir.join("notes.wasm"), "not wasm at all").expect("write");
+    std::fs::write(dir.join("core.wasm"), b"\0asm\x01\0\0\0").expect("write");
+    std::fs::create_dir_all(dir.join("nested")).expect("mkdir");
+    copy(
+        &example_plugins().join("stats.wasm"),
+        &dir.join("nested/stats.wasm"),
+    );
+    let d = dir.to_str().expect("utf-8");
+
+    let (log, _) = startup_log(&["--plugins", d]);
+    let log = log.join("\n");
+    for want in [
+        "plugin skipped plugin=core.wasm reason=a core WebAssembly module, not a component: build it with a component toolchain (e.g. `cargo build --target wasm32-wasip2`)",
+        "plugin skipped plugin=misfit.wasm reason=export `misfit.echo`: name \"json.echo\": the first segment \"json\" is reserved by the language surface",
+        "plugin skipped plugin=notes.wasm reason=not a WebAssembly file (no `\\0asm` header); only components are loaded",
+        "plugin loaded plugin=records.wasm capabilities=4 load_ms=",
+        "catalog ready plugins=1 capabilities=4",
+    ] {
+        assert!(log.contains(want), "missing {want:?} in:\n{log}");
+    }
+    assert!(
+        !log.contains("stats.wasm"),
+        "subfolders are not scanned:\n{log}"
+    );
+
+    let out = drive(
+        &["--plugins", d],
+        json!([
+            {"op": "call", "tool": "describe_api", "arguments": {"name": "records.lookup"}},
+            {"op": "call", "tool": "describe_api", "arguments": {"name": "json.echo"}},
+        ]),
+    );
+    assert_eq!(out["results"][0]["is_error"], json!(false));
+    assert_eq!(out["results"][1]["text"][0], "capability not found");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn disabled_capabilities_vanish_and_unknown_ids_stop_startup() {
+    let plugins = example_plugins();
+    let p = plugins.to_str().expect("utf-8");
+    let out = drive(
+        &["--plugins", p, "--disable", "records.lookup"],
+        json!([
+            {"op": "call", "tool": "describe_api", "arguments": {"name": "records.lookup"}},
+            {"op": "call", "tool": "search_api", "arguments": {"query": "records.lookup"}},
+            {"op": "call", "tool": "describe_api", "arguments": {"name": "records.query"}},
+        ]),
+    );
+    assert_eq!(out["results"][0]["text"][0], "capability not found");
+    let names: Vec<&str> = out["results"][1]["structured"]["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| r["name"].as_str().expect("name"))
+        .collect();
+    assert!(!names.contains(&"records.lookup"), "{names:?}");
+    assert_eq!(out["results"][2]["is_error"], json!(false));
+
+    let (log, code) = startup_log(&["--plugins", p, "--disable", "records.nope"]);
+    assert_eq!(code, Some(1));
+    let log = log.join("\n");
+    assert!(
+        log.contains("unknown disabled capability ID \"records.nope\""),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_missing_plugins_folder_stops_startup_with_its_path() {
+    let (log, code) = startup_log(&["--plugins", "/nonexistent/codemode-plugins"]);
+    assert_eq!(code, Some(1));
+    let log = log.join("\n");
+    assert!(
+        log.contains("plugins folder `/nonexistent/codemode-plugins`: No such file or directory"),
+        "{log}"
+    );
+}

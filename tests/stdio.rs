@@ -1,0 +1,187 @@
+//! The MCP contract over stdio, seen through the Python SDK client.
+
+use serde_json::{Value, json};
+
+use crate::support::{drive, example_plugins};
+
+fn serve_examples(steps: Value) -> Value {
+    let dir = example_plugins();
+    drive(&["--plugins", dir.to_str().expect("utf-8 path")], steps)
+}
+
+fn call(tool: &str, arguments: Value) -> Value {
+    json!({"op": "call", "tool": tool, "arguments": arguments})
+}
+
+/// A successful result: structured content, and a text mirror holding the same JSON.
+fn ok(result: &Value) -> &Value {
+    assert_eq!(result["is_error"], json!(false), "{result}");
+    let mirror: Value = serde_json::from_str(result["text"][0].as_str().expect("text mirror"))
+        .expect("mirror is JSON");
+    assert_eq!(
+        mirror, result["structured"],
+        "text mirror differs from structuredContent"
+    );
+    &result["structured"]
+}
+
+/// A failed result: isError with exactly one text.
+fn err(result: &Value) -> &str {
+    assert_eq!(result["is_error"], json!(true), "{result}");
+    assert_eq!(result["text"].as_array().map(Vec::len), Some(1), "{result}");
+    result["text"][0].as_str().expect("text")
+}
+
+#[test]
+fn initialize_and_tools_list_follow_the_contract() {
+    let out = serve_examples(json!([{"op": "list_tools"}]));
+    assert_eq!(out["server_info"]["name"], "codemode-host");
+    assert_eq!(out["server_info"]["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(out["instructions"], codemode_host::mcp::INSTRUCTIONS);
+    let tools = out["results"][0].as_array().expect("tools");
+    let names: Vec<&str> = tools
+        .iter()
+        .map(|t| t["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, vec!["search_api", "describe_api"]);
+    assert_eq!(
+        tools[0]["description"],
+        codemode_host::mcp::SEARCH_API_DESCRIPTION
+    );
+    assert_eq!(
+        tools[1]["description"],
+        codemode_host::mcp::DESCRIBE_API_DESCRIPTION
+    );
+    assert_eq!(
+        tools[0]["inputSchema"],
+        json!({"type": "object", "required": ["query"], "additionalProperties": false, "properties": {"query": {"type": "string"}}})
+    );
+    assert_eq!(
+        tools[1]["inputSchema"],
+        json!({"type": "object", "required": ["name"], "additionalProperties": false, "properties": {"name": {"type": "string"}}})
+    );
+    assert_eq!(
+        tools[0]["outputSchema"]["required"],
+        json!(["results", "truncated"])
+    );
+    assert_eq!(
+        tools[1]["outputSchema"]["required"],
+        json!([
+            "name",
+            "signature",
+            "summary",
+            "description",
+            "input",
+            "output"
+        ])
+    );
+}
+
+#[test]
+fn search_ranks_and_bounds_results() {
+    let out = serve_examples(json!([
+        call("search_api", json!({"query": "records lookup"})),
+        call("search_api", json!({"query": "   "})),
+        call("search_api", json!({"query": "the and of"})),
+        call("search_api", json!({"query": "zebra quokka"})),
+        call("search_api", json!({"query": "x".repeat(257)})),
+        call(
+            "search_api",
+            json!({"query": (0..17).map(|i| format!("w{}", "q".repeat(i + 1))).collect::<Vec<_>>().join(" ")})
+        ),
+        call("search_api", json!({"query": "average"})),
+        call("search_api", json!({"query": "STATS.Summary"})),
+    ]));
+    let r = &out["results"];
+    let first = &ok(&r[0])["results"][0];
+    assert_eq!(
+        first,
+        &json!({"name": "records.lookup", "signature": "records.lookup(*, key: str)", "summary": "Look up one book by its key."})
+    );
+    let empty = json!({"results": [], "truncated": false});
+    assert_eq!(ok(&r[1]), &empty);
+    assert_eq!(ok(&r[2]), &empty);
+    assert_eq!(ok(&r[3]), &empty);
+    assert_eq!(err(&r[4]), "resource limit exceeded");
+    assert_eq!(err(&r[5]), "resource limit exceeded");
+    // A search term ("average") finds stats.summary.
+    assert_eq!(ok(&r[6])["results"][0]["name"], "stats.summary");
+    // A case-insensitive exact dotted name ranks first.
+    assert_eq!(ok(&r[7])["results"][0]["name"], "stats.summary");
+}
+
+#[test]
+fn describe_shows_signatures_and_field_shapes() {
+    let out = serve_examples(json!([
+        call("describe_api", json!({"name": "records.query"})),
+        call("describe_api", json!({"name": "text.word_counts"})),
+        call("describe_api", json!({"name": "records.genres"})),
+        call("describe_api", json!({"name": "records.nope"})),
+        call("describe_api", json!({"name": " records.query"})),
+        call("describe_api", json!({"name": "Records.query"})),
+    ]));
+    let r = &out["results"];
+    assert_eq!(
+        ok(&r[0]),
+        &json!({
+            "name": "records.query",
+            "signature": "records.query(*, filter: {genre: str | None, author: str | None, min_score: float | None, published: {from: int, until: int} | None}, tags: list[str], limit: int | None)",
+            "summary": "Query books by genre, author, minimum score, publication years and tags.",
+            "description": "Returns the books matching every given filter field (genre, author substring, min_score, published {from, until} inclusive) and carrying all the given tags, in key order; total counts all matches, items holds at most limit (default 20, at most 500).",
+            "input": [
+                {"name": "filter", "type": "{genre: str | None, author: str | None, min_score: float | None, published: {from: int, until: int} | None}", "required": true},
+                {"name": "tags", "type": "list[str]", "required": true},
+                {"name": "limit", "type": "int | None", "required": false}
+            ],
+            "output": [
+                {"name": "total", "type": "int", "required": true},
+                {"name": "items", "type": "list[{key: str, title: str, author: {name: str, country: str, born: int | None}, year: int, genre: str, tags: list[str], score: float, pages: int}]", "required": true}
+            ]
+        })
+    );
+    let counts = ok(&r[1]);
+    assert_eq!(
+        counts["signature"],
+        "text.word_counts(*, text: str, top: int | None)"
+    );
+    assert_eq!(
+        counts["output"],
+        json!([{"name": "total", "type": "int", "required": true}, {"name": "counts", "type": "dict[str, int]", "required": true}])
+    );
+    let genres = ok(&r[2]);
+    assert_eq!(genres["signature"], "records.genres()");
+    assert_eq!(genres["input"], json!([]));
+    for miss in &r.as_array().expect("results")[3..] {
+        assert_eq!(err(miss), "capability not found");
+    }
+}
+
+#[test]
+fn malformed_arguments_are_rejected_before_any_work() {
+    let out = serve_examples(json!([
+        call("search_api", json!({})),
+        call("search_api", json!({"query": "x", "limit": 2})),
+        call("describe_api", json!({"name": 3})),
+        call("no_such_tool", json!({})),
+    ]));
+    let r = &out["results"];
+    let protocol = |v: &Value| {
+        v["protocol_error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("expected a protocol error: {v}"))
+            .to_owned()
+    };
+    assert_eq!(
+        protocol(&r[0]),
+        "search_api: missing required property \"query\""
+    );
+    assert_eq!(
+        protocol(&r[1]),
+        "search_api: unexpected property \"limit\" (additionalProperties is false)"
+    );
+    assert_eq!(
+        protocol(&r[2]),
+        "describe_api: property \"name\" must be a string"
+    );
+    assert_eq!(protocol(&r[3]), "unknown tool \"no_such_tool\"");
+}

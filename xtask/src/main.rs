@@ -1,0 +1,155 @@
+//! Build helpers: `cargo xtask plugins | run | test`.
+//!
+//! cargo alone cannot build the example plugins for `wasm32-wasip2` while the host
+//! builds for the machine, nor install the target first; these tasks do, so a
+//! newcomer needs exactly two commands (README).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, Result, bail};
+
+/// The target plugins are built for.
+const WASM_TARGET: &str = "wasm32-wasip2";
+/// The example plugins, served by `cargo xtask run`.
+const EXAMPLE_PLUGINS: &[&str] = &["records", "stats", "text"];
+/// Plugins that misbehave on purpose, used by the end-to-end tests only.
+const TEST_PLUGINS: &[&str] = &["misfit"];
+
+const USAGE: &str = "usage: cargo xtask <task>
+
+tasks:
+  plugins        build the example plugins to target/plugins/*.wasm
+                 (and the test plugins to target/test-plugins/)
+  run [ARGS..]   build everything and run the server over stdio with the
+                 example plugins; ARGS go to codemode-host
+  test           build the plugins, then run formatting and lint checks and
+                 the whole test suite (unit + end-to-end)";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("plugins") => plugins().map(|_| ()),
+        Some("run") => run(&args[1..]),
+        Some("test") => test(),
+        Some("-h" | "--help") => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        _ => {
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("xtask: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(root());
+    cmd
+}
+
+fn status(cmd: &mut Command) -> Result<()> {
+    let shown = format!("{cmd:?}");
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed with {status}");
+    }
+    Ok(())
+}
+
+/// Installs the wasm target when rustup manages the toolchain and lacks it.
+fn ensure_target() -> Result<()> {
+    let Ok(out) = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+    else {
+        // No rustup: the toolchain is managed elsewhere; cargo will say if the target
+        // is missing.
+        return Ok(());
+    };
+    if String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.trim() == WASM_TARGET)
+    {
+        return Ok(());
+    }
+    status(Command::new("rustup").args(["target", "add", WASM_TARGET]))
+}
+
+/// Builds every plugin and copies the components to `target/plugins` and
+/// `target/test-plugins`. Returns the examples folder.
+fn plugins() -> Result<PathBuf> {
+    ensure_target()?;
+    let mut build = cargo();
+    build.args(["build", "--profile", "plugin", "--target", WASM_TARGET]);
+    for p in EXAMPLE_PLUGINS.iter().chain(TEST_PLUGINS) {
+        build.args(["-p", p]);
+    }
+    status(&mut build)?;
+    let built = root().join("target").join(WASM_TARGET).join("plugin");
+    let examples = root().join("target/plugins");
+    copy_plugins(&built, EXAMPLE_PLUGINS, &examples)?;
+    copy_plugins(&built, TEST_PLUGINS, &root().join("target/test-plugins"))?;
+    Ok(examples)
+}
+
+fn copy_plugins(built: &Path, names: &[&str], to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to).with_context(|| format!("cannot create {}", to.display()))?;
+    for name in names {
+        let from = built.join(format!("{name}.wasm"));
+        let dest = to.join(format!("{name}.wasm"));
+        std::fs::copy(&from, &dest)
+            .with_context(|| format!("cannot copy {} to {}", from.display(), dest.display()))?;
+    }
+    Ok(())
+}
+
+fn run(args: &[String]) -> Result<()> {
+    let examples = plugins()?;
+    let mut cmd = cargo();
+    cmd.args(["run", "--quiet", "-p", "codemode-host", "--", "--plugins"])
+        .arg(examples)
+        .args(args);
+    eprintln!("xtask: serving MCP on stdio with the example plugins (Ctrl-D or Ctrl-C to stop)");
+    status(&mut cmd)
+}
+
+fn test() -> Result<()> {
+    plugins()?;
+    status(cargo().args(["fmt", "--all", "--check"]))?;
+    status(cargo().args([
+        "clippy",
+        "--workspace",
+        "--exclude",
+        "misfit",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    // The plugins' own unit tests run natively; their components were built above.
+    let mut plugin_tests = cargo();
+    plugin_tests.arg("test");
+    for p in EXAMPLE_PLUGINS {
+        plugin_tests.args(["-p", p]);
+    }
+    status(&mut plugin_tests)?;
+    // The default members: host (unit + end-to-end), sdk, xtask.
+    status(cargo().arg("test"))
+}
