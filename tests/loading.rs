@@ -27,6 +27,7 @@ fn broken_plugins_are_named_and_skipped_while_good_ones_serve() {
         &dir.join("records.wasm"),
     );
     copy(&test_plugin("misfit"), &dir.join("misfit.wasm"));
+    copy(&test_plugin("oddtypes"), &dir.join("oddtypes.wasm"));
     std::fs::write(dir.join("notes.wasm"), "not wasm at all").expect("write");
     std::fs::write(dir.join("core.wasm"), b"\0asm\x01\0\0\0").expect("write");
     std::fs::create_dir_all(dir.join("nested")).expect("mkdir");
@@ -41,6 +42,7 @@ fn broken_plugins_are_named_and_skipped_while_good_ones_serve() {
     for want in [
         "plugin skipped plugin=core.wasm reason=a core WebAssembly module, not a component: build it with a component toolchain (e.g. `cargo build --target wasm32-wasip2`)",
         "plugin skipped plugin=misfit.wasm reason=export `misfit.echo`: name \"json.echo\": the first segment \"json\" is reserved by the language surface",
+        "plugin skipped plugin=oddtypes.wasm reason=export `odd.area`: parameter shape: WIT type `variant` is not supported (use an enum, or a record with option fields)",
         "plugin skipped plugin=notes.wasm reason=not a WebAssembly file (no `\\0asm` header); only components are loaded",
         "plugin loaded plugin=records.wasm capabilities=4 load_ms=",
         "catalog ready plugins=1 capabilities=4",

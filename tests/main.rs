@@ -2,6 +2,10 @@
 //! `cargo xtask plugins`, and a real MCP client (the Python SDK, installed into a
 //! local venv on first use).
 
+// A failed expectation in a test helper is a test failure; panicking with the message
+// is the point.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod loading;
 mod stdio;
 mod support;

@@ -73,6 +73,24 @@ mod tests {
     }
 
     #[test]
+    fn readme_flag_table_lists_every_flag() {
+        let readme = include_str!("../../README.md");
+        for arg in Cli::command().get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if matches!(long, "help" | "version") {
+                continue;
+            }
+            let value = arg
+                .get_value_names()
+                .and_then(|v| v.first())
+                .map(|v| format!(" {v}"))
+                .unwrap_or_default();
+            let row = format!("| `--{long}{value}` |");
+            assert!(readme.contains(&row), "README flag table lacks {row}");
+        }
+    }
+
+    #[test]
     fn short_help_lines_fit_79_columns() {
         let help = Cli::command().render_help().to_string();
         for line in help.lines() {

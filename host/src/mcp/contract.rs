@@ -199,11 +199,12 @@ mod tests {
     #[test]
     fn arguments_are_checked_against_the_schema() {
         let obj = |v: Value| v.as_object().cloned();
-        let cases: Vec<(
-            &str,
+        type Case = (
+            &'static str,
             Option<serde_json::Map<String, Value>>,
-            Result<&str, &str>,
-        )> = vec![
+            Result<&'static str, &'static str>,
+        );
+        let cases: Vec<Case> = vec![
             ("ok", obj(json!({"query": "x"})), Ok("x")),
             ("empty string ok", obj(json!({"query": ""})), Ok("")),
             (

@@ -139,7 +139,7 @@ impl ServerHandler for McpServer {
 pub enum ServeError {
     /// The MCP handshake failed.
     #[error("MCP initialization failed: {0}")]
-    Initialize(#[from] rmcp::service::ServerInitializeError),
+    Initialize(#[from] Box<rmcp::service::ServerInitializeError>),
     /// The server task ended abnormally.
     #[error("MCP server task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
@@ -151,7 +151,10 @@ pub enum ServeError {
 ///
 /// [`ServeError`] when the handshake fails or the server task dies.
 pub async fn serve_stdio(server: McpServer) -> Result<(), ServeError> {
-    let running = server.serve(rmcp::transport::stdio()).await?;
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(Box::new)?;
     running.waiting().await?;
     Ok(())
 }

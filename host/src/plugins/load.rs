@@ -219,3 +219,122 @@ pub(crate) fn assemble(
         .collect();
     Ok((capabilities, ignored))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{Field, ValueType};
+    use crate::plugins::reflect::Signature;
+
+    fn func(
+        interface: &str,
+        function: &str,
+        signature: Result<Signature, TypeError>,
+    ) -> ExportedFunc {
+        ExportedFunc {
+            instance: format!("test:pkg/{interface}@0.1.0"),
+            interface: interface.to_owned(),
+            function: function.to_owned(),
+            signature,
+        }
+    }
+
+    fn ok_sig() -> Result<Signature, TypeError> {
+        Ok(Signature {
+            params: vec![Field::from_wit("key", ValueType::Str)],
+            output: vec![],
+            error: ErrorKind::Message,
+        })
+    }
+
+    fn entry(export: &str) -> MetadataEntry {
+        MetadataEntry {
+            export_name: export.to_owned(),
+            name: None,
+            id: None,
+            summary: "S.".to_owned(),
+            description: None,
+            search_terms: vec![],
+        }
+    }
+
+    #[test]
+    fn entries_pair_with_exports_and_default_names_are_snake_case() {
+        let funcs = vec![
+            func("my-records", "look-up", ok_sig()),
+            func("my-records", "extra", ok_sig()),
+            func("metadata", "describe", ok_sig()),
+        ];
+        let (caps, ignored) = assemble(funcs, vec![entry("my-records.look-up")])
+            .map_err(|e| e.to_string())
+            .unwrap();
+        assert_eq!(caps.len(), 1);
+        assert_eq!(caps[0].spec.name, "my_records.look_up");
+        assert_eq!(caps[0].export, "my-records.look-up");
+        assert_eq!(caps[0].function, "look-up");
+        assert_eq!(
+            ignored,
+            vec![
+                "my-records.extra".to_string(),
+                "metadata.describe".to_string()
+            ]
+        );
+    }
+
+    #[test]
+    fn metadata_errors_name_the_export() {
+        let cases: Vec<(&str, Vec<ExportedFunc>, Vec<MetadataEntry>, &str)> = vec![
+            (
+                "unknown export",
+                vec![
+                    func("records", "lookup", ok_sig()),
+                    func("records", "query", ok_sig()),
+                ],
+                vec![entry("records.find")],
+                "metadata entry `records.find` names no exported function (exported functions: records.lookup, records.query)",
+            ),
+            (
+                "no exports",
+                vec![],
+                vec![entry("records.find")],
+                "metadata entry `records.find` names no exported function (exported functions: none)",
+            ),
+            (
+                "duplicate entry",
+                vec![func("records", "lookup", ok_sig())],
+                vec![entry("records.lookup"), entry("records.lookup")],
+                "export `records.lookup`: named by more than one metadata entry",
+            ),
+            (
+                "bad type",
+                vec![func(
+                    "records",
+                    "lookup",
+                    Err(TypeError::Result {
+                        found: "u32".into(),
+                    }),
+                )],
+                vec![entry("records.lookup")],
+                "export `records.lookup`: the result must be a record or result<record, E>, found u32",
+            ),
+            (
+                "ambiguous interface name",
+                vec![
+                    func("records", "lookup", ok_sig()),
+                    ExportedFunc {
+                        instance: "other:pkg/records@1.0.0".into(),
+                        ..func("records", "lookup", ok_sig())
+                    },
+                ],
+                vec![entry("records.lookup")],
+                "export `records.lookup`: exported by two interfaces with the same name",
+            ),
+        ];
+        for (case, funcs, entries, want) in cases {
+            let got = assemble(funcs, entries)
+                .map(|_| ())
+                .map_err(|e| e.to_string());
+            assert_eq!(got, Err(want.to_owned()), "{case}");
+        }
+    }
+}

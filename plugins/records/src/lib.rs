@@ -38,13 +38,11 @@ impl Guest for Records {
         limit: Option<i64>,
     ) -> Result<QueryResult, String> {
         let limit = check_limit(limit)?;
-        if let Some(range) = &filter.published {
-            if range.from > range.until {
-                return Err(format!(
-                    "published.from ({}) is after published.until ({})",
-                    range.from, range.until
-                ));
-            }
+        if let Some(range) = filter.published.as_ref().filter(|r| r.from > r.until) {
+            return Err(format!(
+                "published.from ({}) is after published.until ({})",
+                range.from, range.until
+            ));
         }
         let author = filter.author.as_deref().map(str::to_lowercase);
         let matches = data::books().into_iter().filter(|b| {

@@ -126,8 +126,7 @@ mod tests {
 
     #[test]
     fn summary_of_known_values() {
-        let s = Stats::summary(vec![2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]).map_err(|e| e);
-        let s = s.unwrap_or_else(|e| panic!("{e}"));
+        let s = Stats::summary(vec![2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]).unwrap();
         assert_eq!(
             (s.count, s.mean, s.median, s.stdev, s.min, s.max),
             (8, 5.0, 4.5, 2.0, 2.0, 9.0)
@@ -147,8 +146,7 @@ mod tests {
 
     #[test]
     fn histogram_puts_max_in_last_bucket() {
-        let h = Stats::histogram(vec![0.0, 1.0, 2.0, 3.0, 4.0], Some(2))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let h = Stats::histogram(vec![0.0, 1.0, 2.0, 3.0, 4.0], Some(2)).unwrap();
         let counts: Vec<u32> = h.buckets.iter().map(|b| b.count).collect();
         assert_eq!(counts, vec![2, 3]);
         assert_eq!((h.buckets[1].low, h.buckets[1].high), (2.0, 4.0));
