@@ -6,6 +6,8 @@
 // is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod concurrency;
+mod execute;
 mod loading;
 mod stdio;
 mod support;

@@ -9,12 +9,12 @@ fn serve_examples(steps: Value) -> Value {
     drive(&["--plugins", dir.to_str().expect("utf-8 path")], steps)
 }
 
-fn call(tool: &str, arguments: Value) -> Value {
+pub(crate) fn call(tool: &str, arguments: Value) -> Value {
     json!({"op": "call", "tool": tool, "arguments": arguments})
 }
 
 /// A successful result: structured content, and a text mirror holding the same JSON.
-fn ok(result: &Value) -> &Value {
+pub(crate) fn ok(result: &Value) -> &Value {
     assert_eq!(result["is_error"], json!(false), "{result}");
     let mirror: Value = serde_json::from_str(result["text"][0].as_str().expect("text mirror"))
         .expect("mirror is JSON");
@@ -26,7 +26,7 @@ fn ok(result: &Value) -> &Value {
 }
 
 /// A failed result: isError with exactly one text.
-fn err(result: &Value) -> &str {
+pub(crate) fn err(result: &Value) -> &str {
     assert_eq!(result["is_error"], json!(true), "{result}");
     assert_eq!(result["text"].as_array().map(Vec::len), Some(1), "{result}");
     result["text"][0].as_str().expect("text")
@@ -43,7 +43,19 @@ fn initialize_and_tools_list_follow_the_contract() {
         .iter()
         .map(|t| t["name"].as_str().expect("name"))
         .collect();
-    assert_eq!(names, vec!["search_api", "describe_api"]);
+    assert_eq!(names, vec!["search_api", "describe_api", "execute"]);
+    assert_eq!(
+        tools[2]["description"],
+        codemode_host::mcp::EXECUTE_DESCRIPTION
+    );
+    assert_eq!(
+        tools[2]["inputSchema"],
+        json!({"type": "object", "required": ["source"], "additionalProperties": false, "properties": {"source": {"type": "string"}}})
+    );
+    assert_eq!(
+        tools[2]["outputSchema"],
+        json!({"type": "object", "required": ["result"], "additionalProperties": false, "properties": {"result": true}})
+    );
     assert_eq!(
         tools[0]["description"],
         codemode_host::mcp::SEARCH_API_DESCRIPTION

@@ -83,10 +83,46 @@ pub(crate) fn python() -> &'static Path {
     })
 }
 
+/// The interpreter cache every test server shares (`--cache-dir`), prepared once per
+/// test run so that servers start in milliseconds instead of each compiling it.
+pub(crate) fn cache_dir() -> &'static str {
+    static CACHE: OnceLock<String> = OnceLock::new();
+    CACHE.get_or_init(|| {
+        let dir = root().join("target/test-cache");
+        let dir = dir.to_str().expect("utf-8 path").to_owned();
+        let empty = root().join("target/test-cache/no-plugins");
+        std::fs::create_dir_all(&empty).expect("create the cache folder");
+        // With stdin at EOF the server prepares the interpreter, then ends.
+        let out = Command::new(host_bin())
+            .args([
+                "--plugins",
+                empty.to_str().expect("utf-8 path"),
+                "--cache-dir",
+                &dir,
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run codemode-host to prepare the interpreter");
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            log.contains("interpreter ready"),
+            "interpreter not prepared:\n{log}"
+        );
+        dir
+    })
+}
+
+/// `args` plus the shared `--cache-dir`.
+fn with_cache(args: &[&str]) -> Vec<String> {
+    let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    all.extend(["--cache-dir".to_owned(), cache_dir().to_owned()]);
+    all
+}
+
 /// Runs the Python MCP client against `codemode-host ARGS` over stdio and returns its
 /// JSON report (see tests/clients/mcp_driver.py).
 pub(crate) fn drive(args: &[&str], steps: Value) -> Value {
-    let script = serde_json::json!({ "command": host_bin(), "args": args, "mode": "legacy", "steps": steps });
+    let script = serde_json::json!({ "command": host_bin(), "args": with_cache(args), "mode": "legacy", "steps": steps });
     let mut child = Command::new(python())
         .arg(root().join("tests/clients/mcp_driver.py"))
         .stdin(Stdio::piped())
@@ -116,7 +152,7 @@ pub(crate) fn drive(args: &[&str], steps: Value) -> Value {
 /// `catalog ready` line (or exit), stops it, and returns the lines read.
 pub(crate) fn startup_log(args: &[&str]) -> (Vec<String>, Option<i32>) {
     let mut child = Command::new(host_bin())
-        .args(args)
+        .args(with_cache(args))
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

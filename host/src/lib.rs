@@ -6,17 +6,21 @@
 //! components dropped in a folder; their WIT types are their signatures.
 //!
 //! The crate is split by job: [`catalog`] validates and searches capabilities and
-//! knows nothing of wasmtime or MCP; `plugins` loads components; [`Service`] offers
+//! knows nothing of wasmtime or MCP; `plugins` loads and calls components;
+//! [`execute`] runs programs in the sandboxed interpreter under one budget;
+//! [`authz`] decides which native calls may run; [`Service`] offers
 //! the operations; [`mcp`] is a thin rmcp adapter over it; [`error`] holds every text
 //! a model can see. The `codemode-host` binary parses flags and wires these together.
 
+pub mod authz;
 pub mod catalog;
 pub mod cli;
 pub mod error;
+pub mod execute;
 pub mod mcp;
 mod plugins;
 mod service;
 
 pub use error::ToolError;
 pub use plugins::{LoadError, TypeError};
-pub use service::{Service, ServiceConfig, StartError};
+pub use service::{LOCAL_SUBJECT, Service, ServiceConfig, StartError};

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use codemode_host::cli::Cli;
+use codemode_host::execute::default_cache_dir;
 use codemode_host::mcp::{McpServer, serve_stdio};
 use codemode_host::{Service, ServiceConfig};
 use tracing_subscriber::EnvFilter;
@@ -32,6 +33,8 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let config = ServiceConfig {
+        limits: cli.limits(),
+        cache_dir: cli.cache_dir.clone().or_else(default_cache_dir),
         plugins_dir: cli.plugins,
         disabled: cli.disable,
     };

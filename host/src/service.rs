@@ -9,11 +9,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::authz::{AllowAll, Subject};
 use crate::catalog::{
     Catalog, CatalogBuilder, Description, SearchError, SearchResponse, SpecError,
 };
 use crate::error::ToolError;
-use crate::plugins::{self, LoadedPlugin};
+use crate::execute::{
+    Dispatch, Executed, Executor, ExecutorConfig, LimitError, Limits, Route, RunnerError,
+};
+use crate::plugins;
 
 /// What the service is built from.
 #[derive(Debug, Clone, Default)]
@@ -22,6 +26,10 @@ pub struct ServiceConfig {
     pub plugins_dir: PathBuf,
     /// Capability IDs to remove from search, describe and execute.
     pub disabled: Vec<String>,
+    /// The budgets of every execution.
+    pub limits: Limits,
+    /// Where the compiled interpreter is cached; `None` compiles it at every start.
+    pub cache_dir: Option<PathBuf>,
 }
 
 /// Why the service could not start. Problems of single plugins are not start errors:
@@ -43,19 +51,21 @@ pub enum StartError {
     /// The catalog could not be built (e.g. an unknown `--disable` ID).
     #[error("{0}")]
     Catalog(SpecError),
+    /// A budget is zero or out of range.
+    #[error("{0}")]
+    Limits(LimitError),
+    /// The interpreter could not be prepared.
+    #[error("{0}")]
+    Runner(RunnerError),
 }
 
-/// Where a capability is served: plugin index and capability index in that plugin.
-type Binding = (usize, usize);
+/// The subject of the single local user of a stdio server.
+pub const LOCAL_SUBJECT: &str = "local";
 
 /// The search / describe / execute service over one loaded plugin set.
 pub struct Service {
     catalog: Arc<Catalog>,
-    // Read by `execute` (issue #3); kept alive with the catalog they serve.
-    #[expect(dead_code, reason = "read by execute (issue #3)")]
-    plugins: Arc<Vec<LoadedPlugin>>,
-    #[expect(dead_code, reason = "read by execute (issue #3)")]
-    bindings: HashMap<String, Binding>,
+    executor: Executor,
 }
 
 impl Service {
@@ -68,6 +78,7 @@ impl Service {
     /// [`StartError`] when the folder cannot be listed, the engine cannot be built, or
     /// a `--disable` ID names no capability.
     pub fn load(config: &ServiceConfig) -> Result<Self, StartError> {
+        config.limits.validate().map_err(StartError::Limits)?;
         let engine = plugins::engine().map_err(StartError::Engine)?;
         let files = plugins::plugin_files(&config.plugins_dir).map_err(|source| {
             StartError::PluginsDir {
@@ -114,25 +125,63 @@ impl Service {
             .build(&config.disabled)
             .map_err(StartError::Catalog)?;
         build_time += started.elapsed();
-        let mut bindings = HashMap::new();
+        let mut routes = HashMap::new();
         for (p, plugin) in loaded.iter().enumerate() {
-            for (c, cap) in plugin.capabilities.iter().enumerate() {
-                if catalog.get(&cap.spec.name).is_some() {
-                    bindings.insert(cap.spec.name.clone(), (p, c));
+            for (cap, target) in plugin.capabilities.iter().zip(&plugin.targets) {
+                if let Some(entry) = catalog.get(&cap.spec.name) {
+                    routes.insert(
+                        cap.spec.name.clone(),
+                        Route {
+                            plugin: p,
+                            id: entry.id.to_string(),
+                            target: target.clone(),
+                        },
+                    );
                 }
             }
         }
+        let mut names: Vec<String> = routes.keys().cloned().collect();
+        names.sort();
         tracing::info!(
             plugins = loaded.len(),
             capabilities = catalog.len(),
             build_us = build_time.as_micros() as u64,
             "catalog ready"
         );
+        let executor = Executor::new(ExecutorConfig {
+            engine: &engine,
+            dispatch: Dispatch {
+                names,
+                routes,
+                plugins: Arc::new(loaded),
+            },
+            limits: config.limits.clone(),
+            authorizer: Arc::new(AllowAll),
+            cache_dir: config.cache_dir.as_deref(),
+        })
+        .map_err(StartError::Runner)?;
         Ok(Self {
             catalog: Arc::new(catalog),
-            plugins: Arc::new(loaded),
-            bindings,
+            executor,
         })
+    }
+
+    /// `execute`: runs one program for the local subject. Dropping the future cancels
+    /// it.
+    ///
+    /// # Errors
+    ///
+    /// The [`ToolError`] the model sees.
+    pub async fn execute(&self, source: &str) -> Result<Executed, ToolError> {
+        let subject = Subject {
+            id: LOCAL_SUBJECT.to_owned(),
+        };
+        self.executor.execute(&subject, source).await
+    }
+
+    /// The executor (budgets, the language surface).
+    pub fn executor(&self) -> &Executor {
+        &self.executor
     }
 
     /// `search_api`: ranked discovery.

@@ -4,8 +4,8 @@ Reads a JSON script on stdin:
     {"command": "...", "args": [...], "mode": "legacy", "steps": [STEP, ...]}
 with steps {"op": "list_tools"} or {"op": "call", "tool": NAME, "arguments": {...}},
 and prints one JSON document: {"server_info": ..., "instructions": ...,
-"results": [RESULT, ...]}. A call's RESULT is {"is_error", "structured", "text"}
-or {"protocol_error": MESSAGE}. The Rust end-to-end tests assert on it exactly.
+"results": [RESULT, ...]}. A call's RESULT is {"is_error", "structured", "text",
+"meta"} or {"protocol_error": MESSAGE}. The Rust end-to-end tests assert on it exactly.
 """
 
 import asyncio
@@ -32,7 +32,7 @@ async def run(script):
                     results.append({"protocol_error": str(e)})
                     continue
                 text = [c.text for c in r.content if getattr(c, "type", None) == "text"]
-                results.append({"is_error": bool(r.is_error), "structured": r.structured_content, "text": text})
+                results.append({"is_error": bool(r.is_error), "structured": r.structured_content, "text": text, "meta": r.meta})
             else:
                 raise ValueError(f"unknown op {step['op']!r}")
         return {

@@ -11,10 +11,12 @@ use anyhow::{Context, Result, bail};
 
 /// The target plugins are built for.
 const WASM_TARGET: &str = "wasm32-wasip2";
+/// The sandboxed interpreter's manifest (a workspace of its own).
+const RUNNER_MANIFEST: &str = "host/runner/Cargo.toml";
 /// The example plugins, served by `cargo xtask run`.
 const EXAMPLE_PLUGINS: &[&str] = &["records", "stats", "text"];
 /// Plugins that misbehave on purpose, used by the end-to-end tests only.
-const TEST_PLUGINS: &[&str] = &["misfit", "oddtypes"];
+const TEST_PLUGINS: &[&str] = &["misfit", "oddtypes", "hostile", "liar"];
 
 const USAGE: &str = "usage: cargo xtask <task>
 
@@ -133,10 +135,25 @@ fn run(args: &[String]) -> Result<()> {
 fn test() -> Result<()> {
     plugins()?;
     status(cargo().args(["fmt", "--all", "--check"]))?;
+    status(cargo().args(["fmt", "--check", "--manifest-path", RUNNER_MANIFEST]))?;
     status(cargo().args([
         "clippy",
         "--workspace",
         "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    // The interpreter is its own workspace and only builds for wasm (host/build.rs
+    // builds it into target/runner; clippy shares that folder).
+    status(cargo().args([
+        "clippy",
+        "--manifest-path",
+        RUNNER_MANIFEST,
+        "--target",
+        WASM_TARGET,
+        "--target-dir",
+        "target/runner",
         "--",
         "-D",
         "warnings",

@@ -232,24 +232,9 @@ pub(crate) fn fits_alone(result: &SearchResult) -> bool {
 /// `encoding/json` escaping, which the byte bound is defined by.
 fn result_json_bytes(result: &SearchResult) -> usize {
     r#"{"name":,"signature":,"summary":}"#.len()
-        + go_json_string_bytes(&result.name)
-        + go_json_string_bytes(&result.signature)
-        + go_json_string_bytes(&result.summary)
-}
-
-/// Length of `s` as a Go `encoding/json` string literal, quotes included: `<`, `>`,
-/// `&`, U+2028 and U+2029 become `\uXXXX`; `\b \f \n \r \t " \\` two bytes; other
-/// control characters six.
-fn go_json_string_bytes(s: &str) -> usize {
-    2 + s
-        .chars()
-        .map(|c| match c {
-            '"' | '\\' | '\u{8}' | '\u{c}' | '\n' | '\r' | '\t' => 2,
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => 6,
-            c if (c as u32) < 0x20 => 6,
-            c => c.len_utf8(),
-        })
-        .sum::<usize>()
+        + codemode_value::json_string_len(&result.name)
+        + codemode_value::json_string_len(&result.signature)
+        + codemode_value::json_string_len(&result.summary)
 }
 
 #[cfg(test)]
@@ -526,10 +511,10 @@ mod tests {
 
     #[test]
     fn go_escaping_counts_html_characters_as_six_bytes() {
-        assert_eq!(go_json_string_bytes("a<b"), 2 + 1 + 6 + 1);
-        assert_eq!(go_json_string_bytes("\"\n"), 2 + 2 + 2);
-        assert_eq!(go_json_string_bytes("é"), 2 + 2);
-        assert_eq!(go_json_string_bytes("\u{1}"), 2 + 6);
+        assert_eq!(codemode_value::json_string_len("a<b"), 2 + 1 + 6 + 1);
+        assert_eq!(codemode_value::json_string_len("\"\n"), 2 + 2 + 2);
+        assert_eq!(codemode_value::json_string_len("é"), 2 + 2);
+        assert_eq!(codemode_value::json_string_len("\u{1}"), 2 + 6);
         let r = SearchResult {
             name: "a.b".into(),
             signature: "a.b()".into(),

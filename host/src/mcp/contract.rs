@@ -8,11 +8,22 @@ use serde_json::{Value, json};
 pub const SEARCH_API: &str = "search_api";
 /// Tool name of exact description.
 pub const DESCRIBE_API: &str = "describe_api";
+/// Tool name of program execution.
+pub const EXECUTE: &str = "execute";
 
 /// The seed's `search_api` description, byte for byte.
 pub const SEARCH_API_DESCRIPTION: &str = "Search enabled capabilities using task, resource, or exact-name vocabulary. Results are relevance-ranked. Pass the exact returned name to describe_api. If truncated is true and no result fits, submit a more specific task/resource query.";
 /// The seed's `describe_api` description, byte for byte.
 pub const DESCRIBE_API_DESCRIPTION: &str = "Describe one enabled capability by the exact name returned by search_api, without whitespace or case changes.";
+
+/// The seed's `execute` description, byte for byte.
+pub const EXECUTE_DESCRIPTION: &str = "Execute one Starlark program that defines def main(): with zero arguments, calls only names confirmed through search_api and describe_api inside main, and returns main's final result. Standard Starlark builtins plus sum(iterable), json.decode/encode/indent, and math.* are directly available without import. import, while, f-strings, filter, and map are unavailable; load is disabled; print is discarded.";
+
+/// The seed's "Language surface" block: the exact fixed names a program can use
+/// without import. A test checks the interpreter provides exactly these.
+pub const LANGUAGE_SURFACE: &str = "top-level: False, None, True, abs, all, any, bool, bytes, chr, dict, dir, enumerate, fail, float, getattr, hasattr, hash, int, json, len, list, math, max, min, ord, print, range, repr, reversed, sorted, str, sum, tuple, type, zip
+json: decode, encode, indent
+math: acos, acosh, asin, asinh, atan, atan2, atanh, ceil, copysign, cos, cosh, degrees, e, exp, fabs, floor, gamma, hypot, log, mod, pi, pow, radians, remainder, round, sin, sinh, sqrt, tan, tanh";
 
 /// Sent at initialize: the workflow in three sentences.
 pub const INSTRUCTIONS: &str = "Find capabilities with search_api using task or resource words. Call describe_api with an exact returned name to get its keyword signature and result fields. Then run one Starlark program with execute whose main() calls those capabilities and returns one value.";
@@ -22,6 +33,7 @@ pub(crate) fn input_property(tool: &str) -> Option<&'static str> {
     match tool {
         SEARCH_API => Some("query"),
         DESCRIBE_API => Some("name"),
+        EXECUTE => Some("source"),
         _ => None,
     }
 }
@@ -89,6 +101,16 @@ pub(crate) fn describe_output_schema() -> Value {
             "input": { "type": "array", "items": field_shape_items() },
             "output": { "type": "array", "items": field_shape_items() }
         }
+    })
+}
+
+/// `execute`'s output schema: `result` may be any JSON value.
+pub(crate) fn execute_output_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["result"],
+        "additionalProperties": false,
+        "properties": { "result": true }
     })
 }
 
@@ -168,6 +190,10 @@ mod tests {
             "Describe one enabled capability by the exact name returned by search_api, without whitespace or case changes."
         );
         assert_eq!(
+            EXECUTE_DESCRIPTION,
+            "Execute one Starlark program that defines def main(): with zero arguments, calls only names confirmed through search_api and describe_api inside main, and returns main's final result. Standard Starlark builtins plus sum(iterable), json.decode/encode/indent, and math.* are directly available without import. import, while, f-strings, filter, and map are unavailable; load is disabled; print is discarded."
+        );
+        assert_eq!(
             INSTRUCTIONS,
             "Find capabilities with search_api using task or resource words. Call describe_api with an exact returned name to get its keyword signature and result fields. Then run one Starlark program with execute whose main() calls those capabilities and returns one value."
         );
@@ -193,6 +219,18 @@ mod tests {
             format!(
                 r#"{{"additionalProperties":false,"properties":{{"description":{{"type":"string"}},"input":{shape},"name":{{"type":"string"}},"output":{shape},"signature":{{"type":"string"}},"summary":{{"type":"string"}}}},"required":["name","signature","summary","description","input","output"],"type":"object"}}"#
             )
+        );
+    }
+
+    #[test]
+    fn execute_schemas_match_the_seed() {
+        assert_eq!(
+            input_schema(input_property(EXECUTE).unwrap()).to_string(),
+            r#"{"additionalProperties":false,"properties":{"source":{"type":"string"}},"required":["source"],"type":"object"}"#
+        );
+        assert_eq!(
+            execute_output_schema().to_string(),
+            r#"{"additionalProperties":false,"properties":{"result":true},"required":["result"],"type":"object"}"#
         );
     }
 

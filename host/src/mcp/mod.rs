@@ -9,6 +9,7 @@ mod contract;
 mod server;
 
 pub use contract::{
-    DESCRIBE_API, DESCRIBE_API_DESCRIPTION, INSTRUCTIONS, SEARCH_API, SEARCH_API_DESCRIPTION,
+    DESCRIBE_API, DESCRIBE_API_DESCRIPTION, EXECUTE, EXECUTE_DESCRIPTION, INSTRUCTIONS,
+    LANGUAGE_SURFACE, SEARCH_API, SEARCH_API_DESCRIPTION,
 };
-pub use server::{McpServer, ServeError, serve_stdio};
+pub use server::{META_STATS, McpServer, ServeError, serve_stdio};

@@ -4,17 +4,22 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
-    ServerConfig, Tool,
+    InitializeResult, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use super::contract::{self, DESCRIBE_API, SEARCH_API};
+use super::contract::{self, DESCRIBE_API, EXECUTE, SEARCH_API};
 use crate::error::ToolError;
+use crate::execute::Executed;
 use crate::service::Service;
+
+/// The `_meta` key of an execution's statistics (fuel, steps, native calls, bytes,
+/// elapsed microseconds).
+pub const META_STATS: &str = "codemode/stats";
 
 /// The server name clients see at initialize.
 const SERVER_NAME: &str = "codemode-host";
@@ -40,6 +45,11 @@ impl McpServer {
                 contract::DESCRIBE_API_DESCRIPTION,
                 contract::describe_output_schema(),
             ),
+            tool(
+                EXECUTE,
+                contract::EXECUTE_DESCRIPTION,
+                contract::execute_output_schema(),
+            ),
         ];
         Self {
             service,
@@ -48,27 +58,30 @@ impl McpServer {
     }
 
     /// Runs one tool call; `Err` is a protocol error (unknown tool, bad arguments).
-    fn call(
+    /// Dropping the future (a cancelled request) cancels an execution.
+    async fn call(
         &self,
         name: &str,
         arguments: Option<&JsonObject>,
     ) -> Result<CallToolResult, ErrorData> {
-        let Some(property) = contract::input_property(name) else {
-            return Err(ErrorData::invalid_params(
-                format!("unknown tool {name:?}"),
-                None,
-            ));
+        let tool_name = match name {
+            SEARCH_API => SEARCH_API,
+            DESCRIBE_API => DESCRIBE_API,
+            EXECUTE => EXECUTE,
+            _ => {
+                return Err(ErrorData::invalid_params(
+                    format!("unknown tool {name:?}"),
+                    None,
+                ));
+            }
         };
-        let tool_name = if name == SEARCH_API {
-            SEARCH_API
-        } else {
-            DESCRIBE_API
-        };
+        let property = contract::input_property(tool_name).unwrap_or_default();
         let input = contract::single_string(tool_name, property, arguments)
             .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
         Ok(match tool_name {
             SEARCH_API => project(self.service.search(input)),
-            _ => project(self.service.describe(input)),
+            DESCRIBE_API => project(self.service.describe(input)),
+            _ => project_execution(self.service.execute(input).await),
         })
     }
 }
@@ -103,6 +116,22 @@ fn project<T: Serialize>(outcome: Result<T, ToolError>) -> CallToolResult {
     }
 }
 
+/// `execute`'s success is exactly `{"result": value}`; its cost goes in `_meta`.
+fn project_execution(outcome: Result<Executed, ToolError>) -> CallToolResult {
+    match outcome {
+        Ok(executed) => {
+            let mut result = CallToolResult::structured(json!({ "result": executed.value }));
+            if let Ok(Value::Object(stats)) = serde_json::to_value(&executed.stats) {
+                let mut meta = MetaObject::new();
+                meta.0.insert(META_STATS.to_owned(), Value::Object(stats));
+                result.meta = Some(meta);
+            }
+            result
+        }
+        Err(error) => CallToolResult::error(vec![ContentBlock::text(error.to_string())]),
+    }
+}
+
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         let mut info = InitializeResult::new(ServerCapabilities::builder().enable_tools().build());
@@ -126,10 +155,18 @@ impl ServerHandler for McpServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.call(&request.name, request.arguments.as_ref())
-            .map(CallToolResponse::from)
+        tokio::select! {
+            result = self.call(&request.name, request.arguments.as_ref()) => {
+                result.map(CallToolResponse::from)
+            }
+            () = context.ct.cancelled() => {
+                Ok(CallToolResponse::from(CallToolResult::error(vec![ContentBlock::text(
+                    ToolError::Canceled.to_string(),
+                )])))
+            }
+        }
     }
 }
 

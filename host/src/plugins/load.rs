@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use wasmtime::Engine;
 use wasmtime::component::{Component, InstancePre};
 
+use super::invoke::CallTarget;
 use super::metadata::{self, METADATA_INTERFACE, MetadataEntry};
 use super::reflect::{self, ErrorKind, ExportedFunc, TypeError};
 use super::sandbox::{self, PluginState};
@@ -76,10 +77,6 @@ pub enum LoadError {
 
 /// A capability as one plugin provides it: the catalog's spec plus where to call it.
 #[derive(Debug, Clone)]
-#[expect(
-    dead_code,
-    reason = "instance, function and error are read by execute (issue #3)"
-)]
 pub(crate) struct PluginCapability {
     /// What the catalog needs.
     pub spec: CapabilitySpec,
@@ -94,7 +91,6 @@ pub(crate) struct PluginCapability {
 }
 
 /// A plugin file that compiled, linked and described itself.
-#[expect(dead_code, reason = "pre is instantiated by execute (issue #3)")]
 pub(crate) struct LoadedPlugin {
     /// The file name, e.g. `records.wasm`, used in every message about it.
     pub file: String,
@@ -102,6 +98,8 @@ pub(crate) struct LoadedPlugin {
     pub pre: InstancePre<PluginState>,
     /// Its capabilities, in metadata order.
     pub capabilities: Vec<PluginCapability>,
+    /// Where to call each capability (same order as `capabilities`).
+    pub targets: Vec<CallTarget>,
     /// Exports no metadata entry names (ignored; logged as a warning).
     pub ignored_exports: Vec<String>,
     /// Compile + link + describe time.
@@ -130,10 +128,24 @@ pub(crate) fn load_file(engine: &Engine, path: &Path) -> Result<LoadedPlugin, Lo
     let pre = sandbox::pre_instantiate(engine, &component).map_err(LoadError::Link)?;
     let entries = metadata::describe(engine, &pre).map_err(LoadError::Describe)?;
     let (capabilities, ignored_exports) = assemble(funcs, entries)?;
+    let targets = capabilities
+        .iter()
+        .map(|c| {
+            CallTarget::resolve(&component, &c.instance, &c.function, c.error.clone()).ok_or_else(
+                || {
+                    LoadError::Link(wasmtime::Error::msg(format!(
+                        "export `{}` cannot be resolved for calling",
+                        c.export
+                    )))
+                },
+            )
+        })
+        .collect::<Result<_, _>>()?;
     Ok(LoadedPlugin {
         file: file_label(path),
         pre,
         capabilities,
+        targets,
         ignored_exports,
         load_time: started.elapsed(),
     })

@@ -5,6 +5,7 @@
 //! [`CapabilitySpec`](crate::catalog::CapabilitySpec)s and keeps, per capability, which
 //! plugin export serves it.
 
+mod invoke;
 mod load;
 mod metadata;
 mod reflect;
@@ -13,8 +14,9 @@ mod sandbox;
 pub use load::LoadError;
 pub use reflect::TypeError;
 
+pub(crate) use invoke::{BindError, CallTarget, OutputError, bind, output};
 pub(crate) use load::{LoadedPlugin, file_label, load_file};
-pub(crate) use sandbox::engine;
+pub(crate) use sandbox::{MemoryCap, PluginState, engine};
 
 use std::path::{Path, PathBuf};
 

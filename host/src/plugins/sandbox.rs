@@ -7,29 +7,91 @@
 //! still loads; only calling such an import fails.
 
 use wasmtime::component::{Component, InstancePre, Linker, ResourceTable};
-use wasmtime::{Config, Engine, StoreLimits, StoreLimitsBuilder};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter,
+};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-/// Builds the engine plugins (and later the runner) are compiled and run with: fuel
-/// for deterministic budgets, epochs for wall time.
+/// Instances the pool holds at once (the interpreter and the plugins of up to
+/// `--max-concurrent-executions` executions, plus loading).
+const POOL_INSTANCES: u32 = 1000;
+
+/// Builds the one engine plugins and the interpreter are compiled and run with: fuel
+/// for the per-execution ledger, epochs for wall time, and the pooling allocator, so
+/// an instance is a few slot resets (copy-on-write memory images) rather than fresh
+/// mappings.
 ///
 /// # Errors
 ///
 /// When wasmtime rejects the configuration (not expected on supported hosts).
 pub(crate) fn engine() -> wasmtime::Result<Engine> {
+    let mut pool = PoolingAllocationConfig::new();
+    pool.total_component_instances(POOL_INSTANCES)
+        .total_core_instances(POOL_INSTANCES * 4)
+        .total_memories(POOL_INSTANCES)
+        .total_tables(POOL_INSTANCES * 2)
+        .max_memories_per_component(16)
+        .max_tables_per_component(16)
+        .max_core_instances_per_component(64)
+        .max_core_instance_size(8 << 20)
+        .max_component_instance_size(1 << 20)
+        .table_elements(100_000)
+        .max_memory_size(crate::execute::MAX_MEMORY_BYTES);
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.consume_fuel(true);
     config.epoch_interruption(true);
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     Engine::new(&config)
+}
+
+/// Caps every linear memory of one store and remembers whether a program hit the
+/// cap, so that the trap that follows (an allocation failure aborts) is reported as a
+/// resource limit.
+#[derive(Debug)]
+pub(crate) struct MemoryCap {
+    max: usize,
+    /// Whether a memory tried to grow past `max`.
+    pub hit: bool,
+}
+
+impl MemoryCap {
+    /// A cap of `max` bytes per linear memory.
+    pub(crate) fn new(max: usize) -> Self {
+        Self { max, hit: false }
+    }
+}
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max {
+            self.hit = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
 }
 
 /// The data of one plugin store.
 pub(crate) struct PluginState {
     wasi: WasiCtx,
     table: ResourceTable,
-    /// Memory and instance caps, installed as the store's limiter.
-    pub limits: StoreLimits,
+    /// The memory cap, installed as the store's limiter.
+    pub limits: MemoryCap,
 }
 
 impl PluginState {
@@ -40,10 +102,7 @@ impl PluginState {
             .stdout(wasmtime_wasi::cli::stderr())
             .stderr(wasmtime_wasi::cli::stderr())
             .build();
-        let limits = StoreLimitsBuilder::new()
-            .memory_size(max_memory)
-            .trap_on_grow_failure(true)
-            .build();
+        let limits = MemoryCap::new(max_memory);
         Self {
             wasi,
             table: ResourceTable::new(),

@@ -1,0 +1,88 @@
+//! Builds the sandboxed interpreter (`host/runner`, its own workspace) for
+//! `wasm32-wasip2` and hands its path to the crate, which embeds it.
+//!
+//! A nested cargo with its own target folder (`target/runner`), so it never waits on
+//! the lock of the build that runs this script. No wasmtime here: the snapshot of the
+//! interpreter is taken at run time and cached (see `execute::runner`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const TARGET: &str = "wasm32-wasip2";
+
+fn main() {
+    let manifest_dir = PathBuf::from(env_var("CARGO_MANIFEST_DIR"));
+    let runner = manifest_dir.join("runner");
+    let workspace = manifest_dir
+        .parent()
+        .map_or_else(|| manifest_dir.clone(), Path::to_path_buf);
+    for watched in [
+        runner.join("src"),
+        runner.join("Cargo.toml"),
+        runner.join("build.rs"),
+        workspace.join("wit/runner"),
+        workspace.join("value/src"),
+    ] {
+        println!("cargo:rerun-if-changed={}", watched.display());
+    }
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace.join("target"))
+        .join("runner");
+    ensure_target();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--release", "--quiet", "--target", TARGET])
+        .arg("--manifest-path")
+        .arg(runner.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target_dir);
+    // The outer build's settings are for the host, not for a wasm build; clippy's
+    // wrapper in particular must not lint (and fail) the interpreter from here.
+    for var in [
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTC_WRAPPER",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "CARGO_PROFILE_RELEASE_DEBUG",
+    ] {
+        cmd.env_remove(var);
+    }
+    let status = cmd.status().unwrap_or_else(|error| {
+        panic!("cannot start cargo to build the interpreter (host/runner): {error}")
+    });
+    if !status.success() {
+        panic!("building the interpreter (host/runner) for {TARGET} failed: {status}");
+    }
+    let wasm = target_dir.join(TARGET).join("release/codemode_runner.wasm");
+    if !wasm.is_file() {
+        panic!("the interpreter build did not produce {}", wasm.display());
+    }
+    println!("cargo:rustc-env=CODEMODE_RUNNER_WASM={}", wasm.display());
+}
+
+fn env_var(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("cargo sets {name} for build scripts"))
+}
+
+/// Adds the wasm target when rustup manages the toolchain and lacks it (a fresh
+/// machine); without rustup the build fails with cargo's own message.
+fn ensure_target() {
+    let Ok(out) = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+    else {
+        return;
+    };
+    if String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|line| line.trim() == TARGET)
+    {
+        return;
+    }
+    let _ = Command::new("rustup")
+        .args(["target", "add", TARGET])
+        .status();
+}

@@ -1,0 +1,312 @@
+//! Checks a program must pass before it runs, and the rendering of Starlark errors as
+//! `<codemode>:line:col: message`.
+//!
+//! starlark-rust has no switch against recursion and parses recursively; the seed's
+//! dialect forbids recursion and a deeply nested program must fail cleanly. So: a
+//! bracket-depth pre-scan before parsing, a call-graph check over the `def`s (and
+//! lambdas bound to names) after parsing, and a small call-stack limit at run time for
+//! what a static check cannot see.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use starlark::environment::Globals;
+use starlark::syntax::AstModule;
+use starlark_syntax::codemap::Span;
+use starlark_syntax::syntax::ast::{
+    AssignTargetP, AstExpr, AstNoPayload, AstStmt, ExprP, ParameterP, StmtP,
+};
+use starlark_syntax::syntax::uniplate::Visit;
+
+use crate::{FILE_NAME, RunError};
+
+/// Brackets may nest this deep; deeper source is refused before the parser sees it.
+pub(crate) const MAX_NESTING: usize = 100;
+
+/// Refuses source whose brackets nest deeper than [`MAX_NESTING`], naming the position
+/// of the first bracket too deep. Strings and comments are skipped.
+pub(crate) fn nesting(source: &str) -> Result<(), RunError> {
+    let bytes = source.as_bytes();
+    let (mut depth, mut i, mut line, mut line_start) = (0usize, 0usize, 1usize, 0usize);
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\n' => {
+                line += 1;
+                line_start = i + 1;
+            }
+            b'#' => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+                continue;
+            }
+            quote @ (b'"' | b'\'') => {
+                let triple = bytes.get(i..i + 3) == Some(&[quote, quote, quote][..]);
+                i += if triple { 3 } else { 1 };
+                while i < bytes.len() {
+                    if bytes[i] == b'\\' {
+                        i += 2;
+                        continue;
+                    }
+                    if bytes[i] == b'\n' {
+                        line += 1;
+                        line_start = i + 1;
+                    }
+                    if bytes[i] == quote
+                        && (!triple || bytes.get(i..i + 3) == Some(&[quote, quote, quote][..]))
+                    {
+                        i += if triple { 3 } else { 1 };
+                        break;
+                    }
+                    i += 1;
+                }
+                continue;
+            }
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    let col = source[line_start..i].chars().count() + 1;
+                    return Err(RunError::Invalid(format!(
+                        "{FILE_NAME}:{line}:{col}: brackets nest deeper than {MAX_NESTING} levels"
+                    )));
+                }
+            }
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+/// `<codemode>:line:col: message` for a parse or evaluation error (1-based line and
+/// column, as the seed shows them), or `<codemode>: message` without a position.
+pub(crate) fn diagnostic(error: &starlark::Error) -> String {
+    let text = error.without_diagnostic().to_string();
+    // anyhow-style chains print as `outer\n\nCaused by:\n    inner`: one line here.
+    let message = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && *line != "Caused by:")
+        .map(|line| line.strip_prefix("error: ").unwrap_or(line))
+        .collect::<Vec<_>>()
+        .join(": ");
+    let message = if message.is_empty() {
+        "error".to_owned()
+    } else {
+        with_suggestion(message)
+    };
+    let span = error.span().map(|span| span.resolve_span()).or_else(|| {
+        error
+            .call_stack()
+            .frames
+            .iter()
+            .rev()
+            .find_map(|frame| frame.location.as_ref().map(|l| l.resolve_span()))
+    });
+    match span {
+        Some(span) => format!(
+            "{FILE_NAME}:{}:{}: {message}",
+            span.begin.line + 1,
+            span.begin.column + 1
+        ),
+        None => format!("{FILE_NAME}: {message}"),
+    }
+}
+
+/// Appends the nearest capability names to starlark-rust's "Variable `x` not found"
+/// when it has no hint of its own: an unknown root is usually a misspelt capability.
+fn with_suggestion(message: String) -> String {
+    let Some(name) = message
+        .strip_prefix("Variable `")
+        .and_then(|rest| rest.strip_suffix("` not found"))
+    else {
+        return message;
+    };
+    let names = crate::bindings::codemode::runner::host::suggest(name);
+    if names.is_empty() {
+        message
+    } else {
+        format!("{message}; did you mean {}?", names.join(" or "))
+    }
+}
+
+/// Classifies an error raised while the program ran: a native call's own failure or
+/// budget wins over the text Starlark wrapped around it.
+pub(crate) fn runtime_error(error: &starlark::Error) -> RunError {
+    crate::capability::native_outcome().unwrap_or_else(|| RunError::Invalid(diagnostic(error)))
+}
+
+fn at(ast: &AstModule, span: Span, message: String) -> RunError {
+    let pos = ast.file_span(span).resolve_span();
+    RunError::Invalid(format!(
+        "{FILE_NAME}:{}:{}: {message}",
+        pos.begin.line + 1,
+        pos.begin.column + 1
+    ))
+}
+
+/// Requires a top-level `def main():` with no parameters, when `main` is a `def`.
+/// (A missing `main`, or one that is not a function, is reported after loading.)
+pub(crate) fn main_signature(ast: &AstModule) -> Result<(), RunError> {
+    let mut found = Ok(());
+    top_level(ast.statement(), &mut |stmt| {
+        if let StmtP::Def(def) = &stmt.node
+            && def.name.node.ident == "main"
+            && !def.params.is_empty()
+        {
+            found = Err(at(
+                ast,
+                def.name.span,
+                "main must take no parameters: define `def main():`".into(),
+            ));
+        }
+    });
+    found
+}
+
+fn top_level<'a>(stmt: &'a AstStmt, f: &mut impl FnMut(&'a AstStmt)) {
+    match &stmt.node {
+        StmtP::Statements(stmts) => stmts.iter().for_each(|s| top_level(s, f)),
+        _ => f(stmt),
+    }
+}
+
+/// A function the call graph knows: where it is defined and the names it calls.
+struct Function {
+    span: Span,
+    calls: BTreeSet<String>,
+}
+
+/// Rejects direct and mutual recursion among `def`s and lambdas bound to names: the
+/// first cycle found (in name order) is reported at the definition it starts from.
+pub(crate) fn no_recursion(ast: &AstModule) -> Result<(), RunError> {
+    let mut functions: BTreeMap<String, Function> = BTreeMap::new();
+    collect_functions(ast.statement(), &mut functions);
+    for start in functions.keys() {
+        let mut path = vec![start.clone()];
+        if let Some(cycle) = find_cycle(&functions, start, &mut path, &mut BTreeSet::new()) {
+            let span = functions[start].span;
+            let message = if cycle.len() == 2 {
+                format!("`{start}` calls itself; recursion is not allowed")
+            } else {
+                format!(
+                    "recursion is not allowed: {}",
+                    cycle
+                        .iter()
+                        .map(|n| format!("`{n}`"))
+                        .collect::<Vec<_>>()
+                        .join(" calls ")
+                )
+            };
+            return Err(at(ast, span, message));
+        }
+    }
+    Ok(())
+}
+
+fn find_cycle(
+    functions: &BTreeMap<String, Function>,
+    start: &str,
+    path: &mut Vec<String>,
+    seen: &mut BTreeSet<String>,
+) -> Option<Vec<String>> {
+    let current = path.last()?.clone();
+    for callee in &functions.get(&current)?.calls {
+        if callee == start {
+            let mut cycle = path.clone();
+            cycle.push(start.to_owned());
+            return Some(cycle);
+        }
+        if functions.contains_key(callee) && seen.insert(callee.clone()) {
+            path.push(callee.clone());
+            if let Some(cycle) = find_cycle(functions, start, path, seen) {
+                return Some(cycle);
+            }
+            path.pop();
+        }
+    }
+    None
+}
+
+fn collect_functions(stmt: &AstStmt, functions: &mut BTreeMap<String, Function>) {
+    match &stmt.node {
+        StmtP::Def(def) => {
+            let mut calls = BTreeSet::new();
+            Visit::<AstNoPayload>::Stmt(&def.body).visit_children(|v| called_names(v, &mut calls));
+            for param in &def.params {
+                if let ParameterP::Normal(_, _, Some(default)) = &param.node {
+                    calls_in_expr(default, &mut calls);
+                }
+            }
+            functions
+                .entry(def.name.node.ident.clone())
+                .or_insert(Function {
+                    span: def.name.span,
+                    calls: BTreeSet::new(),
+                })
+                .calls
+                .extend(calls);
+        }
+        StmtP::Assign(assign) => {
+            if let (AssignTargetP::Identifier(name), ExprP::Lambda(lambda)) =
+                (&assign.lhs.node, &assign.rhs.node)
+            {
+                let mut calls = BTreeSet::new();
+                calls_in_expr(&lambda.body, &mut calls);
+                functions
+                    .entry(name.node.ident.clone())
+                    .or_insert(Function {
+                        span: name.span,
+                        calls: BTreeSet::new(),
+                    })
+                    .calls
+                    .extend(calls);
+            }
+        }
+        _ => {}
+    }
+    stmt.visit_stmt(|child| collect_functions(child, functions));
+}
+
+fn called_names(visit: Visit<'_, AstNoPayload>, calls: &mut BTreeSet<String>) {
+    match visit {
+        Visit::Expr(expr) => calls_in_expr(expr, calls),
+        Visit::Stmt(stmt) => {
+            Visit::<AstNoPayload>::Stmt(stmt).visit_children(|v| called_names(v, calls))
+        }
+    }
+}
+
+fn calls_in_expr(expr: &AstExpr, calls: &mut BTreeSet<String>) {
+    if let ExprP::Call(callee, _) = &expr.node
+        && let ExprP::Identifier(name) = &callee.node
+    {
+        calls.insert(name.node.ident.clone());
+    }
+    expr.visit_expr(|child| calls_in_expr(child, calls));
+}
+
+/// Identifiers the program uses that are neither builtins nor assigned anywhere in
+/// it: the candidates for capability roots, for the host to resolve.
+pub(crate) fn free_identifiers(ast: &AstModule, globals: &Globals) -> Vec<String> {
+    let mut used = BTreeSet::new();
+    Visit::<AstNoPayload>::Stmt(ast.statement()).visit_children(|v| identifiers(v, &mut used));
+    let builtins: BTreeSet<String> = globals.names().map(|n| n.as_str().to_owned()).collect();
+    used.into_iter()
+        .filter(|name| !builtins.contains(name))
+        .collect()
+}
+
+fn identifiers(visit: Visit<'_, AstNoPayload>, used: &mut BTreeSet<String>) {
+    match visit {
+        Visit::Expr(expr) => {
+            if let ExprP::Identifier(name) = &expr.node {
+                used.insert(name.node.ident.clone());
+            }
+            expr.visit_expr(|child| identifiers(Visit::Expr(child), used));
+        }
+        Visit::Stmt(stmt) => {
+            Visit::<AstNoPayload>::Stmt(stmt).visit_children(|v| identifiers(v, used))
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! Who may call what: the subject of a request and the [`Authorizer`] port every
+//! native call passes after binding and before the plugin runs.
+//!
+//! This module knows nothing of MCP, wasmtime or Rego; adapters implement the trait.
+
+use codemode_value::Value;
+
+/// Who a request acts for: a stable, non-secret identifier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subject {
+    /// The identifier; never empty.
+    pub id: String,
+}
+
+/// What an authorizer decides on: one native call, after binding.
+#[derive(Debug)]
+pub struct AuthorizationInput<'a> {
+    /// Who asks.
+    pub subject: &'a Subject,
+    /// The capability's stable ID.
+    pub capability_id: &'a str,
+    /// The capability's dotted name.
+    pub capability_name: &'a str,
+    /// The keyword arguments as bound (a dict).
+    pub arguments: &'a Value,
+}
+
+/// Why a call was not allowed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuthzError {
+    /// The policy denied the call (`permission denied`).
+    #[error("authorization denied")]
+    Denied,
+    /// The policy could not decide (`authorization policy failure`); the reason is
+    /// for the log only.
+    #[error("authorization policy failure: {0}")]
+    Failure(String),
+}
+
+/// Decides whether one native call may run. Called once per call, concurrently from
+/// several executions.
+pub trait Authorizer: Send + Sync {
+    /// `Ok(())` allows the call.
+    ///
+    /// # Errors
+    ///
+    /// [`AuthzError::Denied`] or [`AuthzError::Failure`].
+    fn authorize(&self, input: &AuthorizationInput<'_>) -> Result<(), AuthzError>;
+}
+
+/// Allows every call: the single local subject of a stdio server.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AllowAll;
+
+impl Authorizer for AllowAll {
+    fn authorize(&self, _input: &AuthorizationInput<'_>) -> Result<(), AuthzError> {
+        Ok(())
+    }
+}

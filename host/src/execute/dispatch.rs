@@ -1,0 +1,319 @@
+//! The interpreter's imports: resolving capability names and dispatching native calls.
+//!
+//! A native call is, in order: counted (before anything can fail, so failed calls
+//! count too), looked up, decoded within the depth budget, bound against the export's
+//! WIT types, authorized, run on the plugin's instance for this execution, converted,
+//! and accounted against the per-value and aggregate byte budgets. Any failure is kept
+//! in the store as the execution's error and the interpreter is trapped: it cannot
+//! run another line of the program after a failed call.
+
+use wasmtime::component::{Instance, Linker, Val};
+use wasmtime::{Store, StoreContextMut};
+
+use super::{ExecState, Interrupted};
+use crate::authz::{AuthorizationInput, AuthzError};
+use crate::error::ToolError;
+use crate::plugins::{self, BindError, OutputError, PluginState};
+
+/// Nearest names offered by `suggest`.
+const MAX_SUGGESTIONS: usize = 3;
+
+/// A plugin's instance for one execution.
+pub(crate) struct PluginInstance {
+    store: Store<PluginState>,
+    instance: Instance,
+}
+
+/// Links `codemode:runner/host`: `capabilities`, `suggest` and `call`.
+pub(crate) fn add_to_linker(linker: &mut Linker<ExecState>) -> wasmtime::Result<()> {
+    let mut host = linker.instance("codemode:runner/host@0.1.0")?;
+    host.func_wrap(
+        "capabilities",
+        |store: StoreContextMut<'_, ExecState>, (roots,): (Vec<String>,)| {
+            Ok((capabilities(&store.data().dispatch.names, &roots),))
+        },
+    )?;
+    host.func_wrap(
+        "suggest",
+        |store: StoreContextMut<'_, ExecState>, (name,): (String,)| {
+            Ok((suggest(&store.data().dispatch.names, &name),))
+        },
+    )?;
+    host.func_wrap(
+        "call",
+        |mut store: StoreContextMut<'_, ExecState>, (name, arguments): (String, Vec<u8>)| {
+            match call(&mut store, &name, &arguments) {
+                Ok(bytes) => Ok((Ok::<Vec<u8>, ()>(bytes),)),
+                Err(error) => {
+                    store.data_mut().retained = Some(error.clone());
+                    // Trapping the interpreter ends the program here; the retained
+                    // error is what the execution reports.
+                    Err(wasmtime::Error::msg(format!("native call failed: {error}")))
+                }
+            }
+        },
+    )?;
+    Ok(())
+}
+
+/// The capability names whose first segment is one of `roots`, in name order.
+fn capabilities(names: &[String], roots: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .filter(|name| {
+            let root = name.split('.').next().unwrap_or(name);
+            roots.iter().any(|r| r == root)
+        })
+        .cloned()
+        .collect()
+}
+
+/// Up to [`MAX_SUGGESTIONS`] names close to `name`: each catalog name is compared
+/// over as many segments as `name` has, so `recods` finds the root `records` and
+/// `records.lokup` finds `records.lookup`.
+fn suggest(names: &[String], name: &str) -> Vec<String> {
+    let segments = name.split('.').count();
+    let mut scored: Vec<(usize, String)> = Vec::new();
+    for candidate in names {
+        let prefix: String = candidate
+            .split('.')
+            .take(segments)
+            .collect::<Vec<_>>()
+            .join(".");
+        let distance = edit_distance(name, &prefix);
+        let allowed = (name.chars().count() / 3).clamp(1, 3);
+        if distance <= allowed && !scored.iter().any(|(_, n)| *n == prefix) {
+            scored.push((distance, prefix));
+        }
+    }
+    scored.sort();
+    scored
+        .into_iter()
+        .take(MAX_SUGGESTIONS)
+        .map(|(_, n)| n)
+        .collect()
+}
+
+/// Levenshtein distance over characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                diagonal
+            } else {
+                1 + diagonal.min(above).min(row[j])
+            };
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+fn call(
+    store: &mut StoreContextMut<'_, ExecState>,
+    name: &str,
+    arguments: &[u8],
+) -> Result<Vec<u8>, ToolError> {
+    let state = store.data_mut();
+    state.native_calls += 1;
+    if state.native_calls > state.limits.max_native_calls {
+        return Err(ToolError::ResourceLimit);
+    }
+    let dispatch = state.dispatch.clone();
+    let Some(route) = dispatch.routes.get(name) else {
+        // The interpreter only calls names the host listed; anything else means the
+        // sandbox boundary is broken.
+        tracing::error!(capability = %name, "the interpreter called a name the host never listed");
+        return Err(ToolError::Internal);
+    };
+    let limits = state.limits.clone();
+    // One level more than the budget so that "too deep" is told apart from garbage.
+    let arguments = codemode_value::decode(arguments, limits.max_value_depth + 1).map_err(
+        |error| match error {
+            codemode_value::DecodeError::TooDeep => ToolError::ResourceLimit,
+            codemode_value::DecodeError::Malformed => ToolError::Internal,
+        },
+    )?;
+    let params = plugins::bind(
+        &route.target,
+        &arguments,
+        limits.max_value_depth,
+        limits.max_value_bytes,
+    )
+    .map_err(|error| match error {
+        BindError::Invalid(detail) => ToolError::InvalidArguments(Some(detail)),
+        BindError::Limit => ToolError::ResourceLimit,
+    })?;
+    if codemode_value::json_len(&arguments) > limits.max_value_bytes {
+        return Err(ToolError::ResourceLimit);
+    }
+    let input = AuthorizationInput {
+        subject: &state.subject,
+        capability_id: &route.id,
+        capability_name: name,
+        arguments: &arguments,
+    };
+    match state.authorizer.authorize(&input) {
+        Ok(()) => {}
+        Err(AuthzError::Denied) => return Err(ToolError::PermissionDenied),
+        Err(AuthzError::Failure(reason)) => {
+            tracing::warn!(capability = %name, reason = %reason, "authorization policy failure");
+            return Err(ToolError::PolicyFailure);
+        }
+    }
+    let result = invoke(store, route.plugin, &route.target, &params, name)?;
+    let state = store.data_mut();
+    let remaining = limits
+        .max_intermediate_value_bytes
+        .saturating_sub(state.intermediate_bytes);
+    let value = plugins::output(
+        &route.target,
+        result,
+        limits.max_value_depth,
+        limits.max_value_bytes.min(remaining),
+    )
+    .map_err(|error| match error {
+        OutputError::Failed(detail) => ToolError::CapabilityFailed(detail),
+        OutputError::Limit => ToolError::ResourceLimit,
+    })?;
+    let size = codemode_value::json_len(&value);
+    if size > limits.max_value_bytes || size > remaining {
+        return Err(ToolError::ResourceLimit);
+    }
+    state.intermediate_bytes += size;
+    let mut bytes = Vec::with_capacity(size);
+    codemode_value::encode(&value, &mut bytes);
+    Ok(bytes)
+}
+
+/// Calls the export on the plugin's instance for this execution (created on first
+/// use), with the interpreter's remaining fuel; what the plugin burns is taken from
+/// the interpreter's store.
+fn invoke(
+    store: &mut StoreContextMut<'_, ExecState>,
+    plugin: usize,
+    target: &plugins::CallTarget,
+    params: &[Val],
+    name: &str,
+) -> Result<Val, ToolError> {
+    let remaining = store.get_fuel().map_err(|_| ToolError::Internal)?;
+    let state = store.data_mut();
+    let mut instance = match state.instances.remove(&plugin) {
+        Some(mut instance) => {
+            instance
+                .store
+                .set_fuel(remaining)
+                .map_err(|_| ToolError::Internal)?;
+            instance
+        }
+        None => new_instance(state, plugin, remaining)?,
+    };
+    let func = instance
+        .instance
+        .get_func(&mut instance.store, target.index)
+        .ok_or(ToolError::Internal)?;
+    let mut results = [plugins::CallTarget::result_slot()];
+    let outcome = func.call(&mut instance.store, params, &mut results);
+    let left = instance.store.get_fuel().unwrap_or(0);
+    store
+        .set_fuel(left.min(remaining))
+        .map_err(|_| ToolError::Internal)?;
+    if let Err(error) = outcome {
+        let memory_hit = instance.store.data().limits.hit;
+        // A trapped instance is not reused; the execution ends here anyway.
+        return Err(classify_plugin_trap(&error, memory_hit, name));
+    }
+    store.data_mut().instances.insert(plugin, instance);
+    let [result] = results;
+    Ok(result)
+}
+
+/// Instantiates `plugin` for this execution; its start code runs on `fuel` (the
+/// execution's remaining fuel), and what is left is what the first call gets.
+fn new_instance(
+    state: &mut ExecState,
+    plugin: usize,
+    fuel: u64,
+) -> Result<PluginInstance, ToolError> {
+    let loaded = &state.dispatch.plugins[plugin];
+    let mut store = Store::new(
+        &state.engine,
+        PluginState::new(state.limits.max_memory_bytes),
+    );
+    store.limiter(|s| &mut s.limits);
+    state.stop.install(&mut store);
+    store.set_fuel(fuel).map_err(|_| ToolError::Internal)?;
+    let instance = loaded.pre.instantiate(&mut store).map_err(|error| {
+        let memory_hit = store.data().limits.hit;
+        classify_plugin_trap(&error, memory_hit, &loaded.file)
+    })?;
+    Ok(PluginInstance { store, instance })
+}
+
+/// A plugin's trap: budgets are resource limits, cancellation is cancellation,
+/// anything else is the capability's failure (logged, never shown).
+fn classify_plugin_trap(error: &wasmtime::Error, memory_hit: bool, name: &str) -> ToolError {
+    if let Some(interrupted) = error.downcast_ref::<Interrupted>() {
+        return match interrupted {
+            Interrupted::Cancelled => ToolError::Canceled,
+            Interrupted::Deadline => ToolError::ResourceLimit,
+        };
+    }
+    if memory_hit
+        || matches!(
+            error.downcast_ref::<wasmtime::Trap>(),
+            Some(wasmtime::Trap::OutOfFuel)
+        )
+    {
+        return ToolError::ResourceLimit;
+    }
+    tracing::warn!(capability = %name, reason = %format!("{error:#}"), "capability trapped");
+    ToolError::CapabilityFailed(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names() -> Vec<String> {
+        [
+            "records.lookup",
+            "records.query",
+            "stats.summary",
+            "text.word_counts",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect()
+    }
+
+    #[test]
+    fn capabilities_lists_names_under_the_given_roots() {
+        assert_eq!(
+            capabilities(&names(), &["records".into(), "main".into()]),
+            vec!["records.lookup".to_owned(), "records.query".to_owned()]
+        );
+        assert!(capabilities(&names(), &["main".into()]).is_empty());
+    }
+
+    #[test]
+    fn suggestions_compare_as_many_segments_as_the_name_has() {
+        assert_eq!(suggest(&names(), "records.lokup"), vec!["records.lookup"]);
+        assert_eq!(suggest(&names(), "recods"), vec!["records"]);
+        assert_eq!(suggest(&names(), "stats.summry"), vec!["stats.summary"]);
+        assert!(suggest(&names(), "weather.today").is_empty());
+    }
+
+    #[test]
+    fn edit_distance_counts_insertions_deletions_and_substitutions() {
+        assert_eq!(edit_distance("lookup", "lookup"), 0);
+        assert_eq!(edit_distance("lokup", "lookup"), 1);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("", "abc"), 3);
+    }
+}

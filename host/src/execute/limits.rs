@@ -1,0 +1,248 @@
+//! The budgets of one execution, their defaults and how operators write them.
+//!
+//! Every budget is positive: zero never means unlimited. The defaults are the Go
+//! digest's §8 plus ours (fuel and memory, see [`DEFAULT_MAX_FUEL`]).
+
+use std::time::Duration;
+
+/// Fuel (roughly one unit per WebAssembly instruction) an execution may spend in the
+/// interpreter and every plugin instance together.
+///
+/// Calibration (`cargo bench --bench execute`, this repository's machine): a
+/// 1,000,000-tick loop spends about 0.5 G fuel for `t = t + i % 7`, 1.1 G building a
+/// small dict per iteration and 1.6 G for string formatting per iteration. The
+/// default is 8 G: every such program within the default step budget finishes, with
+/// room for plugin work, and a runaway native builtin (`sorted` over a huge list is
+/// one tick) still stops.
+pub const DEFAULT_MAX_FUEL: u64 = 8_000_000_000;
+
+/// All budgets of one execution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes of Starlark source.
+    pub max_source_bytes: usize,
+    /// Starlark ticks (function calls and loop iterations).
+    pub max_execution_steps: u64,
+    /// Wall time from the request's arrival (waiting for a slot counts) to the result.
+    pub max_execution_time: Duration,
+    /// Native calls attempted, counted before binding.
+    pub max_native_calls: u64,
+    /// Inclusive depth of any value crossing the sandbox (a scalar is 1).
+    pub max_value_depth: usize,
+    /// Type-preserving JSON bytes of any crossing value (arguments, each result, the
+    /// final value); also the node budget of conversions.
+    pub max_value_bytes: usize,
+    /// Sum of the encoded sizes of successful native results in one execution.
+    pub max_intermediate_value_bytes: usize,
+    /// Executions running at once; more wait for a slot.
+    pub max_concurrent_executions: usize,
+    /// Fuel for the interpreter and every plugin instance together.
+    pub max_fuel: u64,
+    /// Linear memory of the interpreter, and of each plugin instance, in bytes.
+    pub max_memory_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_source_bytes: 65_536,
+            max_execution_steps: 1_000_000,
+            max_execution_time: Duration::from_secs(5),
+            max_native_calls: 100,
+            max_value_depth: 32,
+            max_value_bytes: 1_048_576,
+            max_intermediate_value_bytes: 8_388_608,
+            max_concurrent_executions: 8,
+            max_fuel: DEFAULT_MAX_FUEL,
+            max_memory_bytes: 256 * 1024 * 1024,
+        }
+    }
+}
+
+/// A budget that is zero (or too large for the sandbox).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field} must be {requirement}")]
+pub struct LimitError {
+    /// The flag's name, e.g. `--max-native-calls`.
+    pub field: &'static str,
+    /// What it must be.
+    pub requirement: &'static str,
+}
+
+impl Limits {
+    /// Checks every budget is positive and fits the sandbox.
+    ///
+    /// # Errors
+    ///
+    /// The first [`LimitError`].
+    pub fn validate(&self) -> Result<(), LimitError> {
+        let positive = |ok: bool, field: &'static str| {
+            if ok {
+                Ok(())
+            } else {
+                Err(LimitError {
+                    field,
+                    requirement: "positive",
+                })
+            }
+        };
+        positive(self.max_source_bytes > 0, "--max-source-bytes")?;
+        positive(self.max_execution_steps > 0, "--max-execution-steps")?;
+        positive(!self.max_execution_time.is_zero(), "--max-execution-time")?;
+        positive(self.max_native_calls > 0, "--max-native-calls")?;
+        positive(self.max_value_depth > 0, "--max-value-depth")?;
+        positive(self.max_value_bytes > 0, "--max-value-bytes")?;
+        positive(
+            self.max_intermediate_value_bytes > 0,
+            "--max-intermediate-value-bytes",
+        )?;
+        positive(
+            self.max_concurrent_executions > 0,
+            "--max-concurrent-executions",
+        )?;
+        positive(self.max_fuel > 0, "--max-fuel")?;
+        positive(self.max_memory_bytes > 0, "--max-memory")?;
+        if self.max_value_bytes > u32::MAX as usize || self.max_value_depth > u32::MAX as usize {
+            return Err(LimitError {
+                field: "--max-value-bytes",
+                requirement: "below 4 GiB",
+            });
+        }
+        if self.max_memory_bytes > MAX_MEMORY_BYTES {
+            return Err(LimitError {
+                field: "--max-memory",
+                requirement: "at most 4GiB (a 32-bit linear memory)",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The largest linear memory a 32-bit WebAssembly module can address.
+pub const MAX_MEMORY_BYTES: usize = 4 << 30;
+
+/// Parses a duration: a number with `ms`, `s`, `m` or `h` (`5s`, `500ms`, `1.5s`).
+///
+/// # Errors
+///
+/// A message naming the expected form.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| format!("`{text}` needs a unit: ms, s, m or h (e.g. 5s)"))?;
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration (e.g. 5s, 500ms)"))?;
+    let seconds = match unit {
+        "ms" => number / 1000.0,
+        "s" => number,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => {
+            return Err(format!(
+                "`{text}`: unknown unit `{unit}`; use ms, s, m or h"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("`{text}` is out of range"))
+}
+
+/// Parses a byte size: a whole number with an optional unit `B`, `KiB`, `MiB`, `GiB`
+/// (or `K`, `M`, `G`, meaning the same powers of 1024).
+///
+/// # Errors
+///
+/// A message naming the expected form.
+pub fn parse_bytes(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: usize = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size (e.g. 1048576, 64KiB, 1MiB)"))?;
+    let factor: usize = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        other => {
+            return Err(format!(
+                "`{text}`: unknown unit `{other}`; use B, KiB, MiB or GiB"
+            ));
+        }
+    };
+    number
+        .checked_mul(factor)
+        .ok_or_else(|| format!("`{text}` is out of range"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_digest_values() {
+        let limits = Limits::default();
+        assert_eq!(limits.max_source_bytes, 65_536);
+        assert_eq!(limits.max_execution_steps, 1_000_000);
+        assert_eq!(limits.max_execution_time, Duration::from_secs(5));
+        assert_eq!(limits.max_native_calls, 100);
+        assert_eq!(limits.max_value_depth, 32);
+        assert_eq!(limits.max_value_bytes, 1_048_576);
+        assert_eq!(limits.max_intermediate_value_bytes, 8_388_608);
+        assert_eq!(limits.max_concurrent_executions, 8);
+        assert_eq!(limits.validate(), Ok(()));
+    }
+
+    #[test]
+    fn zero_is_never_unlimited() {
+        let limits = Limits {
+            max_native_calls: 0,
+            ..Limits::default()
+        };
+        assert_eq!(
+            limits.validate().unwrap_err().to_string(),
+            "--max-native-calls must be positive"
+        );
+        let limits = Limits {
+            max_execution_time: Duration::ZERO,
+            ..Limits::default()
+        };
+        assert_eq!(
+            limits.validate().unwrap_err().to_string(),
+            "--max-execution-time must be positive"
+        );
+    }
+
+    #[test]
+    fn durations_and_sizes_parse_with_units() {
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(
+            parse_duration("5"),
+            Err("`5` needs a unit: ms, s, m or h (e.g. 5s)".into())
+        );
+        assert_eq!(
+            parse_duration("5d"),
+            Err("`5d`: unknown unit `d`; use ms, s, m or h".into())
+        );
+        assert_eq!(parse_bytes("1048576"), Ok(1_048_576));
+        assert_eq!(parse_bytes("64KiB"), Ok(65_536));
+        assert_eq!(parse_bytes("256MiB"), Ok(256 << 20));
+        assert_eq!(parse_bytes("1G"), Ok(1 << 30));
+        assert_eq!(
+            parse_bytes("1TB"),
+            Err("`1TB`: unknown unit `TB`; use B, KiB, MiB or GiB".into())
+        );
+        assert_eq!(
+            parse_bytes("lots"),
+            Err("`lots` is not a size (e.g. 1048576, 64KiB, 1MiB)".into())
+        );
+    }
+}

@@ -1,0 +1,133 @@
+//! Slots, queueing and cancellation, driven through the library (`Service`), where a
+//! request future can be dropped at a chosen moment; and the language surface.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use codemode_host::execute::Limits;
+use codemode_host::{Service, ServiceConfig, ToolError};
+use serde_json::json;
+
+use crate::support::{cache_dir, test_plugin};
+
+const TRIVIAL: &str = "def main():\n    return 1";
+const SPIN: &str = "def main():\n    return hostile.spin()";
+
+/// A service with the hostile plugin and the given slot count and time budget.
+fn service(slots: usize, time: Duration) -> Arc<Service> {
+    let dir = crate::support::root().join("target/test-cache/plugins-hostile");
+    std::fs::create_dir_all(&dir).expect("create the plugins folder");
+    std::fs::copy(test_plugin("hostile"), dir.join("hostile.wasm")).expect("copy");
+    let config = ServiceConfig {
+        plugins_dir: dir,
+        disabled: Vec::new(),
+        limits: Limits {
+            max_concurrent_executions: slots,
+            max_execution_time: time,
+            ..Limits::default()
+        },
+        cache_dir: Some(cache_dir().into()),
+    };
+    Arc::new(Service::load(&config).expect("load the service"))
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+#[test]
+fn eight_run_at_once_and_the_ninth_waits_with_its_time_counting() {
+    let budget = Duration::from_secs(2);
+    let service = service(8, budget);
+    runtime().block_on(async {
+        let spinners: Vec<_> = (0..8)
+            .map(|_| {
+                let service = service.clone();
+                tokio::spawn(async move { service.execute(SPIN).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(service.executor().executions_started(), 8);
+        // The ninth queues until a spinner's budget ends. Its own budget started when
+        // it arrived, so it gets only what is left: it ends about one budget after
+        // arriving, not one budget after its slot came free (about twice as late).
+        let arrived = std::time::Instant::now();
+        let ninth = service.execute(SPIN).await;
+        let took = arrived.elapsed();
+        assert_eq!(ninth.map(|e| e.value), Err(ToolError::ResourceLimit));
+        assert!(
+            took < budget + budget / 2,
+            "the wait did not count against the budget: took {took:?}"
+        );
+        for spinner in spinners {
+            let outcome = spinner.await.expect("task");
+            assert_eq!(outcome.map(|e| e.value), Err(ToolError::ResourceLimit));
+        }
+        assert_eq!(service.executor().executions_started(), 9);
+        let again = service.execute(TRIVIAL).await.expect("runs");
+        assert_eq!(again.value, json!(1));
+    });
+}
+
+#[test]
+fn a_free_slot_runs_alongside_a_busy_one() {
+    let service = service(2, Duration::from_millis(1500));
+    runtime().block_on(async {
+        let busy = {
+            let service = service.clone();
+            tokio::spawn(async move { service.execute(SPIN).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let quick = service
+            .execute(TRIVIAL)
+            .await
+            .expect("runs in the second slot");
+        assert_eq!(quick.value, json!(1));
+        assert!(!busy.is_finished(), "the spinner still holds its slot");
+        let busy = busy.await.expect("task");
+        assert_eq!(busy.map(|e| e.value), Err(ToolError::ResourceLimit));
+    });
+}
+
+#[test]
+fn a_cancelled_queued_request_never_starts() {
+    let service = service(1, Duration::from_millis(1500));
+    runtime().block_on(async {
+        let busy = {
+            let service = service.clone();
+            tokio::spawn(async move { service.execute(SPIN).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let queued =
+            tokio::time::timeout(Duration::from_millis(100), service.execute(TRIVIAL)).await;
+        assert!(queued.is_err(), "still queued when cancelled");
+        let _ = busy.await;
+        assert_eq!(service.executor().executions_started(), 1);
+    });
+}
+
+#[test]
+fn a_request_cancelled_mid_run_frees_its_slot() {
+    // One slot and a long budget: only cancellation can free the slot in time.
+    let service = service(1, Duration::from_secs(60));
+    runtime().block_on(async {
+        let cancelled =
+            tokio::time::timeout(Duration::from_millis(300), service.execute(SPIN)).await;
+        assert!(cancelled.is_err(), "the spinner was still running");
+        let next = tokio::time::timeout(Duration::from_secs(20), service.execute(TRIVIAL))
+            .await
+            .expect("the slot was freed well before the spinner's 60 s budget");
+        assert_eq!(next.expect("runs").value, json!(1));
+        assert_eq!(service.executor().executions_started(), 2);
+    });
+}
+
+#[test]
+fn the_language_surface_is_exactly_the_seed_block() {
+    let service = service(1, Duration::from_secs(5));
+    let surface = service.executor().surface().expect("surface");
+    assert_eq!(surface, codemode_host::mcp::LANGUAGE_SURFACE);
+}

@@ -1,0 +1,44 @@
+//! Test plugin: `hostile.spin` loops forever, `hostile.hog` allocates until the memory
+//! cap stops it, `hostile.crash` panics. The host must end only the execution that
+//! called them, with `resource limit exceeded` or a bare `capability failed`.
+
+// wit-bindgen's generated modules carry no docs.
+#![allow(missing_docs)]
+
+codemode_sdk::generate!({ world: "plugin", path: "wit" });
+
+use exports::test::hostile::hostile::{Done, Guest};
+
+struct Hostile;
+
+impl Guest for Hostile {
+    fn spin() -> Done {
+        let mut n: u64 = 0;
+        loop {
+            n = std::hint::black_box(n.wrapping_add(1));
+            if n == u64::MAX {
+                return Done { ok: false };
+            }
+        }
+    }
+
+    fn hog() -> Done {
+        let mut hoard: Vec<Vec<u8>> = Vec::new();
+        loop {
+            hoard.push(vec![1; 1 << 20]);
+            std::hint::black_box(&hoard);
+        }
+    }
+
+    fn crash() -> Done {
+        panic!("hostile.crash: /secret/host/path must never reach the model")
+    }
+}
+
+export!(Hostile);
+
+codemode_sdk::metadata![
+    codemode_sdk::Capability::new("hostile.spin", "Loop forever."),
+    codemode_sdk::Capability::new("hostile.hog", "Allocate memory without bound."),
+    codemode_sdk::Capability::new("hostile.crash", "Trap."),
+];
