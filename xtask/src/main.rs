@@ -26,7 +26,10 @@ tasks:
   run [ARGS..]   build everything and run the server over stdio with the
                  example plugins; ARGS go to codemode-host
   test           build the plugins, then run formatting and lint checks and
-                 the whole test suite (unit + end-to-end)";
+                 the whole test suite (unit + end-to-end)
+  bench          build the plugins, then print what executes cost: trivial
+                 execute p50/p99, one native call, a 1M-iteration loop in the
+                 sandbox vs native starlark-rust, fuel calibration";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -34,6 +37,7 @@ fn main() -> ExitCode {
         Some("plugins") => plugins().map(|_| ()),
         Some("run") => run(&args[1..]),
         Some("test") => test(),
+        Some("bench") => bench(),
         Some("-h" | "--help") => {
             println!("{USAGE}");
             Ok(())
@@ -130,6 +134,11 @@ fn run(args: &[String]) -> Result<()> {
         .args(args);
     eprintln!("xtask: serving MCP on stdio with the example plugins (Ctrl-D or Ctrl-C to stop)");
     status(&mut cmd)
+}
+
+fn bench() -> Result<()> {
+    plugins()?;
+    status(cargo().args(["run", "--quiet", "-p", "codemode-bench"]))
 }
 
 fn test() -> Result<()> {

@@ -129,7 +129,30 @@ fn store_cached(component: &Component, file: &Path) -> std::io::Result<()> {
     }
     let temp: PathBuf = file.with_extension(format!("tmp{}", std::process::id()));
     std::fs::write(&temp, bytes)?;
-    std::fs::rename(&temp, file)
+    std::fs::rename(&temp, file)?;
+    remove_stale(file);
+    Ok(())
+}
+
+/// Removes the cache's other `runner-*.cwasm` files: they belong to interpreter
+/// builds or engine settings that are gone (a changed key never comes back).
+fn remove_stale(current: &Path) {
+    let (Some(dir), Some(name)) = (current.parent(), current.file_name()) else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let other = entry.file_name();
+        let other = other.to_string_lossy();
+        if other.starts_with("runner-")
+            && other.ends_with(".cwasm")
+            && *other != *name.to_string_lossy()
+        {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// Runs the interpreter's `init` under wizer and returns the pre-initialized
