@@ -8,16 +8,15 @@ use codemode_host::execute::Limits;
 use codemode_host::{Service, ServiceConfig, ToolError};
 use serde_json::json;
 
-use crate::support::{cache_dir, test_plugin};
+use crate::support::{cache_dir, plugin_folder, test_plugin};
 
 const TRIVIAL: &str = "def main():\n    return 1";
 const SPIN: &str = "def main():\n    return hostile.spin()";
 
-/// A service with the hostile plugin and the given slot count and time budget.
-fn service(slots: usize, time: Duration) -> Arc<Service> {
-    let dir = crate::support::root().join("target/test-cache/plugins-hostile");
-    std::fs::create_dir_all(&dir).expect("create the plugins folder");
-    std::fs::copy(test_plugin("hostile"), dir.join("hostile.wasm")).expect("copy");
+/// A service with the hostile plugin and the given slot count and time budget, its
+/// plugins folder named by `label`.
+fn service(label: &str, slots: usize, time: Duration) -> Arc<Service> {
+    let dir = plugin_folder(label, &[test_plugin("hostile")]);
     let config = ServiceConfig {
         plugins_dir: dir,
         disabled: Vec::new(),
@@ -27,6 +26,7 @@ fn service(slots: usize, time: Duration) -> Arc<Service> {
             ..Limits::default()
         },
         cache_dir: Some(cache_dir().into()),
+        authorizer: None,
     };
     Arc::new(Service::load(&config).expect("load the service"))
 }
@@ -41,7 +41,7 @@ fn runtime() -> tokio::runtime::Runtime {
 #[test]
 fn eight_run_at_once_and_the_ninth_waits_with_its_time_counting() {
     let budget = Duration::from_secs(2);
-    let service = service(8, budget);
+    let service = service("eight-slots", 8, budget);
     runtime().block_on(async {
         let spinners: Vec<_> = (0..8)
             .map(|_| {
@@ -74,7 +74,7 @@ fn eight_run_at_once_and_the_ninth_waits_with_its_time_counting() {
 
 #[test]
 fn a_free_slot_runs_alongside_a_busy_one() {
-    let service = service(2, Duration::from_millis(1500));
+    let service = service("two-slots", 2, Duration::from_millis(1500));
     runtime().block_on(async {
         let busy = {
             let service = service.clone();
@@ -94,7 +94,7 @@ fn a_free_slot_runs_alongside_a_busy_one() {
 
 #[test]
 fn a_cancelled_queued_request_never_starts() {
-    let service = service(1, Duration::from_millis(1500));
+    let service = service("queued-cancel", 1, Duration::from_millis(1500));
     runtime().block_on(async {
         let busy = {
             let service = service.clone();
@@ -112,7 +112,7 @@ fn a_cancelled_queued_request_never_starts() {
 #[test]
 fn a_request_cancelled_mid_run_frees_its_slot() {
     // One slot and a long budget: only cancellation can free the slot in time.
-    let service = service(1, Duration::from_secs(60));
+    let service = service("running-cancel", 1, Duration::from_secs(60));
     runtime().block_on(async {
         let cancelled =
             tokio::time::timeout(Duration::from_millis(300), service.execute(SPIN)).await;
@@ -127,7 +127,7 @@ fn a_request_cancelled_mid_run_frees_its_slot() {
 
 #[test]
 fn the_language_surface_is_exactly_the_seed_block() {
-    let service = service(1, Duration::from_secs(5));
+    let service = service("surface", 1, Duration::from_secs(5));
     let surface = service.executor().surface().expect("surface");
     assert_eq!(surface, codemode_host::mcp::LANGUAGE_SURFACE);
 }

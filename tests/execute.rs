@@ -4,20 +4,14 @@
 use serde_json::{Value, json};
 
 use crate::stdio::{call, err, ok};
-use crate::support::{drive, example_plugins, test_plugin};
+use crate::support::{drive, example_plugin_files, example_plugins, plugin_folder, test_plugin};
 
-/// A plugins folder with the examples and the hostile and liar test plugins.
-fn plugins_with_test_doubles() -> std::path::PathBuf {
-    let dir = crate::support::root().join("target/test-cache/plugins-execute");
-    std::fs::create_dir_all(&dir).expect("create the plugins folder");
-    for entry in std::fs::read_dir(example_plugins()).expect("list example plugins") {
-        let path = entry.expect("entry").path();
-        std::fs::copy(&path, dir.join(path.file_name().expect("file name"))).expect("copy");
-    }
-    for name in ["hostile", "liar"] {
-        std::fs::copy(test_plugin(name), dir.join(format!("{name}.wasm"))).expect("copy");
-    }
-    dir
+/// A plugins folder (own to the test `label`) with the examples and the hostile and
+/// liar test plugins.
+fn plugins_with_test_doubles(label: &str) -> std::path::PathBuf {
+    let mut files = example_plugin_files();
+    files.extend(["hostile", "liar"].map(test_plugin));
+    plugin_folder(label, &files)
 }
 
 fn execute(source: &str) -> Value {
@@ -151,7 +145,7 @@ fn hostile_programs() -> Vec<(&'static str, String, String)> {
 
 #[test]
 fn hostile_programs_fail_exactly_and_the_server_survives() {
-    let dir = plugins_with_test_doubles();
+    let dir = plugins_with_test_doubles("hostile-corpus");
     let corpus = hostile_programs();
     assert!(
         corpus.len() >= 40,
@@ -190,7 +184,7 @@ fn hostile_programs_fail_exactly_and_the_server_survives() {
 
 #[test]
 fn values_cross_with_their_types_and_sorted_keys() {
-    let dir = plugins_with_test_doubles();
+    let dir = plugins_with_test_doubles("values-cross");
     let out = drive(
         &["--plugins", dir.to_str().expect("utf-8 path")],
         json!([

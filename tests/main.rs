@@ -6,6 +6,7 @@
 // is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod authorize;
 mod concurrency;
 mod execute;
 mod loading;

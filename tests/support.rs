@@ -42,6 +42,32 @@ pub(crate) fn test_plugin(name: &str) -> PathBuf {
     path
 }
 
+/// A plugins folder `target/test-cache/folders/LABEL` holding exactly `files`. Each
+/// test uses its own label (tests run in parallel); files are replaced atomically, so
+/// a server loading the folder never reads a half-copied component.
+pub(crate) fn plugin_folder(label: &str, files: &[PathBuf]) -> PathBuf {
+    let dir = root().join("target/test-cache/folders").join(label);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).expect("clear the plugins folder");
+    }
+    std::fs::create_dir_all(&dir).expect("create the plugins folder");
+    for file in files {
+        let name = file.file_name().expect("file name");
+        let temp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
+        std::fs::copy(file, &temp).expect("copy a plugin");
+        std::fs::rename(&temp, dir.join(name)).expect("move a plugin in place");
+    }
+    dir
+}
+
+/// The example plugin files.
+pub(crate) fn example_plugin_files() -> Vec<PathBuf> {
+    ["records", "stats", "text"]
+        .iter()
+        .map(|name| example_plugins().join(format!("{name}.wasm")))
+        .collect()
+}
+
 /// A Python with the MCP SDK: `target/e2e-venv`, created on first use.
 pub(crate) fn python() -> &'static Path {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();

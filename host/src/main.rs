@@ -37,6 +37,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         cache_dir: cli.cache_dir.clone().or_else(default_cache_dir),
         plugins_dir: cli.plugins,
         disabled: cli.disable,
+        // stdio serves one local user: every call is allowed (issue #4 adds policies).
+        authorizer: None,
     };
     let service = Arc::new(Service::load(&config)?);
     let runtime = tokio::runtime::Builder::new_multi_thread()

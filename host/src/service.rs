@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::authz::{AllowAll, Subject};
+use crate::authz::{AllowAll, Authorizer, Subject};
 use crate::catalog::{
     Catalog, CatalogBuilder, Description, SearchError, SearchResponse, SpecError,
 };
@@ -22,6 +22,9 @@ use crate::plugins;
 /// What the service is built from.
 #[derive(Debug, Clone, Default)]
 pub struct ServiceConfig {
+    /// Who decides on native calls; `None` allows every call (the single local
+    /// subject of a stdio server).
+    pub authorizer: Option<Arc<dyn Authorizer>>,
     /// The folder whose `*.wasm` files (non-recursive) are the plugins.
     pub plugins_dir: PathBuf,
     /// Capability IDs to remove from search, describe and execute.
@@ -156,7 +159,10 @@ impl Service {
                 plugins: Arc::new(loaded),
             },
             limits: config.limits.clone(),
-            authorizer: Arc::new(AllowAll),
+            authorizer: config
+                .authorizer
+                .clone()
+                .unwrap_or_else(|| Arc::new(AllowAll)),
             cache_dir: config.cache_dir.as_deref(),
         })
         .map_err(StartError::Runner)?;

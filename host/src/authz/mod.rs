@@ -21,7 +21,9 @@ pub struct AuthorizationInput<'a> {
     pub capability_id: &'a str,
     /// The capability's dotted name.
     pub capability_name: &'a str,
-    /// The keyword arguments as bound (a dict).
+    /// The canonical arguments: a dict in name order of the values as the capability
+    /// receives them, optional fields given as `None` or omitted left out at every
+    /// level. Empty when [`Authorizer::wants_arguments`] is false.
     pub arguments: &'a Value,
 }
 
@@ -38,15 +40,21 @@ pub enum AuthzError {
     Failure(String),
 }
 
-/// Decides whether one native call may run. Called once per call, concurrently from
-/// several executions.
-pub trait Authorizer: Send + Sync {
+/// Decides whether one native call may run. Called once per call, after binding and
+/// before the plugin, concurrently from several executions.
+pub trait Authorizer: Send + Sync + std::fmt::Debug {
     /// `Ok(())` allows the call.
     ///
     /// # Errors
     ///
     /// [`AuthzError::Denied`] or [`AuthzError::Failure`].
     fn authorize(&self, input: &AuthorizationInput<'_>) -> Result<(), AuthzError>;
+
+    /// Whether decisions read the arguments; when not, they are not built (they cost
+    /// a copy of every argument per call).
+    fn wants_arguments(&self) -> bool {
+        true
+    }
 }
 
 /// Allows every call: the single local subject of a stdio server.
@@ -56,5 +64,9 @@ pub struct AllowAll;
 impl Authorizer for AllowAll {
     fn authorize(&self, _input: &AuthorizationInput<'_>) -> Result<(), AuthzError> {
         Ok(())
+    }
+
+    fn wants_arguments(&self) -> bool {
+        false
     }
 }

@@ -152,11 +152,16 @@ fn call(
     if codemode_value::json_len(&arguments) > limits.max_value_bytes {
         return Err(ToolError::ResourceLimit);
     }
+    let canonical = if state.authorizer.wants_arguments() {
+        plugins::canonical(&route.target, &params)
+    } else {
+        codemode_value::Value::Dict(Vec::new())
+    };
     let input = AuthorizationInput {
         subject: &state.subject,
         capability_id: &route.id,
         capability_name: name,
-        arguments: &arguments,
+        arguments: &canonical,
     };
     match state.authorizer.authorize(&input) {
         Ok(()) => {}

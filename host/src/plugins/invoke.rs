@@ -485,7 +485,7 @@ pub(crate) fn output(
     let record = match (result, &target.result) {
         (Val::Result(Ok(Some(record))), Type::Result(r)) => {
             let ty = r.ok().ok_or(OutputError::Failed(None))?;
-            return convert(*record, &ty, max_depth, &mut nodes);
+            return convert(*record, &ty, max_depth, &mut nodes, Absent::AsNone);
         }
         (Val::Result(Err(payload)), _) => {
             return Err(OutputError::Failed(failure_message(&target.error, payload)));
@@ -493,7 +493,13 @@ pub(crate) fn output(
         (record @ Val::Record(_), _) => record,
         _ => return Err(OutputError::Failed(None)),
     };
-    convert(record, &target.result, max_depth, &mut nodes)
+    convert(
+        record,
+        &target.result,
+        max_depth,
+        &mut nodes,
+        Absent::AsNone,
+    )
 }
 
 fn failure_message(kind: &ErrorKind, payload: Option<Box<Val>>) -> Option<String> {
@@ -531,11 +537,28 @@ pub(crate) fn sanitize_message(message: &str) -> Option<String> {
     Some(format!("{}...", &clean[..end]))
 }
 
-fn convert(val: Val, ty: &Type, depth: usize, nodes: &mut usize) -> Result<Value, OutputError> {
-    if let (Val::Option(inner), Type::Option(option)) = (&val, ty) {
-        return match inner {
-            None => Ok(Value::None),
-            Some(inner) => convert((**inner).clone(), &option.ty(), depth, nodes),
+/// How a conversion treats absent optional record fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Absent {
+    /// As `None` (results: every declared field is present).
+    AsNone,
+    /// Left out (canonical arguments: an optional field given as `None` or not at all
+    /// is absent at every level).
+    Omitted,
+}
+
+fn convert(
+    val: Val,
+    ty: &Type,
+    depth: usize,
+    nodes: &mut usize,
+    absent: Absent,
+) -> Result<Value, OutputError> {
+    if let Type::Option(option) = ty {
+        return match val {
+            Val::Option(None) => Ok(Value::None),
+            Val::Option(Some(inner)) => convert(*inner, &option.ty(), depth, nodes, absent),
+            _ => Err(OutputError::Failed(None)),
         };
     }
     if depth == 0 {
@@ -584,13 +607,13 @@ fn convert(val: Val, ty: &Type, depth: usize, nodes: &mut usize) -> Result<Value
                     let (Some(value), Some(Val::String(key))) = (pair.pop(), pair.pop()) else {
                         return Err(OutputError::Failed(None));
                     };
-                    entries.push((key, convert(value, &value_ty, depth - 1, nodes)?));
+                    entries.push((key, convert(value, &value_ty, depth - 1, nodes, absent)?));
                 }
                 Value::Dict(sorted_last_wins(entries))
             } else {
                 let mut out = Vec::with_capacity(items.len());
                 for item in items {
-                    out.push(convert(item, &elem, depth - 1, nodes)?);
+                    out.push(convert(item, &elem, depth - 1, nodes, absent)?);
                 }
                 Value::List(out)
             }
@@ -606,7 +629,7 @@ fn convert(val: Val, ty: &Type, depth: usize, nodes: &mut usize) -> Result<Value
                 let Val::String(key) = key else {
                     return Err(OutputError::Failed(None));
                 };
-                entries.push((key, convert(value, &value_ty, depth - 1, nodes)?));
+                entries.push((key, convert(value, &value_ty, depth - 1, nodes, absent)?));
             }
             Value::Dict(sorted_last_wins(entries))
         }
@@ -618,9 +641,12 @@ fn convert(val: Val, ty: &Type, depth: usize, nodes: &mut usize) -> Result<Value
             let types: Vec<Type> = record.fields().map(|f| f.ty).collect();
             let mut entries = Vec::with_capacity(fields.len());
             for ((name, value), field_ty) in fields.into_iter().zip(types) {
+                if absent == Absent::Omitted && matches!(value, Val::Option(None)) {
+                    continue;
+                }
                 entries.push((
                     snake_case(&name),
-                    convert(value, &field_ty, depth - 1, nodes)?,
+                    convert(value, &field_ty, depth - 1, nodes, absent)?,
                 ));
             }
             entries.sort_by(|a, b| a.0.cmp(&b.0));
@@ -628,6 +654,26 @@ fn convert(val: Val, ty: &Type, depth: usize, nodes: &mut usize) -> Result<Value
         }
         _ => return Err(OutputError::Failed(None)),
     })
+}
+
+/// The canonical form of bound arguments, as authorization sees them: a dict of the
+/// parameters in name order, values as the capability receives them (an int given
+/// for a float parameter is a float), optional fields given as `None` or not at all
+/// left out at every level.
+pub(crate) fn canonical(target: &CallTarget, params: &[Val]) -> Value {
+    let mut entries = Vec::with_capacity(params.len());
+    for ((name, ty), val) in target.params.iter().zip(params) {
+        if matches!(val, Val::Option(None)) {
+            continue;
+        }
+        // Binding built `val` within the budgets; the conversion cannot run out.
+        let mut nodes = usize::MAX;
+        if let Ok(value) = convert(val.clone(), ty, usize::MAX, &mut nodes, Absent::Omitted) {
+            entries.push((name.clone(), value));
+        }
+    }
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    Value::Dict(entries)
 }
 
 /// Dict entries in key order; of duplicate keys the last one wins (a WIT map or a

@@ -14,7 +14,7 @@ mod sandbox;
 pub use load::LoadError;
 pub use reflect::TypeError;
 
-pub(crate) use invoke::{BindError, CallTarget, OutputError, bind, output};
+pub(crate) use invoke::{BindError, CallTarget, OutputError, bind, canonical, output};
 pub(crate) use load::{LoadedPlugin, file_label, load_file};
 pub(crate) use sandbox::{MemoryCap, PluginState, engine};
 
