@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use codemode_host::authz::{AuthorizationInput, Authorizer, AuthzError};
+use codemode_host::authz::{AuthorizationInput, Authorizer, AuthzError, Subject};
 use codemode_host::{LOCAL_SUBJECT, Service, ServiceConfig, ToolError};
 use codemode_value::Value;
 use serde_json::json;
@@ -54,7 +54,7 @@ fn execute(service: &Service, source: &str) -> Result<serde_json::Value, ToolErr
         .enable_all()
         .build()
         .expect("runtime")
-        .block_on(service.execute(source))
+        .block_on(service.execute(&Subject::new(LOCAL_SUBJECT), source))
         .map(|executed| executed.value)
 }
 

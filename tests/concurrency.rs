@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use codemode_host::authz::Subject;
 use codemode_host::execute::Limits;
-use codemode_host::{Service, ServiceConfig, ToolError};
+use codemode_host::{LOCAL_SUBJECT, Service, ServiceConfig, ToolError};
 use serde_json::json;
 
 use crate::support::{cache_dir, plugin_folder, test_plugin};
@@ -27,6 +28,7 @@ fn service(label: &str, slots: usize, time: Duration) -> Arc<Service> {
         },
         cache_dir: Some(cache_dir().into()),
         authorizer: None,
+        audit: None,
     };
     Arc::new(Service::load(&config).expect("load the service"))
 }
@@ -46,7 +48,9 @@ fn eight_run_at_once_and_the_ninth_waits_with_its_time_counting() {
         let spinners: Vec<_> = (0..8)
             .map(|_| {
                 let service = service.clone();
-                tokio::spawn(async move { service.execute(SPIN).await })
+                tokio::spawn(
+                    async move { service.execute(&Subject::new(LOCAL_SUBJECT), SPIN).await },
+                )
             })
             .collect();
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -55,7 +59,7 @@ fn eight_run_at_once_and_the_ninth_waits_with_its_time_counting() {
         // it arrived, so it gets only what is left: it ends about one budget after
         // arriving, not one budget after its slot came free (about twice as late).
         let arrived = std::time::Instant::now();
-        let ninth = service.execute(SPIN).await;
+        let ninth = service.execute(&Subject::new(LOCAL_SUBJECT), SPIN).await;
         let took = arrived.elapsed();
         assert_eq!(ninth.map(|e| e.value), Err(ToolError::ResourceLimit));
         assert!(
@@ -67,7 +71,10 @@ fn eight_run_at_once_and_the_ninth_waits_with_its_time_counting() {
             assert_eq!(outcome.map(|e| e.value), Err(ToolError::ResourceLimit));
         }
         assert_eq!(service.executor().executions_started(), 9);
-        let again = service.execute(TRIVIAL).await.expect("runs");
+        let again = service
+            .execute(&Subject::new(LOCAL_SUBJECT), TRIVIAL)
+            .await
+            .expect("runs");
         assert_eq!(again.value, json!(1));
     });
 }
@@ -78,11 +85,11 @@ fn a_free_slot_runs_alongside_a_busy_one() {
     runtime().block_on(async {
         let busy = {
             let service = service.clone();
-            tokio::spawn(async move { service.execute(SPIN).await })
+            tokio::spawn(async move { service.execute(&Subject::new(LOCAL_SUBJECT), SPIN).await })
         };
         tokio::time::sleep(Duration::from_millis(100)).await;
         let quick = service
-            .execute(TRIVIAL)
+            .execute(&Subject::new(LOCAL_SUBJECT), TRIVIAL)
             .await
             .expect("runs in the second slot");
         assert_eq!(quick.value, json!(1));
@@ -98,11 +105,14 @@ fn a_cancelled_queued_request_never_starts() {
     runtime().block_on(async {
         let busy = {
             let service = service.clone();
-            tokio::spawn(async move { service.execute(SPIN).await })
+            tokio::spawn(async move { service.execute(&Subject::new(LOCAL_SUBJECT), SPIN).await })
         };
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let queued =
-            tokio::time::timeout(Duration::from_millis(100), service.execute(TRIVIAL)).await;
+        let queued = tokio::time::timeout(
+            Duration::from_millis(100),
+            service.execute(&Subject::new(LOCAL_SUBJECT), TRIVIAL),
+        )
+        .await;
         assert!(queued.is_err(), "still queued when cancelled");
         let _ = busy.await;
         assert_eq!(service.executor().executions_started(), 1);
@@ -114,12 +124,18 @@ fn a_request_cancelled_mid_run_frees_its_slot() {
     // One slot and a long budget: only cancellation can free the slot in time.
     let service = service("running-cancel", 1, Duration::from_secs(60));
     runtime().block_on(async {
-        let cancelled =
-            tokio::time::timeout(Duration::from_millis(300), service.execute(SPIN)).await;
+        let cancelled = tokio::time::timeout(
+            Duration::from_millis(300),
+            service.execute(&Subject::new(LOCAL_SUBJECT), SPIN),
+        )
+        .await;
         assert!(cancelled.is_err(), "the spinner was still running");
-        let next = tokio::time::timeout(Duration::from_secs(20), service.execute(TRIVIAL))
-            .await
-            .expect("the slot was freed well before the spinner's 60 s budget");
+        let next = tokio::time::timeout(
+            Duration::from_secs(20),
+            service.execute(&Subject::new(LOCAL_SUBJECT), TRIVIAL),
+        )
+        .await
+        .expect("the slot was freed well before the spinner's 60 s budget");
         assert_eq!(next.expect("runs").value, json!(1));
         assert_eq!(service.executor().executions_started(), 2);
     });

@@ -9,6 +9,8 @@
 mod authorize;
 mod concurrency;
 mod execute;
+mod http;
 mod loading;
+mod policy;
 mod stdio;
 mod support;

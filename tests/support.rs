@@ -148,7 +148,18 @@ fn with_cache(args: &[&str]) -> Vec<String> {
 /// Runs the Python MCP client against `codemode-host ARGS` over stdio and returns its
 /// JSON report (see tests/clients/mcp_driver.py).
 pub(crate) fn drive(args: &[&str], steps: Value) -> Value {
-    let script = serde_json::json!({ "command": host_bin(), "args": with_cache(args), "mode": "legacy", "steps": steps });
+    run_driver(
+        &serde_json::json!({ "command": host_bin(), "args": with_cache(args), "mode": "legacy", "steps": steps }),
+    )
+}
+
+/// Runs the Python MCP client against the Streamable HTTP endpoint `url`, sending
+/// `headers` with every request, in protocol `mode` (`legacy` or `auto`).
+pub(crate) fn drive_http(url: &str, headers: Value, mode: &str, steps: Value) -> Value {
+    run_driver(&serde_json::json!({ "url": url, "headers": headers, "mode": mode, "steps": steps }))
+}
+
+fn run_driver(script: &Value) -> Value {
     let mut child = Command::new(python())
         .arg(root().join("tests/clients/mcp_driver.py"))
         .stdin(Stdio::piped())
@@ -198,4 +209,190 @@ pub(crate) fn startup_log(args: &[&str]) -> (Vec<String>, Option<i32>) {
     drop(child.stdin.take());
     let status = child.wait().expect("wait for codemode-host");
     (lines, status.code())
+}
+
+/// A `codemode-host --listen 127.0.0.1:0` process, ready (its catalog loaded) when
+/// [`HttpServer::start`] returns; killed when dropped.
+pub(crate) struct HttpServer {
+    child: std::process::Child,
+    /// The port it listens on.
+    pub port: u16,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HttpServer {
+    /// Starts the server with `args` (plus `--listen 127.0.0.1:0` and the shared
+    /// cache) and waits until it logs `ready to serve`.
+    pub(crate) fn start(args: &[&str]) -> Self {
+        let mut all = vec!["--listen", "127.0.0.1:0"];
+        all.extend_from_slice(args);
+        let mut child = Command::new(host_bin())
+            .args(with_cache(&all))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn codemode-host");
+        let mut stderr = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let mut seen = Vec::new();
+        let mut port = None;
+        for line in stderr.by_ref() {
+            let line = line.expect("read stderr");
+            if let Some(at) = line.find("http://127.0.0.1:") {
+                let digits: String = line[at + 17..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect();
+                port = digits.parse().ok();
+            }
+            let ready = line.ends_with("ready to serve");
+            seen.push(line);
+            if ready {
+                break;
+            }
+        }
+        let Some(port) =
+            port.filter(|_| seen.last().is_some_and(|l| l.ends_with("ready to serve")))
+        else {
+            let _ = child.kill();
+            panic!("codemode-host did not get ready:\n{}", seen.join("\n"));
+        };
+        let log = std::sync::Arc::new(std::sync::Mutex::new(seen));
+        let sink = log.clone();
+        let reader = std::thread::spawn(move || {
+            for line in stderr.map_while(Result::ok) {
+                sink.lock().expect("log lock").push(line);
+            }
+        });
+        Self {
+            child,
+            port,
+            log,
+            reader: Some(reader),
+        }
+    }
+
+    /// The MCP endpoint.
+    pub(crate) fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    /// What the server logged so far.
+    pub(crate) fn log(&self) -> String {
+        self.log.lock().expect("log lock").join("\n")
+    }
+
+    /// Sends SIGTERM.
+    pub(crate) fn terminate(&self) {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "cannot send SIGTERM");
+    }
+
+    /// Waits for the process to exit; returns its exit code and its whole log.
+    pub(crate) fn wait(mut self) -> (Option<i32>, String) {
+        let status = self.child.wait().expect("wait for codemode-host");
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        (status.code(), self.log())
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A raw HTTP/1.1 response.
+#[derive(Debug)]
+pub(crate) struct RawResponse {
+    pub status: u16,
+    /// Header names in lowercase.
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl RawResponse {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Sends one HTTP/1.1 request to 127.0.0.1:`port` (`Connection: close`, plus
+/// `headers`) and reads the whole response.
+pub(crate) fn raw_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> RawResponse {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .expect("timeout");
+    let mut request = format!("{method} {path} HTTP/1.1\r\n");
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+        request.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
+    }
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    ));
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("read");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect::<Vec<_>>();
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    RawResponse {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
+    out
 }

@@ -10,8 +10,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use codemode_host::authz::Subject;
 use codemode_host::execute::Limits;
-use codemode_host::{Service, ServiceConfig};
+use codemode_host::{LOCAL_SUBJECT, Service, ServiceConfig};
 use starlark::environment::{Globals, Module};
 use starlark::eval::Evaluator;
 use starlark::syntax::{AstModule, Dialect};
@@ -70,7 +71,7 @@ fn main() {
     };
     let run = |source: &str| {
         let started = Instant::now();
-        match runtime.block_on(service.execute(source)) {
+        match runtime.block_on(service.execute(&Subject::new(LOCAL_SUBJECT), source)) {
             Ok(executed) => (started.elapsed(), executed.stats),
             Err(error) => panic!("execute failed: {error}\n{source}"),
         }

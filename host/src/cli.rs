@@ -3,16 +3,26 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::net::SocketAddr;
+use std::sync::Arc;
+
 use clap::Parser;
 
+use crate::audit::AuditLog;
+use crate::authz::{
+    AllowAll, Authorizer, DEFAULT_DECISION, RegoAuthorizer, RegoError, Subject, Tokens, TokensError,
+};
 use crate::execute::{Limits, parse_bytes, parse_duration};
+use crate::mcp::http::{Authentication, HttpConfig, LOOPBACK_HOSTS};
+use crate::service::LOCAL_SUBJECT;
 
 /// MCP server for code mode: capabilities from WebAssembly components
 ///
 /// Agents get three tools: search_api, describe_api and execute (one Starlark
 /// program calling many capabilities).
 /// Drop plugin components (`*.wasm`) in a folder and point --plugins at it. The
-/// server speaks MCP over stdio; logs go to stderr.
+/// server speaks MCP over stdio, or Streamable HTTP with --listen; logs go to
+/// stderr.
 #[derive(Debug, Parser)]
 #[command(name = "codemode-host", version)]
 pub struct Cli {
@@ -31,6 +41,73 @@ pub struct Cli {
     /// a typo cannot leave a capability enabled.
     #[arg(long = "disable", value_name = "ID")]
     pub disable: Vec<String>,
+
+    /// Authorize native calls with a Rego policy module (repeatable)
+    ///
+    /// Modules are parsed once at start, in file-name order (Rego v1). Each native
+    /// call is decided by --policy-decision with the input
+    /// {"subject":{"id"},"capability":{"id","name"},"arguments":{...}}: only `true`
+    /// allows; `false` is `permission denied`; undefined, another value or an
+    /// error is `authorization policy failure`. Builtins that read the clock,
+    /// randomness or the network, and print, are refused at start.
+    #[arg(long = "policy", value_name = "FILE", conflicts_with = "allow_all")]
+    pub policy: Vec<PathBuf>,
+
+    /// The rule --policy decides with [default: data.codemode.authz.allow]
+    ///
+    /// A ground reference under `data`, e.g. data.acme.mcp.allow.
+    #[arg(long, value_name = "REF", default_value = DEFAULT_DECISION, hide_default_value = true)]
+    pub policy_decision: String,
+
+    /// Allow every native call, without a policy
+    ///
+    /// Required by the HTTP listener when no --policy is given. Over stdio, every
+    /// call is allowed for the single local subject when neither is given.
+    #[arg(long)]
+    pub allow_all: bool,
+
+    /// The subject of every call over stdio, or HTTP without --tokens
+    ///
+    /// What a policy sees as input.subject.id [default: local]. An empty subject
+    /// is unauthenticated: every tool call answers `unauthenticated`.
+    #[arg(long, value_name = "ID", default_value = LOCAL_SUBJECT, hide_default_value = true)]
+    pub subject: String,
+
+    /// Append the audit log to FILE instead of stderr
+    ///
+    /// One JSON line per native call: time, execution, subject, capability_id,
+    /// capability, decision, outcome, fuel, duration_us. Never argument values or
+    /// results.
+    #[arg(long, value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
+
+    /// Serve Streamable HTTP on ADDR instead of stdio, e.g. 127.0.0.1:8080
+    ///
+    /// MCP is at /mcp (stateless: replicas need no session affinity); /healthz,
+    /// /readyz (200 once plugins are loaded) and /metrics (Prometheus) beside it.
+    /// Needs --policy or --allow-all. A non-loopback address needs --tokens, or
+    /// --insecure. SIGTERM stops accepting and lets executions in flight finish.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+
+    /// Bearer tokens for HTTP: one `subject-id sha256-hex-of-token` per line
+    ///
+    /// A request's `Authorization: Bearer TOKEN` is hashed and looked up; its
+    /// subject is what the policy sees. No token or an unknown one is a 401.
+    /// Without --tokens every HTTP request acts for --subject.
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    pub tokens: Option<PathBuf>,
+
+    /// Allow --listen on a non-loopback address without --tokens
+    #[arg(long, requires = "listen")]
+    pub insecure: bool,
+
+    /// Also accept this Host header over HTTP (repeatable)
+    ///
+    /// Requests naming any other host are refused (DNS-rebinding protection);
+    /// localhost, 127.0.0.1 and ::1 are always accepted.
+    #[arg(long = "allowed-host", value_name = "HOST", requires = "listen")]
+    pub allowed_hosts: Vec<String>,
 
     /// Log filter, e.g. `debug`
     ///
@@ -99,7 +176,173 @@ pub struct Cli {
     pub max_memory: Option<usize>,
 }
 
+/// How long after the time budget in-flight requests may still finish at shutdown.
+const HTTP_DRAIN_MARGIN: Duration = Duration::from_secs(1);
+
+/// Why the flags cannot make a server.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A policy file could not be read.
+    #[error("policy file `{path}`: {source}")]
+    PolicyFile {
+        /// The file.
+        path: PathBuf,
+        /// Why it could not be read.
+        source: std::io::Error,
+    },
+    /// The policy does not compile.
+    #[error(transparent)]
+    Policy(#[from] RegoError),
+    /// The HTTP listener was asked for without an authorization decision.
+    #[error(
+        "the HTTP listener needs an authorization decision: pass --policy FILE.rego (repeatable) or --allow-all"
+    )]
+    NoAuthorization,
+    /// The tokens file could not be read.
+    #[error("tokens file `{path}`: {source}")]
+    TokensFile {
+        /// The file.
+        path: PathBuf,
+        /// Why it could not be read.
+        source: std::io::Error,
+    },
+    /// The tokens file is malformed.
+    #[error("tokens file `{path}`: {source}")]
+    Tokens {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        source: TokensError,
+    },
+    /// A non-loopback address without authentication.
+    #[error(
+        "refusing to serve {0} without authentication: pass --tokens FILE, or --insecure if the network is trusted"
+    )]
+    Exposed(SocketAddr),
+    /// The audit log file could not be opened.
+    #[error("audit log `{path}`: {source}")]
+    AuditLog {
+        /// The file.
+        path: PathBuf,
+        /// Why it could not be opened.
+        source: std::io::Error,
+    },
+}
+
+/// How native calls are decided, and why (for the startup log).
+#[derive(Debug, Clone)]
+pub struct Authorization {
+    /// The authorizer.
+    pub authorizer: Arc<dyn Authorizer>,
+    /// One line for the startup log saying what decides.
+    pub summary: String,
+}
+
 impl Cli {
+    /// The authorizer the flags ask for. Over HTTP (`http` true) one of --policy
+    /// and --allow-all is required; over stdio, neither means allow-all for the
+    /// single local subject (and the summary says so).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] when a policy file cannot be read or compiled, or HTTP has no
+    /// decision.
+    pub fn authorization(&self, http: bool) -> Result<Authorization, ConfigError> {
+        if !self.policy.is_empty() {
+            let mut modules = Vec::with_capacity(self.policy.len());
+            for path in &self.policy {
+                let source =
+                    std::fs::read_to_string(path).map_err(|source| ConfigError::PolicyFile {
+                        path: path.clone(),
+                        source,
+                    })?;
+                modules.push((path.display().to_string(), source));
+            }
+            let authorizer = RegoAuthorizer::new(&self.policy_decision, &modules)?;
+            return Ok(Authorization {
+                authorizer: Arc::new(authorizer),
+                summary: format!(
+                    "native calls are decided by {} with {} policy module(s)",
+                    self.policy_decision,
+                    modules.len()
+                ),
+            });
+        }
+        if self.allow_all {
+            return Ok(Authorization {
+                authorizer: Arc::new(AllowAll),
+                summary: "every native call is allowed (--allow-all)".to_owned(),
+            });
+        }
+        if http {
+            return Err(ConfigError::NoAuthorization);
+        }
+        Ok(Authorization {
+            authorizer: Arc::new(AllowAll),
+            summary: format!(
+                "no --policy given: every native call is allowed for the single stdio subject {:?}",
+                self.subject
+            ),
+        })
+    }
+
+    /// The HTTP listener's settings, when `--listen` is given.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] when the tokens file cannot be read or parsed, or a
+    /// non-loopback address has neither --tokens nor --insecure.
+    pub fn http(&self) -> Result<Option<(SocketAddr, HttpConfig)>, ConfigError> {
+        let Some(address) = self.listen else {
+            return Ok(None);
+        };
+        let authentication = match &self.tokens {
+            Some(path) => {
+                let text =
+                    std::fs::read_to_string(path).map_err(|source| ConfigError::TokensFile {
+                        path: path.clone(),
+                        source,
+                    })?;
+                let tokens = Tokens::parse(&text).map_err(|source| ConfigError::Tokens {
+                    path: path.clone(),
+                    source,
+                })?;
+                Authentication::Tokens(Arc::new(tokens))
+            }
+            None if address.ip().is_loopback() || self.insecure => {
+                Authentication::Fixed(Subject::new(self.subject.clone()))
+            }
+            None => return Err(ConfigError::Exposed(address)),
+        };
+        let mut allowed_hosts: Vec<String> =
+            LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect();
+        allowed_hosts.extend(self.allowed_hosts.iter().cloned());
+        Ok(Some((
+            address,
+            HttpConfig {
+                authentication,
+                allowed_hosts,
+                drain: self.limits().max_execution_time + HTTP_DRAIN_MARGIN,
+            },
+        )))
+    }
+
+    /// The audit log: `--audit-log FILE`, or stderr.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::AuditLog`] when the file cannot be opened for appending.
+    pub fn audit(&self) -> Result<AuditLog, ConfigError> {
+        match &self.audit_log {
+            Some(path) => AuditLog::file(path).map_err(|source| ConfigError::AuditLog {
+                path: path.clone(),
+                source,
+            }),
+            None => Ok(AuditLog::stderr()),
+        }
+    }
+
     /// The execution budgets: the defaults with every flag given applied. Zero is
     /// rejected later, at startup ([`Limits::validate`]).
     pub fn limits(&self) -> Limits {
@@ -189,6 +432,137 @@ mod tests {
         Ok(())
     }
 
+    fn write_policy(name: &str, source: &str) -> anyhow::Result<PathBuf> {
+        let dir = std::env::temp_dir().join(format!("codemode-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join(name);
+        std::fs::write(&path, source)?;
+        Ok(path)
+    }
+
+    #[test]
+    fn authorization_is_never_silent_over_http() -> anyhow::Result<()> {
+        let cli = Cli::try_parse_from(["codemode-host"])?;
+        assert_eq!(
+            cli.authorization(true)
+                .err()
+                .map(|e| e.to_string())
+                .as_deref(),
+            Some(
+                "the HTTP listener needs an authorization decision: pass --policy FILE.rego (repeatable) or --allow-all"
+            )
+        );
+        assert_eq!(
+            cli.authorization(false)?.summary,
+            r#"no --policy given: every native call is allowed for the single stdio subject "local""#
+        );
+        let cli = Cli::try_parse_from(["codemode-host", "--allow-all"])?;
+        assert_eq!(
+            cli.authorization(true)?.summary,
+            "every native call is allowed (--allow-all)"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn policies_compile_at_start() -> anyhow::Result<()> {
+        let good = write_policy(
+            "good.rego",
+            "package codemode.authz\ndefault allow := false\n",
+        )?;
+        let bad = write_policy(
+            "bad.rego",
+            "package codemode.authz\nallow if { rand.intn(\"x\", 2) == 1 }\n",
+        )?;
+        let cli = Cli::try_parse_from(["codemode-host", "--policy", &good.display().to_string()])?;
+        assert_eq!(
+            cli.authorization(true)?.summary,
+            "native calls are decided by data.codemode.authz.allow with 1 policy module(s)"
+        );
+        let cli = Cli::try_parse_from(["codemode-host", "--policy", &bad.display().to_string()])?;
+        let error = cli
+            .authorization(true)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert_eq!(
+            error,
+            format!(
+                "rego: module {}:2:12: `rand.intn` is not available: decisions must be deterministic and silent",
+                bad.display()
+            )
+        );
+        let missing = good.with_file_name("missing.rego");
+        let cli =
+            Cli::try_parse_from(["codemode-host", "--policy", &missing.display().to_string()])?;
+        let error = cli
+            .authorization(false)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            error.starts_with(&format!("policy file `{}`: ", missing.display())),
+            "{error}"
+        );
+        assert!(
+            Cli::try_parse_from(["codemode-host", "--policy", "p.rego", "--allow-all"]).is_err()
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn http_refuses_an_exposed_address_without_tokens() -> anyhow::Result<()> {
+        let cli = Cli::try_parse_from(["codemode-host", "--listen", "0.0.0.0:8080"])?;
+        assert_eq!(
+            cli.http().err().map(|e| e.to_string()).as_deref(),
+            Some(
+                "refusing to serve 0.0.0.0:8080 without authentication: pass --tokens FILE, or --insecure if the network is trusted"
+            )
+        );
+        let cli = Cli::try_parse_from(["codemode-host", "--listen", "0.0.0.0:8080", "--insecure"])?;
+        assert!(matches!(
+            cli.http()?,
+            Some((
+                _,
+                HttpConfig {
+                    authentication: Authentication::Fixed(_),
+                    ..
+                }
+            ))
+        ));
+        let cli = Cli::try_parse_from([
+            "codemode-host",
+            "--listen",
+            "127.0.0.1:0",
+            "--allowed-host",
+            "mcp.example.com",
+        ])?;
+        let (address, config) = cli.http()?.ok_or_else(|| anyhow::anyhow!("no http"))?;
+        assert!(address.ip().is_loopback());
+        assert_eq!(
+            config.allowed_hosts,
+            vec!["localhost", "127.0.0.1", "::1", "mcp.example.com"]
+        );
+        assert_eq!(config.drain, Duration::from_secs(6));
+        let tokens = write_policy("tokens", "analyst 00\n")?;
+        let cli = Cli::try_parse_from([
+            "codemode-host",
+            "--listen",
+            "0.0.0.0:1",
+            "--tokens",
+            &tokens.display().to_string(),
+        ])?;
+        assert_eq!(
+            cli.http().err().map(|e| e.to_string()),
+            Some(format!(
+                "tokens file `{}`: line 1: the token hash must be 64 hex digits (the SHA-256 of the token)",
+                tokens.display()
+            ))
+        );
+        assert!(Cli::try_parse_from(["codemode-host", "--tokens", "t"]).is_err());
+        Ok(())
+    }
+
     #[test]
     fn readme_flag_table_lists_every_flag() {
         let readme = include_str!("../../README.md");
@@ -198,7 +572,10 @@ mod tests {
                 continue;
             }
             let value = arg
-                .get_value_names()
+                .get_action()
+                .takes_values()
+                .then(|| arg.get_value_names())
+                .flatten()
                 .and_then(|v| v.first())
                 .map(|v| format!(" {v}"))
                 .unwrap_or_default();

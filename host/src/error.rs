@@ -72,6 +72,26 @@ pub enum ToolError {
     Internal,
 }
 
+impl ToolError {
+    /// The fixed text without any detail: what the audit log and the metrics record
+    /// (a detail may quote the caller's data).
+    pub fn fixed_text(&self) -> &'static str {
+        match self {
+            ToolError::Unauthenticated => UNAUTHENTICATED,
+            ToolError::NotFound => CAPABILITY_NOT_FOUND,
+            ToolError::InvalidProgram(_) => INVALID_PROGRAM,
+            ToolError::InvalidArguments(_) => INVALID_CAPABILITY_ARGUMENTS,
+            ToolError::PermissionDenied => PERMISSION_DENIED,
+            ToolError::PolicyFailure => AUTHORIZATION_POLICY_FAILURE,
+            ToolError::ResourceLimit => RESOURCE_LIMIT_EXCEEDED,
+            ToolError::CapabilityFailed(_) => CAPABILITY_FAILED,
+            ToolError::Canceled => CONTEXT_CANCELED,
+            ToolError::DeadlineExceeded => CONTEXT_DEADLINE_EXCEEDED,
+            ToolError::Internal => INTERNAL_FAILURE,
+        }
+    }
+}
+
 /// Renders `prefix` or `prefix: detail`: the only place a detail form is built.
 fn with_detail(prefix: &str, detail: Option<&str>) -> String {
     match detail {
@@ -101,6 +121,30 @@ mod tests {
         ];
         for (constant, text) in cases {
             assert_eq!(constant, text);
+        }
+    }
+
+    #[test]
+    fn fixed_text_drops_the_detail() {
+        let cases = [
+            (
+                ToolError::InvalidProgram(Some("<codemode>:1:1: x".into())),
+                "invalid program",
+            ),
+            (
+                ToolError::InvalidArguments(Some("tags[1]: secret".into())),
+                "invalid capability arguments",
+            ),
+            (
+                ToolError::CapabilityFailed(Some("secret".into())),
+                "capability failed",
+            ),
+            (ToolError::PermissionDenied, "permission denied"),
+            (ToolError::Unauthenticated, "unauthenticated"),
+        ];
+        for (error, text) in cases {
+            assert_eq!(error.fixed_text(), text);
+            assert!(error.to_string().starts_with(text));
         }
     }
 

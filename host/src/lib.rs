@@ -8,16 +8,18 @@
 //! The crate is split by job: [`catalog`] validates and searches capabilities and
 //! knows nothing of wasmtime or MCP; `plugins` loads and calls components;
 //! [`execute`] runs programs in the sandboxed interpreter under one budget;
-//! [`authz`] decides which native calls may run; [`Service`] offers
+//! [`authz`] decides which native calls may run and [`audit`] records them; [`Service`] offers
 //! the operations; [`mcp`] is a thin rmcp adapter over it; [`error`] holds every text
 //! a model can see. The `codemode-host` binary parses flags and wires these together.
 
+pub mod audit;
 pub mod authz;
 pub mod catalog;
 pub mod cli;
 pub mod error;
 pub mod execute;
 pub mod mcp;
+pub mod metrics;
 mod plugins;
 mod service;
 

@@ -1,12 +1,16 @@
-//! The `codemode-host` binary: parse flags, set up logging, load plugins, serve MCP.
+//! The `codemode-host` binary: parse flags, set up logging, load plugins, serve MCP
+//! over stdio or Streamable HTTP.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use anyhow::Context;
 use clap::Parser;
+use codemode_host::authz::Subject;
 use codemode_host::cli::Cli;
 use codemode_host::execute::default_cache_dir;
-use codemode_host::mcp::{McpServer, serve_stdio};
+use codemode_host::mcp::http::{self, HttpConfig, Readiness};
+use codemode_host::mcp::{McpServer, SubjectSource, serve_stdio};
 use codemode_host::{Service, ServiceConfig};
 use tracing_subscriber::EnvFilter;
 
@@ -32,18 +36,58 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    let http = cli.http()?;
+    let authorization = cli.authorization(http.is_some())?;
+    tracing::info!("authorization: {}", authorization.summary);
+    let audit = Arc::new(cli.audit()?);
     let config = ServiceConfig {
         limits: cli.limits(),
         cache_dir: cli.cache_dir.clone().or_else(default_cache_dir),
-        plugins_dir: cli.plugins,
-        disabled: cli.disable,
-        // stdio serves one local user: every call is allowed (issue #4 adds policies).
-        authorizer: None,
+        plugins_dir: cli.plugins.clone(),
+        disabled: cli.disable.clone(),
+        authorizer: Some(authorization.authorizer),
+        audit: Some(audit.clone()),
     };
-    let service = Arc::new(Service::load(&config)?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(serve_stdio(McpServer::new(service)))?;
+    let served = match http {
+        None => {
+            let service = Arc::new(Service::load(&config)?);
+            let subjects = SubjectSource::Fixed(Subject::new(cli.subject.clone()));
+            runtime
+                .block_on(serve_stdio(McpServer::new(service, subjects)))
+                .map_err(anyhow::Error::from)
+        }
+        Some((address, http)) => runtime.block_on(serve_http(address, http, config)),
+    };
+    audit.close();
+    served
+}
+
+/// Binds first, so probes answer while plugins load; then loads and serves until
+/// SIGTERM/SIGINT.
+async fn serve_http(
+    address: std::net::SocketAddr,
+    http: HttpConfig,
+    config: ServiceConfig,
+) -> anyhow::Result<()> {
+    let listener = http::bind(address)
+        .await
+        .with_context(|| format!("cannot listen on {address}"))?;
+    let local = listener.local_addr()?;
+    let readiness = Readiness::default();
+    let router = http::router(&http, readiness.clone());
+    let server = tokio::spawn(http::serve(
+        listener,
+        router,
+        http.drain,
+        http::shutdown_signal(),
+    ));
+    tracing::info!(address = %local, "listening: MCP at http://{local}{}", http::MCP_PATH);
+    let service = tokio::task::spawn_blocking(move || Service::load(&config)).await??;
+    readiness.set(Arc::new(service));
+    tracing::info!("ready to serve");
+    server.await??;
     Ok(())
 }

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::audit::AuditLog;
 use crate::authz::{AllowAll, Authorizer, Subject};
 use crate::catalog::{
     Catalog, CatalogBuilder, Description, SearchError, SearchResponse, SpecError,
@@ -17,14 +18,17 @@ use crate::error::ToolError;
 use crate::execute::{
     Dispatch, Executed, Executor, ExecutorConfig, LimitError, Limits, Route, RunnerError,
 };
+use crate::metrics::Metrics;
 use crate::plugins;
 
 /// What the service is built from.
 #[derive(Debug, Clone, Default)]
 pub struct ServiceConfig {
     /// Who decides on native calls; `None` allows every call (the single local
-    /// subject of a stdio server).
+    /// subject of a stdio server; the binary never leaves it `None` silently).
     pub authorizer: Option<Arc<dyn Authorizer>>,
+    /// Where each native call's audit line goes; `None` keeps no audit log.
+    pub audit: Option<Arc<AuditLog>>,
     /// The folder whose `*.wasm` files (non-recursive) are the plugins.
     pub plugins_dir: PathBuf,
     /// Capability IDs to remove from search, describe and execute.
@@ -143,6 +147,8 @@ impl Service {
                 }
             }
         }
+        let metrics = Arc::new(Metrics::default());
+        metrics.catalog(loaded.len(), catalog.len());
         let mut names: Vec<String> = routes.keys().cloned().collect();
         names.sort();
         tracing::info!(
@@ -163,6 +169,8 @@ impl Service {
                 .authorizer
                 .clone()
                 .unwrap_or_else(|| Arc::new(AllowAll)),
+            audit: config.audit.clone(),
+            metrics: metrics.clone(),
             cache_dir: config.cache_dir.as_deref(),
         })
         .map_err(StartError::Runner)?;
@@ -172,17 +180,23 @@ impl Service {
         })
     }
 
-    /// `execute`: runs one program for the local subject. Dropping the future cancels
-    /// it.
+    /// `execute`: runs one program for `subject`, whose native calls the authorizer
+    /// decides on. Dropping the future cancels it.
     ///
     /// # Errors
     ///
-    /// The [`ToolError`] the model sees.
-    pub async fn execute(&self, source: &str) -> Result<Executed, ToolError> {
-        let subject = Subject {
-            id: LOCAL_SUBJECT.to_owned(),
-        };
-        self.executor.execute(&subject, source).await
+    /// The [`ToolError`] the model sees; [`ToolError::Unauthenticated`] for an empty
+    /// subject.
+    pub async fn execute(&self, subject: &Subject, source: &str) -> Result<Executed, ToolError> {
+        if subject.id.is_empty() {
+            return Err(ToolError::Unauthenticated);
+        }
+        self.executor.execute(subject, source).await
+    }
+
+    /// What the service counts, for `/metrics`.
+    pub fn metrics(&self) -> &Metrics {
+        self.executor.metrics()
     }
 
     /// The executor (budgets, the language surface).

@@ -2,7 +2,10 @@
 
 Reads a JSON script on stdin:
     {"command": "...", "args": [...], "mode": "legacy", "steps": [STEP, ...]}
-with steps {"op": "list_tools"} or {"op": "call", "tool": NAME, "arguments": {...}},
+or, for Streamable HTTP, {"url": "http://.../mcp", "headers": {...}, ...} instead of
+command and args. A failed connection prints {"connect_error": MESSAGE}.
+with steps {"op": "list_tools"} or {"op": "call", "tool": NAME, "arguments": {...},
+"meta": {...}} (meta optional: the request's `_meta`),
 and prints one JSON document: {"server_info": ..., "instructions": ...,
 "results": [RESULT, ...]}. A call's RESULT is {"is_error", "structured", "text",
 "meta"} or {"protocol_error": MESSAGE}. The Rust end-to-end tests assert on it exactly.
@@ -14,12 +17,19 @@ import sys
 
 import mcp
 from mcp import StdioServerParameters
+from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
+
+def target(script):
+    if "url" in script:
+        http = create_mcp_http_client(headers=script.get("headers") or {})
+        return streamable_http_client(script["url"], http_client=http)
+    return StdioServerParameters(command=script["command"], args=script["args"])
 
 
 async def run(script):
-    params = StdioServerParameters(command=script["command"], args=script["args"])
     results = []
-    async with mcp.Client(params, mode=script.get("mode", "legacy"), read_timeout_seconds=60) as client:
+    async with mcp.Client(target(script), mode=script.get("mode", "legacy"), read_timeout_seconds=60) as client:
         info = client.server_info
         for step in script["steps"]:
             if step["op"] == "list_tools":
@@ -27,7 +37,7 @@ async def run(script):
                 results.append([t.model_dump(by_alias=True, exclude_none=True) for t in listed.tools])
             elif step["op"] == "call":
                 try:
-                    r = await client.call_tool(step["tool"], step.get("arguments"))
+                    r = await client.call_tool(step["tool"], step.get("arguments"), meta=step.get("meta"))
                 except mcp.MCPError as e:
                     results.append({"protocol_error": str(e)})
                     continue
@@ -43,9 +53,21 @@ async def run(script):
         }
 
 
+def describe(error):
+    """The innermost message of an exception group (anyio wraps transport errors)."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return f"{type(error).__name__}: {error}"
+
+
 def main():
     script = json.load(sys.stdin)
-    out = asyncio.run(asyncio.wait_for(run(script), timeout=120))
+    try:
+        out = asyncio.run(asyncio.wait_for(run(script), timeout=120))
+    except Exception as e:  # a refused connection (e.g. 401) is a result to assert on
+        if "url" not in script:
+            raise
+        out = {"connect_error": describe(e)}
     json.dump(out, sys.stdout)
 
 

@@ -1,15 +1,30 @@
 //! Who may call what: the subject of a request and the [`Authorizer`] port every
 //! native call passes after binding and before the plugin runs.
 //!
-//! This module knows nothing of MCP, wasmtime or Rego; adapters implement the trait.
+//! The port knows nothing of MCP, wasmtime or Rego; adapters implement the trait:
+//! [`AllowAll`] here, [`RegoAuthorizer`] in [`rego`].
 
 use codemode_value::Value;
 
-/// Who a request acts for: a stable, non-secret identifier.
+pub mod rego;
+pub mod tokens;
+
+pub use rego::{DEFAULT_DECISION, RegoAuthorizer, RegoError};
+pub use tokens::{Tokens, TokensError, token_hash};
+
+/// Who a request acts for: a stable, non-secret identifier. An empty one is
+/// unauthenticated: nothing runs for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subject {
-    /// The identifier; never empty.
+    /// The identifier.
     pub id: String,
+}
+
+impl Subject {
+    /// The subject `id`.
+    pub fn new(id: impl Into<String>) -> Self {
+        Self { id: id.into() }
+    }
 }
 
 /// What an authorizer decides on: one native call, after binding.

@@ -10,7 +10,10 @@
 use wasmtime::component::{Instance, Linker, Val};
 use wasmtime::{Store, StoreContextMut};
 
+use std::time::{Instant, SystemTime};
+
 use super::{ExecState, Interrupted};
+use crate::audit::{AuditRecord, Decision, rfc3339};
 use crate::authz::{AuthorizationInput, AuthzError};
 use crate::error::ToolError;
 use crate::plugins::{self, BindError, OutputError, PluginState};
@@ -42,7 +45,11 @@ pub(crate) fn add_to_linker(linker: &mut Linker<ExecState>) -> wasmtime::Result<
     host.func_wrap(
         "call",
         |mut store: StoreContextMut<'_, ExecState>, (name, arguments): (String, Vec<u8>)| {
-            match call(&mut store, &name, &arguments) {
+            let started = Instant::now();
+            let mut trace = Trace::default();
+            let outcome = call(&mut store, &name, &arguments, &mut trace);
+            audit(store.data(), &name, &trace, &outcome, started);
+            match outcome {
                 Ok(bytes) => Ok((Ok::<Vec<u8>, ()>(bytes),)),
                 Err(error) => {
                     store.data_mut().retained = Some(error.clone());
@@ -54,6 +61,55 @@ pub(crate) fn add_to_linker(linker: &mut Linker<ExecState>) -> wasmtime::Result<
         },
     )?;
     Ok(())
+}
+
+/// What one native call did, for the audit log.
+struct Trace {
+    /// The capability's stable ID, once the name resolved.
+    capability_id: String,
+    /// What the policy said.
+    decision: Decision,
+    /// Fuel the plugin burned (instantiation included).
+    fuel: u64,
+}
+
+impl Default for Trace {
+    fn default() -> Self {
+        Self {
+            capability_id: String::new(),
+            decision: Decision::NotEvaluated,
+            fuel: 0,
+        }
+    }
+}
+
+/// Counts the call and writes its audit line, if this server keeps an audit log.
+fn audit(
+    state: &ExecState,
+    name: &str,
+    trace: &Trace,
+    outcome: &Result<Vec<u8>, ToolError>,
+    started: Instant,
+) {
+    let outcome = match outcome {
+        Ok(_) => "ok",
+        Err(error) => error.fixed_text(),
+    };
+    state.metrics.native_call(name, outcome);
+    let Some(log) = &state.audit else {
+        return;
+    };
+    log.record(&AuditRecord {
+        time: rfc3339(SystemTime::now()),
+        execution: state.execution,
+        subject: &state.subject.id,
+        capability_id: &trace.capability_id,
+        capability: name,
+        decision: trace.decision,
+        outcome,
+        fuel: trace.fuel,
+        duration_us: started.elapsed().as_micros() as u64,
+    });
 }
 
 /// The capability names whose first segment is one of `roots`, in name order.
@@ -118,6 +174,7 @@ fn call(
     store: &mut StoreContextMut<'_, ExecState>,
     name: &str,
     arguments: &[u8],
+    trace: &mut Trace,
 ) -> Result<Vec<u8>, ToolError> {
     let state = store.data_mut();
     state.native_calls += 1;
@@ -131,6 +188,7 @@ fn call(
         tracing::error!(capability = %name, "the interpreter called a name the host never listed");
         return Err(ToolError::Internal);
     };
+    trace.capability_id.clone_from(&route.id);
     let limits = state.limits.clone();
     // One level more than the budget so that "too deep" is told apart from garbage.
     let arguments = codemode_value::decode(arguments, limits.max_value_depth + 1).map_err(
@@ -164,14 +222,25 @@ fn call(
         arguments: &canonical,
     };
     match state.authorizer.authorize(&input) {
-        Ok(()) => {}
-        Err(AuthzError::Denied) => return Err(ToolError::PermissionDenied),
+        Ok(()) => trace.decision = Decision::Allow,
+        Err(AuthzError::Denied) => {
+            trace.decision = Decision::Deny;
+            return Err(ToolError::PermissionDenied);
+        }
         Err(AuthzError::Failure(reason)) => {
+            trace.decision = Decision::Failure;
             tracing::warn!(capability = %name, reason = %reason, "authorization policy failure");
             return Err(ToolError::PolicyFailure);
         }
     }
-    let result = invoke(store, route.plugin, &route.target, &params, name)?;
+    let result = invoke(
+        store,
+        route.plugin,
+        &route.target,
+        &params,
+        name,
+        &mut trace.fuel,
+    )?;
     let state = store.data_mut();
     let remaining = limits
         .max_intermediate_value_bytes
@@ -205,6 +274,7 @@ fn invoke(
     target: &plugins::CallTarget,
     params: &[Val],
     name: &str,
+    burned: &mut u64,
 ) -> Result<Val, ToolError> {
     let remaining = store.get_fuel().map_err(|_| ToolError::Internal)?;
     let state = store.data_mut();
@@ -225,6 +295,7 @@ fn invoke(
     let mut results = [plugins::CallTarget::result_slot()];
     let outcome = func.call(&mut instance.store, params, &mut results);
     let left = instance.store.get_fuel().unwrap_or(0);
+    *burned = remaining.saturating_sub(left);
     store
         .set_fuel(left.min(remaining))
         .map_err(|_| ToolError::Internal)?;

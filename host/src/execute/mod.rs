@@ -28,8 +28,10 @@ pub use limits::{
 };
 pub use runner::{RunnerError, default_cache_dir};
 
+use crate::audit::AuditLog;
 use crate::authz::{Authorizer, Subject};
 use crate::error::ToolError;
+use crate::metrics::Metrics;
 use crate::plugins::{CallTarget, LoadedPlugin, MemoryCap};
 use dispatch::PluginInstance;
 use runner::{Failure, RunnerLimits, RunnerPre};
@@ -95,6 +97,8 @@ pub struct Executor {
     limits: Limits,
     permits: Arc<tokio::sync::Semaphore>,
     authorizer: Arc<dyn Authorizer>,
+    audit: Option<Arc<AuditLog>>,
+    metrics: Arc<Metrics>,
     stop_ticker: Arc<AtomicBool>,
     started: Arc<AtomicU64>,
 }
@@ -159,6 +163,10 @@ pub(crate) struct ExecState {
     limits: Limits,
     subject: Subject,
     authorizer: Arc<dyn Authorizer>,
+    audit: Option<Arc<AuditLog>>,
+    metrics: Arc<Metrics>,
+    /// This execution's number, for the audit log.
+    execution: u64,
     stop: Stop,
     /// One instance per plugin used, created on first use.
     instances: HashMap<usize, PluginInstance>,
@@ -183,6 +191,8 @@ pub(crate) struct ExecutorConfig<'a> {
     pub dispatch: Dispatch,
     pub limits: Limits,
     pub authorizer: Arc<dyn Authorizer>,
+    pub audit: Option<Arc<AuditLog>>,
+    pub metrics: Arc<Metrics>,
     pub cache_dir: Option<&'a std::path::Path>,
 }
 
@@ -228,6 +238,8 @@ impl Executor {
             )),
             limits: config.limits,
             authorizer: config.authorizer,
+            audit: config.audit,
+            metrics: config.metrics,
             stop_ticker,
             started: Arc::new(AtomicU64::new(0)),
         })
@@ -253,6 +265,26 @@ impl Executor {
     /// The [`ToolError`] the model sees.
     pub async fn execute(&self, subject: &Subject, source: &str) -> Result<Executed, ToolError> {
         let started = Instant::now();
+        let outcome = self.execute_timed(subject, source, started).await;
+        let label = match &outcome {
+            Ok(_) => "ok",
+            Err(error) => error.fixed_text(),
+        };
+        self.metrics.execute(label, started.elapsed());
+        outcome
+    }
+
+    /// The metrics this executor records into.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    async fn execute_timed(
+        &self,
+        subject: &Subject,
+        source: &str,
+        started: Instant,
+    ) -> Result<Executed, ToolError> {
         if source.len() > self.limits.max_source_bytes {
             return Err(ToolError::ResourceLimit);
         }
@@ -264,7 +296,7 @@ impl Executor {
         .await
         .map_err(|_| ToolError::ResourceLimit)?
         .map_err(|_| ToolError::Internal)?;
-        self.started.fetch_add(1, Ordering::Relaxed);
+        let execution = self.started.fetch_add(1, Ordering::Relaxed) + 1;
         let cancelled = Arc::new(AtomicBool::new(false));
         let _cancel_on_drop = CancelOnDrop(cancelled.clone());
         let job = Job {
@@ -273,6 +305,9 @@ impl Executor {
             dispatch: self.dispatch.clone(),
             limits: self.limits.clone(),
             authorizer: self.authorizer.clone(),
+            audit: self.audit.clone(),
+            metrics: self.metrics.clone(),
+            execution,
             subject: subject.clone(),
             source: source.to_owned(),
             stop: Stop {
@@ -307,6 +342,9 @@ impl Executor {
             dispatch: self.dispatch.clone(),
             limits: self.limits.clone(),
             authorizer: self.authorizer.clone(),
+            audit: None,
+            metrics: Arc::new(Metrics::default()),
+            execution: 0,
             subject: Subject {
                 id: "surface".into(),
             },
@@ -344,6 +382,9 @@ struct Job {
     dispatch: Arc<Dispatch>,
     limits: Limits,
     authorizer: Arc<dyn Authorizer>,
+    audit: Option<Arc<AuditLog>>,
+    metrics: Arc<Metrics>,
+    execution: u64,
     subject: Subject,
     source: String,
     stop: Stop,
@@ -360,6 +401,9 @@ impl Job {
             limits: self.limits.clone(),
             subject: self.subject.clone(),
             authorizer: self.authorizer.clone(),
+            audit: self.audit.clone(),
+            metrics: self.metrics.clone(),
+            execution: self.execution,
             stop: self.stop.clone(),
             instances: HashMap::new(),
             retained: None,
@@ -389,6 +433,7 @@ impl Job {
                 .call_run(&mut store, &self.source, limits)
         });
         let fuel = self.limits.max_fuel - store.get_fuel().unwrap_or(0);
+        self.metrics.fuel(fuel);
         let state = store.data_mut();
         let mut stats = Stats {
             fuel,

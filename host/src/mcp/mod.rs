@@ -1,4 +1,5 @@
-//! The MCP adapter: rmcp server, tool contract, error projection, stdio transport.
+//! The MCP adapter: rmcp server, tool contract, error projection, and the stdio and
+//! Streamable HTTP transports.
 //!
 //! A thin layer over [`Service`](crate::Service): each tool call is decoded, checked
 //! against its input schema, handed to one service method, and the outcome rendered
@@ -6,10 +7,11 @@
 //! `isError`.
 
 mod contract;
+pub mod http;
 mod server;
 
 pub use contract::{
     DESCRIBE_API, DESCRIBE_API_DESCRIPTION, EXECUTE, EXECUTE_DESCRIPTION, INSTRUCTIONS,
     LANGUAGE_SURFACE, SEARCH_API, SEARCH_API_DESCRIPTION,
 };
-pub use server::{META_STATS, McpServer, ServeError, serve_stdio};
+pub use server::{META_STATS, McpServer, ServeError, SubjectSource, serve_stdio};

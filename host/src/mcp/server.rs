@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::contract::{self, DESCRIBE_API, EXECUTE, SEARCH_API};
+use crate::authz::Subject;
 use crate::error::ToolError;
 use crate::execute::Executed;
 use crate::service::Service;
@@ -24,16 +25,43 @@ pub const META_STATS: &str = "codemode/stats";
 /// The server name clients see at initialize.
 const SERVER_NAME: &str = "codemode-host";
 
+/// Where the subject of a tool call comes from: always the host, never the client
+/// (a `_meta` field naming a subject is ignored like any other).
+#[derive(Debug, Clone)]
+pub enum SubjectSource {
+    /// Every call acts for this subject (stdio: `--subject`).
+    Fixed(Subject),
+    /// The subject the HTTP layer authenticated and put in the request's extensions;
+    /// none there means unauthenticated.
+    Authenticated,
+}
+
+impl SubjectSource {
+    /// The subject of the call `context` belongs to; `None` when unauthenticated.
+    fn resolve(&self, context: &RequestContext<RoleServer>) -> Option<Subject> {
+        let subject = match self {
+            SubjectSource::Fixed(subject) => Some(subject.clone()),
+            SubjectSource::Authenticated => context
+                .extensions
+                .get::<axum::http::request::Parts>()
+                .and_then(|parts| parts.extensions.get::<Subject>())
+                .cloned(),
+        };
+        subject.filter(|s| !s.id.is_empty())
+    }
+}
+
 /// The MCP face of a [`Service`]. Cheap to clone; every clone serves the same service.
 #[derive(Clone)]
 pub struct McpServer {
     service: Arc<Service>,
+    subjects: SubjectSource,
     tools: Arc<Vec<Tool>>,
 }
 
 impl McpServer {
-    /// A server answering from `service`.
-    pub fn new(service: Arc<Service>) -> Self {
+    /// A server answering from `service` for the subjects `subjects` resolves.
+    pub fn new(service: Arc<Service>, subjects: SubjectSource) -> Self {
         let tools = vec![
             tool(
                 SEARCH_API,
@@ -53,6 +81,7 @@ impl McpServer {
         ];
         Self {
             service,
+            subjects,
             tools: Arc::new(tools),
         }
     }
@@ -61,6 +90,7 @@ impl McpServer {
     /// Dropping the future (a cancelled request) cancels an execution.
     async fn call(
         &self,
+        subject: Option<Subject>,
         name: &str,
         arguments: Option<&JsonObject>,
     ) -> Result<CallToolResult, ErrorData> {
@@ -75,13 +105,16 @@ impl McpServer {
                 ));
             }
         };
+        let Some(subject) = subject else {
+            return Ok(project::<()>(Err(ToolError::Unauthenticated)));
+        };
         let property = contract::input_property(tool_name).unwrap_or_default();
         let input = contract::single_string(tool_name, property, arguments)
             .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
         Ok(match tool_name {
             SEARCH_API => project(self.service.search(input)),
             DESCRIBE_API => project(self.service.describe(input)),
-            _ => project_execution(self.service.execute(input).await),
+            _ => project_execution(self.service.execute(&subject, input).await),
         })
     }
 }
@@ -157,8 +190,9 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let subject = self.subjects.resolve(&context);
         tokio::select! {
-            result = self.call(&request.name, request.arguments.as_ref()) => {
+            result = self.call(subject, &request.name, request.arguments.as_ref()) => {
                 result.map(CallToolResponse::from)
             }
             () = context.ct.cancelled() => {

@@ -31,7 +31,7 @@ impl Guest for Hostile {
     }
 
     fn crash() -> Done {
-        panic!("hostile.crash: /secret/host/path must never reach the model")
+        panic!("hostile.crash: CANARY-trap-5d2e81 /secret/host/path must never reach the model")
     }
 }
 

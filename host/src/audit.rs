@@ -1,0 +1,256 @@
+//! The audit trail: one JSON line per native call, for operators.
+//!
+//! A line says who called what, what the policy decided, how the call ended (the
+//! fixed outcome text, never its detail), what it cost and how long it took. It
+//! never holds argument values or results: those belong to the caller, and the
+//! audit log is read by other people.
+//!
+//! Lines are handed to a writer thread over a channel, so a native call pays for
+//! formatting one line, not for a write to a file or a terminal; the thread flushes
+//! whenever the channel runs empty.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, Sender};
+use std::thread::JoinHandle;
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+/// What the policy said about a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// Allowed.
+    Allow,
+    /// Denied (`permission denied`).
+    Deny,
+    /// The policy could not decide (`authorization policy failure`).
+    Failure,
+    /// The call ended before authorization (unknown name, binding, a budget).
+    NotEvaluated,
+}
+
+/// One native call, as the audit log records it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AuditRecord<'a> {
+    /// When the call ended, RFC 3339 in UTC with microseconds.
+    pub time: String,
+    /// The execution it belongs to: a number counting up from 1 per process.
+    pub execution: u64,
+    /// Who called.
+    pub subject: &'a str,
+    /// The capability's stable ID (empty when the name was not resolved).
+    pub capability_id: &'a str,
+    /// The capability's dotted name.
+    pub capability: &'a str,
+    /// What the policy said.
+    pub decision: Decision,
+    /// `ok`, or the fixed text of the error (never its detail).
+    pub outcome: &'a str,
+    /// Fuel the plugin burned.
+    pub fuel: u64,
+    /// Wall time of the call, binding to conversion, in microseconds.
+    pub duration_us: u64,
+}
+
+/// Where audit lines go.
+#[derive(Debug)]
+pub struct AuditLog {
+    sender: Mutex<Option<Sender<String>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl AuditLog {
+    /// Audit lines to standard error.
+    pub fn stderr() -> Self {
+        Self::to_writer(Box::new(std::io::stderr()))
+    }
+
+    /// Audit lines appended to `path` (created if missing).
+    ///
+    /// # Errors
+    ///
+    /// When the file cannot be opened for appending.
+    pub fn file(path: &Path) -> std::io::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(Self::to_writer(Box::new(file)))
+    }
+
+    /// Audit lines to `out`, written by a thread of their own.
+    pub fn to_writer(out: Box<dyn Write + Send>) -> Self {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let writer = std::thread::Builder::new()
+            .name("codemode-audit".into())
+            .spawn(move || write_lines(receiver, out));
+        let writer = match writer {
+            Ok(handle) => Some(handle),
+            Err(error) => {
+                tracing::error!(reason = %error, "cannot start the audit writer; audit lines are lost");
+                None
+            }
+        };
+        Self {
+            sender: Mutex::new(Some(sender)),
+            writer: Mutex::new(writer),
+        }
+    }
+
+    /// Records one call.
+    pub fn record(&self, record: &AuditRecord<'_>) {
+        let Ok(mut line) = serde_json::to_string(record) else {
+            return;
+        };
+        line.push('\n');
+        if let Ok(sender) = self.sender.lock()
+            && let Some(sender) = sender.as_ref()
+        {
+            // The writer only stops when this log is closed.
+            let _ = sender.send(line);
+        }
+    }
+
+    /// Writes every pending line and stops the writer; later records are dropped.
+    pub fn close(&self) {
+        if let Ok(mut sender) = self.sender.lock() {
+            sender.take();
+        }
+        if let Ok(mut writer) = self.writer.lock()
+            && let Some(handle) = writer.take()
+        {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for AuditLog {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn write_lines(receiver: Receiver<String>, out: Box<dyn Write + Send>) {
+    let mut out = std::io::BufWriter::new(out);
+    while let Ok(line) = receiver.recv() {
+        let mut written = out.write_all(line.as_bytes());
+        // Drain what queued meanwhile, then flush once.
+        while let Ok(line) = receiver.try_recv() {
+            written = written.and_then(|()| out.write_all(line.as_bytes()));
+        }
+        if let Err(error) = written.and_then(|()| out.flush()) {
+            tracing::error!(reason = %error, "cannot write the audit log");
+        }
+    }
+}
+
+/// `time` as RFC 3339 in UTC with microseconds, e.g. `2026-12-02T18:40:01.123456Z`.
+pub fn rfc3339(time: SystemTime) -> String {
+    let since = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let seconds = since.as_secs();
+    let days = (seconds / 86_400) as i64;
+    let of_day = seconds % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        of_day / 3600,
+        of_day / 60 % 60,
+        of_day % 60,
+        since.subsec_micros()
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
+/// (Howard Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .map_err(|_| std::io::Error::other("poisoned"))?
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_record_is_one_json_line_with_fixed_fields() -> anyhow::Result<()> {
+        let out = Shared::default();
+        let log = AuditLog::to_writer(Box::new(out.clone()));
+        let record = AuditRecord {
+            time: "2026-12-02T18:40:01.000001Z".into(),
+            execution: 7,
+            subject: "analyst",
+            capability_id: "c1",
+            capability: "records.lookup",
+            decision: Decision::Deny,
+            outcome: "permission denied",
+            fuel: 0,
+            duration_us: 12,
+        };
+        log.record(&record);
+        log.record(&AuditRecord {
+            decision: Decision::NotEvaluated,
+            ..record.clone()
+        });
+        log.close();
+        let text = String::from_utf8(
+            out.0
+                .lock()
+                .map_err(|_| anyhow::anyhow!("poisoned"))?
+                .clone(),
+        )?;
+        assert_eq!(
+            text,
+            concat!(
+                r#"{"time":"2026-12-02T18:40:01.000001Z","execution":7,"subject":"analyst","capability_id":"c1","capability":"records.lookup","decision":"deny","outcome":"permission denied","fuel":0,"duration_us":12}"#,
+                "\n",
+                r#"{"time":"2026-12-02T18:40:01.000001Z","execution":7,"subject":"analyst","capability_id":"c1","capability":"records.lookup","decision":"not_evaluated","outcome":"permission denied","fuel":0,"duration_us":12}"#,
+                "\n"
+            )
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn times_are_rfc3339_utc_with_microseconds() {
+        let at = |secs: u64, micros: u64| {
+            rfc3339(
+                SystemTime::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros),
+            )
+        };
+        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(at(951_782_400, 5), "2000-02-29T00:00:00.000005Z");
+        assert_eq!(at(1_796_150_401, 123_456), "2026-12-01T18:40:01.123456Z");
+        assert_eq!(at(4_107_542_399, 999_999), "2100-02-28T23:59:59.999999Z");
+    }
+}

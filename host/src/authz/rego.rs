@@ -1,0 +1,597 @@
+//! The Rego adapter of the [`Authorizer`] port, evaluated with `regorus`.
+//!
+//! Modules are parsed once at start, in file-name order, with Rego v1 syntax; the
+//! decision must be a ground reference under `data` (default
+//! [`DEFAULT_DECISION`]). Each native call clones the prepared engine (cheap: its
+//! state is shared), sets the input document and evaluates the decision. Only the
+//! boolean `true` allows; `false` denies; anything else (undefined, another type, an
+//! evaluation error) is a policy failure whose reason goes to the log only.
+//!
+//! Decisions must be deterministic: the builtins that read the clock, randomness,
+//! the network or the runtime are either not compiled in (regorus features) or
+//! refused when a module names them, and so is `print`.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use codemode_value::Value;
+use regorus::unstable::{Lexer, TokenKind};
+use regorus::utils::limits::ExecutionTimerConfig;
+
+use super::{AuthorizationInput, Authorizer, AuthzError};
+
+/// The decision evaluated when `--policy-decision` is not given.
+pub const DEFAULT_DECISION: &str = "data.codemode.authz.allow";
+
+/// Longest a single decision may run before it is a policy failure: a policy is a
+/// handful of comparisons, so this only stops a runaway comprehension.
+pub const DECISION_TIME_LIMIT: Duration = Duration::from_millis(500);
+
+/// Builtins a module may not name: their results change between calls (clock,
+/// randomness, network, runtime), so a decision would not be reproducible. Most are
+/// not compiled in at all; naming them here gives a clear error at start instead of
+/// an "unknown function" at the first call.
+const NONDETERMINISTIC_BUILTINS: &[&str] = &[
+    "http.send",
+    "net.lookup_ip_addr",
+    "opa.runtime",
+    "rand.intn",
+    "time.now_ns",
+    "uuid.rfc4122",
+    "uuid.parse",
+    "io.jwt.decode_verify",
+    "io.jwt.encode_sign",
+    "io.jwt.encode_sign_raw",
+    "trace",
+    "print",
+];
+
+/// Why a policy could not be prepared. Shown to the operator at start, never to a
+/// model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegoError {
+    /// No module was given.
+    #[error("rego: at least one module is required")]
+    NoModules,
+    /// A module's file name is blank.
+    #[error("rego: module filename must not be blank")]
+    BlankFilename,
+    /// The decision is not of the form `data.a.b`.
+    #[error("rego: decision {0:?} must be a ground data reference")]
+    Decision(String),
+    /// A module does not parse.
+    #[error("rego: module {file}: {reason}")]
+    Module {
+        /// The module's file name.
+        file: String,
+        /// The parser's message.
+        reason: String,
+    },
+    /// A module names a nondeterministic builtin or `print`.
+    #[error(
+        "rego: module {file}:{line}:{col}: `{builtin}` is not available: decisions must be deterministic and silent"
+    )]
+    Builtin {
+        /// The module's file name.
+        file: String,
+        /// 1-based line.
+        line: u32,
+        /// 1-based column.
+        col: u32,
+        /// The builtin named.
+        builtin: String,
+    },
+    /// The decision cannot be compiled against the modules (e.g. no such rule).
+    #[error("rego: prepare decision: {0}")]
+    Prepare(String),
+}
+
+/// Decides native calls with a Rego policy.
+#[derive(Clone)]
+pub struct RegoAuthorizer {
+    engine: regorus::Engine,
+    decision: String,
+}
+
+impl std::fmt::Debug for RegoAuthorizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegoAuthorizer")
+            .field("decision", &self.decision)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RegoAuthorizer {
+    /// Parses `modules` (file name, source) in file-name order and prepares
+    /// `decision`.
+    ///
+    /// # Errors
+    ///
+    /// [`RegoError`] for no modules, a blank file name, a decision that is not a
+    /// ground `data.` reference, a module that does not parse or names a
+    /// nondeterministic builtin, or a decision that names no rule.
+    pub fn new(decision: &str, modules: &[(String, String)]) -> Result<Self, RegoError> {
+        if modules.is_empty() {
+            return Err(RegoError::NoModules);
+        }
+        if !is_ground_data_reference(decision) {
+            return Err(RegoError::Decision(decision.to_owned()));
+        }
+        let mut sorted: Vec<&(String, String)> = modules.iter().collect();
+        sorted.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut engine = regorus::Engine::new();
+        engine.set_rego_v0(false);
+        engine.set_strict_builtin_errors(true);
+        // Never to stderr: `print` is refused below, this is the second line.
+        engine.set_gather_prints(true);
+        engine.set_execution_timer_config(ExecutionTimerConfig {
+            limit: DECISION_TIME_LIMIT,
+            check_interval: NonZeroU32::MIN,
+        });
+        for (file, source) in sorted {
+            if file.trim().is_empty() {
+                return Err(RegoError::BlankFilename);
+            }
+            refuse_nondeterminism(file, source)?;
+            engine
+                .add_policy(file.clone(), source.clone())
+                .map_err(|error| RegoError::Module {
+                    file: file.clone(),
+                    reason: format!("{error:#}"),
+                })?;
+        }
+        // Compiling against the entry point checks that the decision names a rule.
+        engine
+            .clone()
+            .compile_with_entrypoint(&regorus::Rc::<str>::from(decision))
+            .map_err(|error| RegoError::Prepare(format!("{error:#}")))?;
+        Ok(Self {
+            engine,
+            decision: decision.to_owned(),
+        })
+    }
+
+    /// The decision this authorizer evaluates.
+    pub fn decision(&self) -> &str {
+        &self.decision
+    }
+
+    /// Evaluates the decision for `input`: `Some(true)` allows, `Some(false)` denies.
+    fn evaluate(&self, input: regorus::Value) -> Result<bool, AuthzError> {
+        let mut engine = self.engine.clone();
+        engine.set_input(input);
+        match engine.eval_rule(self.decision.clone()) {
+            Ok(regorus::Value::Bool(allowed)) => Ok(allowed),
+            Ok(regorus::Value::Undefined) => Err(AuthzError::Failure(
+                "rego: decision is undefined".to_owned(),
+            )),
+            Ok(_) => Err(AuthzError::Failure(
+                "rego: decision must be boolean".to_owned(),
+            )),
+            Err(error) => Err(AuthzError::Failure(format!(
+                "rego: evaluate decision: {error:#}"
+            ))),
+        }
+    }
+}
+
+impl Authorizer for RegoAuthorizer {
+    fn authorize(&self, input: &AuthorizationInput<'_>) -> Result<(), AuthzError> {
+        match self.evaluate(input_document(input)) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(AuthzError::Denied),
+            Err(error) => Err(error),
+        }
+    }
+}
+
+/// The input document, exactly:
+/// `{"subject":{"id"},"capability":{"id","name"},"arguments":{...}}`.
+pub fn input_document(input: &AuthorizationInput<'_>) -> regorus::Value {
+    object([
+        (
+            "subject",
+            object([("id", input.subject.id.as_str().into())]),
+        ),
+        (
+            "capability",
+            object([
+                ("id", input.capability_id.into()),
+                ("name", input.capability_name.into()),
+            ]),
+        ),
+        ("arguments", to_rego(input.arguments)),
+    ])
+}
+
+fn object<const N: usize>(entries: [(&str, regorus::Value); N]) -> regorus::Value {
+    let map: std::collections::BTreeMap<regorus::Value, regorus::Value> = entries
+        .into_iter()
+        .map(|(k, v)| (regorus::Value::from(k), v))
+        .collect();
+    regorus::Value::from(map)
+}
+
+/// A canonical argument as a Rego value. Binding has already refused what JSON
+/// cannot carry (non-finite floats, ints past 64 bits, non-string keys), so those
+/// arms only keep the conversion total.
+fn to_rego(value: &Value) -> regorus::Value {
+    match value {
+        Value::None => regorus::Value::Null,
+        Value::Bool(b) => regorus::Value::from(*b),
+        Value::Int(i) => regorus::Value::from(*i),
+        Value::Float(f) => regorus::Value::from(*f),
+        Value::Str(s) => regorus::Value::from(s.as_str()),
+        Value::List(items) => regorus::Value::from(items.iter().map(to_rego).collect::<Vec<_>>()),
+        Value::Dict(entries) => regorus::Value::from(
+            entries
+                .iter()
+                .map(|(k, v)| (regorus::Value::from(k.as_str()), to_rego(v)))
+                .collect::<std::collections::BTreeMap<_, _>>(),
+        ),
+        Value::BigInt { .. } | Value::NonStringKeys | Value::Unsupported(_) => regorus::Value::Null,
+    }
+}
+
+/// `data` followed by one or more `.name` or `["key"]` segments: no variables, no
+/// other root.
+fn is_ground_data_reference(decision: &str) -> bool {
+    let Some(mut rest) = decision.strip_prefix("data") else {
+        return false;
+    };
+    let mut segments = 0;
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix('.') {
+            let end = after
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(after.len());
+            let name = &after[..end];
+            if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
+                return false;
+            }
+            rest = &after[end..];
+        } else if let Some(after) = rest.strip_prefix("[\"") {
+            let Some(end) = after.find("\"]") else {
+                return false;
+            };
+            if end == 0 || after[..end].contains(['"', '\\']) {
+                return false;
+            }
+            rest = &after[end + 2..];
+        } else {
+            return false;
+        }
+        segments += 1;
+    }
+    segments > 0
+}
+
+/// Refuses a module that names a [`NONDETERMINISTIC_BUILTINS`] entry as a call:
+/// a dotted name that does not continue another reference (so `input.time.now_ns`
+/// is fine), followed by `(`. Tokens, not text: comments and strings are skipped.
+fn refuse_nondeterminism(file: &str, source: &str) -> Result<(), RegoError> {
+    let parse_error = |error: anyhow::Error| RegoError::Module {
+        file: file.to_owned(),
+        reason: format!("{error:#}"),
+    };
+    let source =
+        regorus::Source::from_contents(file.to_owned(), source.to_owned()).map_err(parse_error)?;
+    let mut lexer = Lexer::new(&source);
+    let mut tokens = Vec::new();
+    loop {
+        let token = lexer.next_token().map_err(parse_error)?;
+        if token.0 == TokenKind::Eof {
+            break;
+        }
+        tokens.push(token);
+    }
+    let is_symbol = |i: usize, s: &str| {
+        tokens
+            .get(i)
+            .is_some_and(|t| t.0 == TokenKind::Symbol && t.1.text() == s)
+    };
+    let mut i = 0;
+    while i < tokens.len() {
+        let starts_reference = tokens[i].0 == TokenKind::Ident && !(i > 0 && is_symbol(i - 1, "."));
+        if !starts_reference {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let mut name = tokens[i].1.text().to_owned();
+        while is_symbol(i + 1, ".") && tokens.get(i + 2).is_some_and(|t| t.0 == TokenKind::Ident) {
+            name.push('.');
+            name.push_str(tokens[i + 2].1.text());
+            i += 2;
+        }
+        if is_symbol(i + 1, "(") && NONDETERMINISTIC_BUILTINS.contains(&name.as_str()) {
+            let span = &tokens[start].1;
+            return Err(RegoError::Builtin {
+                file: file.to_owned(),
+                line: span.line,
+                col: span.col,
+                builtin: name,
+            });
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authz::Subject;
+
+    const POLICY: &str = r#"package codemode.authz
+
+default allow := false
+
+allow if {
+    input.subject.id == "analyst"
+    input.capability.name == "records.lookup"
+}
+
+allow if {
+    input.subject.id == "admin"
+}
+
+allow if {
+    input.capability.name == "stats.summary"
+    count(input.arguments.values) <= 3
+}
+"#;
+
+    fn modules(source: &str) -> Vec<(String, String)> {
+        vec![("policy.rego".to_owned(), source.to_owned())]
+    }
+
+    fn decide(
+        authorizer: &RegoAuthorizer,
+        subject: &str,
+        name: &str,
+        arguments: Value,
+    ) -> Result<(), AuthzError> {
+        let subject = Subject { id: subject.into() };
+        authorizer.authorize(&AuthorizationInput {
+            subject: &subject,
+            capability_id: "id-1",
+            capability_name: name,
+            arguments: &arguments,
+        })
+    }
+
+    fn no_arguments() -> Value {
+        Value::Dict(Vec::new())
+    }
+
+    #[test]
+    fn true_allows_false_denies() -> anyhow::Result<()> {
+        let authorizer = RegoAuthorizer::new(DEFAULT_DECISION, &modules(POLICY))?;
+        assert_eq!(
+            decide(&authorizer, "analyst", "records.lookup", no_arguments()),
+            Ok(())
+        );
+        assert_eq!(
+            decide(&authorizer, "guest", "records.lookup", no_arguments()),
+            Err(AuthzError::Denied)
+        );
+        assert_eq!(
+            decide(&authorizer, "analyst", "records.query", no_arguments()),
+            Err(AuthzError::Denied)
+        );
+        assert_eq!(
+            decide(&authorizer, "admin", "records.query", no_arguments()),
+            Ok(())
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn arguments_are_visible_to_the_policy() -> anyhow::Result<()> {
+        let authorizer = RegoAuthorizer::new(DEFAULT_DECISION, &modules(POLICY))?;
+        let values = |n: i64| {
+            Value::Dict(vec![(
+                "values".into(),
+                Value::List((0..n).map(Value::Int).collect()),
+            )])
+        };
+        assert_eq!(
+            decide(&authorizer, "guest", "stats.summary", values(3)),
+            Ok(())
+        );
+        assert_eq!(
+            decide(&authorizer, "guest", "stats.summary", values(4)),
+            Err(AuthzError::Denied)
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn the_input_document_has_exactly_the_documented_shape() -> anyhow::Result<()> {
+        let subject = Subject { id: "s".into() };
+        let arguments = Value::Dict(vec![
+            ("n".into(), Value::Int(i64::MAX)),
+            ("x".into(), Value::Float(1.0)),
+            ("tags".into(), Value::List(vec![Value::Str("a".into())])),
+            ("z".into(), Value::None),
+        ]);
+        let document = input_document(&AuthorizationInput {
+            subject: &subject,
+            capability_id: "cap-id",
+            capability_name: "records.lookup",
+            arguments: &arguments,
+        });
+        // Rego has one number type: the float 1.0 and the int 1 are the same value.
+        let document: serde_json::Value = serde_json::from_str(&document.to_json_str()?)?;
+        assert_eq!(
+            document,
+            serde_json::json!({
+                "subject": {"id": "s"},
+                "capability": {"id": "cap-id", "name": "records.lookup"},
+                "arguments": {"n": 9223372036854775807_i64, "tags": ["a"], "x": 1, "z": null}
+            })
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn anything_but_a_boolean_is_a_policy_failure() -> anyhow::Result<()> {
+        let cases = [
+            (
+                "package codemode.authz\nallow if { input.subject.id == \"nobody\" }\n",
+                "rego: decision is undefined",
+            ),
+            (
+                "package codemode.authz\nallow := \"yes\"\n",
+                "rego: decision must be boolean",
+            ),
+            (
+                "package codemode.authz\nallow := x if { x := {true, false} }\n",
+                "rego: decision must be boolean",
+            ),
+        ];
+        for (source, reason) in cases {
+            let authorizer = RegoAuthorizer::new(DEFAULT_DECISION, &modules(source))?;
+            assert_eq!(
+                decide(&authorizer, "s", "a.b", no_arguments()),
+                Err(AuthzError::Failure(reason.to_owned())),
+                "{source}"
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn an_evaluation_error_is_a_policy_failure() -> anyhow::Result<()> {
+        let source = "package codemode.authz\nallow if { to_number(input.subject.id) > 1 }\n";
+        let authorizer = RegoAuthorizer::new(DEFAULT_DECISION, &modules(source))?;
+        match decide(&authorizer, "not-a-number", "a.b", no_arguments()) {
+            Err(AuthzError::Failure(reason)) => {
+                assert!(reason.starts_with("rego: evaluate decision: "), "{reason}");
+            }
+            other => panic!("expected a policy failure, got {other:?}"),
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn construction_errors_name_the_problem() {
+        let good = modules(POLICY);
+        type Modules = Vec<(String, String)>;
+        let cases: Vec<(&str, Modules, RegoError)> = vec![
+            (DEFAULT_DECISION, Vec::new(), RegoError::NoModules),
+            (
+                DEFAULT_DECISION,
+                vec![(" ".into(), POLICY.into())],
+                RegoError::BlankFilename,
+            ),
+            (
+                "input.allow",
+                good.clone(),
+                RegoError::Decision("input.allow".into()),
+            ),
+            (
+                "data.x[y]",
+                good.clone(),
+                RegoError::Decision("data.x[y]".into()),
+            ),
+            ("data", good.clone(), RegoError::Decision("data".into())),
+        ];
+        for (decision, modules, expected) in cases {
+            assert_eq!(
+                RegoAuthorizer::new(decision, &modules).err(),
+                Some(expected)
+            );
+        }
+        assert_eq!(
+            RegoError::Decision("input.allow".into()).to_string(),
+            r#"rego: decision "input.allow" must be a ground data reference"#
+        );
+    }
+
+    #[test]
+    fn ground_references_may_use_quoted_segments() {
+        assert!(is_ground_data_reference("data.codemode.authz.allow"));
+        assert!(is_ground_data_reference(r#"data["my-pkg"].allow"#));
+        assert!(!is_ground_data_reference("data.1x"));
+        assert!(!is_ground_data_reference("data..x"));
+        assert!(!is_ground_data_reference(r#"data[""].x"#));
+        assert!(!is_ground_data_reference("datax.y"));
+    }
+
+    #[test]
+    fn a_missing_rule_or_a_syntax_error_fails_at_start() {
+        assert!(matches!(
+            RegoAuthorizer::new("data.codemode.authz.permit", &modules(POLICY)),
+            Err(RegoError::Prepare(_))
+        ));
+        assert!(matches!(
+            RegoAuthorizer::new(
+                DEFAULT_DECISION,
+                &modules("package codemode.authz\nallow if {")
+            ),
+            Err(RegoError::Module { .. })
+        ));
+    }
+
+    #[test]
+    fn nondeterministic_builtins_and_print_are_refused() {
+        let cases = [
+            ("allow if { rand.intn(\"x\", 10) == 1 }", "rand.intn", 3, 12),
+            ("allow if { time.now_ns() > 0 }", "time.now_ns", 3, 12),
+            ("allow if {\n  print(input)\n}", "print", 4, 3),
+            ("allow if { http.send({}) }", "http.send", 3, 12),
+        ];
+        for (rule, builtin, line, col) in cases {
+            let source = format!("package codemode.authz\n\n{rule}\n");
+            assert_eq!(
+                RegoAuthorizer::new(DEFAULT_DECISION, &modules(&source)).err(),
+                Some(RegoError::Builtin {
+                    file: "policy.rego".into(),
+                    line,
+                    col,
+                    builtin: builtin.into(),
+                }),
+                "{rule}"
+            );
+        }
+    }
+
+    #[test]
+    fn look_alike_references_comments_and_strings_are_not_refused() -> anyhow::Result<()> {
+        let source = r#"package codemode.authz
+
+# time.now_ns() would make this flaky
+default allow := false
+
+allow if {
+    input.time.now_ns == "print(x)"
+}
+"#;
+        let authorizer = RegoAuthorizer::new(DEFAULT_DECISION, &modules(source))?;
+        assert_eq!(
+            decide(&authorizer, "s", "a.b", no_arguments()),
+            Err(AuthzError::Denied)
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn modules_load_in_file_name_order() {
+        // Both modules are broken; the error names the one first by file name,
+        // whatever the order given.
+        let modules = vec![
+            ("b.rego".to_owned(), "package x\nallow if {".to_owned()),
+            (
+                "a.rego".to_owned(),
+                "package x\nallow if { rand.intn(\"s\", 2) }".to_owned(),
+            ),
+        ];
+        assert!(matches!(
+            RegoAuthorizer::new(DEFAULT_DECISION, &modules),
+            Err(RegoError::Builtin { file, .. }) if file == "a.rego"
+        ));
+    }
+}

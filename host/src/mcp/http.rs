@@ -1,0 +1,301 @@
+//! Streamable HTTP: MCP at [`MCP_PATH`] in stateless mode, with the probes and
+//! metrics an orchestrator needs.
+//!
+//! The listener is bound before plugins load, so a liveness probe passes while the
+//! interpreter compiles; `/readyz` and `/mcp` answer 503 until the catalog is in
+//! place. Every `/mcp` request is authenticated first: with a tokens file the bearer
+//! token names the subject (no token or an unknown one is a 401 with
+//! `WWW-Authenticate`); without one every request acts for the configured subject
+//! (loopback, or `--insecure`). The subject travels in the request's extensions,
+//! which only the host writes, to [`SubjectSource::Authenticated`]. No session state
+//! is kept, so replicas can sit behind any load balancer.
+
+use std::future::{Future, IntoFuture};
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+
+use super::server::{McpServer, SubjectSource};
+use crate::authz::{Subject, Tokens};
+use crate::error::UNAUTHENTICATED;
+use crate::service::Service;
+
+/// Where MCP is served.
+pub const MCP_PATH: &str = "/mcp";
+/// Liveness: 200 while the process serves HTTP.
+pub const HEALTHZ_PATH: &str = "/healthz";
+/// Readiness: 200 once the catalog is loaded, 503 before.
+pub const READYZ_PATH: &str = "/readyz";
+/// Prometheus metrics.
+pub const METRICS_PATH: &str = "/metrics";
+
+/// The realm named in `WWW-Authenticate`.
+const REALM: &str = "codemode-host";
+
+/// Hosts accepted in the `Host` header when none are configured: loopback only,
+/// which is what protects a local server from DNS rebinding.
+pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// How the HTTP listener behaves.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// Who `/mcp` requests act for: bearer tokens, or one fixed subject.
+    pub authentication: Authentication,
+    /// Accepted `Host` header values (name or `name:port`), beyond which requests
+    /// are refused (DNS-rebinding protection).
+    pub allowed_hosts: Vec<String>,
+    /// How long in-flight requests may run after a shutdown signal.
+    pub drain: Duration,
+}
+
+/// How an HTTP request's subject is found.
+#[derive(Debug, Clone)]
+pub enum Authentication {
+    /// `Authorization: Bearer <token>`, looked up in a tokens file.
+    Tokens(Arc<Tokens>),
+    /// Every request acts for this subject (loopback or `--insecure`, no tokens).
+    Fixed(Subject),
+}
+
+/// The server once its catalog is loaded.
+#[derive(Clone, Default)]
+pub struct Readiness {
+    ready: Arc<OnceLock<(Arc<Service>, McpServer)>>,
+}
+
+impl Readiness {
+    /// Starts serving `service` on `/mcp`; `/readyz` turns 200.
+    pub fn set(&self, service: Arc<Service>) {
+        let server = McpServer::new(service.clone(), SubjectSource::Authenticated);
+        let _ = self.ready.set((service, server));
+    }
+
+    fn server(&self) -> Option<McpServer> {
+        self.ready.get().map(|(_, server)| server.clone())
+    }
+
+    fn service(&self) -> Option<&Arc<Service>> {
+        self.ready.get().map(|(service, _)| service)
+    }
+}
+
+/// The router: `/mcp`, `/healthz`, `/readyz`, `/metrics`.
+pub fn router(config: &HttpConfig, readiness: Readiness) -> Router {
+    let factory_readiness = readiness.clone();
+    let mcp = StreamableHttpService::new(
+        move || {
+            factory_readiness
+                .server()
+                .ok_or_else(|| std::io::Error::other("the catalog is not loaded yet"))
+        },
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default()
+            .with_legacy_session_mode(false)
+            .with_json_response(true)
+            .with_sse_keep_alive(None)
+            .with_allowed_hosts(config.allowed_hosts.clone()),
+    );
+    let gate = Gate {
+        authentication: config.authentication.clone(),
+        readiness: readiness.clone(),
+    };
+    let mcp = Router::new()
+        .route_service(MCP_PATH, mcp)
+        .layer(middleware::from_fn_with_state(gate, authenticate));
+    Router::new()
+        .route(HEALTHZ_PATH, get(|| async { "ok\n" }))
+        .route(READYZ_PATH, get(ready))
+        .route(METRICS_PATH, get(metrics))
+        .with_state(readiness)
+        .merge(mcp)
+}
+
+#[derive(Clone)]
+struct Gate {
+    authentication: Authentication,
+    readiness: Readiness,
+}
+
+async fn ready(State(readiness): State<Readiness>) -> Response {
+    match readiness.service() {
+        Some(_) => (StatusCode::OK, "ready\n").into_response(),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "loading\n").into_response(),
+    }
+}
+
+async fn metrics(State(readiness): State<Readiness>) -> Response {
+    let text = readiness
+        .service()
+        .map(|service| service.metrics().render())
+        .unwrap_or_default();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// Puts the request's [`Subject`] in its extensions, or answers 401 / 503.
+async fn authenticate(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
+    if gate.readiness.service().is_none() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "loading\n").into_response();
+    }
+    // Whatever a client sent is not trusted; only what is inserted here is.
+    request.extensions_mut().remove::<Subject>();
+    let subject = match &gate.authentication {
+        Authentication::Fixed(subject) => subject.clone(),
+        Authentication::Tokens(tokens) => {
+            let presented = request
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|value| value.to_str().ok())
+                .and_then(bearer);
+            let Some(token) = presented else {
+                return unauthorized(None);
+            };
+            match tokens.resolve(token) {
+                Some(subject) => subject,
+                None => return unauthorized(Some("invalid_token")),
+            }
+        }
+    };
+    request.extensions_mut().insert(subject);
+    next.run(request).await
+}
+
+/// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+fn unauthorized(error: Option<&str>) -> Response {
+    let challenge = match error {
+        Some(error) => format!("Bearer realm=\"{REALM}\", error=\"{error}\""),
+        None => format!("Bearer realm=\"{REALM}\""),
+    };
+    let mut response = Response::new(Body::from(format!("{UNAUTHENTICATED}\n")));
+    *response.status_mut() = StatusCode::UNAUTHORIZED;
+    if let Ok(value) = HeaderValue::from_str(&challenge) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
+    }
+    response
+}
+
+/// Binds `address`.
+///
+/// # Errors
+///
+/// When the address cannot be bound.
+pub async fn bind(address: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(address).await
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves; then stops accepting and
+/// lets in-flight requests finish for at most `drain`.
+///
+/// # Errors
+///
+/// When the listener fails.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    drain: Duration,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            tracing::info!(
+                drain_ms = drain.as_millis() as u64,
+                "shutting down: no new connections; finishing requests in flight"
+            );
+            let _ = stopping.send(());
+        })
+        .into_future();
+    tokio::select! {
+        served = server => served,
+        () = async {
+            if stopped.await.is_ok() {
+                tokio::time::sleep(drain).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        } => {
+            tracing::warn!("requests still in flight after the drain period; exiting");
+            Ok(())
+        }
+    }
+}
+
+/// Resolves at SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(error) => {
+                tracing::warn!(reason = %error, "cannot watch SIGTERM; only SIGINT stops the server");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens_are_read_from_the_header() {
+        assert_eq!(bearer("Bearer abc"), Some("abc"));
+        assert_eq!(bearer("bearer  abc "), Some("abc"));
+        assert_eq!(bearer("Basic abc"), None);
+        assert_eq!(bearer("Bearer "), None);
+        assert_eq!(bearer("Bearer"), None);
+    }
+
+    #[test]
+    fn a_401_names_the_scheme_and_the_error() {
+        let response = unauthorized(Some("invalid_token"));
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            response.headers().get(header::WWW_AUTHENTICATE),
+            Some(&HeaderValue::from_static(
+                "Bearer realm=\"codemode-host\", error=\"invalid_token\""
+            ))
+        );
+        let response = unauthorized(None);
+        assert_eq!(
+            response.headers().get(header::WWW_AUTHENTICATE),
+            Some(&HeaderValue::from_static("Bearer realm=\"codemode-host\""))
+        );
+    }
+}

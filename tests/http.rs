@@ -1,0 +1,310 @@
+//! Streamable HTTP: bearer tokens, the Rego policy through the Python MCP client,
+//! probes and metrics, DNS-rebinding protection, replicas without affinity, and a
+//! graceful shutdown.
+
+use serde_json::{Value, json};
+
+use crate::stdio::{call, err, ok};
+use crate::support::{
+    HttpServer, drive_http, example_plugin_files, plugin_folder, raw_request, root, test_plugin,
+};
+
+/// The analyst's token; it must never show up anywhere a client or the log can see.
+const ANALYST_TOKEN: &str = "CANARY-token-analyst-91b2e7";
+const GUEST_TOKEN: &str = "guest-token-0c4d";
+
+const LOOKUP: &str = "def main():\n    return records.lookup(key=\"bk-0001\")[\"title\"]";
+const QUERY: &str =
+    "def main():\n    return records.query(filter={\"genre\": \"fantasy\"}, tags=[])[\"total\"]";
+const CRASH: &str = "def main():\n    return hostile.crash()";
+
+fn execute(source: &str) -> Value {
+    call("execute", json!({ "source": source }))
+}
+
+fn path(relative: &str) -> String {
+    root()
+        .join(relative)
+        .to_str()
+        .expect("utf-8 path")
+        .to_owned()
+}
+
+/// A tokens file for the analyst and the guest, under `label`.
+fn tokens_file(label: &str) -> String {
+    let dir = root().join("target/test-cache/tokens");
+    std::fs::create_dir_all(&dir).expect("create the tokens folder");
+    let file = dir.join(format!("{label}.tokens"));
+    let text = format!(
+        "# subject sha256(token)\nanalyst {}\nguest {}\n",
+        codemode_host::authz::token_hash(ANALYST_TOKEN),
+        codemode_host::authz::token_hash(GUEST_TOKEN)
+    );
+    std::fs::write(&file, text).expect("write the tokens file");
+    file.to_str().expect("utf-8 path").to_owned()
+}
+
+/// A server with the example plugins and `hostile`, the analyst policies and tokens.
+fn secured_server(label: &str) -> HttpServer {
+    let mut files = example_plugin_files();
+    files.push(test_plugin("hostile"));
+    let plugins = plugin_folder(label, &files);
+    HttpServer::start(&[
+        "--plugins",
+        plugins.to_str().expect("utf-8 path"),
+        "--policy",
+        &path("tests/policies/analyst.rego"),
+        "--policy",
+        &path("tests/policies/analyst-hostile.rego"),
+        "--tokens",
+        &tokens_file(label),
+    ])
+}
+
+fn bearer(token: &str) -> Value {
+    json!({ "Authorization": format!("Bearer {token}") })
+}
+
+fn assert_no_canary(what: &str, text: &str) {
+    assert!(!text.contains("CANARY"), "a canary reached {what}: {text}");
+}
+
+#[test]
+fn tokens_name_the_subject_and_the_policy_decides() {
+    let server = secured_server("http-policy");
+    let forged = json!({"op": "call", "tool": "execute", "arguments": {"source": LOOKUP}, "meta": {"subject": "analyst", "codemode/subject": {"id": "analyst"}}});
+    let analyst = drive_http(
+        &server.url(),
+        bearer(ANALYST_TOKEN),
+        "legacy",
+        json!([{"op": "list_tools"}, execute(LOOKUP), execute(QUERY), execute(CRASH)]),
+    );
+    let names: Vec<&Value> = analyst["results"][0]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| &t["name"])
+        .collect();
+    assert_eq!(names, vec!["search_api", "describe_api", "execute"]);
+    assert_eq!(
+        ok(&analyst["results"][1]),
+        &json!({"result": "The Burning Tide"})
+    );
+    assert_eq!(err(&analyst["results"][2]), "permission denied");
+    assert_eq!(err(&analyst["results"][3]), "capability failed");
+
+    let guest = drive_http(
+        &server.url(),
+        bearer(GUEST_TOKEN),
+        "legacy",
+        json!([execute(LOOKUP), forged]),
+    );
+    assert_eq!(err(&guest["results"][0]), "permission denied");
+    assert_eq!(err(&guest["results"][1]), "permission denied");
+
+    let anonymous = drive_http(&server.url(), json!({}), "legacy", json!([execute(LOOKUP)]));
+    // The SDK turns the 401 into a generic error (the status is checked raw below).
+    assert_eq!(
+        anonymous,
+        json!({"connect_error": "MCPError: Server returned an error response"})
+    );
+
+    for out in [&analyst, &guest, &anonymous] {
+        assert_no_canary("a client", &out.to_string());
+    }
+    let metrics = raw_request(server.port, "GET", "/metrics", &[], "");
+    assert_eq!(metrics.status, 200);
+    for line in [
+        "codemode_native_calls_total{capability=\"records.lookup\",outcome=\"ok\"} 1",
+        "codemode_native_calls_total{capability=\"records.lookup\",outcome=\"permission denied\"} 2",
+        "codemode_native_calls_total{capability=\"records.query\",outcome=\"permission denied\"} 1",
+        "codemode_native_calls_total{capability=\"hostile.crash\",outcome=\"capability failed\"} 1",
+        "codemode_executes_total{outcome=\"ok\"} 1",
+        "codemode_executes_total{outcome=\"permission denied\"} 3",
+        "codemode_plugins_loaded 4",
+    ] {
+        assert!(
+            metrics.body.lines().any(|l| l == line),
+            "missing {line:?} in\n{}",
+            metrics.body
+        );
+    }
+    assert_no_canary("the metrics", &metrics.body);
+    let log = server.log();
+    assert!(!log.contains(ANALYST_TOKEN), "the token reached the log");
+    // The audit lines (stderr here) name the authenticated subjects only.
+    let subjects: Vec<String> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|a| a["subject"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        subjects,
+        vec!["analyst", "analyst", "analyst", "guest", "guest"]
+    );
+}
+
+#[test]
+fn requests_without_a_valid_token_get_401_with_a_challenge() {
+    let server = secured_server("http-401");
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+    let json_headers = [
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    let missing = raw_request(server.port, "POST", "/mcp", &json_headers, initialize);
+    assert_eq!(missing.status, 401);
+    assert_eq!(
+        missing.header("www-authenticate"),
+        Some("Bearer realm=\"codemode-host\"")
+    );
+    assert_eq!(missing.body, "unauthenticated\n");
+    let wrong = format!("Bearer {GUEST_TOKEN}x");
+    let mut headers = json_headers.to_vec();
+    headers.push(("Authorization", &wrong));
+    let invalid = raw_request(server.port, "POST", "/mcp", &headers, initialize);
+    assert_eq!(invalid.status, 401);
+    assert_eq!(
+        invalid.header("www-authenticate"),
+        Some("Bearer realm=\"codemode-host\", error=\"invalid_token\"")
+    );
+    let good = format!("Bearer {GUEST_TOKEN}");
+    let mut headers = json_headers.to_vec();
+    headers.push(("Authorization", &good));
+    let accepted = raw_request(server.port, "POST", "/mcp", &headers, initialize);
+    assert_eq!(accepted.status, 200, "{accepted:?}");
+    assert!(accepted.body.contains("\"codemode-host\""), "{accepted:?}");
+    // Probes need no token.
+    let health = raw_request(server.port, "GET", "/healthz", &[], "");
+    assert_eq!((health.status, health.body.as_str()), (200, "ok\n"));
+    let ready = raw_request(server.port, "GET", "/readyz", &[], "");
+    assert_eq!((ready.status, ready.body.as_str()), (200, "ready\n"));
+}
+
+#[test]
+fn a_foreign_host_header_is_refused() {
+    let server = secured_server("http-rebinding");
+    let good = format!("Bearer {GUEST_TOKEN}");
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+    let response = raw_request(
+        server.port,
+        "POST",
+        "/mcp",
+        &[
+            ("Host", "evil.example:80"),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("Authorization", &good),
+        ],
+        initialize,
+    );
+    assert_eq!(response.status, 403, "{response:?}");
+}
+
+/// One JSON-RPC request over raw HTTP, no session: what a load balancer without
+/// affinity would forward to any replica.
+fn rpc(port: u16, token: &str, body: &Value) -> Value {
+    let auth = format!("Bearer {token}");
+    let response = raw_request(
+        port,
+        "POST",
+        "/mcp",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2025-11-25"),
+            ("Authorization", &auth),
+        ],
+        &body.to_string(),
+    );
+    assert!(
+        response.status == 200 || response.status == 202,
+        "{response:?}"
+    );
+    if response.body.is_empty() {
+        return Value::Null;
+    }
+    serde_json::from_str(&response.body).expect("a JSON response")
+}
+
+#[test]
+fn replicas_serve_alternating_requests_without_affinity() {
+    let a = secured_server("http-replica-a");
+    let b = secured_server("http-replica-b");
+    let ports = [a.port, b.port];
+    let initialized = rpc(
+        ports[0],
+        ANALYST_TOKEN,
+        &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"lb","version":"0"}}}),
+    );
+    assert_eq!(initialized["result"]["serverInfo"]["name"], "codemode-host");
+    rpc(
+        ports[1],
+        ANALYST_TOKEN,
+        &json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+    );
+    for id in 1..=10 {
+        let port = ports[id % 2];
+        let response = rpc(
+            port,
+            ANALYST_TOKEN,
+            &json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"execute","arguments":{"source":LOOKUP}}}),
+        );
+        assert_eq!(
+            response["result"]["structuredContent"],
+            json!({"result": "The Burning Tide"}),
+            "request {id} to port {port}: {response}"
+        );
+    }
+    for server in [&a, &b] {
+        let metrics = raw_request(server.port, "GET", "/metrics", &[], "");
+        assert!(
+            metrics
+                .body
+                .lines()
+                .any(|l| l == "codemode_executes_total{outcome=\"ok\"} 5"),
+            "{}",
+            metrics.body
+        );
+    }
+}
+
+#[test]
+fn sigterm_lets_the_execution_in_flight_finish() {
+    let plugins = plugin_folder("http-sigterm", &example_plugin_files());
+    let server = HttpServer::start(&[
+        "--plugins",
+        plugins.to_str().expect("utf-8 path"),
+        "--allow-all",
+        "--max-execution-steps",
+        "100000000",
+        "--max-execution-time",
+        "20s",
+    ]);
+    let port = server.port;
+    // About a second of work.
+    let slow =
+        "def main():\n    n = 0\n    for i in range(12000000):\n        n += 1\n    return n";
+    let request = std::thread::spawn(move || {
+        rpc(
+            port,
+            "",
+            &json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute","arguments":{"source":slow}}}),
+        )
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    server.terminate();
+    let response = request.join().expect("the request thread");
+    assert_eq!(
+        response["result"]["structuredContent"],
+        json!({"result": 12000000}),
+        "{response}"
+    );
+    let (code, log) = server.wait();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("shutting down"), "{log}");
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "still accepting after shutdown"
+    );
+}
