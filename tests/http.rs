@@ -308,3 +308,58 @@ fn sigterm_lets_the_execution_in_flight_finish() {
         "still accepting after shutdown"
     );
 }
+
+#[test]
+fn probes_answer_while_the_interpreter_is_prepared() {
+    use std::io::BufRead;
+    // A fresh cache: preparing the interpreter takes seconds, during which the
+    // listener is already up.
+    let cache = root().join("target/test-cache/fresh-readyz");
+    let _ = std::fs::remove_dir_all(&cache);
+    let plugins = plugin_folder("http-readyz", &example_plugin_files());
+    let mut child = std::process::Command::new(crate::support::host_bin())
+        .args(["--listen", "127.0.0.1:0", "--allow-all", "--plugins"])
+        .arg(&plugins)
+        .arg("--cache-dir")
+        .arg(&cache)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn codemode-host");
+    let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut port = None;
+    for line in lines.by_ref() {
+        let line = line.expect("read stderr");
+        if let Some(at) = line.find("http://127.0.0.1:") {
+            port = line[at + 17..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse::<u16>()
+                .ok();
+            break;
+        }
+    }
+    let port = port.expect("a listening line");
+    let health = raw_request(port, "GET", "/healthz", &[], "");
+    let ready = raw_request(port, "GET", "/readyz", &[], "");
+    let mcp = raw_request(
+        port,
+        "POST",
+        "/mcp",
+        &[("Content-Type", "application/json")],
+        "{}",
+    );
+    let finished = lines.any(|l| l.is_ok_and(|l| l.ends_with("ready to serve")));
+    let ready_after = raw_request(port, "GET", "/readyz", &[], "");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!((health.status, health.body.as_str()), (200, "ok\n"));
+    assert_eq!((ready.status, ready.body.as_str()), (503, "loading\n"));
+    assert_eq!((mcp.status, mcp.body.as_str()), (503, "loading\n"));
+    assert!(finished, "the server never got ready");
+    assert_eq!(
+        (ready_after.status, ready_after.body.as_str()),
+        (200, "ready\n")
+    );
+}

@@ -8,6 +8,8 @@
 
 mod authorize;
 mod concurrency;
+mod conformance;
+mod deploy;
 mod execute;
 mod http;
 mod loading;

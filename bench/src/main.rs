@@ -10,9 +10,14 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use codemode_host::authz::Subject;
+use std::sync::Arc;
+
+use codemode_host::authz::{
+    AuthorizationInput, Authorizer, DEFAULT_DECISION, RegoAuthorizer, Subject,
+};
 use codemode_host::execute::Limits;
 use codemode_host::{LOCAL_SUBJECT, Service, ServiceConfig};
+use codemode_value::Value as Arg;
 use starlark::environment::{Globals, Module};
 use starlark::eval::Evaluator;
 use starlark::syntax::{AstModule, Dialect};
@@ -90,24 +95,37 @@ fn main() {
         us(p99)
     );
 
-    let calls = |n: usize| {
-        format!(
-            "def main():\n    t = 0.0\n    for i in range({n}):\n        t += stats.summary(values=[1.0, 2.0])[\"mean\"]\n    return t\n"
-        )
-    };
-    let (zero, hundred) = (calls(0), calls(100));
-    for _ in 0..20 {
-        run(&zero);
-        run(&hundred);
-    }
-    let mut without: Vec<Duration> = (0..200).map(|_| run(&zero).0).collect();
-    let mut with: Vec<Duration> = (0..200).map(|_| run(&hundred).0).collect();
-    let (without, _) = percentiles(&mut without);
-    let (with, _) = percentiles(&mut with);
-    let per_call = with.saturating_sub(without) / 100;
+    let allow_all = per_call(&run);
     println!(
         "one native call (stats.summary, bind + allow-all + invoke + convert), p50 of 100 calls: {:.1} µs per call",
-        us(per_call)
+        us(allow_all)
+    );
+    let rego = RegoAuthorizer::new(
+        DEFAULT_DECISION,
+        &[("bench.rego".to_owned(), POLICY.to_owned())],
+    )
+    .unwrap_or_else(|error| panic!("bench policy: {error}"));
+    let decision = decision_cost(&rego);
+    let with_policy = match Service::load(&ServiceConfig {
+        authorizer: Some(Arc::new(rego)),
+        ..config.clone()
+    }) {
+        Ok(service) => service,
+        Err(error) => panic!("cannot load the service: {error}"),
+    };
+    let run_with_policy = |source: &str| {
+        let started = Instant::now();
+        match runtime.block_on(with_policy.execute(&Subject::new(LOCAL_SUBJECT), source)) {
+            Ok(executed) => (started.elapsed(), executed.stats),
+            Err(error) => panic!("execute failed: {error}\n{source}"),
+        }
+    };
+    let rego_call = per_call(&run_with_policy);
+    println!(
+        "one native call with a Rego policy: {:.1} µs per call ({:.1} µs more than allow-all); one Rego decision alone: {:.1} µs",
+        us(rego_call),
+        us(rego_call.saturating_sub(allow_all)),
+        us(decision)
     );
 
     let mut sandboxed: Vec<Duration> = (0..5).map(|_| run(LOOP).0).collect();
@@ -130,6 +148,67 @@ fn main() {
             ms(took)
         );
     }
+}
+
+/// The policy of the Rego measurements: a few rules of the usual shape.
+const POLICY: &str = r#"package codemode.authz
+
+default allow := false
+
+allow if {
+    input.subject.id == "local"
+    startswith(input.capability.name, "stats.")
+    count(input.arguments.values) <= 1000
+}
+
+allow if {
+    input.subject.id == "admin"
+}
+"#;
+
+/// p50 cost of one native call: a program making 100 calls minus the same program
+/// making none.
+fn per_call(run: &dyn Fn(&str) -> (Duration, codemode_host::execute::Stats)) -> Duration {
+    let calls = |n: usize| {
+        format!(
+            "def main():\n    t = 0.0\n    for i in range({n}):\n        t += stats.summary(values=[1.0, 2.0])[\"mean\"]\n    return t\n"
+        )
+    };
+    let (zero, hundred) = (calls(0), calls(100));
+    for _ in 0..20 {
+        run(&zero);
+        run(&hundred);
+    }
+    let mut without: Vec<Duration> = (0..200).map(|_| run(&zero).0).collect();
+    let mut with: Vec<Duration> = (0..200).map(|_| run(&hundred).0).collect();
+    let (without, _) = percentiles(&mut without);
+    let (with, _) = percentiles(&mut with);
+    with.saturating_sub(without) / 100
+}
+
+/// p50 of one `authorize` call with the input of a `stats.summary` call.
+fn decision_cost(rego: &RegoAuthorizer) -> Duration {
+    let subject = Subject::new(LOCAL_SUBJECT);
+    let arguments = Arg::Dict(vec![(
+        "values".to_owned(),
+        Arg::List(vec![Arg::Float(1.0), Arg::Float(2.0)]),
+    )]);
+    let input = AuthorizationInput {
+        subject: &subject,
+        capability_id: "stats.summary",
+        capability_name: "stats.summary",
+        arguments: &arguments,
+    };
+    let mut times: Vec<Duration> = (0..20_000)
+        .map(|_| {
+            let started = Instant::now();
+            if let Err(error) = rego.authorize(&input) {
+                panic!("the bench policy refused: {error}");
+            }
+            started.elapsed()
+        })
+        .collect();
+    percentiles(&mut times).0
 }
 
 /// Runs `source` with starlark-rust natively: same dialect switches, standard globals.

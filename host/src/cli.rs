@@ -585,6 +585,15 @@ mod tests {
     }
 
     #[test]
+    fn the_policy_decision_default_shown_is_the_real_one() {
+        let help = Cli::command().render_help().to_string();
+        assert!(
+            help.contains(&format!("[default: {DEFAULT_DECISION}]")),
+            "{help}"
+        );
+    }
+
+    #[test]
     fn short_help_lines_fit_79_columns() {
         let help = Cli::command().render_help().to_string();
         for line in help.lines() {

@@ -141,9 +141,9 @@ impl RegoAuthorizer {
                     reason: format!("{error:#}"),
                 })?;
         }
-        // Compiling against the entry point checks that the decision names a rule.
+        // Compiling against the entry point checks that the decision names a rule,
+        // and leaves the engine analyzed: every clone evaluates without redoing it.
         engine
-            .clone()
             .compile_with_entrypoint(&regorus::Rc::<str>::from(decision))
             .map_err(|error| RegoError::Prepare(format!("{error:#}")))?;
         Ok(Self {
