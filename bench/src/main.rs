@@ -74,13 +74,7 @@ fn main() {
         Ok(runtime) => runtime,
         Err(error) => panic!("tokio: {error}"),
     };
-    let run = |source: &str| {
-        let started = Instant::now();
-        match runtime.block_on(service.execute(&Subject::new(LOCAL_SUBJECT), source)) {
-            Ok(executed) => (started.elapsed(), executed.stats),
-            Err(error) => panic!("execute failed: {error}\n{source}"),
-        }
-    };
+    let run = |source: &str| execute(&runtime, &service, source);
 
     let trivial = "def main():\n    return 1\n";
     for _ in 0..200 {
@@ -113,13 +107,7 @@ fn main() {
         Ok(service) => service,
         Err(error) => panic!("cannot load the service: {error}"),
     };
-    let run_with_policy = |source: &str| {
-        let started = Instant::now();
-        match runtime.block_on(with_policy.execute(&Subject::new(LOCAL_SUBJECT), source)) {
-            Ok(executed) => (started.elapsed(), executed.stats),
-            Err(error) => panic!("execute failed: {error}\n{source}"),
-        }
-    };
+    let run_with_policy = |source: &str| execute(&runtime, &with_policy, source);
     let rego_call = per_call(&run_with_policy);
     println!(
         "one native call with a Rego policy: {:.1} µs per call ({:.1} µs more than allow-all); one Rego decision alone: {:.1} µs",
@@ -147,6 +135,19 @@ fn main() {
             stats.steps,
             ms(took)
         );
+    }
+}
+
+/// Runs `source` for the local subject; its wall time and stats.
+fn execute(
+    runtime: &tokio::runtime::Runtime,
+    service: &Service,
+    source: &str,
+) -> (Duration, codemode_host::execute::Stats) {
+    let started = Instant::now();
+    match runtime.block_on(service.execute(&Subject::new(LOCAL_SUBJECT), source)) {
+        Ok(executed) => (started.elapsed(), executed.stats),
+        Err(error) => panic!("execute failed: {error}\n{source}"),
     }
 }
 
