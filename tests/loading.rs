@@ -44,7 +44,7 @@ fn broken_plugins_are_named_and_skipped_while_good_ones_serve() {
         "plugin skipped plugin=misfit.wasm reason=export `misfit.echo`: name \"json.echo\": the first segment \"json\" is reserved by the language surface",
         "plugin skipped plugin=oddtypes.wasm reason=export `odd.area`: parameter shape: WIT type `variant` is not supported (use an enum, or a record with option fields)",
         "plugin skipped plugin=notes.wasm reason=not a WebAssembly file (no `\\0asm` header); only components are loaded",
-        "plugin loaded plugin=records.wasm capabilities=4 load_ms=",
+        "plugin loaded plugin=records.wasm capabilities=4 cached=",
         "catalog ready plugins=1 capabilities=4",
     ] {
         assert!(log.contains(want), "missing {want:?} in:\n{log}");

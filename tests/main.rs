@@ -14,5 +14,6 @@ mod execute;
 mod http;
 mod loading;
 mod policy;
+mod precompile;
 mod stdio;
 mod support;

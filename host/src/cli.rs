@@ -26,12 +26,16 @@ use crate::service::LOCAL_SUBJECT;
 #[derive(Debug, Parser)]
 #[command(name = "codemode-host", version)]
 pub struct Cli {
+    /// What to do instead of serving
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// Folder of plugin components (*.wasm)
     ///
     /// Every `*.wasm` file directly in DIR (not in subfolders) is loaded as a plugin,
     /// in file-name order. A file that fails to load is logged with the reason and
     /// skipped; the others are served. Defaults to `./plugins`.
-    #[arg(long, value_name = "DIR", default_value = "plugins")]
+    #[arg(long, value_name = "DIR", default_value = "plugins", global = true)]
     pub plugins: PathBuf,
 
     /// Remove a capability by its stable ID (repeatable)
@@ -116,12 +120,14 @@ pub struct Cli {
     #[arg(long, value_name = "FILTER", default_value = "info")]
     pub log: String,
 
-    /// Folder for the compiled interpreter
+    /// Folder for compiled components: the interpreter and the plugins
     ///
-    /// The interpreter is compiled and pre-initialized once (seconds) and cached
-    /// here, so later starts take milliseconds. Defaults to
-    /// $XDG_CACHE_HOME/codemode-host or ~/.cache/codemode-host.
-    #[arg(long, value_name = "DIR")]
+    /// The interpreter is compiled and pre-initialized once (seconds), each plugin
+    /// compiled once, and cached here, so later starts take milliseconds. Entries
+    /// are signed with a key kept in the folder: only what this host wrote is
+    /// loaded. Defaults to $XDG_CACHE_HOME/codemode-host or
+    /// ~/.cache/codemode-host.
+    #[arg(long, value_name = "DIR", global = true)]
     pub cache_dir: Option<PathBuf>,
 
     /// Largest program, in bytes [default: 64KiB]
@@ -174,6 +180,17 @@ pub struct Cli {
     /// Memory of the interpreter, and of each plugin [default: 256MiB]
     #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
     pub max_memory: Option<usize>,
+}
+
+/// Subcommands; without one the server runs.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
+pub enum Command {
+    /// Compile the interpreter and the plugins into the cache
+    ///
+    /// The next start then loads compiled code instead of compiling. Each plugin
+    /// is loaded in full, so one that would be skipped is reported; the exit code
+    /// is 1 when any plugin failed.
+    Precompile,
 }
 
 /// How long after the time budget in-flight requests may still finish at shutdown.
@@ -591,6 +608,23 @@ mod tests {
             help.contains(&format!("[default: {DEFAULT_DECISION}]")),
             "{help}"
         );
+    }
+
+    #[test]
+    fn precompile_takes_the_folders_after_the_subcommand() -> anyhow::Result<()> {
+        let cli = Cli::try_parse_from([
+            "codemode-host",
+            "precompile",
+            "--plugins",
+            "p",
+            "--cache-dir",
+            "c",
+        ])?;
+        assert_eq!(cli.command, Some(Command::Precompile));
+        assert_eq!(cli.plugins, PathBuf::from("p"));
+        assert_eq!(cli.cache_dir, Some(PathBuf::from("c")));
+        assert_eq!(Cli::try_parse_from(["codemode-host"])?.command, None);
+        Ok(())
     }
 
     #[test]

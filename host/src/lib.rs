@@ -14,6 +14,7 @@
 
 pub mod audit;
 pub mod authz;
+pub mod cache;
 pub mod catalog;
 pub mod cli;
 pub mod error;
@@ -25,4 +26,4 @@ mod service;
 
 pub use error::ToolError;
 pub use plugins::{LoadError, TypeError};
-pub use service::{LOCAL_SUBJECT, Service, ServiceConfig, StartError};
+pub use service::{LOCAL_SUBJECT, Precompiled, Service, ServiceConfig, StartError, precompile};

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Parser;
 use codemode_host::authz::Subject;
-use codemode_host::cli::Cli;
+use codemode_host::cli::{Cli, Command};
 use codemode_host::execute::default_cache_dir;
 use codemode_host::mcp::http::{self, HttpConfig, Readiness};
 use codemode_host::mcp::{McpServer, SubjectSource, serve_stdio};
@@ -36,6 +36,9 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    if cli.command == Some(Command::Precompile) {
+        return precompile(&cli);
+    }
     let http = cli.http()?;
     let authorization = cli.authorization(http.is_some())?;
     tracing::info!("authorization: {}", authorization.summary);
@@ -89,5 +92,29 @@ async fn serve_http(
     readiness.set(Arc::new(service));
     tracing::info!("ready to serve");
     server.await??;
+    Ok(())
+}
+
+/// `codemode-host precompile`: fills the cache, one line per component on stdout.
+fn precompile(cli: &Cli) -> anyhow::Result<()> {
+    let cache_dir = cli
+        .cache_dir
+        .clone()
+        .or_else(default_cache_dir)
+        .context("no cache folder: pass --cache-dir DIR (HOME and XDG_CACHE_HOME are unset)")?;
+    let report = codemode_host::precompile(&cli.plugins, &cache_dir)?;
+    let mut failed = 0;
+    for entry in &report {
+        match &entry.outcome {
+            Ok(true) => println!("{}: already cached", entry.name),
+            Ok(false) => println!("{}: compiled in {} ms", entry.name, entry.millis),
+            Err(reason) => {
+                failed += 1;
+                println!("{}: cannot load: {reason}", entry.name);
+            }
+        }
+    }
+    println!("cache: {}", cache_dir.display());
+    anyhow::ensure!(failed == 0, "{failed} plugin(s) cannot load");
     Ok(())
 }

@@ -5,12 +5,13 @@
 //! in this module knows MCP.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::audit::AuditLog;
 use crate::authz::{AllowAll, Authorizer, Subject};
+use crate::cache::ArtifactCache;
 use crate::catalog::{
     Catalog, CatalogBuilder, Description, SearchError, SearchResponse, SpecError,
 };
@@ -35,7 +36,8 @@ pub struct ServiceConfig {
     pub disabled: Vec<String>,
     /// The budgets of every execution.
     pub limits: Limits,
-    /// Where the compiled interpreter is cached; `None` compiles it at every start.
+    /// Where compiled components (the interpreter and the plugins) are cached; `None`
+    /// compiles them at every start.
     pub cache_dir: Option<PathBuf>,
 }
 
@@ -61,9 +63,79 @@ pub enum StartError {
     /// A budget is zero or out of range.
     #[error("{0}")]
     Limits(LimitError),
+    /// The cache folder cannot be used (`precompile` needs it).
+    #[error("cache folder `{path}`: {source}")]
+    Cache {
+        /// The folder.
+        path: PathBuf,
+        /// Why it cannot be used.
+        source: std::io::Error,
+    },
     /// The interpreter could not be prepared.
     #[error("{0}")]
     Runner(RunnerError),
+}
+
+/// What `precompile` did with one component.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Precompiled {
+    /// `interpreter`, or the plugin's file name.
+    pub name: String,
+    /// `Ok(true)` when it was already cached, `Ok(false)` when compiled now, `Err`
+    /// with the reason it cannot load.
+    pub outcome: Result<bool, String>,
+    /// Milliseconds it took.
+    pub millis: u64,
+}
+
+/// Fills the artifact cache in `cache_dir` with the interpreter and every plugin in
+/// `plugins_dir`, so that the next start compiles nothing. Each plugin is loaded in
+/// full (linked, described), so one that would be skipped at start is reported.
+///
+/// # Errors
+///
+/// [`StartError`] when the engine, the folder, the cache or the interpreter fails.
+pub fn precompile(plugins_dir: &Path, cache_dir: &Path) -> Result<Vec<Precompiled>, StartError> {
+    let engine = plugins::engine().map_err(StartError::Engine)?;
+    let cache = ArtifactCache::open(cache_dir).map_err(|source| StartError::Cache {
+        path: cache_dir.to_owned(),
+        source,
+    })?;
+    let files = plugins::plugin_files(plugins_dir).map_err(|source| StartError::PluginsDir {
+        path: plugins_dir.to_owned(),
+        source,
+    })?;
+    let prepared = crate::execute::prepare_runner(&engine, &cache).map_err(StartError::Runner)?;
+    let mut report = vec![Precompiled {
+        name: "interpreter".to_owned(),
+        outcome: Ok(prepared.0),
+        millis: prepared.1.as_millis() as u64,
+    }];
+    for path in files {
+        let started = Instant::now();
+        let outcome = plugins::load_file(&engine, &path, Some(&cache))
+            .map(|plugin| plugin.cached)
+            .map_err(|error| error.to_string());
+        report.push(Precompiled {
+            name: plugins::file_label(&path),
+            outcome,
+            millis: started.elapsed().as_millis() as u64,
+        });
+    }
+    Ok(report)
+}
+
+/// Opens the artifact cache in `dir`; one that cannot be opened is logged and
+/// bypassed (everything is compiled).
+pub(crate) fn open_cache(dir: Option<&std::path::Path>) -> Option<ArtifactCache> {
+    let dir = dir?;
+    match ArtifactCache::open(dir) {
+        Ok(cache) => Some(cache),
+        Err(error) => {
+            tracing::warn!(folder = %dir.display(), reason = %error, "cannot use the cache folder; compiling everything");
+            None
+        }
+    }
 }
 
 /// The subject of the single local user of a stdio server.
@@ -96,11 +168,12 @@ impl Service {
         if files.is_empty() {
             tracing::warn!(folder = %config.plugins_dir.display(), "no *.wasm plugins found; serving no capabilities");
         }
+        let cache = open_cache(config.cache_dir.as_deref());
         let mut builder = CatalogBuilder::new();
         let mut loaded = Vec::new();
         let mut build_time = std::time::Duration::ZERO;
         for path in files {
-            let plugin = match plugins::load_file(&engine, &path) {
+            let plugin = match plugins::load_file(&engine, &path, cache.as_ref()) {
                 Ok(plugin) => plugin,
                 Err(error) => {
                     tracing::warn!(plugin = %plugins::file_label(&path), reason = %error, "plugin skipped");
@@ -122,6 +195,7 @@ impl Service {
             tracing::info!(
                 plugin = %plugin.file,
                 capabilities = plugin.capabilities.len(),
+                cached = plugin.cached,
                 load_ms = format_args!("{:.1}", plugin.load_time.as_secs_f64() * 1e3),
                 "plugin loaded"
             );
@@ -171,7 +245,7 @@ impl Service {
                 .unwrap_or_else(|| Arc::new(AllowAll)),
             audit: config.audit.clone(),
             metrics: metrics.clone(),
-            cache_dir: config.cache_dir.as_deref(),
+            cache: cache.as_ref(),
         })
         .map_err(StartError::Runner)?;
         Ok(Self {

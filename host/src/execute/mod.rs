@@ -30,6 +30,7 @@ pub use runner::{RunnerError, default_cache_dir};
 
 use crate::audit::AuditLog;
 use crate::authz::{Authorizer, Subject};
+use crate::cache::ArtifactCache;
 use crate::error::ToolError;
 use crate::metrics::Metrics;
 use crate::plugins::{CallTarget, LoadedPlugin, MemoryCap};
@@ -193,7 +194,7 @@ pub(crate) struct ExecutorConfig<'a> {
     pub authorizer: Arc<dyn Authorizer>,
     pub audit: Option<Arc<AuditLog>>,
     pub metrics: Arc<Metrics>,
-    pub cache_dir: Option<&'a std::path::Path>,
+    pub cache: Option<&'a ArtifactCache>,
 }
 
 /// Sets a flag when dropped: a request future dropped before its execution ended
@@ -214,7 +215,7 @@ impl Executor {
     ///
     /// [`RunnerError`] when the interpreter cannot be compiled or linked.
     pub(crate) fn new(config: ExecutorConfig<'_>) -> Result<Self, RunnerError> {
-        let prepared = runner::prepare(config.engine, config.cache_dir)?;
+        let prepared = runner::prepare(config.engine, config.cache)?;
         tracing::info!(
             cached = prepared.cached,
             prepare_ms = prepared.elapsed.as_millis() as u64,
@@ -358,6 +359,19 @@ impl Executor {
         let runner = job.pre.instantiate(&mut store)?;
         runner.codemode_runner_program().call_surface(&mut store)
     }
+}
+
+/// Prepares the interpreter into `cache` (for `precompile`): whether it was cached
+/// already, and how long it took.
+///
+/// # Errors
+///
+/// [`RunnerError`] when it cannot be built.
+pub fn prepare_runner(
+    engine: &Engine,
+    cache: &ArtifactCache,
+) -> Result<(bool, Duration), RunnerError> {
+    runner::prepare(engine, Some(cache)).map(|p| (p.cached, p.elapsed))
 }
 
 /// Advances the engine's epoch every [`EPOCH_TICK`] until `stop` is set.

@@ -3,13 +3,12 @@
 //!
 //! Preparing it costs seconds (compile the 5 MB interpreter, run `init` under
 //! wasmtime-wizer, compile the snapshot); the result is serialized to the cache
-//! folder under a key of the interpreter's bytes and the engine's configuration, so a
-//! restart only maps the file. Every execution then instantiates the snapshot from
+//! folder ([`ArtifactCache`]) under a key of the interpreter's bytes and the engine's
+//! configuration, so a restart only maps the file. Every execution then instantiates the snapshot from
 //! the pooling allocator with copy-on-write memory: a fresh interpreter in
 //! microseconds, nothing shared with earlier executions.
 
-use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
@@ -20,6 +19,8 @@ use wasmtime::{Engine, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wizer::Wizer;
 
+use crate::cache::{ArtifactCache, Origin};
+
 wasmtime::component::bindgen!({
     path: "../wit/runner",
     world: "runner",
@@ -29,6 +30,9 @@ pub(crate) use exports::codemode::runner::program::{Failure, Limits as RunnerLim
 
 /// The interpreter as built by `build.rs` (starlark-rust for wasm32-wasip2).
 const RUNNER_WASM: &[u8] = include_bytes!(env!("CODEMODE_RUNNER_WASM"));
+
+/// The name of the interpreter's cache entries.
+const RUNNER_PREFIX: &str = "runner";
 
 /// The exported function wizer runs before taking the snapshot.
 const INIT_FUNC: &str = "init";
@@ -67,92 +71,32 @@ pub(crate) struct Prepared {
     pub elapsed: std::time::Duration,
 }
 
-/// Loads the compiled snapshot from `cache_dir`, or builds and stores it there.
-/// A cache that cannot be read or written is logged and bypassed.
-pub(crate) fn prepare(engine: &Engine, cache_dir: Option<&Path>) -> Result<Prepared, RunnerError> {
+/// Loads the compiled snapshot from `cache`, or builds and stores it there.
+///
+/// # Errors
+///
+/// [`RunnerError::Prepare`] when the snapshot cannot be built or compiled.
+pub(crate) fn prepare(
+    engine: &Engine,
+    cache: Option<&ArtifactCache>,
+) -> Result<Prepared, RunnerError> {
     let started = Instant::now();
-    let cache_file =
-        cache_dir.map(|dir| dir.join(format!("runner-{:016x}.cwasm", cache_key(engine))));
-    if let Some(file) = &cache_file
-        && file.is_file()
-    {
-        match load_cached(engine, file) {
-            Ok(component) => {
-                return Ok(Prepared {
-                    component,
-                    cached: true,
-                    elapsed: started.elapsed(),
-                });
-            }
-            Err(error) => {
-                tracing::warn!(file = %file.display(), reason = %format!("{error:#}"), "ignoring unusable cached interpreter");
-            }
+    let build = || Component::new(engine, snapshot(engine)?);
+    let (component, cached) = match cache {
+        Some(cache) => {
+            let (component, origin) = cache
+                .component(engine, RUNNER_PREFIX, RUNNER_WASM, build)
+                .map_err(RunnerError::Prepare)?;
+            cache.retain_only(engine, RUNNER_PREFIX, RUNNER_WASM);
+            (component, origin == Origin::Cached)
         }
-    }
-    let snapshot = snapshot(engine).map_err(RunnerError::Prepare)?;
-    let component = Component::new(engine, &snapshot).map_err(RunnerError::Prepare)?;
-    if let Some(file) = &cache_file
-        && let Err(error) = store_cached(&component, file)
-    {
-        tracing::warn!(file = %file.display(), reason = %error, "cannot cache the compiled interpreter");
-    }
+        None => (build().map_err(RunnerError::Prepare)?, false),
+    };
     Ok(Prepared {
         component,
-        cached: false,
+        cached,
         elapsed: started.elapsed(),
     })
-}
-
-/// A key that changes with the interpreter's bytes, the wasmtime version and every
-/// engine setting that affects compiled code.
-fn cache_key(engine: &Engine) -> u64 {
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    RUNNER_WASM.hash(&mut hasher);
-    engine.precompile_compatibility_hash().hash(&mut hasher);
-    env!("CARGO_PKG_VERSION").hash(&mut hasher);
-    hasher.finish()
-}
-
-#[allow(unsafe_code)]
-fn load_cached(engine: &Engine, file: &Path) -> wasmtime::Result<Component> {
-    // SAFETY: `deserialize_file` trusts the file to be wasmtime's own output. It is:
-    // this host wrote it (`store_cached`, atomically via rename) into the operator's
-    // cache folder, named by a hash of the interpreter and the engine settings, and
-    // wasmtime still checks its header, version and engine compatibility.
-    unsafe { Component::deserialize_file(engine, file) }
-}
-
-fn store_cached(component: &Component, file: &Path) -> std::io::Result<()> {
-    let bytes = component.serialize().map_err(std::io::Error::other)?;
-    if let Some(dir) = file.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let temp: PathBuf = file.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&temp, bytes)?;
-    std::fs::rename(&temp, file)?;
-    remove_stale(file);
-    Ok(())
-}
-
-/// Removes the cache's other `runner-*.cwasm` files: they belong to interpreter
-/// builds or engine settings that are gone (a changed key never comes back).
-fn remove_stale(current: &Path) {
-    let (Some(dir), Some(name)) = (current.parent(), current.file_name()) else {
-        return;
-    };
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let other = entry.file_name();
-        let other = other.to_string_lossy();
-        if other.starts_with("runner-")
-            && other.ends_with(".cwasm")
-            && *other != *name.to_string_lossy()
-        {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
 }
 
 /// Runs the interpreter's `init` under wizer and returns the pre-initialized

@@ -12,7 +12,11 @@ use super::invoke::CallTarget;
 use super::metadata::{self, METADATA_INTERFACE, MetadataEntry};
 use super::reflect::{self, ErrorKind, ExportedFunc, TypeError};
 use super::sandbox::{self, PluginState};
+use crate::cache::{ArtifactCache, Origin};
 use crate::catalog::{CapabilitySpec, snake_case};
+
+/// The name of plugins' cache entries.
+const PLUGIN_PREFIX: &str = "plugin";
 
 /// `\0asm`: every WebAssembly binary starts with it.
 const WASM_MAGIC: [u8; 4] = *b"\0asm";
@@ -102,6 +106,8 @@ pub(crate) struct LoadedPlugin {
     pub targets: Vec<CallTarget>,
     /// Exports no metadata entry names (ignored; logged as a warning).
     pub ignored_exports: Vec<String>,
+    /// Whether the compiled component came from the artifact cache.
+    pub cached: bool,
     /// Compile + link + describe time.
     pub load_time: Duration,
 }
@@ -111,7 +117,11 @@ pub(crate) struct LoadedPlugin {
 /// # Errors
 ///
 /// Any [`LoadError`]; the file is then skipped by the caller.
-pub(crate) fn load_file(engine: &Engine, path: &Path) -> Result<LoadedPlugin, LoadError> {
+pub(crate) fn load_file(
+    engine: &Engine,
+    path: &Path,
+    cache: Option<&ArtifactCache>,
+) -> Result<LoadedPlugin, LoadError> {
     let started = Instant::now();
     let bytes = std::fs::read(path).map_err(LoadError::Read)?;
     if bytes.get(..4) != Some(&WASM_MAGIC[..]) {
@@ -120,7 +130,14 @@ pub(crate) fn load_file(engine: &Engine, path: &Path) -> Result<LoadedPlugin, Lo
     if bytes.get(6..8) != Some(&COMPONENT_LAYER[..]) {
         return Err(LoadError::CoreModule);
     }
-    let component = Component::new(engine, &bytes).map_err(LoadError::Compile)?;
+    let compile = || Component::new(engine, &bytes);
+    let (component, cached) = match cache {
+        Some(cache) => cache
+            .component(engine, PLUGIN_PREFIX, &bytes, compile)
+            .map(|(c, origin)| (c, origin == Origin::Cached)),
+        None => compile().map(|c| (c, false)),
+    }
+    .map_err(LoadError::Compile)?;
     let (funcs, _other) = reflect::exported_functions(engine, &component);
     if !funcs.iter().any(|f| f.instance == METADATA_INTERFACE) {
         return Err(LoadError::NoMetadata);
@@ -147,6 +164,7 @@ pub(crate) fn load_file(engine: &Engine, path: &Path) -> Result<LoadedPlugin, Lo
         capabilities,
         targets,
         ignored_exports,
+        cached,
         load_time: started.elapsed(),
     })
 }
