@@ -6,7 +6,8 @@ use serde_json::{Value, json};
 
 use crate::stdio::{call, err, ok};
 use crate::support::{
-    HttpServer, drive_http, example_plugin_files, plugin_folder, raw_request, root, test_plugin,
+    HttpServer, drive_http, example_plugin_files, plugin_folder, raw_request, root, rpc,
+    test_plugin,
 };
 
 /// The analyst's token; it must never show up anywhere a client or the log can see.
@@ -199,32 +200,6 @@ fn a_foreign_host_header_is_refused() {
         initialize,
     );
     assert_eq!(response.status, 403, "{response:?}");
-}
-
-/// One JSON-RPC request over raw HTTP, no session: what a load balancer without
-/// affinity would forward to any replica.
-fn rpc(port: u16, token: &str, body: &Value) -> Value {
-    let auth = format!("Bearer {token}");
-    let response = raw_request(
-        port,
-        "POST",
-        "/mcp",
-        &[
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-            ("MCP-Protocol-Version", "2025-11-25"),
-            ("Authorization", &auth),
-        ],
-        &body.to_string(),
-    );
-    assert!(
-        response.status == 200 || response.status == 202,
-        "{response:?}"
-    );
-    if response.body.is_empty() {
-        return Value::Null;
-    }
-    serde_json::from_str(&response.body).expect("a JSON response")
 }
 
 #[test]

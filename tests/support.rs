@@ -451,3 +451,65 @@ pub(crate) fn node_tools() -> &'static NodeTools {
         tools
     })
 }
+
+/// One JSON-RPC request over raw HTTP, no session: what a load balancer without
+/// affinity would forward to any replica.
+pub(crate) fn rpc(port: u16, token: &str, body: &Value) -> Value {
+    let auth = format!("Bearer {token}");
+    let response = raw_request(
+        port,
+        "POST",
+        "/mcp",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2025-11-25"),
+            ("Authorization", &auth),
+        ],
+        &body.to_string(),
+    );
+    assert!(
+        response.status == 200 || response.status == 202,
+        "{response:?}"
+    );
+    if response.body.is_empty() {
+        return Value::Null;
+    }
+    serde_json::from_str(&response.body).expect("a JSON response")
+}
+
+/// `tools/call` of `tool` with `arguments` over raw HTTP (no token); the JSON-RPC
+/// `result`.
+pub(crate) fn call_tool(port: u16, tool: &str, arguments: Value) -> Value {
+    let response = rpc(
+        port,
+        "",
+        &serde_json::json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":tool,"arguments":arguments}}),
+    );
+    response["result"].clone()
+}
+
+/// `execute` of `source` over raw HTTP: `Ok(result value)` or `Err(error text)`.
+pub(crate) fn execute_http(port: u16, source: &str) -> Result<Value, String> {
+    let result = call_tool(port, "execute", serde_json::json!({ "source": source }));
+    if result["isError"] == true {
+        return Err(result["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned());
+    }
+    Ok(result["structuredContent"]["result"].clone())
+}
+
+/// Waits up to 20 s until `server`'s log contains `needle` at least `count` times.
+pub(crate) fn wait_for_log(server: &HttpServer, needle: &str, count: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while server.log().matches(needle).count() < count {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {count}x `{needle}` in the log:\n{}",
+            server.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

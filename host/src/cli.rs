@@ -33,10 +33,20 @@ pub struct Cli {
     /// Folder of plugin components (*.wasm)
     ///
     /// Every `*.wasm` file directly in DIR (not in subfolders) is loaded as a plugin,
-    /// in file-name order. A file that fails to load is logged with the reason and
-    /// skipped; the others are served. Defaults to `./plugins`.
+    /// in file-name order, with the grants of its sidecar `<plugin>.toml` if there
+    /// is one (outbound hosts, env, config, dirs, per-plugin limits; see the
+    /// README). A file that fails to load is logged with the reason and skipped; the
+    /// others are served. The folder is watched: adding, replacing or removing a
+    /// plugin or sidecar reloads the catalog while serving. Defaults to `./plugins`.
     #[arg(long, value_name = "DIR", default_value = "plugins", global = true)]
     pub plugins: PathBuf,
+
+    /// Do not watch the plugins folder
+    ///
+    /// Without it, changes to the folder are picked up while serving: a changed
+    /// plugin that fails to load is logged and its last good version keeps serving.
+    #[arg(long)]
+    pub no_watch: bool,
 
     /// Remove a capability by its stable ID (repeatable)
     ///
@@ -398,6 +408,7 @@ mod tests {
         let cli = Cli::try_parse_from(["codemode-host"])?;
         assert_eq!(cli.plugins, PathBuf::from("plugins"));
         assert!(cli.disable.is_empty());
+        assert!(!cli.no_watch);
         assert_eq!(cli.log, "info");
         Ok(())
     }

@@ -9,7 +9,7 @@
 //! knows nothing of wasmtime or MCP; `plugins` loads and calls components;
 //! [`execute`] runs programs in the sandboxed interpreter under one budget;
 //! [`authz`] decides which native calls may run and [`audit`] records them; [`Service`] offers
-//! the operations; [`mcp`] is a thin rmcp adapter over it; [`error`] holds every text
+//! the operations and [`watch`] reloads it when the plugins folder changes; [`mcp`] is a thin rmcp adapter over it; [`error`] holds every text
 //! a model can see. The `codemode-host` binary parses flags and wires these together.
 
 pub mod audit;
@@ -23,7 +23,10 @@ pub mod mcp;
 pub mod metrics;
 mod plugins;
 mod service;
+pub mod watch;
 
 pub use error::ToolError;
-pub use plugins::{LoadError, TypeError};
-pub use service::{LOCAL_SUBJECT, Precompiled, Service, ServiceConfig, StartError, precompile};
+pub use plugins::{DirGrant, Grants, HostPattern, LoadError, TypeError};
+pub use service::{
+    LOCAL_SUBJECT, Precompiled, Reloaded, Service, ServiceConfig, StartError, precompile,
+};

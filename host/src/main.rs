@@ -11,7 +11,7 @@ use codemode_host::cli::{Cli, Command};
 use codemode_host::execute::default_cache_dir;
 use codemode_host::mcp::http::{self, HttpConfig, Readiness};
 use codemode_host::mcp::{McpServer, SubjectSource, serve_stdio};
-use codemode_host::{Service, ServiceConfig};
+use codemode_host::{Service, ServiceConfig, watch};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -57,12 +57,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let served = match http {
         None => {
             let service = Arc::new(Service::load(&config)?);
+            let _watch = start_watch(&cli, &service)?;
             let subjects = SubjectSource::Fixed(Subject::new(cli.subject.clone()));
             runtime
                 .block_on(serve_stdio(McpServer::new(service, subjects)))
                 .map_err(anyhow::Error::from)
         }
-        Some((address, http)) => runtime.block_on(serve_http(address, http, config)),
+        Some((address, http)) => runtime.block_on(serve_http(address, http, config, &cli)),
     };
     audit.close();
     served
@@ -74,6 +75,7 @@ async fn serve_http(
     address: std::net::SocketAddr,
     http: HttpConfig,
     config: ServiceConfig,
+    cli: &Cli,
 ) -> anyhow::Result<()> {
     let listener = http::bind(address)
         .await
@@ -88,11 +90,28 @@ async fn serve_http(
         http::shutdown_signal(),
     ));
     tracing::info!(address = %local, "listening: MCP at http://{local}{}", http::MCP_PATH);
-    let service = tokio::task::spawn_blocking(move || Service::load(&config)).await??;
-    readiness.set(Arc::new(service));
+    let service = Arc::new(tokio::task::spawn_blocking(move || Service::load(&config)).await??);
+    let _watch = start_watch(cli, &service)?;
+    readiness.set(service);
     tracing::info!("ready to serve");
     server.await??;
     Ok(())
+}
+
+/// Watches the plugins folder unless --no-watch; the watch lasts as long as the
+/// returned value.
+fn start_watch(cli: &Cli, service: &Arc<Service>) -> anyhow::Result<Option<watch::Watch>> {
+    if cli.no_watch {
+        return Ok(None);
+    }
+    let watch = watch::watch(service).with_context(|| {
+        format!(
+            "cannot watch the plugins folder `{}` (pass --no-watch to serve without reloading)",
+            cli.plugins.display()
+        )
+    })?;
+    tracing::info!(folder = %cli.plugins.display(), "watching the plugins folder for changes");
+    Ok(Some(watch))
 }
 
 /// `codemode-host precompile`: fills the cache, one line per component on stdout.

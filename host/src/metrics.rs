@@ -119,6 +119,11 @@ impl Metrics {
             .store(capabilities as u64, Ordering::Relaxed);
     }
 
+    /// Plugins serving now (the `codemode_plugins_loaded` gauge).
+    pub fn plugins_loaded(&self) -> usize {
+        self.plugins_loaded.load(Ordering::Relaxed) as usize
+    }
+
     /// Everything, in the Prometheus text exposition format (version 0.0.4).
     pub fn render(&self) -> String {
         let mut out = String::new();

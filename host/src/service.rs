@@ -6,8 +6,10 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
+
+use wasmtime::Engine;
 
 use crate::audit::AuditLog;
 use crate::authz::{AllowAll, Authorizer, Subject};
@@ -20,7 +22,7 @@ use crate::execute::{
     Dispatch, Executed, Executor, ExecutorConfig, LimitError, Limits, Route, RunnerError,
 };
 use crate::metrics::Metrics;
-use crate::plugins;
+use crate::plugins::{self, LoadedPlugin, PluginFolder};
 
 /// What the service is built from.
 #[derive(Debug, Clone, Default)]
@@ -30,7 +32,8 @@ pub struct ServiceConfig {
     pub authorizer: Option<Arc<dyn Authorizer>>,
     /// Where each native call's audit line goes; `None` keeps no audit log.
     pub audit: Option<Arc<AuditLog>>,
-    /// The folder whose `*.wasm` files (non-recursive) are the plugins.
+    /// The folder whose `*.wasm` files (non-recursive) are the plugins, each with its
+    /// optional sidecar `<plugin>.toml` of grants.
     pub plugins_dir: PathBuf,
     /// Capability IDs to remove from search, describe and execute.
     pub disabled: Vec<String>,
@@ -141,10 +144,103 @@ pub(crate) fn open_cache(dir: Option<&std::path::Path>) -> Option<ArtifactCache>
 /// The subject of the single local user of a stdio server.
 pub const LOCAL_SUBJECT: &str = "local";
 
-/// The search / describe / execute service over one loaded plugin set.
+/// The search / describe / execute service over the plugins of one folder.
+///
+/// The catalog and the executor's dispatch are replaced together on
+/// [`Service::reload`]; an execution keeps the plugin set it started with.
 pub struct Service {
-    catalog: Arc<Catalog>,
+    catalog: RwLock<Arc<Catalog>>,
     executor: Executor,
+    reloader: Mutex<Reloader>,
+}
+
+/// What a reload needs besides the service.
+struct Reloader {
+    engine: Engine,
+    cache: Option<ArtifactCache>,
+    folder: PluginFolder,
+    disabled: Vec<String>,
+}
+
+/// What one [`Service::reload`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reloaded {
+    /// Whether a new catalog now serves (something loaded or was removed).
+    pub swapped: bool,
+    /// Plugins serving after the reload.
+    pub plugins: usize,
+    /// Capabilities serving after the reload.
+    pub capabilities: usize,
+    /// Changed files that failed to load (their last good version serves).
+    pub failed: usize,
+    /// Wall time of the reload: scanning, loading the changed files, the new catalog.
+    pub elapsed: std::time::Duration,
+}
+
+/// A catalog and the routes of its capabilities, built from one plugin set.
+struct Assembled {
+    catalog: Catalog,
+    dispatch: Dispatch,
+    build_time: std::time::Duration,
+}
+
+/// Builds the catalog from `plugins` (in order; a plugin whose capabilities conflict
+/// with an earlier one's is logged and skipped) and routes every enabled capability.
+/// With `strict`, a `disabled` ID that names no capability is an error (start);
+/// otherwise it is ignored (reload: the plugin that had it may be gone).
+fn assemble(
+    plugins: Vec<Arc<LoadedPlugin>>,
+    disabled: &[String],
+    strict: bool,
+) -> Result<Assembled, SpecError> {
+    let started = Instant::now();
+    let mut builder = CatalogBuilder::new();
+    let mut serving = Vec::new();
+    for plugin in plugins {
+        let specs: Vec<_> = plugin.capabilities.iter().map(|c| c.spec.clone()).collect();
+        if let Err((index, error)) = builder.add_group(&specs) {
+            let export = &plugin.capabilities[index].export;
+            tracing::warn!(plugin = %plugin.file, reason = %format!("export `{export}`: {error}"), "plugin skipped");
+            continue;
+        }
+        serving.push(plugin);
+    }
+    let disabled: Vec<String> = if strict {
+        disabled.to_vec()
+    } else {
+        disabled
+            .iter()
+            .filter(|id| builder.has_id(id))
+            .cloned()
+            .collect()
+    };
+    let catalog = builder.build(&disabled)?;
+    let mut routes = HashMap::new();
+    for (p, plugin) in serving.iter().enumerate() {
+        for (cap, target) in plugin.capabilities.iter().zip(&plugin.targets) {
+            if let Some(entry) = catalog.get(&cap.spec.name) {
+                routes.insert(
+                    cap.spec.name.clone(),
+                    Route {
+                        plugin: p,
+                        id: entry.id.to_string(),
+                        target: target.clone(),
+                    },
+                );
+            }
+        }
+    }
+    let mut names: Vec<String> = routes.keys().cloned().collect();
+    names.sort();
+    Ok(Assembled {
+        catalog,
+        dispatch: Dispatch {
+            names,
+            routes,
+            plugins: serving,
+        },
+        build_time: started.elapsed(),
+    })
 }
 
 impl Service {
@@ -159,85 +255,30 @@ impl Service {
     pub fn load(config: &ServiceConfig) -> Result<Self, StartError> {
         config.limits.validate().map_err(StartError::Limits)?;
         let engine = plugins::engine().map_err(StartError::Engine)?;
-        let files = plugins::plugin_files(&config.plugins_dir).map_err(|source| {
-            StartError::PluginsDir {
+        let cache = open_cache(config.cache_dir.as_deref());
+        let mut folder = PluginFolder::new(config.plugins_dir.clone());
+        folder
+            .scan(&engine, cache.as_ref())
+            .map_err(|source| StartError::PluginsDir {
                 path: config.plugins_dir.clone(),
                 source,
-            }
-        })?;
-        if files.is_empty() {
-            tracing::warn!(folder = %config.plugins_dir.display(), "no *.wasm plugins found; serving no capabilities");
+            })?;
+        let plugins = folder.serving();
+        if plugins.is_empty() {
+            tracing::warn!(folder = %config.plugins_dir.display(), "no loadable *.wasm plugins found; serving no capabilities");
         }
-        let cache = open_cache(config.cache_dir.as_deref());
-        let mut builder = CatalogBuilder::new();
-        let mut loaded = Vec::new();
-        let mut build_time = std::time::Duration::ZERO;
-        for path in files {
-            let plugin = match plugins::load_file(&engine, &path, cache.as_ref()) {
-                Ok(plugin) => plugin,
-                Err(error) => {
-                    tracing::warn!(plugin = %plugins::file_label(&path), reason = %error, "plugin skipped");
-                    continue;
-                }
-            };
-            let specs: Vec<_> = plugin.capabilities.iter().map(|c| c.spec.clone()).collect();
-            let started = Instant::now();
-            let added = builder.add_group(&specs);
-            build_time += started.elapsed();
-            if let Err((index, error)) = added {
-                let export = &plugin.capabilities[index].export;
-                tracing::warn!(plugin = %plugin.file, reason = %format!("export `{export}`: {error}"), "plugin skipped");
-                continue;
-            }
-            for export in &plugin.ignored_exports {
-                tracing::warn!(plugin = %plugin.file, export = %export, "export not named by metadata; ignored");
-            }
-            tracing::info!(
-                plugin = %plugin.file,
-                capabilities = plugin.capabilities.len(),
-                cached = plugin.cached,
-                load_ms = format_args!("{:.1}", plugin.load_time.as_secs_f64() * 1e3),
-                "plugin loaded"
-            );
-            loaded.push(plugin);
-        }
-        let started = Instant::now();
-        let catalog = builder
-            .build(&config.disabled)
-            .map_err(StartError::Catalog)?;
-        build_time += started.elapsed();
-        let mut routes = HashMap::new();
-        for (p, plugin) in loaded.iter().enumerate() {
-            for (cap, target) in plugin.capabilities.iter().zip(&plugin.targets) {
-                if let Some(entry) = catalog.get(&cap.spec.name) {
-                    routes.insert(
-                        cap.spec.name.clone(),
-                        Route {
-                            plugin: p,
-                            id: entry.id.to_string(),
-                            target: target.clone(),
-                        },
-                    );
-                }
-            }
-        }
+        let assembled = assemble(plugins, &config.disabled, true).map_err(StartError::Catalog)?;
         let metrics = Arc::new(Metrics::default());
-        metrics.catalog(loaded.len(), catalog.len());
-        let mut names: Vec<String> = routes.keys().cloned().collect();
-        names.sort();
+        metrics.catalog(assembled.dispatch.plugins.len(), assembled.catalog.len());
         tracing::info!(
-            plugins = loaded.len(),
-            capabilities = catalog.len(),
-            build_us = build_time.as_micros() as u64,
+            plugins = assembled.dispatch.plugins.len(),
+            capabilities = assembled.catalog.len(),
+            build_us = assembled.build_time.as_micros() as u64,
             "catalog ready"
         );
         let executor = Executor::new(ExecutorConfig {
             engine: &engine,
-            dispatch: Dispatch {
-                names,
-                routes,
-                plugins: Arc::new(loaded),
-            },
+            dispatch: assembled.dispatch,
             limits: config.limits.clone(),
             authorizer: config
                 .authorizer
@@ -249,9 +290,86 @@ impl Service {
         })
         .map_err(StartError::Runner)?;
         Ok(Self {
-            catalog: Arc::new(catalog),
+            catalog: RwLock::new(Arc::new(assembled.catalog)),
             executor,
+            reloader: Mutex::new(Reloader {
+                engine,
+                cache,
+                folder,
+                disabled: config.disabled.clone(),
+            }),
         })
+    }
+
+    /// Rescans the plugins folder: loads new and changed files (a changed file that
+    /// fails to load keeps its last good version), drops removed ones, and when
+    /// anything changed builds a new catalog and swaps it in. Searches, describes and
+    /// executions that start after the swap see the new catalog; running executions
+    /// finish on theirs. Reloads run one at a time.
+    ///
+    /// # Errors
+    ///
+    /// [`StartError::PluginsDir`] when the folder cannot be listed (the current
+    /// catalog keeps serving).
+    pub fn reload(&self) -> Result<Reloaded, StartError> {
+        let started = Instant::now();
+        let mut reloader = self
+            .reloader
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let reloader = &mut *reloader;
+        let report = reloader
+            .folder
+            .scan(&reloader.engine, reloader.cache.as_ref())
+            .map_err(|source| StartError::PluginsDir {
+                path: reloader.folder.dir().to_owned(),
+                source,
+            })?;
+        if !report.changed() {
+            let catalog = self.catalog();
+            return Ok(Reloaded {
+                swapped: false,
+                plugins: self.metrics().plugins_loaded(),
+                capabilities: catalog.len(),
+                failed: report.failed,
+                elapsed: started.elapsed(),
+            });
+        }
+        let assembled = assemble(reloader.folder.serving(), &reloader.disabled, false)
+            .map_err(StartError::Catalog)?;
+        let plugins = assembled.dispatch.plugins.len();
+        let capabilities = assembled.catalog.len();
+        self.executor.replace_dispatch(assembled.dispatch);
+        *self
+            .catalog
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(assembled.catalog);
+        self.metrics().catalog(plugins, capabilities);
+        let reloaded = Reloaded {
+            swapped: true,
+            plugins,
+            capabilities,
+            failed: report.failed,
+            elapsed: started.elapsed(),
+        };
+        tracing::info!(
+            plugins,
+            capabilities,
+            failed = report.failed,
+            reload_ms = format_args!("{:.1}", reloaded.elapsed.as_secs_f64() * 1e3),
+            "catalog reloaded"
+        );
+        Ok(reloaded)
+    }
+
+    /// The plugins folder this service serves.
+    pub fn plugins_dir(&self) -> PathBuf {
+        self.reloader
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .folder
+            .dir()
+            .to_owned()
     }
 
     /// `execute`: runs one program for `subject`, whose native calls the authorizer
@@ -284,7 +402,7 @@ impl Service {
     ///
     /// [`ToolError::ResourceLimit`] for a query over 256 bytes or 16 distinct tokens.
     pub fn search(&self, query: &str) -> Result<SearchResponse, ToolError> {
-        self.catalog.search(query).map_err(|e| match e {
+        self.catalog().search(query).map_err(|e| match e {
             SearchError::QueryLimit => ToolError::ResourceLimit,
         })
     }
@@ -295,11 +413,14 @@ impl Service {
     ///
     /// [`ToolError::NotFound`] for any name that is not exactly an enabled capability.
     pub fn describe(&self, name: &str) -> Result<Description, ToolError> {
-        self.catalog.describe(name).ok_or(ToolError::NotFound)
+        self.catalog().describe(name).ok_or(ToolError::NotFound)
     }
 
-    /// The catalog this service answers from.
-    pub fn catalog(&self) -> &Catalog {
-        &self.catalog
+    /// The catalog this service answers from now.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }

@@ -14,9 +14,19 @@ const WASM_TARGET: &str = "wasm32-wasip2";
 /// The sandboxed interpreter's manifest (a workspace of its own).
 const RUNNER_MANIFEST: &str = "host/runner/Cargo.toml";
 /// The example plugins, served by `cargo xtask run`.
-const EXAMPLE_PLUGINS: &[&str] = &["records", "stats", "text"];
+const EXAMPLE_PLUGINS: &[&str] = &["records", "stats", "text", "fetch"];
 /// Plugins that misbehave on purpose, used by the end-to-end tests only.
-const TEST_PLUGINS: &[&str] = &["misfit", "oddtypes", "hostile", "liar"];
+const TEST_PLUGINS: &[&str] = &[
+    "misfit",
+    "oddtypes",
+    "hostile",
+    "liar",
+    "granted",
+    "versioned",
+    "versioned_two",
+];
+/// Sidecars (grants) shipped with example plugins, copied beside their components.
+const EXAMPLE_SIDECARS: &[&str] = &["plugins/fetch/fetch.toml"];
 
 const USAGE: &str = "usage: cargo xtask <task>
 
@@ -111,6 +121,12 @@ fn plugins() -> Result<PathBuf> {
     let built = root().join("target").join(WASM_TARGET).join("plugin");
     let examples = root().join("target/plugins");
     copy_plugins(&built, EXAMPLE_PLUGINS, &examples)?;
+    for sidecar in EXAMPLE_SIDECARS {
+        let from = root().join(sidecar);
+        let name = from.file_name().context("sidecar file name")?;
+        std::fs::copy(&from, examples.join(name))
+            .with_context(|| format!("cannot copy {}", from.display()))?;
+    }
     copy_plugins(&built, TEST_PLUGINS, &root().join("target/test-plugins"))?;
     Ok(examples)
 }

@@ -293,6 +293,11 @@ impl CatalogBuilder {
         Ok(())
     }
 
+    /// Whether a capability added so far has the stable ID `id`.
+    pub fn has_id(&self, id: &str) -> bool {
+        self.ids.contains_key(id)
+    }
+
     /// Removes the capabilities whose IDs are in `disabled` and builds the catalog.
     /// Every capability was validated before filtering, so a disabled entry cannot
     /// hide an invalid one.

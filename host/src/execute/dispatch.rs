@@ -10,13 +10,13 @@
 use wasmtime::component::{Instance, Linker, Val};
 use wasmtime::{Store, StoreContextMut};
 
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
-use super::{ExecState, Interrupted};
+use super::{ExecState, Interrupted, Stop};
 use crate::audit::{AuditRecord, Decision, rfc3339};
 use crate::authz::{AuthorizationInput, AuthzError};
 use crate::error::ToolError;
-use crate::plugins::{self, BindError, OutputError, PluginState};
+use crate::plugins::{self, BindError, LoadedPlugin, OutputError, PluginState, Unprovided};
 
 /// Nearest names offered by `suggest`.
 const MAX_SUGGESTIONS: usize = 3;
@@ -233,7 +233,7 @@ fn call(
             return Err(ToolError::PolicyFailure);
         }
     }
-    let result = invoke(
+    let (result, explanation) = invoke(
         store,
         route.plugin,
         &route.target,
@@ -252,7 +252,7 @@ fn call(
         limits.max_value_bytes.min(remaining),
     )
     .map_err(|error| match error {
-        OutputError::Failed(detail) => ToolError::CapabilityFailed(detail),
+        OutputError::Failed(detail) => ToolError::CapabilityFailed(explanation.or(detail)),
         OutputError::Limit => ToolError::ResourceLimit,
     })?;
     let size = codemode_value::json_len(&value);
@@ -266,8 +266,11 @@ fn call(
 }
 
 /// Calls the export on the plugin's instance for this execution (created on first
-/// use), with the interpreter's remaining fuel; what the plugin burns is taken from
-/// the interpreter's store.
+/// use). The call gets the interpreter's remaining fuel (at most the plugin's
+/// `max_fuel_per_call`) and time (at most its `timeout`); what the plugin burns is
+/// taken from the interpreter's store. Returns the result and, when the call went
+/// wrong in a way the plugin cannot describe well (a refused outbound host, its
+/// timeout), the host's own message for a failed result.
 fn invoke(
     store: &mut StoreContextMut<'_, ExecState>,
     plugin: usize,
@@ -275,19 +278,34 @@ fn invoke(
     params: &[Val],
     name: &str,
     burned: &mut u64,
-) -> Result<Val, ToolError> {
+) -> Result<(Val, Option<String>), ToolError> {
     let remaining = store.get_fuel().map_err(|_| ToolError::Internal)?;
     let state = store.data_mut();
+    let loaded = state.dispatch.plugins[plugin].clone();
+    let fuel = loaded
+        .grants
+        .max_fuel_per_call
+        .map_or(remaining, |cap| cap.min(remaining));
+    let call_deadline = loaded
+        .grants
+        .timeout
+        .map(|t| Instant::now() + t)
+        .filter(|d| *d < state.stop.deadline());
+    let stop = state.stop.for_call(call_deadline);
     let mut instance = match state.instances.remove(&plugin) {
         Some(mut instance) => {
             instance
                 .store
-                .set_fuel(remaining)
+                .set_fuel(fuel)
                 .map_err(|_| ToolError::Internal)?;
+            stop.install(&mut instance.store);
             instance
         }
-        None => new_instance(state, plugin, remaining)?,
+        None => new_instance(state, &loaded, fuel, &stop)?,
     };
+    let outbound = &mut instance.store.data_mut().outbound;
+    outbound.deadline = call_deadline.unwrap_or(stop.deadline());
+    outbound.denied = None;
     let func = instance
         .instance
         .get_func(&mut instance.store, target.index)
@@ -295,49 +313,84 @@ fn invoke(
     let mut results = [plugins::CallTarget::result_slot()];
     let outcome = func.call(&mut instance.store, params, &mut results);
     let left = instance.store.get_fuel().unwrap_or(0);
-    *burned = remaining.saturating_sub(left);
+    *burned = fuel.saturating_sub(left);
     store
-        .set_fuel(left.min(remaining))
+        .set_fuel(remaining.saturating_sub(*burned))
         .map_err(|_| ToolError::Internal)?;
+    let timeout = loaded.grants.timeout.unwrap_or_default();
+    let timed_out = call_deadline.is_some_and(|d| Instant::now() >= d);
+    let explanation = match instance.store.data_mut().outbound.denied.take() {
+        Some(denied) => Some(denied),
+        None if timed_out => Some(timeout_message(name, timeout, &loaded.file)),
+        None => None,
+    };
     if let Err(error) = outcome {
         let memory_hit = instance.store.data().limits.hit;
         // A trapped instance is not reused; the execution ends here anyway.
-        return Err(classify_plugin_trap(&error, memory_hit, name));
+        return Err(classify_plugin_trap(&error, memory_hit, name, explanation));
+    }
+    if Instant::now() >= stop.deadline() {
+        // The execution's budget ran out while the plugin waited in the host (outbound
+        // HTTP); its result comes too late to matter.
+        return Err(ToolError::ResourceLimit);
     }
     store.data_mut().instances.insert(plugin, instance);
     let [result] = results;
-    Ok(result)
+    Ok((result, explanation))
 }
 
-/// Instantiates `plugin` for this execution; its start code runs on `fuel` (the
-/// execution's remaining fuel), and what is left is what the first call gets.
+/// The agent's message for a call that ran past its plugin's `timeout`.
+fn timeout_message(name: &str, timeout: Duration, file: &str) -> String {
+    format!(
+        "{name} timed out after {} ms (the timeout of plugin {file})",
+        timeout.as_millis()
+    )
+}
+
+/// Instantiates `loaded` for this execution with what its grants give; its start code
+/// runs on `fuel` and within `stop`, and what is left is what the first call gets.
 fn new_instance(
     state: &mut ExecState,
-    plugin: usize,
+    loaded: &LoadedPlugin,
     fuel: u64,
+    stop: &Stop,
 ) -> Result<PluginInstance, ToolError> {
-    let loaded = &state.dispatch.plugins[plugin];
-    let mut store = Store::new(
-        &state.engine,
-        PluginState::new(state.limits.max_memory_bytes),
-    );
+    let max_memory = loaded
+        .grants
+        .max_memory
+        .map_or(state.limits.max_memory_bytes, |m| {
+            m.min(state.limits.max_memory_bytes)
+        });
+    let plugin_state =
+        PluginState::new(&loaded.file, &loaded.grants, max_memory).map_err(|reason| {
+            tracing::warn!(plugin = %loaded.file, reason = %reason, "cannot prepare the plugin's instance");
+            ToolError::CapabilityFailed(None)
+        })?;
+    let mut store = Store::new(&state.engine, plugin_state);
     store.limiter(|s| &mut s.limits);
-    state.stop.install(&mut store);
+    stop.install(&mut store);
     store.set_fuel(fuel).map_err(|_| ToolError::Internal)?;
     let instance = loaded.pre.instantiate(&mut store).map_err(|error| {
         let memory_hit = store.data().limits.hit;
-        classify_plugin_trap(&error, memory_hit, &loaded.file)
+        classify_plugin_trap(&error, memory_hit, &loaded.file, None)
     })?;
     Ok(PluginInstance { store, instance })
 }
 
-/// A plugin's trap: budgets are resource limits, cancellation is cancellation,
-/// anything else is the capability's failure (logged, never shown).
-fn classify_plugin_trap(error: &wasmtime::Error, memory_hit: bool, name: &str) -> ToolError {
+/// A plugin's trap: budgets are resource limits, cancellation is cancellation, a
+/// trap the host can explain (`explanation`) is the capability's failure with that
+/// message; anything else is the capability's failure (logged, never shown).
+fn classify_plugin_trap(
+    error: &wasmtime::Error,
+    memory_hit: bool,
+    name: &str,
+    explanation: Option<String>,
+) -> ToolError {
     if let Some(interrupted) = error.downcast_ref::<Interrupted>() {
         return match interrupted {
             Interrupted::Cancelled => ToolError::Canceled,
             Interrupted::Deadline => ToolError::ResourceLimit,
+            Interrupted::CallTimeout => ToolError::CapabilityFailed(explanation),
         };
     }
     if memory_hit
@@ -348,8 +401,12 @@ fn classify_plugin_trap(error: &wasmtime::Error, memory_hit: bool, name: &str) -
     {
         return ToolError::ResourceLimit;
     }
+    if let Some(unprovided) = error.downcast_ref::<Unprovided>() {
+        tracing::warn!(capability = %name, reason = %unprovided, "capability called an import the host does not provide");
+        return ToolError::CapabilityFailed(Some(unprovided.to_string()));
+    }
     tracing::warn!(capability = %name, reason = %format!("{error:#}"), "capability trapped");
-    ToolError::CapabilityFailed(None)
+    ToolError::CapabilityFailed(explanation)
 }
 
 #[cfg(test)]

@@ -14,8 +14,8 @@ mod limits;
 mod runner;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use codemode_value::Value;
@@ -60,8 +60,8 @@ pub(crate) struct Dispatch {
     pub names: Vec<String>,
     /// Name → route.
     pub routes: HashMap<String, Route>,
-    /// The loaded plugins.
-    pub plugins: Arc<Vec<LoadedPlugin>>,
+    /// The loaded plugins (shared with the next catalog when unchanged).
+    pub plugins: Vec<Arc<LoadedPlugin>>,
 }
 
 /// What an execution cost, reported in the tool result's `_meta`.
@@ -94,7 +94,9 @@ pub struct Executed {
 pub struct Executor {
     engine: Engine,
     pre: RunnerPre<ExecState>,
-    dispatch: Arc<Dispatch>,
+    /// The catalog executions start on; replaced whole on reload, so an execution
+    /// keeps the one it started with.
+    dispatch: RwLock<Arc<Dispatch>>,
     limits: Limits,
     permits: Arc<tokio::sync::Semaphore>,
     authorizer: Arc<dyn Authorizer>,
@@ -117,6 +119,8 @@ pub(crate) enum Interrupted {
     Cancelled,
     /// The time budget ran out.
     Deadline,
+    /// A plugin call ran past its plugin's `timeout` grant.
+    CallTimeout,
 }
 
 impl std::fmt::Display for Interrupted {
@@ -124,20 +128,45 @@ impl std::fmt::Display for Interrupted {
         f.write_str(match self {
             Interrupted::Cancelled => "execution cancelled",
             Interrupted::Deadline => "execution time budget exhausted",
+            Interrupted::CallTimeout => "the plugin's timeout ran out",
         })
     }
 }
 
 impl std::error::Error for Interrupted {}
 
-/// When an execution must stop: its deadline and its request's cancellation.
+/// When an execution must stop: its deadline and its request's cancellation; for a
+/// plugin call, also the call's own deadline (its plugin's `timeout`).
 #[derive(Debug, Clone)]
 pub(crate) struct Stop {
     deadline: Instant,
     cancelled: Arc<AtomicBool>,
+    call_deadline: Option<Instant>,
 }
 
 impl Stop {
+    /// A new execution's stop.
+    fn new(deadline: Instant, cancelled: Arc<AtomicBool>) -> Self {
+        Self {
+            deadline,
+            cancelled,
+            call_deadline: None,
+        }
+    }
+
+    /// The stop of one plugin call that must also end by `call_deadline`.
+    pub(crate) fn for_call(&self, call_deadline: Option<Instant>) -> Self {
+        Self {
+            call_deadline,
+            ..self.clone()
+        }
+    }
+
+    /// When the execution's time budget runs out.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
     /// Installs the check on `store`: at every epoch tick, stop if cancelled or late.
     pub(crate) fn install<T: 'static>(&self, store: &mut Store<T>) {
         let stop = self.clone();
@@ -146,8 +175,12 @@ impl Stop {
             if stop.cancelled.load(Ordering::Relaxed) {
                 return Err(wasmtime::Error::new(Interrupted::Cancelled));
             }
-            if Instant::now() >= stop.deadline {
+            let now = Instant::now();
+            if now >= stop.deadline {
                 return Err(wasmtime::Error::new(Interrupted::Deadline));
+            }
+            if stop.call_deadline.is_some_and(|d| now >= d) {
+                return Err(wasmtime::Error::new(Interrupted::CallTimeout));
             }
             Ok(UpdateDeadline::Continue(1))
         });
@@ -233,7 +266,7 @@ impl Executor {
         Ok(Self {
             engine: config.engine.clone(),
             pre,
-            dispatch: Arc::new(config.dispatch),
+            dispatch: RwLock::new(Arc::new(config.dispatch)),
             permits: Arc::new(tokio::sync::Semaphore::new(
                 config.limits.max_concurrent_executions,
             )),
@@ -244,6 +277,24 @@ impl Executor {
             stop_ticker,
             started: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// The dispatch new executions start on.
+    fn dispatch(&self) -> Arc<Dispatch> {
+        // A poisoned lock only means a writer panicked between two whole values.
+        self.dispatch
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Makes `dispatch` the one new executions start on; running executions finish on
+    /// theirs.
+    pub(crate) fn replace_dispatch(&self, dispatch: Dispatch) {
+        *self
+            .dispatch
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(dispatch);
     }
 
     /// How many executions got a slot and started running (queued ones that were
@@ -303,7 +354,7 @@ impl Executor {
         let job = Job {
             engine: self.engine.clone(),
             pre: self.pre.clone(),
-            dispatch: self.dispatch.clone(),
+            dispatch: self.dispatch(),
             limits: self.limits.clone(),
             authorizer: self.authorizer.clone(),
             audit: self.audit.clone(),
@@ -311,10 +362,7 @@ impl Executor {
             execution,
             subject: subject.clone(),
             source: source.to_owned(),
-            stop: Stop {
-                deadline,
-                cancelled,
-            },
+            stop: Stop::new(deadline, cancelled),
         };
         let outcome = tokio::task::spawn_blocking(move || {
             let outcome = job.run();
@@ -340,7 +388,7 @@ impl Executor {
         let job = Job {
             engine: self.engine.clone(),
             pre: self.pre.clone(),
-            dispatch: self.dispatch.clone(),
+            dispatch: self.dispatch(),
             limits: self.limits.clone(),
             authorizer: self.authorizer.clone(),
             audit: None,
@@ -350,10 +398,10 @@ impl Executor {
                 id: "surface".into(),
             },
             source: String::new(),
-            stop: Stop {
-                deadline: Instant::now() + self.limits.max_execution_time,
-                cancelled: Arc::new(AtomicBool::new(false)),
-            },
+            stop: Stop::new(
+                Instant::now() + self.limits.max_execution_time,
+                Arc::new(AtomicBool::new(false)),
+            ),
         };
         let mut store = job.store()?;
         let runner = job.pre.instantiate(&mut store)?;
@@ -495,7 +543,7 @@ pub(crate) fn classify_trap(error: &wasmtime::Error, memory_hit: bool) -> ToolEr
     if let Some(interrupted) = error.downcast_ref::<Interrupted>() {
         return match interrupted {
             Interrupted::Cancelled => ToolError::Canceled,
-            Interrupted::Deadline => ToolError::ResourceLimit,
+            Interrupted::Deadline | Interrupted::CallTimeout => ToolError::ResourceLimit,
         };
     }
     if memory_hit {

@@ -3,11 +3,13 @@
 
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wasmtime::Engine;
 use wasmtime::component::{Component, InstancePre};
 
+use super::grants::Grants;
 use super::invoke::CallTarget;
 use super::metadata::{self, METADATA_INTERFACE, MetadataEntry};
 use super::reflect::{self, ErrorKind, ExportedFunc, TypeError};
@@ -30,6 +32,9 @@ pub enum LoadError {
     /// The file could not be read.
     #[error("cannot read the file: {0}")]
     Read(#[source] std::io::Error),
+    /// The sidecar `<plugin>.toml` is unreadable or wrong (the message names it).
+    #[error("{0}")]
+    Sidecar(String),
     /// The file is not WebAssembly at all.
     #[error("not a WebAssembly file (no `\\0asm` header); only components are loaded")]
     NotWasm,
@@ -100,6 +105,8 @@ pub(crate) struct LoadedPlugin {
     pub file: String,
     /// Ready to instantiate: imports resolved once.
     pub pre: InstancePre<PluginState>,
+    /// What its sidecar grants.
+    pub grants: Arc<Grants>,
     /// Its capabilities, in metadata order.
     pub capabilities: Vec<PluginCapability>,
     /// Where to call each capability (same order as `capabilities`).
@@ -123,6 +130,7 @@ pub(crate) fn load_file(
     cache: Option<&ArtifactCache>,
 ) -> Result<LoadedPlugin, LoadError> {
     let started = Instant::now();
+    let grants = Grants::for_plugin(path).map_err(LoadError::Sidecar)?;
     let bytes = std::fs::read(path).map_err(LoadError::Read)?;
     if bytes.get(..4) != Some(&WASM_MAGIC[..]) {
         return Err(LoadError::NotWasm);
@@ -142,7 +150,8 @@ pub(crate) fn load_file(
     if !funcs.iter().any(|f| f.instance == METADATA_INTERFACE) {
         return Err(LoadError::NoMetadata);
     }
-    let pre = sandbox::pre_instantiate(engine, &component).map_err(LoadError::Link)?;
+    let pre =
+        sandbox::pre_instantiate(engine, &component, &file_label(path)).map_err(LoadError::Link)?;
     let entries = metadata::describe(engine, &pre).map_err(LoadError::Describe)?;
     let (capabilities, ignored_exports) = assemble(funcs, entries)?;
     let targets = capabilities
@@ -161,6 +170,7 @@ pub(crate) fn load_file(
     Ok(LoadedPlugin {
         file: file_label(path),
         pre,
+        grants: Arc::new(grants),
         capabilities,
         targets,
         ignored_exports,

@@ -4,6 +4,8 @@
 use wasmtime::component::{ComponentType, InstancePre, Lift};
 use wasmtime::{Engine, Store};
 
+use std::sync::Arc;
+
 use super::sandbox::PluginState;
 
 /// The metadata interface every plugin exports (DESIGN §3; the ABI).
@@ -41,11 +43,16 @@ pub(crate) fn describe(
     engine: &Engine,
     pre: &InstancePre<PluginState>,
 ) -> wasmtime::Result<Vec<MetadataEntry>> {
-    let mut store = Store::new(engine, PluginState::new(DESCRIBE_MEMORY));
+    // `describe()` gets no grants: metadata needs nothing from outside.
+    let state = PluginState::new("describe", &Arc::default(), DESCRIBE_MEMORY)
+        .map_err(wasmtime::Error::msg)?;
+    let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.limits);
     store.set_fuel(DESCRIBE_FUEL)?;
     // No epoch ticker drives the loader's stores; fuel bounds this call.
-    store.set_epoch_deadline(u64::MAX);
+    // Half the range: the deadline is added to the current epoch, which the ticker
+    // has advanced by the time a reload loads plugins.
+    store.set_epoch_deadline(u64::MAX / 2);
     let instance = pre.instantiate(&mut store)?;
     let interface = instance
         .get_export_index(&mut store, None, METADATA_INTERFACE)

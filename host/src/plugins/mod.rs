@@ -5,18 +5,23 @@
 //! [`CapabilitySpec`](crate::catalog::CapabilitySpec)s and keeps, per capability, which
 //! plugin export serves it.
 
+mod folder;
+mod grants;
 mod invoke;
 mod load;
 mod metadata;
 mod reflect;
 mod sandbox;
 
+pub use grants::{DirGrant, Grants, HostPattern};
 pub use load::LoadError;
 pub use reflect::TypeError;
 
+pub(crate) use folder::PluginFolder;
+pub(crate) use grants::SIDECAR_EXTENSION;
 pub(crate) use invoke::{BindError, CallTarget, OutputError, bind, canonical, output};
 pub(crate) use load::{LoadedPlugin, file_label, load_file};
-pub(crate) use sandbox::{MemoryCap, PluginState, engine};
+pub(crate) use sandbox::{MemoryCap, PluginState, Unprovided, engine};
 
 use std::path::{Path, PathBuf};
 

@@ -1,16 +1,29 @@
 //! The engine and the per-store state every plugin instance runs with.
 //!
-//! WASI 0.2 is linked deny-by-default: no preopens, no environment, no sockets, stdin
-//! closed, stdout and stderr both sent to the host's stderr (stdout belongs to the MCP
-//! protocol in stdio mode). Imports nobody provides are linked as traps, so a
-//! component that imports more than it uses (componentize-js imports `wasi:http`)
-//! still loads; only calling such an import fails.
+//! WASI 0.2 is linked deny-by-default: no sockets, stdin closed, stdout and stderr
+//! both sent to the host's stderr (stdout belongs to the MCP protocol in stdio mode),
+//! and only what the plugin's sidecar grants ([`Grants`]): environment variables,
+//! `wasi:config` values, preopened directories, outbound HTTP to listed hosts.
+//! Imports nobody provides are linked as traps, so a component that imports more
+//! than it uses still loads; only calling such an import fails.
 
-use wasmtime::component::{Component, InstancePre, Linker, ResourceTable};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http_body_util::BodyExt;
+use wasmtime::component::types::ComponentItem;
+use wasmtime::component::{Component, InstancePre, Linker, ResourceTable, ResourceType};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter,
 };
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_config::{WasiConfig, WasiConfigVariables};
+use wasmtime_wasi_http::{
+    Error as HttpError, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks,
+    WasiHttpView, default_send_request,
+};
+
+use super::grants::Grants;
 
 /// Instances the pool holds at once (the interpreter and the plugins of up to
 /// `--max-concurrent-executions` executions, plus loading).
@@ -98,24 +111,61 @@ impl ResourceLimiter for MemoryCap {
 pub(crate) struct PluginState {
     wasi: WasiCtx,
     table: ResourceTable,
+    http: WasiHttpCtx,
+    config: WasiConfigVariables,
+    /// Decides on outbound HTTP and remembers a refusal for the error message.
+    pub outbound: Outbound,
     /// The memory cap, installed as the store's limiter.
     pub limits: MemoryCap,
 }
 
 impl PluginState {
-    /// Deny-by-default state whose linear memories may not grow past `max_memory`
-    /// bytes each.
-    pub(crate) fn new(max_memory: usize) -> Self {
-        let wasi = WasiCtx::builder()
-            .stdout(wasmtime_wasi::cli::stderr())
-            .stderr(wasmtime_wasi::cli::stderr())
-            .build();
-        let limits = MemoryCap::new(max_memory);
-        Self {
-            wasi,
-            table: ResourceTable::new(),
-            limits,
+    /// The state of one instance of `plugin`: exactly what `grants` give (the
+    /// environment, config values, preopened directories, outbound hosts), and linear
+    /// memories that may not grow past `max_memory` bytes each.
+    ///
+    /// # Errors
+    ///
+    /// When a granted directory cannot be opened any more (it was removed after the
+    /// plugin loaded).
+    pub(crate) fn new(
+        plugin: &str,
+        grants: &Arc<Grants>,
+        max_memory: usize,
+    ) -> Result<Self, String> {
+        let mut wasi = WasiCtx::builder();
+        wasi.stdout(wasmtime_wasi::cli::stderr())
+            .stderr(wasmtime_wasi::cli::stderr());
+        for (key, value) in &grants.env {
+            wasi.env(key, value);
         }
+        for dir in &grants.dirs {
+            let perms = if dir.read_only {
+                FsPerms::ReadOnly
+            } else {
+                FsPerms::ReadWrite
+            };
+            wasi.preopened_dir(&dir.host, &dir.guest, perms)
+                .map_err(|error| {
+                    format!(
+                        "granted directory `{}` cannot be opened: {error:#}",
+                        dir.host.display()
+                    )
+                })?;
+        }
+        Ok(Self {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            http: WasiHttpCtx::new(),
+            config: grants.config.iter().collect(),
+            outbound: Outbound {
+                plugin: plugin.to_owned(),
+                grants: grants.clone(),
+                deadline: Instant::now(),
+                denied: None,
+            },
+            limits: MemoryCap::new(max_memory),
+        })
     }
 }
 
@@ -128,18 +178,212 @@ impl WasiView for PluginState {
     }
 }
 
-/// Links WASI (deny-by-default) and trapping stubs for every other import of
+impl WasiHttpView for PluginState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.outbound,
+        }
+    }
+}
+
+/// The outbound HTTP gate of one plugin instance: `allowed_outbound_hosts`, checked
+/// per request, and timeouts capped by the call's deadline (a request blocks in the
+/// host, where the epoch deadline cannot interrupt it).
+pub(crate) struct Outbound {
+    plugin: String,
+    grants: Arc<Grants>,
+    /// When the current call must end; set by the dispatcher before each call.
+    pub deadline: Instant,
+    /// The refusal of the current call's last denied request, for the agent.
+    pub denied: Option<String>,
+}
+
+impl WasiHttpHooks for Outbound {
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        _fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ) -> Box<SendFuture> {
+        let uri = request.uri();
+        let scheme = uri.scheme_str().unwrap_or("https").to_ascii_lowercase();
+        let host = uri.host().unwrap_or_default().to_owned();
+        let port = uri
+            .port_u16()
+            .unwrap_or(if scheme == "http" { 80 } else { 443 });
+        if !self.grants.allows(&scheme, &host, port) {
+            let origin = format!("{scheme}://{host}:{port}");
+            tracing::warn!(plugin = %self.plugin, host = %origin, "outbound request refused: not in the plugin's allowed_outbound_hosts");
+            self.denied = Some(format!(
+                "outbound host {origin} is not allowed for plugin {}",
+                self.plugin
+            ));
+            return Box::new(async { Err(HttpError::HttpRequestDenied) });
+        }
+        let remaining = self.deadline.saturating_duration_since(Instant::now());
+        let cap = |asked: Option<Duration>| Some(asked.map_or(remaining, |t| t.min(remaining)));
+        let options = options.unwrap_or_default();
+        let options = RequestOptions {
+            connect_timeout: cap(options.connect_timeout),
+            first_byte_timeout: cap(options.first_byte_timeout),
+            between_bytes_timeout: cap(options.between_bytes_timeout),
+        };
+        Box::new(async move {
+            let (response, io) = default_send_request(request, Some(options)).await?;
+            Ok((
+                response.map(BodyExt::boxed_unsync),
+                Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+            ))
+        })
+    }
+}
+
+/// What [`WasiHttpHooks::send_request`] returns.
+type SendFuture = dyn Future<
+        Output = Result<
+            (
+                http::Response<WasiBody>,
+                Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+            ),
+            HttpError,
+        >,
+    > + Send;
+
+/// Links WASI 0.2 (granted parts only, the rest denying), `wasi:http` (through
+/// [`Outbound`]), `wasi:config/store`, and trapping stubs for every other import of
 /// `component`, and pre-instantiates it.
 ///
 /// # Errors
 ///
-/// When an import cannot be satisfied even by a trap (a type mismatch with WASI).
+/// When an import cannot be satisfied even by a trap (e.g. a WASI 0.2 interface
+/// with a type this host does not know).
 pub(crate) fn pre_instantiate(
     engine: &Engine,
     component: &Component,
+    plugin: &str,
 ) -> wasmtime::Result<InstancePre<PluginState>> {
     let mut linker: Linker<PluginState> = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-    linker.define_unknown_imports_as_traps(component)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)?;
+    wasmtime_wasi_config::add_to_linker(&mut linker, |state: &mut PluginState| {
+        WasiConfig::from(&state.config)
+    })?;
+    stub_unprovided_imports(&mut linker, engine, component, plugin)?;
     linker.instantiate_pre(component)
+}
+
+/// Interfaces [`pre_instantiate`] links: WASI 0.2 (any 0.2.x, matched by semver)
+/// and the `wasi:config` release candidate wasmtime implements.
+const PROVIDED_WASI: &[&str] = &[
+    "wasi:io/",
+    "wasi:clocks/",
+    "wasi:cli/",
+    "wasi:filesystem/",
+    "wasi:sockets/",
+    "wasi:random/",
+    "wasi:http/",
+];
+
+/// Whether the import `name` is one [`pre_instantiate`] links for real.
+fn provided(name: &str) -> bool {
+    if name.starts_with("wasi:config/store@0.2.0-rc") {
+        return true;
+    }
+    PROVIDED_WASI.iter().any(|p| name.starts_with(p))
+        && name
+            .split_once('@')
+            .is_some_and(|(_, version)| version.starts_with("0.2."))
+}
+
+/// The trap of a call to an import this host does not provide; the agent is told
+/// which one.
+#[derive(Debug)]
+pub(crate) struct Unprovided(pub String);
+
+impl std::fmt::Display for Unprovided {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unprovided {}
+
+/// Links every import that is not [`provided`] as functions that trap with
+/// [`Unprovided`] (and resources nobody can create), so that a component importing
+/// more than it uses still loads. (wasmtime's `define_unknown_imports_as_traps` is
+/// not used: it also stubs resources that provided interfaces re-export, such as
+/// `error` of `wasi:io/streams`, which breaks their types.)
+fn stub_unprovided_imports(
+    linker: &mut Linker<PluginState>,
+    engine: &Engine,
+    component: &Component,
+    plugin: &str,
+) -> wasmtime::Result<()> {
+    let stub = |name: String| {
+        let message = format!("plugin {plugin} called `{name}`, which this host does not provide");
+        move |_: wasmtime::StoreContextMut<'_, PluginState>,
+              _: wasmtime::component::types::ComponentFunc,
+              _: &[wasmtime::component::Val],
+              _: &mut [wasmtime::component::Val]| {
+            Err(wasmtime::Error::new(Unprovided(message.clone())))
+        }
+    };
+    for (name, item) in component.component_type().imports(engine) {
+        if provided(name) {
+            continue;
+        }
+        match item.ty {
+            ComponentItem::ComponentInstance(instance) => {
+                let mut stubs = linker.instance(name)?;
+                for (export, item) in instance.exports(engine) {
+                    match item.ty {
+                        ComponentItem::ComponentFunc(_) => {
+                            stubs.func_new(export, stub(format!("{name}#{export}")))?;
+                        }
+                        ComponentItem::Resource(_) => {
+                            stubs.resource(export, ResourceType::host::<()>(), |_, _| Ok(()))?;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            ComponentItem::ComponentFunc(_) => {
+                linker.root().func_new(name, stub(name.to_owned()))?;
+            }
+            ComponentItem::Resource(_) => {
+                linker
+                    .root()
+                    .resource(name, ResourceType::host::<()>(), |_, _| Ok(()))?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wasi_0_2_and_config_are_provided_everything_else_is_stubbed() {
+        for name in [
+            "wasi:io/streams@0.2.12",
+            "wasi:io/error@0.2.0",
+            "wasi:http/outgoing-handler@0.2.3",
+            "wasi:config/store@0.2.0-rc.1",
+        ] {
+            assert!(provided(name), "{name}");
+        }
+        for name in [
+            "wasi:io/streams@0.3.0",
+            "wasi:keyvalue/store@0.2.0-draft",
+            "acme:weather/api@1.0.0",
+            "wasi:http/types",
+        ] {
+            assert!(!provided(name), "{name}");
+        }
+    }
 }

@@ -1,0 +1,191 @@
+//! The plugins folder over time: which files are served, and which version of each.
+//!
+//! A scan lists `*.wasm` (non-recursive, file-name order), loads only files that are
+//! new or changed since the last scan (size, modification time or inode of the
+//! `.wasm` or its sidecar), and reuses the loaded plugin of every unchanged file. A
+//! changed file that fails to load (a half-copied file, a bad sidecar) keeps its
+//! last good version serving; the next change retries it. A removed file is dropped.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use wasmtime::Engine;
+
+use super::grants::Grants;
+use super::load::{LoadedPlugin, file_label, load_file};
+use crate::cache::ArtifactCache;
+use crate::catalog::CatalogBuilder;
+
+/// The files of one folder and the version of each that serves.
+pub(crate) struct PluginFolder {
+    dir: PathBuf,
+    files: BTreeMap<PathBuf, Tracked>,
+}
+
+/// One file as of the last scan.
+struct Tracked {
+    stamp: Stamp,
+    /// The version that serves; `None` when it never loaded.
+    serving: Option<Arc<LoadedPlugin>>,
+}
+
+/// What identifies one version of a plugin file and its sidecar without reading them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    wasm: FileStamp,
+    sidecar: Option<FileStamp>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    len: u64,
+    modified: Option<SystemTime>,
+    inode: u64,
+}
+
+impl FileStamp {
+    fn of(path: &Path) -> Option<Self> {
+        let meta = std::fs::metadata(path).ok()?;
+        Some(Self {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            inode: inode(&meta),
+        })
+    }
+}
+
+#[cfg(unix)]
+fn inode(meta: &std::fs::Metadata) -> u64 {
+    std::os::unix::fs::MetadataExt::ino(meta)
+}
+
+#[cfg(not(unix))]
+fn inode(_meta: &std::fs::Metadata) -> u64 {
+    0
+}
+
+/// What a scan found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct ScanReport {
+    /// Files loaded for the first time or again after a change.
+    pub loaded: usize,
+    /// Changed files that failed to load (their last good version, if any, serves).
+    pub failed: usize,
+    /// Files that disappeared.
+    pub removed: usize,
+}
+
+impl ScanReport {
+    /// Whether the set of served plugins may differ from the previous scan's.
+    pub(crate) fn changed(&self) -> bool {
+        self.loaded > 0 || self.removed > 0
+    }
+}
+
+impl PluginFolder {
+    /// A folder nothing has been scanned from yet.
+    pub(crate) fn new(dir: PathBuf) -> Self {
+        Self {
+            dir,
+            files: BTreeMap::new(),
+        }
+    }
+
+    /// The folder.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Brings the folder's state up to date (see the module docs) and logs each
+    /// plugin loaded, skipped, kept or removed.
+    ///
+    /// # Errors
+    ///
+    /// When the folder cannot be listed; nothing changes then.
+    pub(crate) fn scan(
+        &mut self,
+        engine: &Engine,
+        cache: Option<&ArtifactCache>,
+    ) -> std::io::Result<ScanReport> {
+        let paths = super::plugin_files(&self.dir)?;
+        let mut report = ScanReport::default();
+        let before = self.files.len();
+        self.files.retain(|path, tracked| {
+            let keep = paths.contains(path);
+            if !keep && tracked.serving.is_some() {
+                tracing::info!(plugin = %file_label(path), "plugin removed");
+            }
+            keep
+        });
+        report.removed = before - self.files.len();
+        for path in paths {
+            let Some(wasm) = FileStamp::of(&path) else {
+                continue;
+            };
+            let stamp = Stamp {
+                wasm,
+                sidecar: FileStamp::of(&Grants::sidecar_path(&path)),
+            };
+            let previous = self.files.get(&path);
+            if previous.is_some_and(|t| t.stamp == stamp) {
+                continue;
+            }
+            let last_good = previous.and_then(|t| t.serving.clone());
+            let serving = match load_valid(engine, &path, cache) {
+                Ok(plugin) => {
+                    tracing::info!(
+                        plugin = %plugin.file,
+                        capabilities = plugin.capabilities.len(),
+                        cached = plugin.cached,
+                        load_ms = format_args!("{:.1}", plugin.load_time.as_secs_f64() * 1e3),
+                        "plugin loaded"
+                    );
+                    for export in &plugin.ignored_exports {
+                        tracing::warn!(plugin = %plugin.file, export = %export, "export not named by metadata; ignored");
+                    }
+                    report.loaded += 1;
+                    Some(Arc::new(plugin))
+                }
+                Err(reason) => {
+                    report.failed += 1;
+                    let plugin = file_label(&path);
+                    if last_good.is_some() {
+                        tracing::warn!(plugin = %plugin, reason = %reason, "plugin reload failed; its last good version keeps serving");
+                    } else {
+                        tracing::warn!(plugin = %plugin, reason = %reason, "plugin skipped");
+                    }
+                    last_good
+                }
+            };
+            self.files.insert(path, Tracked { stamp, serving });
+        }
+        Ok(report)
+    }
+
+    /// The plugins to serve, in file-name order.
+    pub(crate) fn serving(&self) -> Vec<Arc<LoadedPlugin>> {
+        self.files
+            .values()
+            .filter_map(|t| t.serving.clone())
+            .collect()
+    }
+}
+
+/// Loads the plugin at `path` and checks its capabilities on their own (names, IDs,
+/// texts), so that a version the catalog would refuse never replaces a good one.
+/// Conflicts with other plugins are the catalog's to settle.
+fn load_valid(
+    engine: &Engine,
+    path: &Path,
+    cache: Option<&ArtifactCache>,
+) -> Result<LoadedPlugin, String> {
+    let plugin = load_file(engine, path, cache).map_err(|e| e.to_string())?;
+    let specs: Vec<_> = plugin.capabilities.iter().map(|c| c.spec.clone()).collect();
+    if let Err((index, error)) = CatalogBuilder::new().add_group(&specs) {
+        let export = &plugin.capabilities[index].export;
+        return Err(format!("export `{export}`: {error}"));
+    }
+    Ok(plugin)
+}

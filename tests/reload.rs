@@ -1,0 +1,227 @@
+//! Hot reload end to end: a running HTTP server picks up plugins added, replaced and
+//! removed in its folder; executions in flight finish on the catalog they started
+//! with; a half-written file never replaces the last good version.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{
+    HttpServer, call_tool, example_plugins, execute_http, plugin_folder, test_plugin, wait_for_log,
+};
+
+/// Returns the serving version after a little work (so that executions overlap the
+/// swap).
+const VERSION: &str = "def main():\n    t = 0\n    for i in range(20000):\n        t += i\n    return versioned.version()[\"version\"]";
+
+/// Replaces `dest` with `source` the way a careful operator does: copy beside it, then
+/// rename over it.
+fn replace_atomically(source: &Path, dest: &Path) {
+    let temp = dest.with_extension("wasm.part");
+    std::fs::copy(source, &temp).expect("copy the new version");
+    std::fs::rename(&temp, dest).expect("rename it in place");
+}
+
+fn server(dir: &Path, extra: &[&str]) -> HttpServer {
+    let mut args = vec![
+        "--plugins",
+        dir.to_str().expect("utf-8 path"),
+        "--allow-all",
+    ];
+    args.extend_from_slice(extra);
+    HttpServer::start(&args)
+}
+
+#[test]
+fn replacing_a_plugin_under_load_fails_no_execute_and_the_new_version_answers() {
+    let dir = plugin_folder("reload-under-load", &[test_plugin("versioned")]);
+    let plugin = dir.join("versioned.wasm");
+    let server = server(
+        &dir,
+        &[
+            "--max-concurrent-executions",
+            "16",
+            "--max-execution-steps",
+            "100000000",
+            "--max-fuel",
+            "100000000000",
+            "--max-execution-time",
+            "30s",
+        ],
+    );
+    assert_eq!(execute_http(server.port, VERSION), Ok(json!(1)));
+
+    // A long execution (about 2 s) that starts before the swap and calls the plugin
+    // after it.
+    let long = {
+        let port = server.port;
+        std::thread::spawn(move || {
+            execute_http(
+                port,
+                "def main():\n    t = 0\n    for i in range(30000000):\n        t += 1\n    return versioned.version()[\"version\"]",
+            )
+        })
+    };
+    // Four clients executing in a loop across the swap.
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let port = server.port;
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    seen.push(execute_http(port, VERSION));
+                }
+                seen
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(150));
+    replace_atomically(&test_plugin("versioned_two"), &plugin);
+    wait_for_log(&server, "catalog reloaded", 1);
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+
+    for client in clients {
+        let seen = client.join().expect("client thread");
+        assert!(!seen.is_empty());
+        let versions: Vec<u64> = seen
+            .iter()
+            .map(|r| match r {
+                Ok(v) => v.as_u64().expect("a version"),
+                Err(e) => panic!("an execute failed during the reload: {e}"),
+            })
+            .collect();
+        // Once a client saw the new version it never sees the old one again.
+        let first_two = versions
+            .iter()
+            .position(|v| *v == 2)
+            .unwrap_or(versions.len());
+        assert!(
+            versions[..first_two].iter().all(|v| *v == 1)
+                && versions[first_two..].iter().all(|v| *v == 2),
+            "{versions:?}"
+        );
+        assert_eq!(versions.last(), Some(&2), "{versions:?}");
+    }
+    assert_eq!(
+        long.join().expect("long execution"),
+        Ok(json!(1)),
+        "an execution keeps the catalog it started with"
+    );
+    assert_eq!(execute_http(server.port, VERSION), Ok(json!(2)));
+    let log = server.log();
+    assert!(
+        log.contains("plugin=versioned.wasm capabilities=1 cached="),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_half_written_plugin_keeps_the_last_good_version_until_the_copy_completes() {
+    let dir = plugin_folder("reload-half-written", &[test_plugin("versioned")]);
+    let server = server(&dir, &[]);
+    assert_eq!(execute_http(server.port, VERSION), Ok(json!(1)));
+
+    // An operator's slow `cp` over the file: half of it, a pause, the rest.
+    let bytes = std::fs::read(test_plugin("versioned_two")).expect("read v2");
+    let (head, tail) = bytes.split_at(bytes.len() / 2);
+    let mut file = std::fs::File::create(dir.join("versioned.wasm")).expect("open");
+    file.write_all(head).expect("write half");
+    file.flush().expect("flush");
+    wait_for_log(
+        &server,
+        "plugin reload failed; its last good version keeps serving",
+        1,
+    );
+    assert_eq!(execute_http(server.port, VERSION), Ok(json!(1)));
+
+    file.write_all(tail).expect("write the rest");
+    drop(file);
+    wait_for_log(&server, "catalog reloaded", 1);
+    assert_eq!(execute_http(server.port, VERSION), Ok(json!(2)));
+    let log = server.log();
+    assert!(
+        log.contains("plugin=versioned.wasm reason=invalid component:"),
+        "{log}"
+    );
+}
+
+/// `search_api` names, in rank order.
+fn search(port: u16, query: &str) -> Vec<String> {
+    let result = call_tool(port, "search_api", json!({ "query": query }));
+    result["structuredContent"]["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| r["name"].as_str().expect("name").to_owned())
+        .collect()
+}
+
+fn describe_error(port: u16, name: &str) -> Value {
+    let result = call_tool(port, "describe_api", json!({ "name": name }));
+    result["isError"].clone()
+}
+
+#[test]
+fn adding_and_removing_plugins_changes_search_describe_and_execute() {
+    let examples = example_plugins();
+    let dir = plugin_folder("reload-add-remove", &[examples.join("records.wasm")]);
+    let server = server(&dir, &[]);
+    assert!(search(server.port, "percentile").is_empty());
+
+    replace_atomically(&examples.join("stats.wasm"), &dir.join("stats.wasm"));
+    wait_for_log(&server, "catalog reloaded", 1);
+    assert_eq!(search(server.port, "percentile"), vec!["stats.percentile"]);
+    assert_eq!(describe_error(server.port, "stats.summary"), json!(false));
+    assert_eq!(
+        execute_http(
+            server.port,
+            "def main():\n    return stats.summary(values=[1, 2, 3])[\"median\"]"
+        ),
+        Ok(json!(2.0))
+    );
+
+    std::fs::remove_file(dir.join("stats.wasm")).expect("remove stats");
+    wait_for_log(&server, "catalog reloaded", 2);
+    assert!(search(server.port, "percentile").is_empty());
+    assert_eq!(describe_error(server.port, "stats.summary"), json!(true));
+    assert_eq!(
+        execute_http(
+            server.port,
+            "def main():\n    return stats.summary(values=[1, 2, 3])"
+        ),
+        Err("invalid program: <codemode>:2:12: Variable `stats` not found".to_owned())
+    );
+    let log = server.log();
+    assert!(log.contains("plugin removed plugin=stats.wasm"), "{log}");
+    // Unchanged files are not loaded again.
+    assert_eq!(
+        log.matches("plugin loaded plugin=records.wasm").count(),
+        1,
+        "{log}"
+    );
+    assert!(
+        log.contains("catalog reloaded plugins=1 capabilities=4 failed=0 reload_ms="),
+        "{log}"
+    );
+}
+
+#[test]
+fn no_watch_serves_the_folder_as_it_was_at_start() {
+    let examples = example_plugins();
+    let dir = plugin_folder("reload-no-watch", &[examples.join("records.wasm")]);
+    let server = server(&dir, &["--no-watch"]);
+    replace_atomically(&examples.join("stats.wasm"), &dir.join("stats.wasm"));
+    // Several debounce periods.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(search(server.port, "percentile").is_empty());
+    let log = server.log();
+    assert!(!log.contains("watching the plugins folder"), "{log}");
+    assert!(!log.contains("catalog reloaded"), "{log}");
+}
