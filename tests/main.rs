@@ -15,6 +15,7 @@ mod grants;
 mod http;
 mod loading;
 mod policy;
+mod polyglot;
 mod precompile;
 mod reload;
 mod stdio;

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds the JavaScript example plugin with componentize-js, installed with npm into
+# a local folder (target/toolchains/node; nothing global). Needs Node.js 18 or later.
+#
+#   plugins/js-strings/build.sh [OUTPUT]    default: target/plugins/js_strings.wasm
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+out="$(realpath -m "${1:-$root/target/plugins/js_strings.wasm}")"
+tools="$root/target/toolchains/node"
+version="0.23.0"
+cli="$tools/node_modules/@bytecodealliance/componentize-js/src/cli.js"
+if ! grep -q "\"version\": \"$version\"" "$tools/node_modules/@bytecodealliance/componentize-js/package.json" 2>/dev/null; then
+  mkdir -p "$tools"
+  [ -f "$tools/package.json" ] || echo '{"private": true}' > "$tools/package.json"
+  if ! (cd "$tools" && npm install --silent --no-audit --no-fund "@bytecodealliance/componentize-js@$version"); then
+    echo "js-strings: cannot install componentize-js $version (needs Node.js 18+ with npm, and the package registry)" >&2
+    exit 69
+  fi
+fi
+mkdir -p "$(dirname "$out")"
+cd "$here"
+# wit/deps/codemode-plugin links to the repository's wit/plugin (the plugin ABI).
+# The plugin needs no HTTP: leave wasi:http out of what the engine wires up.
+node "$cli" strings.js --wit wit --world-name plugin --disable http fetch-event -o "$out"

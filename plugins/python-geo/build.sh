@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds the Python example plugin with componentize-py, installed into a local venv
+# (target/toolchains/python; nothing global).
+#
+#   plugins/python-geo/build.sh [OUTPUT]    default: target/plugins/python_geo.wasm
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+out="$(realpath -m "${1:-$root/target/plugins/python_geo.wasm}")"
+venv="$root/target/toolchains/python"
+version="0.25.1"
+if [ "$("$venv/bin/componentize-py" --version 2>/dev/null)" != "componentize-py $version" ]; then
+  if ! python3 -m venv "$venv" || ! "$venv/bin/pip" install --quiet --disable-pip-version-check "componentize-py==$version"; then
+    echo "python-geo: cannot install componentize-py $version (needs python3 with venv and pip, and the package index)" >&2
+    exit 69
+  fi
+fi
+mkdir -p "$(dirname "$out")"
+cd "$here"
+# wit/deps/codemode-plugin links to the repository's wit/plugin (the plugin ABI).
+"$venv/bin/componentize-py" --quiet -d wit -w example:geo/plugin@0.1.0 componentize app -o "$out"
