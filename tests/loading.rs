@@ -107,3 +107,31 @@ fn a_missing_plugins_folder_stops_startup_with_its_path() {
         "{log}"
     );
 }
+
+#[test]
+fn doc_comments_of_a_plugin_become_its_summary_and_description() {
+    // plugins/stats declares its metadata with `#[codemode_sdk::capabilities]`.
+    let plugins = example_plugins();
+    let out = drive(
+        &["--plugins", plugins.to_str().expect("utf-8")],
+        json!([
+            {"op": "call", "tool": "describe_api", "arguments": {"name": "stats.percentile"}},
+            {"op": "call", "tool": "search_api", "arguments": {"query": "quantile"}},
+        ]),
+    );
+    let described = &out["results"][0]["structured"];
+    assert_eq!(
+        described["summary"],
+        "Compute the p-th percentile (0-100) of a list of numbers."
+    );
+    assert_eq!(
+        described["description"],
+        "Linear interpolation between the two nearest ranks (numpy's default): p=50 is the \
+         median, p=90 the value 90% of the data lies below."
+    );
+    // "quantile" is only a search term of stats.percentile.
+    assert_eq!(
+        out["results"][1]["structured"]["results"][0]["name"],
+        "stats.percentile"
+    );
+}

@@ -4,8 +4,8 @@
 //! capabilities) plus `codemode:plugin/metadata@0.1.0`, which tells the host the
 //! summary, description and search terms of each exported function. This crate:
 //!
-//! - generates and exports the metadata interface for you: list your capabilities
-//!   with [`metadata!`] and you are done;
+//! - exports the metadata interface for you, written once as the doc comments of
+//!   your functions with [`capabilities`] (or listed by hand with [`metadata!`]);
 //! - re-exports [`wit_bindgen`] and offers [`generate!`], so your own interface's
 //!   bindings need no extra dependency.
 //!
@@ -31,11 +31,16 @@
 //! ```ignore
 //! codemode_sdk::generate!({ world: "plugin", path: "wit" });
 //!
-//! use exports::acme::greetings::greet::{Greeting, Guest};
+//! use exports::acme::greetings::greet::{self, Greeting};
 //!
 //! struct Plugin;
 //!
-//! impl Guest for Plugin {
+//! #[codemode_sdk::capabilities]
+//! impl greet::Guest for Plugin {
+//!     /// Greet someone by name.
+//!     ///
+//!     /// Returns "Hello, <name>!"; shout=True upper-cases it.
+//!     #[capability(search_terms = ["greeting", "say hello"])]
 //!     fn hello(name: String, shout: Option<bool>) -> Result<Greeting, String> {
 //!         if name.is_empty() {
 //!             return Err("name must not be empty".into());
@@ -46,17 +51,12 @@
 //! }
 //!
 //! export!(Plugin);
-//!
-//! codemode_sdk::metadata![
-//!     codemode_sdk::Capability::new("greet.hello", "Greet someone by name.")
-//!         .with_description("Returns a greeting; shout=True upper-cases it.")
-//!         .with_search_terms(["greeting", "say hello"]),
-//! ];
 //! ```
 //!
 //! Build with `cargo build --release --target wasm32-wasip2` (crate type `cdylib`)
 //! and drop the `.wasm` into the host's plugins folder. Agents then call
-//! `greet.hello(name="Ada")`.
+//! `greet.hello(name="Ada")`, find it by "Greet someone by name." and read the
+//! second paragraph in `describe_api`.
 //!
 //! # Types
 //!
@@ -68,6 +68,23 @@
 //! [codemode-host]: https://github.com/codemode-host
 
 pub use wit_bindgen;
+
+/// Capability metadata from the doc comments of an `impl <interface>::Guest` block.
+///
+/// The first paragraph of each function's doc comment is the summary `search_api`
+/// shows; later paragraphs are the description `describe_api` adds. On a function,
+/// `#[capability(name = "...", id = "...", search_terms = ["...", ...])]` sets the
+/// rest, and `#[capability(skip)]` keeps an export from being a capability. A
+/// function with neither a doc comment nor `skip` is a compile error.
+///
+/// Without arguments the attribute exports the metadata, so a plugin with one
+/// interface needs nothing else. A plugin exports its metadata once: with several
+/// interfaces, give each block `list = NAME`, which defines `fn NAME() ->
+/// Vec<Capability>` instead, and export them together with
+/// `codemode_sdk::metadata![greet_capabilities(), admin_capabilities()]`. When the
+/// trait is imported as plain `Guest`, name its interface: `interface = "greet"`.
+/// The generated code refers to this crate as `::codemode_sdk`.
+pub use codemode_sdk_macros::capabilities;
 
 /// Bindings of the `codemode:plugin` world; used by [`metadata!`].
 #[doc(hidden)]
@@ -145,19 +162,42 @@ macro_rules! generate {
     };
 }
 
+/// One [`Capability`] or a list of them: what [`metadata!`] takes.
+pub trait Capabilities {
+    /// Appends these capabilities to `list`, in order.
+    fn append_to(self, list: &mut Vec<Capability>);
+}
+
+impl Capabilities for Capability {
+    fn append_to(self, list: &mut Vec<Capability>) {
+        list.push(self);
+    }
+}
+
+impl Capabilities for Vec<Capability> {
+    fn append_to(mut self, list: &mut Vec<Capability>) {
+        list.append(&mut self);
+    }
+}
+
 /// Exports `codemode:plugin/metadata@0.1.0` describing the given capabilities.
 ///
 /// Use it once per plugin, at the crate root, with one [`Capability`] expression per
-/// exported function agents may call. Exports you do not list are not capabilities.
+/// exported function agents may call, or a `Vec<Capability>` (such as the function
+/// `#[capabilities(list = NAME)]` defines). Exports you do not list are not
+/// capabilities.
 #[macro_export]
 macro_rules! metadata {
-    ($($capability:expr),* $(,)?) => {
+    ($($capabilities:expr),* $(,)?) => {
         #[doc(hidden)]
         struct __CodemodeMetadata;
 
         impl $crate::bindings::exports::codemode::plugin::metadata::Guest for __CodemodeMetadata {
             fn describe() -> ::std::vec::Vec<$crate::Capability> {
-                ::std::vec![$($capability),*]
+                #[allow(unused_mut)]
+                let mut list = ::std::vec::Vec::new();
+                $($crate::Capabilities::append_to($capabilities, &mut list);)*
+                list
             }
         }
 
@@ -185,6 +225,19 @@ mod tests {
             c.search_terms,
             vec!["frequency".to_string(), "tally".to_string()]
         );
+    }
+
+    #[test]
+    fn single_capabilities_and_lists_append_in_order() {
+        let mut list = Vec::new();
+        Capability::new("a.one", "One.").append_to(&mut list);
+        vec![
+            Capability::new("b.two", "Two."),
+            Capability::new("b.three", "Three."),
+        ]
+        .append_to(&mut list);
+        let names: Vec<_> = list.iter().map(|c| c.export_name.as_str()).collect();
+        assert_eq!(names, ["a.one", "b.two", "b.three"]);
     }
 
     #[test]

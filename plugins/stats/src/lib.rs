@@ -5,10 +5,7 @@
 
 codemode_sdk::generate!({ world: "plugin", path: "wit" });
 
-use codemode_sdk::Capability;
-use exports::example::stats::stats::{
-    Bucket, Guest, HistogramResult, PercentileResult, Statistics,
-};
+use exports::example::stats::stats::{self, Bucket, HistogramResult, PercentileResult, Statistics};
 
 /// Default number of histogram buckets.
 const DEFAULT_BINS: u32 = 10;
@@ -17,7 +14,13 @@ const MAX_BINS: u32 = 1000;
 
 struct Stats;
 
-impl Guest for Stats {
+#[codemode_sdk::capabilities]
+impl stats::Guest for Stats {
+    /// Summarize a list of numbers: count, mean, median, stdev, min, max.
+    ///
+    /// Returns count, mean, median, population standard deviation, min and max of the
+    /// values. Fails on an empty list.
+    #[capability(search_terms = ["average", "descriptive statistics", "standard deviation"])]
     fn summary(values: Vec<f64>) -> Result<Statistics, String> {
         let sorted = sorted(values)?;
         let n = sorted.len() as f64;
@@ -33,6 +36,11 @@ impl Guest for Stats {
         })
     }
 
+    /// Compute the p-th percentile (0-100) of a list of numbers.
+    ///
+    /// Linear interpolation between the two nearest ranks (numpy's default): p=50 is the
+    /// median, p=90 the value 90% of the data lies below.
+    #[capability(search_terms = ["quantile", "p90", "median"])]
     fn percentile(values: Vec<f64>, p: f64) -> Result<PercentileResult, String> {
         if !(0.0..=100.0).contains(&p) {
             return Err(format!("p must be between 0 and 100, got {p}"));
@@ -43,6 +51,11 @@ impl Guest for Stats {
         })
     }
 
+    /// Count numbers into equal-width buckets.
+    ///
+    /// Splits [min, max] of the values into `bins` equal-width buckets (default 10, at most
+    /// 1000) and counts the values in each; the last bucket includes the maximum.
+    #[capability(search_terms = ["distribution", "bins", "frequency"])]
     fn histogram(values: Vec<f64>, bins: Option<u32>) -> Result<HistogramResult, String> {
         let bins = bins.unwrap_or(DEFAULT_BINS);
         if bins == 0 || bins > MAX_BINS {
@@ -102,27 +115,10 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 
 export!(Stats);
 
-codemode_sdk::metadata![
-    Capability::new("stats.summary", "Summarize a list of numbers: count, mean, median, stdev, min, max.")
-        .with_description(
-            "Returns count, mean, median, population standard deviation, min and max of the values. Fails on an empty list.",
-        )
-        .with_search_terms(["average", "descriptive statistics", "standard deviation"]),
-    Capability::new("stats.percentile", "Compute the p-th percentile (0-100) of a list of numbers.")
-        .with_description(
-            "Linear interpolation between the two nearest ranks (numpy's default): p=50 is the median, p=90 the value 90% of the data lies below.",
-        )
-        .with_search_terms(["quantile", "p90", "median"]),
-    Capability::new("stats.histogram", "Count numbers into equal-width buckets.")
-        .with_description(
-            "Splits [min, max] of the values into `bins` equal-width buckets (default 10, at most 1000) and counts the values in each; the last bucket includes the maximum.",
-        )
-        .with_search_terms(["distribution", "bins", "frequency"]),
-];
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stats::Guest;
 
     #[test]
     fn summary_of_known_values() {

@@ -5,12 +5,18 @@
 
 codemode_sdk::generate!({ world: "plugin", path: "wit" });
 
-use codemode_sdk::Capability;
-use exports::example::text::text::{Filled, Guest, Slug, WordCountResult};
+use exports::example::text::text::{self, Filled, Slug, WordCountResult};
 
 struct Text;
 
-impl Guest for Text {
+#[codemode_sdk::capabilities]
+impl text::Guest for Text {
+    /// Turn a title into a URL slug.
+    ///
+    /// Lowercases the text, folds accented Latin letters (é → e, ß → ss), and joins the
+    /// runs of letters and digits with the separator (default "-"): "Crème Brûlée Recipes!"
+    /// → "creme-brulee-recipes".
+    #[capability(search_terms = ["url", "permalink", "kebab case"])]
     fn slugify(text: String, separator: Option<String>) -> Result<Slug, String> {
         let separator = separator.unwrap_or_else(|| "-".to_owned());
         if separator.chars().any(char::is_alphanumeric) || separator.chars().count() > 3 {
@@ -23,6 +29,12 @@ impl Guest for Text {
         })
     }
 
+    /// Count how often each word occurs in a text.
+    ///
+    /// Splits the text into words (letters, digits and apostrophes), lowercases them and
+    /// returns the total and a dict of word → count; with top=N only the N most frequent
+    /// words (ties alphabetically).
+    #[capability(search_terms = ["word frequency", "tally", "histogram of words"])]
     fn word_counts(text: String, top: Option<u32>) -> WordCountResult {
         let words = words(&text);
         let mut counts: Vec<(String, u32)> = Vec::new();
@@ -43,6 +55,11 @@ impl Guest for Text {
         }
     }
 
+    /// Fill {name} placeholders in a template.
+    ///
+    /// Replaces each {name} in the template with values[name]; {{ and }} are literal
+    /// braces. Fails naming the placeholder when a value is missing.
+    #[capability(search_terms = ["template", "format string", "substitute"])]
     fn fill(template: String, values: Vec<(String, String)>) -> Result<Filled, String> {
         fill(&template, &values)
     }
@@ -148,24 +165,6 @@ fn fill(template: &str, values: &[(String, String)]) -> Result<Filled, String> {
 }
 
 export!(Text);
-
-codemode_sdk::metadata![
-    Capability::new("text.slugify", "Turn a title into a URL slug.")
-        .with_description(
-            "Lowercases the text, folds accented Latin letters (é → e, ß → ss), and joins the runs of letters and digits with the separator (default \"-\"): \"Crème Brûlée Recipes!\" → \"creme-brulee-recipes\".",
-        )
-        .with_search_terms(["url", "permalink", "kebab case"]),
-    Capability::new("text.word-counts", "Count how often each word occurs in a text.")
-        .with_description(
-            "Splits the text into words (letters, digits and apostrophes), lowercases them and returns the total and a dict of word → count; with top=N only the N most frequent words (ties alphabetically).",
-        )
-        .with_search_terms(["word frequency", "tally", "histogram of words"]),
-    Capability::new("text.fill", "Fill {name} placeholders in a template.")
-        .with_description(
-            "Replaces each {name} in the template with values[name]; {{ and }} are literal braces. Fails naming the placeholder when a value is missing.",
-        )
-        .with_search_terms(["template", "format string", "substitute"]),
-];
 
 #[cfg(test)]
 mod tests {
