@@ -1,13 +1,17 @@
-//! `cargo xtask bench`: what an execute costs, measured in-process through the
-//! library, and the sandboxed interpreter against native starlark-rust on the same
-//! program in the same run.
+//! `cargo xtask bench`: what an execute costs, measured against the targets of
+//! DESIGN §8 in one run: in-process through the library (trivial executes, native
+//! calls with and without a policy, the sandboxed interpreter against native
+//! starlark-rust, a 1 MiB value through a plugin), then the real server binary
+//! (cold and warm start with 10 plugins, HTTP throughput of 8 clients, resident
+//! memory). Ends with one table: each measurement, its target, and the ratio.
 //!
-//! Built in the dev profile, whose dependencies (wasmtime, cranelift, starlark) are
-//! optimized (`opt-level = 2`); the WebAssembly code is compiled by cranelift at its
-//! own optimization level either way. Prints medians and tail percentiles; numbers
-//! are wall time on whatever else the machine is doing, so compare within one run.
+//! Built with the release profile (`cargo xtask bench`); the server binary it starts
+//! is the one beside it. Numbers are wall time on whatever else the machine is
+//! doing, so compare within one run.
 
-use std::path::Path;
+mod server;
+
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use std::sync::Arc;
@@ -39,41 +43,151 @@ const CALIBRATION: [(&str, &str); 3] = [
     ),
 ];
 
+/// The tick budget of every measured program: room for the calibration loops (one
+/// tick per iteration, plus calls).
+const MAX_STEPS: u64 = 3_000_000;
+
+/// Building small dicts: allocation-heavy rather than arithmetic.
+const DICTS: &str = "def main():\n    n = 0\n    for i in range(100000):\n        d = {\"k\": i, \"v\": [i]}\n        n += len(d)\n    return n\n";
+
+/// Plugins of the start and HTTP measurements: the six examples and four test
+/// plugins, each loading (the test plugins misbehave only when called).
+const TEN_PLUGINS: [(&str, &str); 10] = [
+    ("plugins", "records"),
+    ("plugins", "stats"),
+    ("plugins", "text"),
+    ("plugins", "fetch"),
+    ("plugins", "python_geo"),
+    ("plugins", "js_strings"),
+    ("test-plugins", "hostile"),
+    ("test-plugins", "liar"),
+    ("test-plugins", "granted"),
+    ("test-plugins", "versioned"),
+];
+
+/// Concurrent clients of the throughput run, and how long it lasts.
+const HTTP_CLIENTS: usize = 8;
+const HTTP_SECONDS: u64 = 10;
+
+/// One line of the closing table.
+struct Row {
+    what: &'static str,
+    measured: String,
+    target: &'static str,
+    /// Measured over target (below 1 meets it), where the target is a number.
+    ratio: Option<f64>,
+}
+
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let plugins = root.join("target/plugins");
+    let target = root.join("target");
+    let plugins = target.join("plugins");
     assert!(
         plugins.join("stats.wasm").is_file(),
         "example plugins missing: run `cargo xtask plugins` first"
     );
-    let config = ServiceConfig {
-        plugins_dir: plugins,
+    println!(
+        "codemode-host bench: {} CPUs, {} build",
+        std::thread::available_parallelism().map_or(0, usize::from),
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+    );
+    let mut rows = Vec::new();
+    if let Some(only) = std::env::args().nth(1) {
+        // For profilers: `codemode-bench trivial|call|loop` repeats one program.
+        profile(&root, &plugins, &only);
+        return;
+    }
+    let before = cpu_times();
+    in_process(&root, &plugins, &mut rows);
+    let folder = ten_plugins(&target);
+    start(&target, &folder, &mut rows);
+    http(&target, &folder, &mut rows);
+    print_table(&rows);
+    if let (Some((total_a, steal_a)), Some((total_b, steal_b))) = (before, cpu_times()) {
+        let total = total_b.saturating_sub(total_a).max(1);
+        println!(
+            "CPU time taken by the hypervisor (steal) during the run: {:.1}% (high values mean noisy numbers)",
+            100.0 * steal_b.saturating_sub(steal_a) as f64 / total as f64
+        );
+    }
+}
+
+/// Total and stolen CPU time so far, in clock ticks, from `/proc/stat` (Linux).
+fn cpu_times() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    Some((fields.iter().sum(), *fields.get(7)?))
+}
+
+/// The service of the in-process measurements: the example plugins, budgets with
+/// room for the calibration loops and the 1 MiB value.
+fn bench_config(root: &Path, plugins: &Path) -> ServiceConfig {
+    ServiceConfig {
+        plugins_dir: plugins.to_owned(),
         limits: Limits {
-            // Room for the calibration loops (one tick per iteration, plus calls).
-            max_execution_steps: 3_000_000,
+            max_execution_steps: MAX_STEPS,
             max_execution_time: Duration::from_secs(60),
             max_fuel: u64::MAX / 4,
+            max_value_bytes: 8 << 20,
             ..Limits::default()
         },
         cache_dir: Some(root.join("target/test-cache")),
         ..ServiceConfig::default()
-    };
-    let started = Instant::now();
-    let service = match Service::load(&config) {
-        Ok(service) => service,
-        Err(error) => panic!("cannot load the service: {error}"),
-    };
-    println!(
-        "start (3 plugins, cached interpreter): {:.1} ms",
-        ms(started.elapsed())
-    );
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
     {
         Ok(runtime) => runtime,
         Err(error) => panic!("tokio: {error}"),
+    }
+}
+
+/// Repeats one program for a profiler: `trivial` (return 1), `call` (100 calls of
+/// stats.summary) or `loop` (the 1M-iteration loop).
+fn profile(root: &Path, plugins: &Path, only: &str) {
+    let service = match Service::load(&bench_config(root, plugins)) {
+        Ok(service) => service,
+        Err(error) => panic!("cannot load the service: {error}"),
     };
+    let runtime = runtime();
+    let calls = "def main():\n    t = 0.0\n    for i in range(100):\n        t += stats.summary(values=[1.0, 2.0])[\"mean\"]\n    return t\n";
+    let (source, runs) = match only {
+        "trivial" => ("def main():\n    return 1\n", 20_000),
+        "call" => (calls, 2_000),
+        "loop" => (LOOP, 20),
+        other => panic!("unknown program {other:?}: trivial, call or loop"),
+    };
+    let started = Instant::now();
+    for _ in 0..runs {
+        execute(&runtime, &service, source);
+    }
+    println!(
+        "{runs} runs of {only}: {:.1} µs each",
+        us(started.elapsed()) / runs as f64
+    );
+}
+
+/// The measurements through the library, in this process.
+fn in_process(root: &Path, plugins: &Path, rows: &mut Vec<Row>) {
+    let config = bench_config(root, plugins);
+    let service = match Service::load(&config) {
+        Ok(service) => service,
+        Err(error) => panic!("cannot load the service: {error}"),
+    };
+    let runtime = runtime();
     let run = |source: &str| execute(&runtime, &service, source);
 
     let trivial = "def main():\n    return 1\n";
@@ -88,12 +202,24 @@ fn main() {
         us(p50),
         us(p99)
     );
+    rows.push(Row {
+        what: "trivial execute, in-process, p50 (p99)",
+        measured: format!("{:.0} µs ({:.0} µs)", us(p50), us(p99)),
+        target: "≤ 100 µs",
+        ratio: Some(us(p50) / 100.0),
+    });
 
     let allow_all = per_call(&run);
     println!(
         "one native call (stats.summary, bind + allow-all + invoke + convert), p50 of 100 calls: {:.1} µs per call",
         us(allow_all)
     );
+    rows.push(Row {
+        what: "native call, allow-all",
+        measured: format!("{:.1} µs", us(allow_all)),
+        target: "≤ 10 µs",
+        ratio: Some(us(allow_all) / 10.0),
+    });
     let rego = RegoAuthorizer::new(
         DEFAULT_DECISION,
         &[("bench.rego".to_owned(), POLICY.to_owned())],
@@ -115,17 +241,60 @@ fn main() {
         us(rego_call.saturating_sub(allow_all)),
         us(decision)
     );
+    rows.push(Row {
+        what: "native call, Rego policy",
+        measured: format!(
+            "{:.1} µs (decision alone {:.1} µs)",
+            us(rego_call),
+            us(decision)
+        ),
+        target: "≤ 25 µs",
+        ratio: Some(us(rego_call) / 25.0),
+    });
 
-    let mut sandboxed: Vec<Duration> = (0..5).map(|_| run(LOOP).0).collect();
-    let mut native: Vec<Duration> = (0..5).map(|_| native_starlark(LOOP)).collect();
-    let (sandboxed, _) = percentiles(&mut sandboxed);
-    let (native, _) = percentiles(&mut native);
+    for (what, source, runs, target) in [
+        (
+            "1M-iteration loop, sandbox / native",
+            LOOP,
+            9,
+            Some(("≤ 3x", 3.0)),
+        ),
+        ("100k dicts built, sandbox / native", DICTS, 9, None),
+    ] {
+        // Alternate the two, so that a slow phase of this shared machine hits both.
+        let (mut sandboxed, mut native) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            sandboxed.push(run(source).0);
+            native.push(native_starlark(source));
+        }
+        let (sandboxed, _) = percentiles(&mut sandboxed);
+        let (native, _) = percentiles(&mut native);
+        let slower = sandboxed.as_secs_f64() / native.as_secs_f64();
+        println!(
+            "{what}: sandboxed {:.1} ms, native starlark-rust {:.1} ms, ratio {slower:.2}x",
+            ms(sandboxed),
+            ms(native),
+        );
+        rows.push(Row {
+            what,
+            measured: format!("{:.1} / {:.1} ms = {slower:.2}x", ms(sandboxed), ms(native)),
+            target: target.map_or("(none)", |(t, _)| t),
+            ratio: target.map(|(_, limit)| slower / limit),
+        });
+    }
+
+    let (moved, took) = one_mib(&run);
     println!(
-        "1M-iteration loop: sandboxed {:.1} ms, native starlark-rust {:.1} ms, ratio {:.2}x",
-        ms(sandboxed),
-        ms(native),
-        sandboxed.as_secs_f64() / native.as_secs_f64()
+        "1 MiB string through text.fill (runner → host → plugin → host → runner): {:.2} ms beyond building it, {:.0} MiB/s",
+        ms(took),
+        moved as f64 / (1 << 20) as f64 / took.as_secs_f64()
     );
+    rows.push(Row {
+        what: "1 MiB argument + 1 MiB result through a plugin",
+        measured: format!("{:.2} ms", ms(took)),
+        target: "(none)",
+        ratio: None,
+    });
 
     for (name, source) in CALIBRATION {
         let (took, stats) = run(source);
@@ -134,6 +303,160 @@ fn main() {
             stats.fuel as f64 / 1e9,
             stats.steps,
             ms(took)
+        );
+    }
+}
+
+/// The cost of sending a 1 MiB string to `text.fill` and getting it back: the
+/// program with the call minus the same program without it (p50 of 20 each); and
+/// the bytes moved both ways.
+fn one_mib(run: &dyn Fn(&str) -> (Duration, codemode_host::execute::Stats)) -> (usize, Duration) {
+    let build = "    s = \"x\" * 1048576\n";
+    let with_call = format!(
+        "def main():\n{build}    return len(text.fill(template=s, values={{}})[\"text\"])\n"
+    );
+    let without = format!("def main():\n{build}    return len(s)\n");
+    let mut a: Vec<Duration> = (0..20).map(|_| run(&with_call).0).collect();
+    let mut b: Vec<Duration> = (0..20).map(|_| run(&without).0).collect();
+    let (a, _) = percentiles(&mut a);
+    let (b, _) = percentiles(&mut b);
+    (2 << 20, a.saturating_sub(b))
+}
+
+/// `target/bench/plugins`: the [`TEN_PLUGINS`] (and the fetch sidecar).
+fn ten_plugins(target: &Path) -> PathBuf {
+    let folder = target.join("bench/plugins");
+    let _ = std::fs::remove_dir_all(&folder);
+    std::fs::create_dir_all(&folder).unwrap_or_else(|e| panic!("create {}: {e}", folder.display()));
+    for (dir, name) in TEN_PLUGINS {
+        for ext in ["wasm", "toml"] {
+            let from = target.join(dir).join(format!("{name}.{ext}"));
+            if ext == "toml" && !from.exists() {
+                continue;
+            }
+            std::fs::copy(&from, folder.join(format!("{name}.{ext}"))).unwrap_or_else(|e| {
+                panic!(
+                    "copy {}: {e} (`cargo xtask plugins` builds every plugin, the Python and JavaScript ones included)",
+                    from.display()
+                )
+            });
+        }
+    }
+    folder
+}
+
+/// Cold (empty cache: interpreter and plugins compiled) and warm (cached) start of
+/// the server with the ten plugins, to "ready to serve".
+fn start(target: &Path, folder: &Path, rows: &mut Vec<Row>) {
+    let cold_cache = target.join("bench/cold-cache");
+    let _ = std::fs::remove_dir_all(&cold_cache);
+    let cold = server::Server::start(folder, &cold_cache);
+    let loaded = cold
+        .log
+        .iter()
+        .filter(|l| l.contains("plugin loaded"))
+        .count();
+    assert_eq!(
+        loaded,
+        TEN_PLUGINS.len(),
+        "all ten plugins must load:\n{}",
+        cold.log.join("\n")
+    );
+    let cold = cold.ready_after;
+    let mut warm: Vec<Duration> = (0..5)
+        .map(|_| server::Server::start(folder, &cold_cache).ready_after)
+        .collect();
+    let (warm, _) = percentiles(&mut warm);
+    println!(
+        "start with 10 plugins to ready: cold (compiling everything) {:.0} ms, warm (cached) p50 of 5 {:.0} ms",
+        ms(cold),
+        ms(warm)
+    );
+    rows.push(Row {
+        what: "warm start, 10 plugins, to ready",
+        measured: format!("{:.0} ms", ms(warm)),
+        target: "≤ 100 ms",
+        ratio: Some(ms(warm) / 100.0),
+    });
+    rows.push(Row {
+        what: "cold start, 10 plugins (all compiled)",
+        measured: format!("{:.1} s", cold.as_secs_f64()),
+        target: "(none)",
+        ratio: None,
+    });
+}
+
+/// Throughput and memory of the server under [`HTTP_CLIENTS`] clients of trivial
+/// executes for [`HTTP_SECONDS`].
+fn http(target: &Path, folder: &Path, rows: &mut Vec<Row>) {
+    let server = server::Server::start(folder, &target.join("bench/cold-cache"));
+    std::thread::sleep(Duration::from_secs(1));
+    let idle = server.rss();
+    let trivial = "def main():\n    return 1\n";
+    // Warm-up: connections, the pool's slots.
+    server::load(&server, HTTP_CLIENTS, Duration::from_secs(1), trivial);
+    let mut run = server::load(
+        &server,
+        HTTP_CLIENTS,
+        Duration::from_secs(HTTP_SECONDS),
+        trivial,
+    );
+    let (p50, p99) = if run.latencies.is_empty() {
+        (Duration::ZERO, Duration::ZERO)
+    } else {
+        percentiles(&mut run.latencies)
+    };
+    let rate = run.ok as f64 / run.elapsed.as_secs_f64();
+    let logged = server.errors_logged();
+    println!(
+        "HTTP, {HTTP_CLIENTS} clients for {HTTP_SECONDS} s: {rate:.0} executes/s, p50 {:.2} ms, p99 {:.2} ms, {} errors, {} error lines logged; RSS idle {:.0} MiB, under load {:.0} MiB",
+        ms(p50),
+        ms(p99),
+        run.errors,
+        logged.len(),
+        mib(idle),
+        mib(run.peak_rss)
+    );
+    for line in logged.iter().take(5) {
+        println!("  logged: {line}");
+    }
+    rows.push(Row {
+        what: "HTTP, 8 clients, trivial execute",
+        measured: format!("{rate:.0}/s, p99 {:.2} ms, {} errors", ms(p99), run.errors),
+        target: "no errors",
+        ratio: None,
+    });
+    rows.push(Row {
+        what: "RSS idle / under load (10 plugins)",
+        measured: format!("{:.0} / {:.0} MiB", mib(idle), mib(run.peak_rss)),
+        target: "(none)",
+        ratio: None,
+    });
+}
+
+fn print_table(rows: &[Row]) {
+    let width = rows
+        .iter()
+        .map(|r| r.what.chars().count())
+        .max()
+        .unwrap_or(0);
+    let measured = rows
+        .iter()
+        .map(|r| r.measured.chars().count())
+        .max()
+        .unwrap_or(0);
+    println!();
+    println!(
+        "{:width$}  {:measured$}  {:10}  measured/target",
+        "what", "measured", "target"
+    );
+    for row in rows {
+        let ratio = row.ratio.map_or(String::new(), |r| {
+            format!("{r:.2}{}", if r <= 1.0 { "" } else { "  (missed)" })
+        });
+        println!(
+            "{:width$}  {:measured$}  {:10}  {ratio}",
+            row.what, row.measured, row.target
         );
     }
 }
@@ -212,7 +535,9 @@ fn decision_cost(rego: &RegoAuthorizer) -> Duration {
     percentiles(&mut times).0
 }
 
-/// Runs `source` with starlark-rust natively: same dialect switches, standard globals.
+/// Runs `source` with starlark-rust natively: the interpreter's dialect switches and
+/// tick budget (counting ticks is part of the evaluator's work in the sandbox too),
+/// standard globals.
 fn native_starlark(source: &str) -> Duration {
     let globals = Globals::standard();
     let started = Instant::now();
@@ -226,6 +551,9 @@ fn native_starlark(source: &str) -> Duration {
     };
     Module::with_temp_heap(|module| {
         let mut eval = Evaluator::new(&module);
+        if let Err(error) = eval.set_max_tick_count(MAX_STEPS) {
+            panic!("tick budget: {error}");
+        }
         if let Err(error) = eval.eval_module(ast, &globals) {
             panic!("eval: {error}");
         }
@@ -247,6 +575,10 @@ fn percentiles(times: &mut [Duration]) -> (Duration, Duration) {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1 << 20) as f64
 }
 
 fn us(d: Duration) -> f64 {

@@ -49,9 +49,12 @@ tasks:
                  example plugins; ARGS go to codemode-host
   test           build the plugins, then run formatting and lint checks and
                  the whole test suite (unit + end-to-end)
-  bench          build the plugins, then print what executes cost: trivial
-                 execute p50/p99, one native call, a 1M-iteration loop in the
-                 sandbox vs native starlark-rust, fuel calibration";
+  bench          build the plugins and a release build, then measure against
+                 the performance targets (DESIGN §8): trivial execute, native
+                 calls (allow-all, Rego), sandbox vs native starlark-rust, a
+                 1 MiB value through a plugin, cold and warm start with 10
+                 plugins, HTTP throughput of 8 clients, resident memory; ends
+                 with a table of measured/target ratios";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -219,7 +222,18 @@ fn run(args: &[String]) -> Result<()> {
 
 fn bench() -> Result<()> {
     plugins()?;
-    status(cargo().args(["run", "--quiet", "-p", "codemode-bench"]))
+    // The bench starts the server binary beside it: build both, optimized.
+    status(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "codemode-host",
+        "-p",
+        "codemode-bench",
+    ]))?;
+    status(&mut Command::new(
+        root().join("target/release/codemode-bench"),
+    ))
 }
 
 fn test() -> Result<()> {
