@@ -11,7 +11,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::{
-    HttpServer, call_tool, example_plugins, execute_http, plugin_folder, test_plugin, wait_for_log,
+    HttpServer, call_tool, example_plugins, execute_http, plugin_folder, private_cache,
+    test_plugin, wait_for_log,
 };
 
 /// Returns the serving version after a little work (so that executions overlap the
@@ -26,14 +27,28 @@ fn replace_atomically(source: &Path, dest: &Path) {
     std::fs::rename(&temp, dest).expect("rename it in place");
 }
 
+/// A server watching `dir`, with a cache of its own: replacing and removing plugins
+/// removes their cache entries, which the tests sharing the common cache count on.
 fn server(dir: &Path, extra: &[&str]) -> HttpServer {
+    server_with_cache(dir, extra).0
+}
+
+fn server_with_cache(dir: &Path, extra: &[&str]) -> (HttpServer, std::path::PathBuf) {
+    let label = dir
+        .file_name()
+        .expect("a folder name")
+        .to_string_lossy()
+        .into_owned();
+    let cache = private_cache(&label);
     let mut args = vec![
         "--plugins",
         dir.to_str().expect("utf-8 path"),
         "--allow-all",
+        "--cache-dir",
+        cache.to_str().expect("utf-8 path"),
     ];
     args.extend_from_slice(extra);
-    HttpServer::start(&args)
+    (HttpServer::start(&args), cache)
 }
 
 #[test]
@@ -210,6 +225,39 @@ fn adding_and_removing_plugins_changes_search_describe_and_execute() {
         log.contains("catalog reloaded plugins=1 capabilities=4 failed=0 reload_ms="),
         "{log}"
     );
+}
+
+#[test]
+fn the_cache_entry_of_a_replaced_or_removed_version_is_removed() {
+    let dir = plugin_folder("reload-cache-entries", &[test_plugin("versioned")]);
+    let plugin = dir.join("versioned.wasm");
+    let (server, cache) = server_with_cache(&dir, &[]);
+    let entries = || {
+        let mut names: Vec<String> = std::fs::read_dir(&cache)
+            .expect("list the cache")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("plugin-"))
+            .collect();
+        names.sort();
+        names
+    };
+    let first = entries();
+    assert_eq!(first.len(), 2, "an artifact and its tag: {first:?}");
+
+    replace_atomically(&test_plugin("versioned_two"), &plugin);
+    wait_for_log(&server, "catalog reloaded", 1);
+    assert_eq!(execute_http(server.port, VERSION), Ok(json!(2)));
+    let second = entries();
+    assert_eq!(second.len(), 2, "{second:?}");
+    assert!(
+        first.iter().all(|old| !second.contains(old)),
+        "the replaced version's entry stays: {first:?} then {second:?}"
+    );
+
+    std::fs::remove_file(&plugin).expect("remove the plugin");
+    wait_for_log(&server, "catalog reloaded", 2);
+    assert_eq!(entries(), Vec::<String>::new());
 }
 
 #[test]

@@ -143,11 +143,34 @@ pub(crate) fn cache_dir() -> &'static str {
     })
 }
 
-/// `args` plus the shared `--cache-dir`.
+/// `args` plus the shared `--cache-dir`, unless they name one.
 fn with_cache(args: &[&str]) -> Vec<String> {
     let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    all.extend(["--cache-dir".to_owned(), cache_dir().to_owned()]);
+    if !args.contains(&"--cache-dir") {
+        all.extend(["--cache-dir".to_owned(), cache_dir().to_owned()]);
+    }
     all
+}
+
+/// A cache folder `target/test-cache/private/LABEL` of its own, for a test whose
+/// server replaces or removes plugins (and so removes their cache entries, which
+/// other tests count on): the shared cache's key and interpreter copied in, so the
+/// server starts as fast.
+pub(crate) fn private_cache(label: &str) -> PathBuf {
+    let shared = Path::new(cache_dir());
+    let dir = root().join("target/test-cache/private").join(label);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the private cache");
+    for entry in std::fs::read_dir(shared)
+        .expect("list the shared cache")
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == "cache.key" || name.starts_with("runner-") {
+            std::fs::copy(entry.path(), dir.join(&name)).expect("copy into the private cache");
+        }
+    }
+    dir
 }
 
 /// Runs the Python MCP client against `codemode-host ARGS` over stdio and returns its

@@ -19,6 +19,7 @@
 use std::hash::{Hash, Hasher};
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use wasmtime::Engine;
 use wasmtime::component::Component;
@@ -31,6 +32,10 @@ const ARTIFACT_EXT: &str = "cwasm";
 const TAG_EXT: &str = "tag";
 /// Bytes of a tag.
 const TAG_LEN: usize = blake3::OUT_LEN;
+
+/// How long an entry nothing has loaded stays: [`ArtifactCache::prune`] removes
+/// older ones (a load refreshes an entry's modification time).
+pub const UNUSED_ENTRY_AGE: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 
 /// A folder of compiled components, signed by this host.
 #[derive(Clone)]
@@ -84,9 +89,9 @@ impl ArtifactCache {
         &self.dir
     }
 
-    /// The component compiled from `wasm` (named `prefix` in the cache), from a
-    /// valid entry or compiled now with `compile` and stored. A cache that cannot be
-    /// read or written is logged and bypassed.
+    /// The component of the cache entry `entry` (see [`Self::entry`]), from the
+    /// entry if it is valid, else compiled now with `compile` and stored. A cache
+    /// that cannot be read or written is logged and bypassed.
     ///
     /// # Errors
     ///
@@ -94,23 +99,22 @@ impl ArtifactCache {
     pub fn component(
         &self,
         engine: &Engine,
-        prefix: &str,
-        wasm: &[u8],
+        entry: &Path,
         compile: impl FnOnce() -> wasmtime::Result<Component>,
     ) -> wasmtime::Result<(Component, Origin)> {
-        let file = self.entry(engine, prefix, wasm);
-        if let Some(component) = self.load(engine, &file) {
+        if let Some(component) = self.load(engine, entry) {
             return Ok((component, Origin::Cached));
         }
         let component = compile()?;
-        if let Err(error) = self.store(&component, &file) {
-            tracing::warn!(file = %file.display(), reason = %error, "cannot cache a compiled component");
+        if let Err(error) = self.store(&component, entry) {
+            tracing::warn!(file = %entry.display(), reason = %error, "cannot cache a compiled component");
         }
         Ok((component, Origin::Compiled))
     }
 
+    /// The entry of the component compiled from `wasm` for `engine`:
     /// `prefix-<blake3 of wasm>-<engine hash>.cwasm` (the tag beside it: `.tag`).
-    fn entry(&self, engine: &Engine, prefix: &str, wasm: &[u8]) -> PathBuf {
+    pub fn entry(&self, engine: &Engine, prefix: &str, wasm: &[u8]) -> PathBuf {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
         env!("CARGO_PKG_VERSION").hash(&mut hasher);
@@ -138,7 +142,11 @@ impl ArtifactCache {
             return None;
         }
         match deserialize(engine, file) {
-            Ok(component) => Some(component),
+            Ok(component) => {
+                // In use: not for `prune` to remove.
+                let _ = std::fs::File::open(file).and_then(|f| f.set_modified(SystemTime::now()));
+                Some(component)
+            }
             Err(error) => {
                 tracing::warn!(file = %file.display(), reason = %format!("{error:#}"), "unusable cache entry; compiling afresh");
                 None
@@ -155,25 +163,63 @@ impl ArtifactCache {
         write_atomically(&file.with_extension(TAG_EXT), tag.as_bytes())
     }
 
-    /// Removes the entries named `prefix-*` other than the one for `wasm`: they
-    /// belong to code or engine settings that are gone.
-    pub fn retain_only(&self, engine: &Engine, prefix: &str, wasm: &[u8]) {
-        let keep = self.entry(engine, prefix, wasm);
-        let keep_tag = keep.with_extension(TAG_EXT);
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            let ours = path
-                .extension()
-                .is_some_and(|e| e == ARTIFACT_EXT || e == TAG_EXT);
-            if name.starts_with(&format!("{prefix}-")) && ours && path != keep && path != keep_tag {
-                let _ = std::fs::remove_file(path);
+    /// Removes the entries named `prefix-*` other than `keep`: they belong to code or
+    /// engine settings that are gone.
+    pub fn retain_only(&self, prefix: &str, keep: &Path) {
+        for artifact in self.artifacts(prefix) {
+            if artifact != keep {
+                self.remove(&artifact);
             }
         }
+    }
+
+    /// Removes the entries named `prefix-*` that nothing loaded for `unused_for`;
+    /// returns how many. Other servers sharing the folder only compile them again.
+    pub fn prune(&self, prefix: &str, unused_for: Duration) -> usize {
+        let now = SystemTime::now();
+        let mut removed = 0;
+        for artifact in self.artifacts(prefix) {
+            let age = std::fs::metadata(&artifact)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|modified| now.duration_since(modified).ok());
+            if age.is_some_and(|age| age > unused_for) {
+                self.remove(&artifact);
+                removed += 1;
+            }
+        }
+        removed
+    }
+
+    /// Removes one entry (its artifact and tag); a missing file is fine. A process
+    /// that still maps the artifact keeps using it.
+    pub fn remove(&self, entry: &Path) {
+        let _ = std::fs::remove_file(entry);
+        let _ = std::fs::remove_file(entry.with_extension(TAG_EXT));
+    }
+
+    /// The artifacts of the entries named `prefix-*` (also of a tag whose artifact
+    /// is gone, so that removing the entry removes the tag).
+    fn artifacts(&self, prefix: &str) -> Vec<PathBuf> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let start = format!("{prefix}-");
+        let mut artifacts: Vec<PathBuf> = entries
+            .flatten()
+            .map(|entry| entry.path())
+            .filter(|path| {
+                path.extension()
+                    .is_some_and(|e| e == ARTIFACT_EXT || e == TAG_EXT)
+                    && path
+                        .file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with(&start))
+            })
+            .map(|path| path.with_extension(ARTIFACT_EXT))
+            .collect();
+        artifacts.sort();
+        artifacts.dedup();
+        artifacts
     }
 }
 
@@ -232,40 +278,72 @@ mod tests {
         let cache = ArtifactCache::open(&dir)?;
         let wasm = WAT.as_bytes();
         let compile = || Component::new(&engine, wasm);
-        let (_, first) = cache.component(&engine, "plugin", wasm, compile)?;
-        let (_, second) = cache.component(&engine, "plugin", wasm, compile)?;
+        let entry = cache.entry(&engine, "plugin", wasm);
+        let (_, first) = cache.component(&engine, &entry, compile)?;
+        let (_, second) = cache.component(&engine, &entry, compile)?;
         assert_eq!((first, second), (Origin::Compiled, Origin::Cached));
         // Another cache (another key) does not trust this one's entries.
-        let entry = cache.entry(&engine, "plugin", wasm);
         let other = ArtifactCache::open(&scratch("other"))?;
-        std::fs::copy(&entry, other.entry(&engine, "plugin", wasm))?;
+        let other_entry = other.entry(&engine, "plugin", wasm);
+        std::fs::copy(&entry, &other_entry)?;
         std::fs::copy(
             entry.with_extension(TAG_EXT),
-            other.entry(&engine, "plugin", wasm).with_extension(TAG_EXT),
+            other_entry.with_extension(TAG_EXT),
         )?;
-        let (_, foreign) = other.component(&engine, "plugin", wasm, compile)?;
+        let (_, foreign) = other.component(&engine, &other_entry, compile)?;
         assert_eq!(foreign, Origin::Compiled);
         // A damaged entry is compiled afresh, then valid again.
         let mut bytes = std::fs::read(&entry)?;
         let last = bytes.len() - 1;
         bytes[last] ^= 1;
         std::fs::write(&entry, &bytes)?;
-        let (_, damaged) = cache.component(&engine, "plugin", wasm, compile)?;
-        let (_, again) = cache.component(&engine, "plugin", wasm, compile)?;
+        let (_, damaged) = cache.component(&engine, &entry, compile)?;
+        let (_, again) = cache.component(&engine, &entry, compile)?;
         assert_eq!((damaged, again), (Origin::Compiled, Origin::Cached));
         // Cut short, a missing tag, a short tag.
         std::fs::write(&entry, [1, 2, 3])?;
-        let (_, short) = cache.component(&engine, "plugin", wasm, compile)?;
+        let (_, short) = cache.component(&engine, &entry, compile)?;
         std::fs::remove_file(entry.with_extension(TAG_EXT))?;
-        let (_, untagged) = cache.component(&engine, "plugin", wasm, compile)?;
+        let (_, untagged) = cache.component(&engine, &entry, compile)?;
         std::fs::write(entry.with_extension(TAG_EXT), [0; 31])?;
-        let (_, short_tag) = cache.component(&engine, "plugin", wasm, compile)?;
+        let (_, short_tag) = cache.component(&engine, &entry, compile)?;
         assert_eq!(
             (short, untagged, short_tag),
             (Origin::Compiled, Origin::Compiled, Origin::Compiled)
         );
-        let (_, fine) = cache.component(&engine, "plugin", wasm, compile)?;
+        let (_, fine) = cache.component(&engine, &entry, compile)?;
         assert_eq!(fine, Origin::Cached);
+        Ok(())
+    }
+
+    #[test]
+    fn entries_unused_for_too_long_are_pruned_and_a_load_keeps_one() -> anyhow::Result<()> {
+        let engine = Engine::default();
+        let dir = scratch("prune");
+        let cache = ArtifactCache::open(&dir)?;
+        let old_wasm = WAT.as_bytes();
+        let new_wasm = "(component (core module (func (export \"g\"))))".as_bytes();
+        let old = cache.entry(&engine, "plugin", old_wasm);
+        let new = cache.entry(&engine, "plugin", new_wasm);
+        cache.component(&engine, &old, || Component::new(&engine, old_wasm))?;
+        cache.component(&engine, &new, || Component::new(&engine, new_wasm))?;
+        let runner = cache.entry(&engine, "runner", old_wasm);
+        std::fs::write(&runner, b"x")?;
+        let long_ago = SystemTime::now() - Duration::from_secs(40 * 24 * 60 * 60);
+        for file in [&old, &new, &runner] {
+            std::fs::File::open(file)?.set_modified(long_ago)?;
+        }
+        // Loading the new one marks it used.
+        let (_, origin) = cache.component(&engine, &new, || Component::new(&engine, new_wasm))?;
+        assert_eq!(origin, Origin::Cached);
+        assert_eq!(cache.prune("plugin", UNUSED_ENTRY_AGE), 1);
+        assert!(!old.exists() && !old.with_extension(TAG_EXT).exists());
+        assert!(new.exists() && new.with_extension(TAG_EXT).exists());
+        assert!(runner.exists(), "other prefixes are left alone");
+        assert!(dir.join(KEY_FILE).exists());
+        // retain_only keeps exactly one entry of a prefix.
+        cache.retain_only("plugin", &old);
+        assert!(!new.exists() && !new.with_extension(TAG_EXT).exists());
         Ok(())
     }
 

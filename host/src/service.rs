@@ -13,7 +13,7 @@ use wasmtime::Engine;
 
 use crate::audit::AuditLog;
 use crate::authz::{AllowAll, Authorizer, Subject};
-use crate::cache::ArtifactCache;
+use crate::cache::{ArtifactCache, UNUSED_ENTRY_AGE};
 use crate::catalog::{
     Catalog, CatalogBuilder, Description, SearchError, SearchResponse, SpecError,
 };
@@ -263,6 +263,18 @@ impl Service {
                 path: config.plugins_dir.clone(),
                 source,
             })?;
+        if let Some(cache) = &cache {
+            // After the scan, which marked the entries it loaded as used.
+            let pruned = cache.prune(plugins::PLUGIN_PREFIX, UNUSED_ENTRY_AGE);
+            if pruned > 0 {
+                tracing::info!(
+                    entries = pruned,
+                    unused_days = UNUSED_ENTRY_AGE.as_secs() / 86_400,
+                    folder = %cache.dir().display(),
+                    "removed cache entries nothing loaded for a long time"
+                );
+            }
+        }
         let plugins = folder.serving();
         if plugins.is_empty() {
             tracing::warn!(folder = %config.plugins_dir.display(), "no loadable *.wasm plugins found; serving no capabilities");

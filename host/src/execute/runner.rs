@@ -84,10 +84,11 @@ pub(crate) fn prepare(
     let build = || Component::new(engine, snapshot(engine)?);
     let (component, cached) = match cache {
         Some(cache) => {
+            let entry = cache.entry(engine, RUNNER_PREFIX, RUNNER_WASM);
             let (component, origin) = cache
-                .component(engine, RUNNER_PREFIX, RUNNER_WASM, build)
+                .component(engine, &entry, build)
                 .map_err(RunnerError::Prepare)?;
-            cache.retain_only(engine, RUNNER_PREFIX, RUNNER_WASM);
+            cache.retain_only(RUNNER_PREFIX, &entry);
             (component, origin == Origin::Cached)
         }
         None => (build().map_err(RunnerError::Prepare)?, false),

@@ -5,8 +5,10 @@
 //! `.wasm` or its sidecar), and reuses the loaded plugin of every unchanged file. A
 //! changed file that fails to load (a half-copied file, a bad sidecar) keeps its
 //! last good version serving; the next change retries it. A removed file is dropped.
+//! The cache entry of a version that no longer serves (replaced or removed) is
+//! removed too, so that rebuilding a plugin again and again does not fill the disk.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -111,11 +113,14 @@ impl PluginFolder {
     ) -> std::io::Result<ScanReport> {
         let paths = super::plugin_files(&self.dir)?;
         let mut report = ScanReport::default();
+        // Cache entries of versions that stopped serving.
+        let mut released = Vec::new();
         let before = self.files.len();
         self.files.retain(|path, tracked| {
             let keep = paths.contains(path);
-            if !keep && tracked.serving.is_some() {
+            if let (false, Some(serving)) = (keep, &tracked.serving) {
                 tracing::info!(plugin = %file_label(path), "plugin removed");
+                released.extend(serving.cache_entry.clone());
             }
             keep
         });
@@ -146,6 +151,7 @@ impl PluginFolder {
                         tracing::warn!(plugin = %plugin.file, export = %export, "export not named by metadata; ignored");
                     }
                     report.loaded += 1;
+                    released.extend(last_good.and_then(|old| old.cache_entry.clone()));
                     Some(Arc::new(plugin))
                 }
                 Err(reason) => {
@@ -160,6 +166,16 @@ impl PluginFolder {
                 }
             };
             self.files.insert(path, Tracked { stamp, serving });
+        }
+        if let Some(cache) = cache {
+            let in_use: HashSet<&Path> = self
+                .files
+                .values()
+                .filter_map(|t| t.serving.as_ref()?.cache_entry.as_deref())
+                .collect();
+            for entry in released.iter().filter(|e| !in_use.contains(e.as_path())) {
+                cache.remove(entry);
+            }
         }
         Ok(report)
     }

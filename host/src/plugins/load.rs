@@ -2,7 +2,7 @@
 //! pair every metadata entry with the export it names.
 
 use std::collections::HashSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ use crate::cache::{ArtifactCache, Origin};
 use crate::catalog::{CapabilitySpec, snake_case};
 
 /// The name of plugins' cache entries.
-const PLUGIN_PREFIX: &str = "plugin";
+pub(crate) const PLUGIN_PREFIX: &str = "plugin";
 
 /// `\0asm`: every WebAssembly binary starts with it.
 const WASM_MAGIC: [u8; 4] = *b"\0asm";
@@ -115,6 +115,8 @@ pub(crate) struct LoadedPlugin {
     pub ignored_exports: Vec<String>,
     /// Whether the compiled component came from the artifact cache.
     pub cached: bool,
+    /// Its entry in the artifact cache (when there is a cache).
+    pub cache_entry: Option<PathBuf>,
     /// Compile + link + describe time.
     pub load_time: Duration,
 }
@@ -139,11 +141,12 @@ pub(crate) fn load_file(
         return Err(LoadError::CoreModule);
     }
     let compile = || Component::new(engine, &bytes);
-    let (component, cached) = match cache {
-        Some(cache) => cache
-            .component(engine, PLUGIN_PREFIX, &bytes, compile)
+    let cache_entry = cache.map(|cache| cache.entry(engine, PLUGIN_PREFIX, &bytes));
+    let (component, cached) = match (cache, &cache_entry) {
+        (Some(cache), Some(entry)) => cache
+            .component(engine, entry, compile)
             .map(|(c, origin)| (c, origin == Origin::Cached)),
-        None => compile().map(|c| (c, false)),
+        _ => compile().map(|c| (c, false)),
     }
     .map_err(LoadError::Compile)?;
     let (funcs, _other) = reflect::exported_functions(engine, &component);
@@ -175,6 +178,7 @@ pub(crate) fn load_file(
         targets,
         ignored_exports,
         cached,
+        cache_entry,
         load_time: started.elapsed(),
     })
 }

@@ -20,7 +20,7 @@ pub use reflect::TypeError;
 pub(crate) use folder::PluginFolder;
 pub(crate) use grants::SIDECAR_EXTENSION;
 pub(crate) use invoke::{BindError, CallTarget, OutputError, bind, canonical, output};
-pub(crate) use load::{LoadedPlugin, file_label, load_file};
+pub(crate) use load::{LoadedPlugin, PLUGIN_PREFIX, file_label, load_file};
 pub(crate) use sandbox::{MemoryCap, PluginState, Unprovided, engine};
 
 use std::path::{Path, PathBuf};
