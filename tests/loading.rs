@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde_json::json;
 
-use crate::support::{drive, example_plugins, startup_log, test_plugin};
+use crate::support::{cache_dir, drive, example_plugins, host_bin, startup_log, test_plugin};
 
 fn temp_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("codemode-e2e-{name}-{}", std::process::id()));
@@ -106,6 +106,24 @@ fn a_missing_plugins_folder_stops_startup_with_its_path() {
         log.contains("plugins folder `/nonexistent/codemode-plugins`: No such file or directory"),
         "{log}"
     );
+}
+
+#[test]
+fn stdin_closing_before_a_client_connects_ends_the_server_cleanly() {
+    let plugins = example_plugins();
+    let out = std::process::Command::new(host_bin())
+        .args(["--plugins", plugins.to_str().expect("utf-8")])
+        .args(["--cache-dir", cache_dir()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run codemode-host");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{log}");
+    assert!(
+        log.contains("stdin closed before a client initialized; exiting"),
+        "{log}"
+    );
+    assert!(!log.contains("ERROR"), "{log}");
 }
 
 #[test]

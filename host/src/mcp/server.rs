@@ -216,16 +216,22 @@ pub enum ServeError {
     Task(#[from] tokio::task::JoinError),
 }
 
-/// Serves `server` on stdin/stdout until the client disconnects.
+/// Serves `server` on stdin/stdout until the client disconnects. Stdin closing
+/// before any client initialized (Ctrl-D at a terminal, or a start that only
+/// prepares the cache) is a normal end, not an error.
 ///
 /// # Errors
 ///
 /// [`ServeError`] when the handshake fails or the server task dies.
 pub async fn serve_stdio(server: McpServer) -> Result<(), ServeError> {
-    let running = server
-        .serve(rmcp::transport::stdio())
-        .await
-        .map_err(Box::new)?;
+    let running = match server.serve(rmcp::transport::stdio()).await {
+        Ok(running) => running,
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => {
+            tracing::info!("stdin closed before a client initialized; exiting");
+            return Ok(());
+        }
+        Err(error) => return Err(Box::new(error).into()),
+    };
     running.waiting().await?;
     Ok(())
 }
