@@ -127,13 +127,7 @@ fn fetch_reaches_allowed_hosts_only_and_its_timeout_holds() {
         &format!("def main():\n    return web.get(url=\"http://127.0.0.1:{port}/slow\")"),
     );
     let elapsed = started.elapsed();
-    assert_eq!(
-        got,
-        Err(
-            "capability failed: web.get timed out after 500 ms (the timeout of plugin fetch.wasm)"
-                .to_owned()
-        )
-    );
+    assert_eq!(got, Err("capability failed: web.get timed out".to_owned()));
     assert!(elapsed < Duration::from_millis(2500), "{elapsed:?}");
 
     // A shorter timeout the plugin asks for itself is its own failure to report.

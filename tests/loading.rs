@@ -153,3 +153,25 @@ fn doc_comments_of_a_plugin_become_its_summary_and_description() {
         "stats.percentile"
     );
 }
+
+#[test]
+fn a_plugin_whose_describe_waits_in_the_host_is_skipped_at_its_deadline() {
+    // describe() sleeps an hour on a WASI clock, where fuel cannot stop it; before
+    // the loading deadline startup never finished.
+    let dir = temp_dir("drowsy");
+    copy(
+        &example_plugins().join("records.wasm"),
+        &dir.join("records.wasm"),
+    );
+    copy(&test_plugin("drowsy"), &dir.join("drowsy.wasm"));
+    let d = dir.to_str().expect("utf-8");
+    let (log, _) = startup_log(&["--plugins", d]);
+    let log = log.join("\n");
+    for want in [
+        "plugin skipped plugin=drowsy.wasm reason=`codemode:plugin/metadata@0.1.0#describe` failed: describe() did not return within 10 s",
+        "catalog ready plugins=1 capabilities=4",
+    ] {
+        assert!(log.contains(want), "missing {want:?} in:\n{log}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

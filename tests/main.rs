@@ -20,3 +20,4 @@ mod precompile;
 mod reload;
 mod stdio;
 mod support;
+mod waits;

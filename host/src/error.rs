@@ -28,6 +28,9 @@ pub const CONTEXT_CANCELED: &str = "context canceled";
 pub const CONTEXT_DEADLINE_EXCEEDED: &str = "context deadline exceeded";
 /// Any unknown failure.
 pub const INTERNAL_FAILURE: &str = "internal failure";
+/// What follows a capability's name in the detail of a call that ran past its
+/// plugin's `timeout` grant: `capability failed: weather.now timed out`.
+pub const TIMED_OUT: &str = "timed out";
 
 /// A failure of one of the three operations, as the model will see it.
 ///
@@ -90,6 +93,13 @@ impl ToolError {
             ToolError::Internal => INTERNAL_FAILURE,
         }
     }
+}
+
+/// The detail of the [`ToolError::CapabilityFailed`] of a call of `capability` that
+/// ran past its plugin's `timeout`. The plugin's file and the timeout's value are
+/// host details: the agent gets neither.
+pub(crate) fn timed_out_detail(capability: &str) -> String {
+    format!("{capability} {TIMED_OUT}")
 }
 
 /// Renders `prefix` or `prefix: detail`: the only place a detail form is built.
@@ -173,6 +183,10 @@ mod tests {
             (
                 ToolError::CapabilityFailed(Some("no book".into())),
                 "capability failed: no book",
+            ),
+            (
+                ToolError::CapabilityFailed(Some(timed_out_detail("weather.now"))),
+                "capability failed: weather.now timed out",
             ),
             (ToolError::Canceled, "context canceled"),
             (ToolError::DeadlineExceeded, "context deadline exceeded"),

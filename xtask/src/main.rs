@@ -24,6 +24,8 @@ const TEST_PLUGINS: &[&str] = &[
     "granted",
     "versioned",
     "versioned_two",
+    "sleepy",
+    "drowsy",
 ];
 /// Example plugins in other languages: the folder under `plugins/` (holding a
 /// `build.sh` that installs its toolchain into `target/toolchains`) and the

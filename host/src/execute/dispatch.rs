@@ -10,13 +10,14 @@
 use wasmtime::component::{Instance, Linker, Val};
 use wasmtime::{Store, StoreContextMut};
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use super::{ExecState, Interrupted, Stop};
 use crate::audit::{AuditRecord, Decision, rfc3339};
 use crate::authz::{AuthorizationInput, AuthzError};
-use crate::error::ToolError;
+use crate::error::{ToolError, timed_out_detail};
 use crate::plugins::{self, BindError, LoadedPlugin, OutputError, PluginState, Unprovided};
+use crate::wait::{self, Abandoned};
 
 /// Nearest names offered by `suggest`.
 const MAX_SUGGESTIONS: usize = 3;
@@ -124,10 +125,26 @@ fn capabilities(names: &[String], roots: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// The most edits a suggestion may be away from the name asked for.
+const MAX_SUGGESTION_DISTANCE: usize = 3;
+
 /// Up to [`MAX_SUGGESTIONS`] names close to `name`: each catalog name is compared
 /// over as many segments as `name` has, so `recods` finds the root `records` and
 /// `records.lokup` finds `records.lookup`.
+///
+/// `name` comes from the program and may be of any size: the work is bounded by the
+/// catalog's names, not by it. A name too long to be within
+/// [`MAX_SUGGESTION_DISTANCE`] edits of any catalog name is not looked at further,
+/// and only candidates of a plausible length are compared.
 fn suggest(names: &[String], name: &str) -> Vec<String> {
+    // A character is at most 4 bytes: a name this long has more characters than any
+    // catalog name plus the distance allowed.
+    let longest = names.iter().map(String::len).max().unwrap_or(0);
+    if name.len() > (longest + MAX_SUGGESTION_DISTANCE) * 4 {
+        return Vec::new();
+    }
+    let length = name.chars().count();
+    let allowed = (length / 3).clamp(1, MAX_SUGGESTION_DISTANCE);
     let segments = name.split('.').count();
     let mut scored: Vec<(usize, String)> = Vec::new();
     for candidate in names {
@@ -136,8 +153,11 @@ fn suggest(names: &[String], name: &str) -> Vec<String> {
             .take(segments)
             .collect::<Vec<_>>()
             .join(".");
-        let distance = edit_distance(name, &prefix);
-        let allowed = (name.chars().count() / 3).clamp(1, 3);
+        // The distance is at least the difference in length.
+        if prefix.chars().count().abs_diff(length) > allowed {
+            continue;
+        }
+        let distance = strsim::levenshtein(name, &prefix);
         if distance <= allowed && !scored.iter().any(|(_, n)| *n == prefix) {
             scored.push((distance, prefix));
         }
@@ -148,26 +168,6 @@ fn suggest(names: &[String], name: &str) -> Vec<String> {
         .take(MAX_SUGGESTIONS)
         .map(|(_, n)| n)
         .collect()
-}
-
-/// Levenshtein distance over characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = if ca == *cb {
-                diagonal
-            } else {
-                1 + diagonal.min(above).min(row[j])
-            };
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }
 
 fn call(
@@ -271,6 +271,11 @@ fn call(
 /// taken from the interpreter's store. Returns the result and, when the call went
 /// wrong in a way the plugin cannot describe well (a refused outbound host, its
 /// timeout), the host's own message for a failed result.
+///
+/// Instantiation and the call are asynchronous and raced against the deadline and
+/// the request's cancellation ([`wait::until`]): a plugin waiting in a host call
+/// (a clock, a socket, outbound HTTP) is abandoned at the deadline, where the epoch
+/// deadline could not stop it because no wasm runs.
 fn invoke(
     store: &mut StoreContextMut<'_, ExecState>,
     plugin: usize,
@@ -292,69 +297,92 @@ fn invoke(
         .map(|t| Instant::now() + t)
         .filter(|d| *d < state.stop.deadline());
     let stop = state.stop.for_call(call_deadline);
-    let mut instance = match state.instances.remove(&plugin) {
-        Some(mut instance) => {
-            instance
-                .store
-                .set_fuel(fuel)
-                .map_err(|_| ToolError::Internal)?;
-            stop.install(&mut instance.store);
-            instance
+    let (mut plugin_store, instance) = match state.instances.remove(&plugin) {
+        Some(PluginInstance {
+            mut store,
+            instance,
+        }) => {
+            store.set_fuel(fuel).map_err(|_| ToolError::Internal)?;
+            stop.install(&mut store);
+            (store, Some(instance))
         }
-        None => new_instance(state, &loaded, fuel, &stop)?,
+        None => (new_store(state, &loaded, fuel, &stop)?, None),
     };
-    let outbound = &mut instance.store.data_mut().outbound;
-    outbound.deadline = call_deadline.unwrap_or(stop.deadline());
+    let outbound = &mut plugin_store.data_mut().outbound;
+    outbound.deadline = stop.wait_deadline();
     outbound.denied = None;
-    let func = instance
-        .instance
-        .get_func(&mut instance.store, target.index)
-        .ok_or(ToolError::Internal)?;
     let mut results = [plugins::CallTarget::result_slot()];
-    let outcome = func.call(&mut instance.store, params, &mut results);
-    let left = instance.store.get_fuel().unwrap_or(0);
+    let waited = wait::until(stop.wait_deadline(), Some(stop.cancel()), async {
+        let instance = match instance {
+            Some(instance) => instance,
+            None => loaded.pre.instantiate_async(&mut plugin_store).await?,
+        };
+        let func = instance
+            .get_func(&mut plugin_store, target.index)
+            .ok_or_else(|| wasmtime::Error::msg(format!("the export of {name} is missing")))?;
+        func.call_async(&mut plugin_store, params, &mut results)
+            .await?;
+        Ok::<_, wasmtime::Error>(instance)
+    });
+    let left = plugin_store.get_fuel().unwrap_or(0);
     *burned = fuel.saturating_sub(left);
     store
         .set_fuel(remaining.saturating_sub(*burned))
         .map_err(|_| ToolError::Internal)?;
-    let timeout = loaded.grants.timeout.unwrap_or_default();
     let timed_out = call_deadline.is_some_and(|d| Instant::now() >= d);
-    let explanation = match instance.store.data_mut().outbound.denied.take() {
+    if timed_out {
+        tracing::warn!(
+            capability = %name,
+            plugin = %loaded.file,
+            timeout_ms = loaded.grants.timeout.unwrap_or_default().as_millis() as u64,
+            "capability call ran past its plugin's timeout"
+        );
+    }
+    let explanation = match plugin_store.data_mut().outbound.denied.take() {
         Some(denied) => Some(denied),
-        None if timed_out => Some(timeout_message(name, timeout, &loaded.file)),
+        None if timed_out => Some(timed_out_detail(name)),
         None => None,
     };
-    if let Err(error) = outcome {
-        let memory_hit = instance.store.data().limits.hit;
-        // A trapped instance is not reused; the execution ends here anyway.
-        return Err(classify_plugin_trap(&error, memory_hit, name, explanation));
-    }
+    // An abandoned or trapped instance is not reused; the execution ends here anyway.
+    let instance = match waited {
+        Ok(Ok(instance)) => instance,
+        Ok(Err(error)) => {
+            let memory_hit = plugin_store.data().limits.hit;
+            return Err(classify_plugin_trap(&error, memory_hit, name, explanation));
+        }
+        Err(Abandoned::Cancelled) => return Err(ToolError::Canceled),
+        // Only the plugin's own timeout ends a wait before the execution's deadline.
+        Err(Abandoned::Deadline) if timed_out => {
+            return Err(ToolError::CapabilityFailed(explanation));
+        }
+        Err(Abandoned::Deadline) => return Err(ToolError::ResourceLimit),
+        Err(Abandoned::NoRuntime) => return Err(ToolError::Internal),
+    };
     if Instant::now() >= stop.deadline() {
-        // The execution's budget ran out while the plugin waited in the host (outbound
-        // HTTP); its result comes too late to matter.
+        // The execution's budget ran out while the plugin waited in the host; its
+        // result comes too late to matter.
         return Err(ToolError::ResourceLimit);
     }
-    store.data_mut().instances.insert(plugin, instance);
+    store.data_mut().instances.insert(
+        plugin,
+        PluginInstance {
+            store: plugin_store,
+            instance,
+        },
+    );
     let [result] = results;
     Ok((result, explanation))
 }
 
-/// The agent's message for a call that ran past its plugin's `timeout`.
-fn timeout_message(name: &str, timeout: Duration, file: &str) -> String {
-    format!(
-        "{name} timed out after {} ms (the timeout of plugin {file})",
-        timeout.as_millis()
-    )
-}
-
-/// Instantiates `loaded` for this execution with what its grants give; its start code
-/// runs on `fuel` and within `stop`, and what is left is what the first call gets.
-fn new_instance(
+/// A store for a new instance of `loaded` in this execution, with what its grants
+/// give; the instance's start code will run on `fuel` and within `stop`, and what
+/// is left is what the first call gets.
+fn new_store(
     state: &mut ExecState,
     loaded: &LoadedPlugin,
     fuel: u64,
     stop: &Stop,
-) -> Result<PluginInstance, ToolError> {
+) -> Result<Store<PluginState>, ToolError> {
     let max_memory = loaded
         .grants
         .max_memory
@@ -370,11 +398,7 @@ fn new_instance(
     store.limiter(|s| &mut s.limits);
     stop.install(&mut store);
     store.set_fuel(fuel).map_err(|_| ToolError::Internal)?;
-    let instance = loaded.pre.instantiate(&mut store).map_err(|error| {
-        let memory_hit = store.data().limits.hit;
-        classify_plugin_trap(&error, memory_hit, &loaded.file, None)
-    })?;
-    Ok(PluginInstance { store, instance })
+    Ok(store)
 }
 
 /// A plugin's trap: budgets are resource limits, cancellation is cancellation, a
@@ -399,6 +423,15 @@ fn classify_plugin_trap(
             Some(wasmtime::Trap::OutOfFuel)
         )
     {
+        return ToolError::ResourceLimit;
+    }
+    if error
+        .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+        .is_some()
+    {
+        // Every instance slot (or fiber stack) of the pool is taken: the server's
+        // capacity, not the plugin's fault.
+        tracing::warn!(capability = %name, reason = %format!("{error:#}"), "instance pool exhausted");
         return ToolError::ResourceLimit;
     }
     if let Some(unprovided) = error.downcast_ref::<Unprovided>() {
@@ -443,10 +476,17 @@ mod tests {
     }
 
     #[test]
-    fn edit_distance_counts_insertions_deletions_and_substitutions() {
-        assert_eq!(edit_distance("lookup", "lookup"), 0);
-        assert_eq!(edit_distance("lokup", "lookup"), 1);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-        assert_eq!(edit_distance("", "abc"), 3);
+    fn names_of_implausible_length_get_no_suggestions_and_cost_no_comparison() {
+        // Before the length bound, a 100 MB name kept a core busy for 23 s.
+        let huge = "a".repeat(50_000_000);
+        assert!(suggest(&names(), &huge).is_empty());
+        let long = format!("records.{}", "x".repeat(40));
+        assert!(suggest(&names(), &long).is_empty());
+        // Within the bound, one edit away still finds its name.
+        assert_eq!(
+            suggest(&names(), "text.word_count"),
+            vec!["text.word_counts"]
+        );
+        assert!(suggest(&[], "records").is_empty());
     }
 }

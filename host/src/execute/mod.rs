@@ -34,6 +34,7 @@ use crate::cache::ArtifactCache;
 use crate::error::ToolError;
 use crate::metrics::Metrics;
 use crate::plugins::{CallTarget, LoadedPlugin, MemoryCap};
+use crate::wait::Cancel;
 use dispatch::PluginInstance;
 use runner::{Failure, RunnerLimits, RunnerPre};
 
@@ -140,16 +141,16 @@ impl std::error::Error for Interrupted {}
 #[derive(Debug, Clone)]
 pub(crate) struct Stop {
     deadline: Instant,
-    cancelled: Arc<AtomicBool>,
+    cancel: Arc<Cancel>,
     call_deadline: Option<Instant>,
 }
 
 impl Stop {
     /// A new execution's stop.
-    fn new(deadline: Instant, cancelled: Arc<AtomicBool>) -> Self {
+    fn new(deadline: Instant, cancel: Arc<Cancel>) -> Self {
         Self {
             deadline,
-            cancelled,
+            cancel,
             call_deadline: None,
         }
     }
@@ -167,12 +168,23 @@ impl Stop {
         self.deadline
     }
 
+    /// When the current wait must end: the call's own deadline if it has one (it is
+    /// never later than the execution's), else the execution's.
+    pub(crate) fn wait_deadline(&self) -> Instant {
+        self.call_deadline.unwrap_or(self.deadline)
+    }
+
+    /// The request's cancellation.
+    pub(crate) fn cancel(&self) -> &Cancel {
+        &self.cancel
+    }
+
     /// Installs the check on `store`: at every epoch tick, stop if cancelled or late.
     pub(crate) fn install<T: 'static>(&self, store: &mut Store<T>) {
         let stop = self.clone();
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(move |_| {
-            if stop.cancelled.load(Ordering::Relaxed) {
+            if stop.cancel.is_cancelled() {
                 return Err(wasmtime::Error::new(Interrupted::Cancelled));
             }
             let now = Instant::now();
@@ -230,13 +242,14 @@ pub(crate) struct ExecutorConfig<'a> {
     pub cache: Option<&'a ArtifactCache>,
 }
 
-/// Sets a flag when dropped: a request future dropped before its execution ended
-/// (cancelled) stops that execution at the next epoch tick.
-struct CancelOnDrop(Arc<AtomicBool>);
+/// Cancels when dropped: a request future dropped before its execution ended
+/// (cancelled) stops that execution at the next epoch tick, or at once when it waits
+/// on a plugin blocked in a host call.
+struct CancelOnDrop(Arc<Cancel>);
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
+        self.0.cancel();
     }
 }
 
@@ -349,8 +362,8 @@ impl Executor {
         .map_err(|_| ToolError::ResourceLimit)?
         .map_err(|_| ToolError::Internal)?;
         let execution = self.started.fetch_add(1, Ordering::Relaxed) + 1;
-        let cancelled = Arc::new(AtomicBool::new(false));
-        let _cancel_on_drop = CancelOnDrop(cancelled.clone());
+        let cancel = Arc::new(Cancel::default());
+        let _cancel_on_drop = CancelOnDrop(cancel.clone());
         let job = Job {
             engine: self.engine.clone(),
             pre: self.pre.clone(),
@@ -362,7 +375,7 @@ impl Executor {
             execution,
             subject: subject.clone(),
             source: source.to_owned(),
-            stop: Stop::new(deadline, cancelled),
+            stop: Stop::new(deadline, cancel),
         };
         let outcome = tokio::task::spawn_blocking(move || {
             let outcome = job.run();
@@ -400,7 +413,7 @@ impl Executor {
             source: String::new(),
             stop: Stop::new(
                 Instant::now() + self.limits.max_execution_time,
-                Arc::new(AtomicBool::new(false)),
+                Arc::new(Cancel::default()),
             ),
         };
         let mut store = job.store()?;
@@ -547,6 +560,13 @@ pub(crate) fn classify_trap(error: &wasmtime::Error, memory_hit: bool) -> ToolEr
         };
     }
     if memory_hit {
+        return ToolError::ResourceLimit;
+    }
+    if error
+        .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+        .is_some()
+    {
+        tracing::warn!(reason = %format!("{error:#}"), "instance pool exhausted");
         return ToolError::ResourceLimit;
     }
     match error.downcast_ref::<wasmtime::Trap>() {

@@ -5,8 +5,10 @@ use wasmtime::component::{ComponentType, InstancePre, Lift};
 use wasmtime::{Engine, Store};
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::sandbox::PluginState;
+use crate::wait::{self, Abandoned};
 
 /// The metadata interface every plugin exports (DESIGN §3; the ABI).
 pub(crate) const METADATA_INTERFACE: &str = "codemode:plugin/metadata@0.1.0";
@@ -18,6 +20,9 @@ const DESCRIBE: &str = "describe";
 const DESCRIBE_FUEL: u64 = 2_000_000_000;
 /// Memory a plugin may use while describing itself.
 const DESCRIBE_MEMORY: usize = 512 * 1024 * 1024;
+/// Wall time for instantiating the plugin and running `describe()`: fuel stops a
+/// plugin computing, this one waiting in a host call (a sleep, a clock).
+pub(crate) const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One entry of `describe()`, as the WIT record `capability` defines it.
 #[derive(ComponentType, Lift, Debug, Clone, PartialEq)]
@@ -33,12 +38,13 @@ pub(crate) struct MetadataEntry {
     pub search_terms: Vec<String>,
 }
 
-/// Instantiates the plugin and returns what `describe()` returns.
+/// Instantiates the plugin and returns what `describe()` returns, abandoning both
+/// after [`DESCRIBE_TIMEOUT`].
 ///
 /// # Errors
 ///
 /// Instantiation failures, a missing or mistyped `describe` export, traps (including
-/// running out of fuel or memory).
+/// running out of fuel or memory), running past [`DESCRIBE_TIMEOUT`].
 pub(crate) fn describe(
     engine: &Engine,
     pre: &InstancePre<PluginState>,
@@ -53,18 +59,36 @@ pub(crate) fn describe(
     // Half the range: the deadline is added to the current epoch, which the ticker
     // has advanced by the time a reload loads plugins.
     store.set_epoch_deadline(u64::MAX / 2);
-    let instance = pre.instantiate(&mut store)?;
+    let deadline = Instant::now() + DESCRIBE_TIMEOUT;
+    match wait::until(deadline, None, describe_async(&mut store, pre)) {
+        Ok(described) => described,
+        Err(Abandoned::Deadline) => Err(wasmtime::Error::msg(format!(
+            "describe() did not return within {} s",
+            DESCRIBE_TIMEOUT.as_secs()
+        ))),
+        Err(Abandoned::Cancelled) => Err(wasmtime::Error::msg("describe() was cancelled")),
+        Err(Abandoned::NoRuntime) => Err(wasmtime::Error::msg(
+            "describe() could not be run: no runtime for host waits",
+        )),
+    }
+}
+
+async fn describe_async(
+    store: &mut Store<PluginState>,
+    pre: &InstancePre<PluginState>,
+) -> wasmtime::Result<Vec<MetadataEntry>> {
+    let instance = pre.instantiate_async(&mut *store).await?;
     let interface = instance
-        .get_export_index(&mut store, None, METADATA_INTERFACE)
+        .get_export_index(&mut *store, None, METADATA_INTERFACE)
         .ok_or_else(|| wasmtime::Error::msg(format!("missing export `{METADATA_INTERFACE}`")))?;
     let func = instance
-        .get_export_index(&mut store, Some(&interface), DESCRIBE)
+        .get_export_index(&mut *store, Some(&interface), DESCRIBE)
         .ok_or_else(|| {
             wasmtime::Error::msg(format!(
                 "missing function `{DESCRIBE}` in `{METADATA_INTERFACE}`"
             ))
         })?;
-    let describe = instance.get_typed_func::<(), (Vec<MetadataEntry>,)>(&mut store, &func)?;
-    let (entries,) = describe.call(&mut store, ())?;
+    let describe = instance.get_typed_func::<(), (Vec<MetadataEntry>,)>(&mut *store, &func)?;
+    let (entries,) = describe.call_async(&mut *store, ()).await?;
     Ok(entries)
 }

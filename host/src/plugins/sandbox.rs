@@ -271,7 +271,8 @@ type SendFuture = dyn Future<
 
 /// Links WASI 0.2 (granted parts only, the rest denying), `wasi:http` (through
 /// [`Outbound`]), `wasi:config/store`, and trapping stubs for every other import of
-/// `component`, and pre-instantiates it.
+/// `component`, and pre-instantiates it. WASI is asynchronous: instances must be
+/// created and called with wasmtime's `*_async` functions.
 ///
 /// # Errors
 ///
@@ -283,8 +284,10 @@ pub(crate) fn pre_instantiate(
     plugin: &str,
 ) -> wasmtime::Result<InstancePre<PluginState>> {
     let mut linker: Linker<PluginState> = Linker::new(engine);
-    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-    wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)?;
+    // Asynchronous WASI: a plugin waiting in a host call is a pending future the
+    // executor can abandon at its deadline (`crate::wait`), not a blocked thread.
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
     wasmtime_wasi_config::add_to_linker(&mut linker, |state: &mut PluginState| {
         WasiConfig::from(&state.config)
     })?;

@@ -1,0 +1,189 @@
+//! Bounded waits for work that runs outside WebAssembly.
+//!
+//! Fuel and the epoch deadline stop code running *inside* a sandbox, but not a
+//! plugin waiting in a host call (a WASI clock, a socket, outbound HTTP, a file): no
+//! wasm runs then, so nothing checks the budget. Such work is an asynchronous future
+//! here (wasmtime's async instantiation and calls, with async WASI), and
+//! [`until`] drives it on the calling thread while racing it against a deadline and
+//! a [`Cancel`]. The future that loses the race is dropped: wasmtime unwinds the
+//! plugin's stack and the host call it waited in is abandoned, so the caller gets
+//! its answer at the deadline, not when the plugin is done waiting.
+//!
+//! The host's timers, sockets and blocking file operations run on one small runtime
+//! of their own ([`runtime`]), so this works the same from the server, a
+//! single-threaded runtime in a library user's test, or a plain thread (the loader).
+
+use std::future::Future;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use tokio::sync::Notify;
+
+/// Why [`until`] gave up on a future.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Abandoned {
+    /// The deadline passed first.
+    Deadline,
+    /// The [`Cancel`] fired first.
+    Cancelled,
+    /// The runtime for host waits could not be started (no thread could be
+    /// spawned); nothing was run.
+    NoRuntime,
+}
+
+/// A cancellation flag that a waiting [`until`] notices at once (and code in a
+/// sandbox at its next epoch tick, by reading [`Cancel::is_cancelled`]).
+#[derive(Debug, Default)]
+pub(crate) struct Cancel {
+    flag: AtomicBool,
+    notify: Notify,
+}
+
+impl Cancel {
+    /// Sets the flag and wakes every wait on it.
+    pub(crate) fn cancel(&self) {
+        self.flag.store(true, Ordering::Relaxed);
+        self.notify.notify_waiters();
+    }
+
+    /// Whether [`Cancel::cancel`] was called.
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.flag.load(Ordering::Relaxed)
+    }
+
+    /// Completes once cancelled (at once if already).
+    async fn cancelled(&self) {
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        // Registered before the flag is read, so a cancel in between is not missed.
+        notified.as_mut().enable();
+        if self.is_cancelled() {
+            return;
+        }
+        notified.await;
+    }
+}
+
+/// The runtime that drives the timers, sockets and blocking file operations of
+/// host waits: one worker (it only parks on the I/O and timer drivers; the waiting
+/// futures themselves run on their callers' threads).
+fn runtime() -> Option<&'static tokio::runtime::Runtime> {
+    static RUNTIME: OnceLock<Option<tokio::runtime::Runtime>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("codemode-host-io")
+                .enable_all()
+                .build()
+                .inspect_err(|error| {
+                    tracing::error!(reason = %error, "cannot start the runtime for host waits");
+                })
+                .ok()
+        })
+        .as_ref()
+}
+
+/// Runs `work` on this thread until it completes, `deadline` passes or `cancel`
+/// fires, whichever is first; the loser is dropped. `work` is polled first each
+/// time, so work that completes without waiting never touches a timer.
+///
+/// Blocks the calling thread: call it from a blocking thread (an execution's, the
+/// loader's), never from an async task.
+///
+/// # Errors
+///
+/// [`Abandoned`]: the deadline passed or `cancel` fired before `work` completed
+/// (`work` is dropped, unfinished), or there is no runtime to wait on.
+pub(crate) fn until<F: Future>(
+    deadline: Instant,
+    cancel: Option<&Cancel>,
+    work: F,
+) -> Result<F::Output, Abandoned> {
+    let runtime = runtime().ok_or(Abandoned::NoRuntime)?;
+    // Timers, sockets and spawned blocking work made while `work` runs belong to
+    // that runtime; `work` itself is polled here.
+    let _context = runtime.enter();
+    pollster::block_on(async {
+        let late = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline));
+        let cancelled = async {
+            match cancel {
+                Some(cancel) => cancel.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            done = work => Ok(done),
+            () = cancelled => Err(Abandoned::Cancelled),
+            () = late => Err(Abandoned::Deadline),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[test]
+    fn work_that_completes_first_is_returned() {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        assert_eq!(until(deadline, None, async { 7 }), Ok(7));
+        let waited = until(deadline, None, async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            8
+        });
+        assert_eq!(waited, Ok(8));
+    }
+
+    #[test]
+    fn a_wait_past_the_deadline_is_abandoned_at_the_deadline() {
+        let finished = Arc::new(AtomicBool::new(false));
+        let flag = finished.clone();
+        let deadline = Instant::now() + Duration::from_millis(50);
+        let waited = until(deadline, None, async move {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            flag.store(true, Ordering::Relaxed);
+        });
+        assert_eq!(waited, Err(Abandoned::Deadline));
+        assert!(Instant::now() >= deadline);
+        assert!(
+            !finished.load(Ordering::Relaxed),
+            "the work was dropped unfinished"
+        );
+    }
+
+    #[test]
+    fn a_cancel_from_another_thread_ends_the_wait() {
+        let cancel = Arc::new(Cancel::default());
+        let (started, waiting) = std::sync::mpsc::channel();
+        let canceller = {
+            let cancel = cancel.clone();
+            std::thread::spawn(move || {
+                // Cancel only once the wait below has begun.
+                let _ = waiting.recv();
+                cancel.cancel();
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(3600);
+        let waited = until(deadline, Some(&cancel), async {
+            let _ = started.send(());
+            std::future::pending::<()>().await;
+        });
+        assert_eq!(waited, Err(Abandoned::Cancelled));
+        assert!(canceller.join().is_ok());
+        assert!(cancel.is_cancelled());
+    }
+
+    #[test]
+    fn an_already_cancelled_wait_does_not_start_waiting() {
+        let cancel = Cancel::default();
+        cancel.cancel();
+        let deadline = Instant::now() + Duration::from_secs(3600);
+        let waited = until(deadline, Some(&cancel), std::future::pending::<()>());
+        assert_eq!(waited, Err(Abandoned::Cancelled));
+    }
+}
