@@ -169,3 +169,26 @@ fn a_decision_that_is_not_boolean_is_a_policy_failure() {
     );
     assert_eq!(err(&out["results"][0]), "authorization policy failure");
 }
+
+#[test]
+fn a_range_sized_by_an_argument_fails_closed_and_the_server_lives_on() {
+    let plugins = example_plugins();
+    let query = |limit: i64| {
+        execute(&format!(
+            "def main():\n    return records.query(filter={{}}, tags=[], limit={limit})[\"total\"] >= 0"
+        ))
+    };
+    let out = drive(
+        &[
+            "--plugins",
+            plugins.to_str().expect("utf-8 path"),
+            "--policy",
+            &policy("range.rego"),
+        ],
+        json!([query(2_000_000_000), query(5)]),
+    );
+    let results = out["results"].as_array().expect("results");
+    assert_eq!(err(&results[0]), "authorization policy failure");
+    // The same server answers the next call: it was not aborted.
+    assert_eq!(ok(&results[1]), &json!({"result": true}));
+}

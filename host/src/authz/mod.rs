@@ -6,6 +6,7 @@
 
 use codemode_value::Value;
 
+mod bounded;
 pub mod rego;
 pub mod tokens;
 

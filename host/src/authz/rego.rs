@@ -10,6 +10,10 @@
 //! Decisions must be deterministic: the builtins that read the clock, randomness,
 //! the network or the runtime are either not compiled in (regorus features) or
 //! refused when a module names them, and so is `print`.
+//!
+//! Decisions must not take the process down: builtins that an agent's arguments
+//! could make allocate without bound are replaced by bounded ones
+//! ([`super::bounded`]), and `sprintf` takes its format from the policy only.
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -18,7 +22,7 @@ use codemode_value::Value;
 use regorus::unstable::{Lexer, TokenKind};
 use regorus::utils::limits::ExecutionTimerConfig;
 
-use super::{AuthorizationInput, Authorizer, AuthzError};
+use super::{AuthorizationInput, Authorizer, AuthzError, bounded};
 
 /// The decision evaluated when `--policy-decision` is not given.
 pub const DEFAULT_DECISION: &str = "data.codemode.authz.allow";
@@ -82,6 +86,19 @@ pub enum RegoError {
         /// The builtin named.
         builtin: String,
     },
+    /// A module calls `sprintf` with a format that is not a string literal: a format
+    /// from the input could ask for padding of any width.
+    #[error(
+        "rego: module {file}:{line}:{col}: the format of `sprintf` must be a string literal: a format from the input could pad to any width"
+    )]
+    Format {
+        /// The module's file name.
+        file: String,
+        /// 1-based line.
+        line: u32,
+        /// 1-based column.
+        col: u32,
+    },
     /// The decision cannot be compiled against the modules (e.g. no such rule).
     #[error("rego: prepare decision: {0}")]
     Prepare(String),
@@ -129,11 +146,12 @@ impl RegoAuthorizer {
             limit: DECISION_TIME_LIMIT,
             check_interval: NonZeroU32::MIN,
         });
+        bounded::install(&mut engine).map_err(|error| RegoError::Prepare(format!("{error:#}")))?;
         for (file, source) in sorted {
             if file.trim().is_empty() {
                 return Err(RegoError::BlankFilename);
             }
-            refuse_nondeterminism(file, source)?;
+            refuse_builtins(file, source)?;
             engine
                 .add_policy(file.clone(), source.clone())
                 .map_err(|error| RegoError::Module {
@@ -267,10 +285,11 @@ fn is_ground_data_reference(decision: &str) -> bool {
     segments > 0
 }
 
-/// Refuses a module that names a [`NONDETERMINISTIC_BUILTINS`] entry as a call:
-/// a dotted name that does not continue another reference (so `input.time.now_ns`
-/// is fine), followed by `(`. Tokens, not text: comments and strings are skipped.
-fn refuse_nondeterminism(file: &str, source: &str) -> Result<(), RegoError> {
+/// Refuses a module that names a [`NONDETERMINISTIC_BUILTINS`] entry as a call, or
+/// calls `sprintf` with a format that is not a string literal: a dotted name that
+/// does not continue another reference (so `input.time.now_ns` is fine), followed by
+/// `(`. Tokens, not text: comments and strings are skipped.
+fn refuse_builtins(file: &str, source: &str) -> Result<(), RegoError> {
     let parse_error = |error: anyhow::Error| RegoError::Module {
         file: file.to_owned(),
         reason: format!("{error:#}"),
@@ -304,6 +323,19 @@ fn refuse_nondeterminism(file: &str, source: &str) -> Result<(), RegoError> {
             name.push('.');
             name.push_str(tokens[i + 2].1.text());
             i += 2;
+        }
+        let is_literal = |i: usize| {
+            tokens
+                .get(i)
+                .is_some_and(|t| matches!(t.0, TokenKind::String | TokenKind::RawString))
+        };
+        if name == "sprintf" && is_symbol(i + 1, "(") && !is_literal(i + 2) {
+            let span = &tokens[start].1;
+            return Err(RegoError::Format {
+                file: file.to_owned(),
+                line: span.line,
+                col: span.col,
+            });
         }
         if is_symbol(i + 1, "(") && NONDETERMINISTIC_BUILTINS.contains(&name.as_str()) {
             let span = &tokens[start].1;
@@ -593,5 +625,88 @@ allow if {
             RegoAuthorizer::new(DEFAULT_DECISION, &modules),
             Err(RegoError::Builtin { file, .. }) if file == "a.rego"
         ));
+    }
+
+    #[test]
+    fn an_argument_sized_range_is_a_policy_failure_not_an_abort() -> anyhow::Result<()> {
+        // Before the bounded builtins: `memory allocation of 48000000000 bytes
+        // failed` and SIGABRT, every client losing the server.
+        let source = r#"package codemode.authz
+
+allow if {
+    count(numbers.range(1, input.arguments.limit)) >= 0
+}
+
+allow if {
+    count(numbers.range_step(0, input.arguments.step_limit, 2)) == 3
+}
+
+allow if {
+    replace(input.arguments.text, "", input.arguments.glue) == "-a-"
+}
+"#;
+        let authorizer = RegoAuthorizer::new(DEFAULT_DECISION, &modules(source))?;
+        let arguments = |key: &str, value: Value| Value::Dict(vec![(key.into(), value)]);
+        assert!(matches!(
+            decide(&authorizer, "s", "a.b", arguments("limit", Value::Int(2_000_000_000))),
+            Err(AuthzError::Failure(reason)) if reason.contains("numbers.range: 2000000000 elements are more than the 100000 a policy may build")
+        ));
+        assert_eq!(
+            decide(&authorizer, "s", "a.b", arguments("limit", Value::Int(10))),
+            Ok(())
+        );
+        assert!(matches!(
+            decide(&authorizer, "s", "a.b", arguments("step_limit", Value::Int(i64::MAX))),
+            Err(AuthzError::Failure(reason)) if reason.contains("numbers.range_step: ")
+        ));
+        assert_eq!(
+            decide(
+                &authorizer,
+                "s",
+                "a.b",
+                arguments("step_limit", Value::Int(5))
+            ),
+            Ok(())
+        );
+        let glue = |text: &str, glue: &str| {
+            Value::Dict(vec![
+                ("glue".into(), Value::Str(glue.into())),
+                ("text".into(), Value::Str(text.into())),
+            ])
+        };
+        assert_eq!(decide(&authorizer, "s", "a.b", glue("a", "-")), Ok(()));
+        assert!(matches!(
+            decide(&authorizer, "s", "a.b", glue(&"a".repeat(1 << 20), &"-".repeat(1 << 20))),
+            Err(AuthzError::Failure(reason)) if reason.contains("replace: a result of")
+        ));
+        Ok(())
+    }
+
+    #[test]
+    fn a_sprintf_format_must_be_a_literal() -> anyhow::Result<()> {
+        let source =
+            "package codemode.authz\n\nallow if {\n  sprintf(input.arguments.f, [1]) == \"1\"\n}\n";
+        assert_eq!(
+            RegoAuthorizer::new(DEFAULT_DECISION, &modules(source)).err(),
+            Some(RegoError::Format {
+                file: "policy.rego".into(),
+                line: 4,
+                col: 3,
+            })
+        );
+        assert_eq!(
+            RegoError::Format {
+                file: "policy.rego".into(),
+                line: 4,
+                col: 3,
+            }
+            .to_string(),
+            "rego: module policy.rego:4:3: the format of `sprintf` must be a string literal: a format from the input could pad to any width"
+        );
+        let literal = "package codemode.authz\n\nallow if {\n  sprintf(\"%d-%s\", [1, input.arguments.s]) == \"1-x\"\n}\n";
+        let authorizer = RegoAuthorizer::new(DEFAULT_DECISION, &modules(literal))?;
+        let arguments = Value::Dict(vec![("s".into(), Value::Str("x".into()))]);
+        assert_eq!(decide(&authorizer, "s", "a.b", arguments), Ok(()));
+        Ok(())
     }
 }
