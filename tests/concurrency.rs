@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use codemode_host::authz::Subject;
 use codemode_host::execute::Limits;
-use codemode_host::{LOCAL_SUBJECT, Service, ServiceConfig, ToolError};
+use codemode_host::{LOCAL_SUBJECT, LoadLimits, Service, ServiceConfig, ToolError};
 use serde_json::json;
 
 use crate::support::{cache_dir, plugin_folder, test_plugin};
@@ -19,6 +19,7 @@ const SPIN: &str = "def main():\n    return hostile.spin()";
 fn service(label: &str, slots: usize, time: Duration) -> Arc<Service> {
     let dir = plugin_folder(label, &[test_plugin("hostile")]);
     let config = ServiceConfig {
+        loading: LoadLimits::default(),
         plugins_dir: dir,
         disabled: Vec::new(),
         limits: Limits {

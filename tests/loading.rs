@@ -165,13 +165,68 @@ fn a_plugin_whose_describe_waits_in_the_host_is_skipped_at_its_deadline() {
     );
     copy(&test_plugin("drowsy"), &dir.join("drowsy.wasm"));
     let d = dir.to_str().expect("utf-8");
-    let (log, _) = startup_log(&["--plugins", d]);
+    let (log, _) = startup_log(&["--plugins", d, "--load-timeout", "1s"]);
     let log = log.join("\n");
     for want in [
-        "plugin skipped plugin=drowsy.wasm reason=`codemode:plugin/metadata@0.1.0#describe` failed: describe() did not return within 10 s",
+        "plugin skipped plugin=drowsy.wasm reason=`codemode:plugin/metadata@0.1.0#describe` failed: describe() did not return within 1000 ms (--load-timeout)",
         "catalog ready plugins=1 capabilities=4",
     ] {
         assert!(log.contains(want), "missing {want:?} in:\n{log}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn mkfifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("run mkfifo");
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+#[test]
+fn files_that_would_hang_or_flood_loading_are_skipped_with_the_reason() {
+    // A FIFO sidecar or component hung startup forever (opening it waits for a
+    // writer); a sparse 3 GiB component was read whole (3.1 GB, 15 s).
+    let dir = temp_dir("unreadable");
+    copy(
+        &example_plugins().join("records.wasm"),
+        &dir.join("records.wasm"),
+    );
+    copy(
+        &example_plugins().join("stats.wasm"),
+        &dir.join("stats.wasm"),
+    );
+    mkfifo(&dir.join("stats.toml"));
+    mkfifo(&dir.join("pipe.wasm"));
+    std::fs::File::create(dir.join("big.wasm"))
+        .and_then(|file| file.set_len(3 << 30))
+        .expect("a sparse file");
+    let d = dir.to_str().expect("utf-8");
+    let (log, _) = startup_log(&["--plugins", d]);
+    let log = log.join("\n");
+    for want in [
+        "plugin skipped plugin=big.wasm reason=3221225472 bytes, more than the 268435456 allowed (--max-plugin-bytes)",
+        "plugin skipped plugin=pipe.wasm reason=not a regular file (a FIFO); only regular files are read",
+        "plugin skipped plugin=stats.wasm reason=sidecar `stats.toml`: not a regular file (a FIFO); only regular files are read",
+        "catalog ready plugins=1 capabilities=4",
+    ] {
+        assert!(log.contains(want), "missing {want:?} in:\n{log}");
+    }
+
+    // The cap is the operator's to set.
+    let (log, _) = startup_log(&["--plugins", d, "--max-plugin-bytes", "1KiB"]);
+    let log = log.join("\n");
+    assert!(
+        log.lines().any(
+            |line| line.contains("plugin skipped plugin=records.wasm reason=")
+                && line.ends_with("bytes, more than the 1024 allowed (--max-plugin-bytes)")
+        ),
+        "{log}"
+    );
+    assert!(
+        log.contains("catalog ready plugins=0 capabilities=0"),
+        "{log}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

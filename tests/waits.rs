@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use codemode_host::authz::Subject;
 use codemode_host::execute::Limits;
-use codemode_host::{LOCAL_SUBJECT, Service, ServiceConfig, ToolError};
+use codemode_host::{LOCAL_SUBJECT, LoadLimits, Service, ServiceConfig, ToolError};
 use serde_json::json;
 
 use crate::support::{cache_dir, example_plugins, plugin_folder, test_plugin};
@@ -39,6 +39,7 @@ fn service(
         std::fs::write(dir.join("sleepy.toml"), sidecar).expect("write the sidecar");
     }
     let config = ServiceConfig {
+        loading: LoadLimits::default(),
         plugins_dir: dir,
         disabled: Vec::new(),
         limits: Limits {

@@ -20,7 +20,7 @@ use codemode_host::authz::{
     AuthorizationInput, Authorizer, DEFAULT_DECISION, RegoAuthorizer, Subject,
 };
 use codemode_host::execute::Limits;
-use codemode_host::{LOCAL_SUBJECT, Service, ServiceConfig};
+use codemode_host::{LOCAL_SUBJECT, LoadLimits, Service, ServiceConfig};
 use codemode_value::Value as Arg;
 use starlark::environment::{Globals, Module};
 use starlark::eval::Evaluator;
@@ -132,6 +132,7 @@ fn cpu_times() -> Option<(u64, u64)> {
 /// room for the calibration loops and the 1 MiB value.
 fn bench_config(root: &Path, plugins: &Path) -> ServiceConfig {
     ServiceConfig {
+        loading: LoadLimits::default(),
         plugins_dir: plugins.to_owned(),
         limits: Limits {
             max_execution_steps: MAX_STEPS,

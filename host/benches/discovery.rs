@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use codemode_host::{Service, ServiceConfig};
+use codemode_host::{LoadLimits, Service, ServiceConfig};
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
@@ -36,6 +36,7 @@ fn main() {
     );
     let started = Instant::now();
     let service = match Service::load(&ServiceConfig {
+        loading: LoadLimits::default(),
         plugins_dir: dir,
         cache_dir: codemode_host::execute::default_cache_dir(),
         ..ServiceConfig::default()

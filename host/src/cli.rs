@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 
+use crate::LoadLimits;
 use crate::audit::AuditLog;
 use crate::authz::{
     AllowAll, Authorizer, DEFAULT_DECISION, RegoAuthorizer, RegoError, Subject, Tokens, TokensError,
@@ -190,6 +191,20 @@ pub struct Cli {
     /// Memory of the interpreter, and of each plugin [default: 256MiB]
     #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
     pub max_memory: Option<usize>,
+
+    /// Largest plugin file loaded [default: 256MiB]
+    ///
+    /// Checked from the file's size before it is read; a larger one is skipped
+    /// with the reason.
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    pub max_plugin_bytes: Option<usize>,
+
+    /// Time to compile one plugin, and to describe it [default: 10s]
+    ///
+    /// A plugin past it is skipped with the reason; startup and reloading go on
+    /// with the others.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub load_timeout: Option<Duration>,
 }
 
 /// Subcommands; without one the server runs.
@@ -389,6 +404,17 @@ impl Cli {
                 .unwrap_or(d.max_concurrent_executions),
             max_fuel: self.max_fuel.unwrap_or(d.max_fuel),
             max_memory_bytes: self.max_memory.unwrap_or(d.max_memory_bytes),
+        }
+    }
+
+    /// What loading one plugin may cost, from the flags and the defaults.
+    pub fn loading(&self) -> LoadLimits {
+        let d = LoadLimits::default();
+        LoadLimits {
+            max_plugin_bytes: self
+                .max_plugin_bytes
+                .map_or(d.max_plugin_bytes, |b| b as u64),
+            load_timeout: self.load_timeout.unwrap_or(d.load_timeout),
         }
     }
 }

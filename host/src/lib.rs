@@ -27,7 +27,7 @@ mod wait;
 pub mod watch;
 
 pub use error::ToolError;
-pub use plugins::{DirGrant, Grants, HostPattern, LoadError, TypeError};
+pub use plugins::{DirGrant, FileError, Grants, HostPattern, LoadError, LoadLimits, TypeError};
 pub use service::{
     LOCAL_SUBJECT, Precompiled, Reloaded, Service, ServiceConfig, StartError, precompile,
 };

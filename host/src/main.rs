@@ -45,6 +45,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let audit = Arc::new(cli.audit()?);
     let config = ServiceConfig {
         limits: cli.limits(),
+        loading: cli.loading(),
         cache_dir: cli.cache_dir.clone().or_else(default_cache_dir),
         plugins_dir: cli.plugins.clone(),
         disabled: cli.disable.clone(),
@@ -121,7 +122,7 @@ fn precompile(cli: &Cli) -> anyhow::Result<()> {
         .clone()
         .or_else(default_cache_dir)
         .context("no cache folder: pass --cache-dir DIR (HOME and XDG_CACHE_HOME are unset)")?;
-    let report = codemode_host::precompile(&cli.plugins, &cache_dir)?;
+    let report = codemode_host::precompile(&cli.plugins, &cache_dir, &cli.loading())?;
     let mut failed = 0;
     for entry in &report {
         match &entry.outcome {

@@ -22,7 +22,7 @@ use crate::execute::{
     Dispatch, Executed, Executor, ExecutorConfig, LimitError, Limits, Route, RunnerError,
 };
 use crate::metrics::Metrics;
-use crate::plugins::{self, LoadedPlugin, PluginFolder};
+use crate::plugins::{self, LoadLimits, LoadedPlugin, PluginFolder};
 
 /// What the service is built from.
 #[derive(Debug, Clone, Default)]
@@ -39,6 +39,8 @@ pub struct ServiceConfig {
     pub disabled: Vec<String>,
     /// The budgets of every execution.
     pub limits: Limits,
+    /// What loading one plugin may cost (size, compile and describe time).
+    pub loading: LoadLimits,
     /// Where compiled components (the interpreter and the plugins) are cached; `None`
     /// compiles them at every start.
     pub cache_dir: Option<PathBuf>,
@@ -98,7 +100,11 @@ pub struct Precompiled {
 /// # Errors
 ///
 /// [`StartError`] when the engine, the folder, the cache or the interpreter fails.
-pub fn precompile(plugins_dir: &Path, cache_dir: &Path) -> Result<Vec<Precompiled>, StartError> {
+pub fn precompile(
+    plugins_dir: &Path,
+    cache_dir: &Path,
+    loading: &LoadLimits,
+) -> Result<Vec<Precompiled>, StartError> {
     let engine = plugins::engine().map_err(StartError::Engine)?;
     let cache = ArtifactCache::open(cache_dir).map_err(|source| StartError::Cache {
         path: cache_dir.to_owned(),
@@ -116,7 +122,7 @@ pub fn precompile(plugins_dir: &Path, cache_dir: &Path) -> Result<Vec<Precompile
     }];
     for path in files {
         let started = Instant::now();
-        let outcome = plugins::load_file(&engine, &path, Some(&cache))
+        let outcome = plugins::load_file(&engine, &path, Some(&cache), loading)
             .map(|plugin| plugin.cached)
             .map_err(|error| error.to_string());
         report.push(Precompiled {
@@ -256,7 +262,7 @@ impl Service {
         config.limits.validate().map_err(StartError::Limits)?;
         let engine = plugins::engine().map_err(StartError::Engine)?;
         let cache = open_cache(config.cache_dir.as_deref());
-        let mut folder = PluginFolder::new(config.plugins_dir.clone());
+        let mut folder = PluginFolder::new(config.plugins_dir.clone(), config.loading.clone());
         folder
             .scan(&engine, cache.as_ref())
             .map_err(|source| StartError::PluginsDir {

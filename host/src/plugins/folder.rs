@@ -16,13 +16,14 @@ use std::time::SystemTime;
 use wasmtime::Engine;
 
 use super::grants::Grants;
-use super::load::{LoadedPlugin, file_label, load_file};
+use super::load::{LoadLimits, LoadedPlugin, file_label, load_file};
 use crate::cache::ArtifactCache;
 use crate::catalog::CatalogBuilder;
 
 /// The files of one folder and the version of each that serves.
 pub(crate) struct PluginFolder {
     dir: PathBuf,
+    limits: LoadLimits,
     files: BTreeMap<PathBuf, Tracked>,
 }
 
@@ -88,9 +89,10 @@ impl ScanReport {
 
 impl PluginFolder {
     /// A folder nothing has been scanned from yet.
-    pub(crate) fn new(dir: PathBuf) -> Self {
+    pub(crate) fn new(dir: PathBuf, limits: LoadLimits) -> Self {
         Self {
             dir,
+            limits,
             files: BTreeMap::new(),
         }
     }
@@ -138,7 +140,7 @@ impl PluginFolder {
                 continue;
             }
             let last_good = previous.and_then(|t| t.serving.clone());
-            let serving = match load_valid(engine, &path, cache) {
+            let serving = match load_valid(engine, &path, cache, &self.limits) {
                 Ok(plugin) => {
                     tracing::info!(
                         plugin = %plugin.file,
@@ -196,8 +198,9 @@ fn load_valid(
     engine: &Engine,
     path: &Path,
     cache: Option<&ArtifactCache>,
+    limits: &LoadLimits,
 ) -> Result<LoadedPlugin, String> {
-    let plugin = load_file(engine, path, cache).map_err(|e| e.to_string())?;
+    let plugin = load_file(engine, path, cache, limits).map_err(|e| e.to_string())?;
     let specs: Vec<_> = plugin.capabilities.iter().map(|c| c.spec.clone()).collect();
     if let Err((index, error)) = CatalogBuilder::new().add_group(&specs) {
         let export = &plugin.capabilities[index].export;

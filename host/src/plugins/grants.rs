@@ -13,10 +13,14 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::files::{FileError, read_regular};
 use crate::execute::{parse_bytes, parse_duration};
 
 /// The sidecar's file extension.
 pub(crate) const SIDECAR_EXTENSION: &str = "toml";
+
+/// Largest sidecar read: grants are a few lines; this only stops a huge file.
+const MAX_SIDECAR_BYTES: u64 = 1 << 20;
 
 /// The grants of one plugin, validated.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -101,13 +105,15 @@ impl Grants {
     pub(crate) fn for_plugin(wasm: &Path) -> Result<Self, String> {
         let path = Self::sidecar_path(wasm);
         let label = super::file_label(&path);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+        let bytes = match read_regular(&path, MAX_SIDECAR_BYTES, "the size of any sidecar") {
+            Ok(bytes) => bytes,
+            Err(FileError::Io(error)) if error.kind() == std::io::ErrorKind::NotFound => {
                 return Ok(Self::default());
             }
-            Err(error) => return Err(format!("sidecar `{label}`: cannot read it: {error}")),
+            Err(error) => return Err(format!("sidecar `{label}`: {error}")),
         };
+        let text =
+            String::from_utf8(bytes).map_err(|_| format!("sidecar `{label}`: not UTF-8 text"))?;
         let base = path.parent().unwrap_or(Path::new("."));
         Self::parse(&text, base).map_err(|message| format!("sidecar `{label}`: {message}"))
     }

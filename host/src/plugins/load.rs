@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use wasmtime::Engine;
 use wasmtime::component::{Component, InstancePre};
 
+use super::files::{FileError, read_regular};
 use super::grants::Grants;
 use super::invoke::CallTarget;
 use super::metadata::{self, METADATA_INTERFACE, MetadataEntry};
@@ -25,13 +26,33 @@ const WASM_MAGIC: [u8; 4] = *b"\0asm";
 /// Bytes 6..8 of the header: 0 for a core module, 1 for a component.
 const COMPONENT_LAYER: [u8; 2] = [1, 0];
 
+/// What loading one plugin may cost: set by the operator, the same for every file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadLimits {
+    /// Largest component file read (`--max-plugin-bytes`), checked from the file's
+    /// metadata before a byte is read.
+    pub max_plugin_bytes: u64,
+    /// Wall time for compiling one plugin, and again for its `describe()`
+    /// (`--load-timeout`): a plugin past it is skipped with the reason.
+    pub load_timeout: Duration,
+}
+
+impl Default for LoadLimits {
+    fn default() -> Self {
+        Self {
+            max_plugin_bytes: 256 << 20,
+            load_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
 /// Why one plugin file could not be loaded. The caller prefixes the file name.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LoadError {
-    /// The file could not be read.
-    #[error("cannot read the file: {0}")]
-    Read(#[source] std::io::Error),
+    /// The file could not be read, is not a regular file, or is too large.
+    #[error("{0}")]
+    Read(#[source] FileError),
     /// The sidecar `<plugin>.toml` is unreadable or wrong (the message names it).
     #[error("{0}")]
     Sidecar(String),
@@ -46,6 +67,9 @@ pub enum LoadError {
     /// wasmtime rejected the component.
     #[error("invalid component: {0:#}")]
     Compile(wasmtime::Error),
+    /// Compiling took longer than `--load-timeout`.
+    #[error("compiling took longer than {} ms (--load-timeout)", .0.as_millis())]
+    CompileTimeout(Duration),
     /// Its imports could not be linked.
     #[error("cannot link the component's imports: {0:#}")]
     Link(wasmtime::Error),
@@ -130,17 +154,19 @@ pub(crate) fn load_file(
     engine: &Engine,
     path: &Path,
     cache: Option<&ArtifactCache>,
+    limits: &LoadLimits,
 ) -> Result<LoadedPlugin, LoadError> {
     let started = Instant::now();
     let grants = Grants::for_plugin(path).map_err(LoadError::Sidecar)?;
-    let bytes = std::fs::read(path).map_err(LoadError::Read)?;
+    let bytes = read_regular(path, limits.max_plugin_bytes, "--max-plugin-bytes")
+        .map_err(LoadError::Read)?;
     if bytes.get(..4) != Some(&WASM_MAGIC[..]) {
         return Err(LoadError::NotWasm);
     }
     if bytes.get(6..8) != Some(&COMPONENT_LAYER[..]) {
         return Err(LoadError::CoreModule);
     }
-    let compile = || Component::new(engine, &bytes);
+    let compile = || compile_within(engine, &bytes, limits.load_timeout);
     let cache_entry = cache.map(|cache| cache.entry(engine, PLUGIN_PREFIX, &bytes));
     let (component, cached) = match (cache, &cache_entry) {
         (Some(cache), Some(entry)) => cache
@@ -148,14 +174,18 @@ pub(crate) fn load_file(
             .map(|(c, origin)| (c, origin == Origin::Cached)),
         _ => compile().map(|c| (c, false)),
     }
-    .map_err(LoadError::Compile)?;
+    .map_err(|error| match error.downcast::<CompileTimeout>() {
+        Ok(CompileTimeout(limit)) => LoadError::CompileTimeout(limit),
+        Err(error) => LoadError::Compile(error),
+    })?;
     let (funcs, _other) = reflect::exported_functions(engine, &component);
     if !funcs.iter().any(|f| f.instance == METADATA_INTERFACE) {
         return Err(LoadError::NoMetadata);
     }
     let pre =
         sandbox::pre_instantiate(engine, &component, &file_label(path)).map_err(LoadError::Link)?;
-    let entries = metadata::describe(engine, &pre).map_err(LoadError::Describe)?;
+    let entries =
+        metadata::describe(engine, &pre, limits.load_timeout).map_err(LoadError::Describe)?;
     let (capabilities, ignored_exports) = assemble(funcs, entries)?;
     let targets = capabilities
         .iter()
@@ -181,6 +211,39 @@ pub(crate) fn load_file(
         cache_entry,
         load_time: started.elapsed(),
     })
+}
+
+/// The error of a compilation that ran past its deadline.
+#[derive(Debug)]
+struct CompileTimeout(Duration);
+
+impl std::fmt::Display for CompileTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "compiling took longer than {} ms", self.0.as_millis())
+    }
+}
+
+impl std::error::Error for CompileTimeout {}
+
+/// Compiles `bytes` on a thread of its own and waits at most `timeout` for it.
+/// Cranelift cannot be interrupted: past the deadline the compilation is left to
+/// finish (its size is capped by `--max-plugin-bytes`) and its result dropped, so
+/// that the loader (startup, the reload thread) moves on.
+fn compile_within(engine: &Engine, bytes: &[u8], timeout: Duration) -> wasmtime::Result<Component> {
+    let (done, result) = std::sync::mpsc::sync_channel(1);
+    let engine = engine.clone();
+    let bytes = bytes.to_vec();
+    std::thread::Builder::new()
+        .name("codemode-compile".into())
+        .spawn(move || {
+            // The receiver is gone after a timeout; nobody wants the result then.
+            let _ = done.send(Component::new(&engine, &bytes));
+        })
+        .map_err(|error| wasmtime::Error::msg(format!("cannot start compiling: {error}")))?;
+    match result.recv_timeout(timeout) {
+        Ok(compiled) => compiled,
+        Err(_) => Err(wasmtime::Error::new(CompileTimeout(timeout))),
+    }
 }
 
 /// The name a plugin is known by in messages: its file name.

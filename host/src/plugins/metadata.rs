@@ -20,9 +20,6 @@ const DESCRIBE: &str = "describe";
 const DESCRIBE_FUEL: u64 = 2_000_000_000;
 /// Memory a plugin may use while describing itself.
 const DESCRIBE_MEMORY: usize = 512 * 1024 * 1024;
-/// Wall time for instantiating the plugin and running `describe()`: fuel stops a
-/// plugin computing, this one waiting in a host call (a sleep, a clock).
-pub(crate) const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One entry of `describe()`, as the WIT record `capability` defines it.
 #[derive(ComponentType, Lift, Debug, Clone, PartialEq)]
@@ -39,15 +36,17 @@ pub(crate) struct MetadataEntry {
 }
 
 /// Instantiates the plugin and returns what `describe()` returns, abandoning both
-/// after [`DESCRIBE_TIMEOUT`].
+/// after `timeout`: fuel stops a plugin computing, the timeout one waiting in a host
+/// call (a sleep, a clock).
 ///
 /// # Errors
 ///
 /// Instantiation failures, a missing or mistyped `describe` export, traps (including
-/// running out of fuel or memory), running past [`DESCRIBE_TIMEOUT`].
+/// running out of fuel or memory), running past `timeout`.
 pub(crate) fn describe(
     engine: &Engine,
     pre: &InstancePre<PluginState>,
+    timeout: Duration,
 ) -> wasmtime::Result<Vec<MetadataEntry>> {
     // `describe()` gets no grants: metadata needs nothing from outside.
     let state = PluginState::new("describe", &Arc::default(), DESCRIBE_MEMORY)
@@ -59,12 +58,12 @@ pub(crate) fn describe(
     // Half the range: the deadline is added to the current epoch, which the ticker
     // has advanced by the time a reload loads plugins.
     store.set_epoch_deadline(u64::MAX / 2);
-    let deadline = Instant::now() + DESCRIBE_TIMEOUT;
+    let deadline = Instant::now() + timeout;
     match wait::until(deadline, None, describe_async(&mut store, pre)) {
         Ok(described) => described,
         Err(Abandoned::Deadline) => Err(wasmtime::Error::msg(format!(
-            "describe() did not return within {} s",
-            DESCRIBE_TIMEOUT.as_secs()
+            "describe() did not return within {} ms (--load-timeout)",
+            timeout.as_millis()
         ))),
         Err(Abandoned::Cancelled) => Err(wasmtime::Error::msg("describe() was cancelled")),
         Err(Abandoned::NoRuntime) => Err(wasmtime::Error::msg(

@@ -5,6 +5,7 @@
 //! [`CapabilitySpec`](crate::catalog::CapabilitySpec)s and keeps, per capability, which
 //! plugin export serves it.
 
+mod files;
 mod folder;
 mod grants;
 mod invoke;
@@ -13,8 +14,9 @@ mod metadata;
 mod reflect;
 mod sandbox;
 
+pub use files::FileError;
 pub use grants::{DirGrant, Grants, HostPattern};
-pub use load::LoadError;
+pub use load::{LoadError, LoadLimits};
 pub use reflect::TypeError;
 
 pub(crate) use folder::PluginFolder;
@@ -25,8 +27,10 @@ pub(crate) use sandbox::{MemoryCap, PluginState, Unprovided, engine};
 
 use std::path::{Path, PathBuf};
 
-/// The `.wasm` files directly in `dir`, sorted by file name (so load order, and with
-/// it which of two conflicting plugins wins, is deterministic).
+/// The `.wasm` entries directly in `dir` that are not folders, sorted by file name
+/// (so load order, and with it which of two conflicting plugins wins, is
+/// deterministic). Entries that are not regular files (a FIFO, a socket, a device)
+/// are listed too, so that loading skips them with the reason.
 ///
 /// # Errors
 ///
@@ -35,7 +39,7 @@ pub(crate) fn plugin_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "wasm") && path.is_file() {
+        if path.extension().is_some_and(|e| e == "wasm") && !path.is_dir() {
             files.push(path);
         }
     }
