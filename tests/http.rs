@@ -338,3 +338,85 @@ fn probes_answer_while_the_interpreter_is_prepared() {
         (200, "ready\n")
     );
 }
+
+/// Reads from `stream` until the server closes it; the test fails if that takes
+/// longer than `within` (the stream's read timeout).
+fn closed_by_the_server(stream: &mut std::net::TcpStream, within: std::time::Duration) -> String {
+    use std::io::Read;
+    stream.set_read_timeout(Some(within)).expect("timeout");
+    let mut raw = Vec::new();
+    match stream.read_to_end(&mut raw) {
+        Ok(_) => String::from_utf8_lossy(&raw).into_owned(),
+        Err(error) if error.kind() == std::io::ErrorKind::ConnectionReset => String::new(),
+        Err(error) => panic!("the server kept the connection open: {error}"),
+    }
+}
+
+#[test]
+fn slow_clients_are_cut_off_and_connections_are_capped() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Duration;
+    let dir = plugin_folder("http-limits", &example_plugin_files());
+    let server = HttpServer::start(&[
+        "--plugins",
+        dir.to_str().expect("utf-8 path"),
+        "--allow-all",
+        "--max-connections",
+        "4",
+    ]);
+    let connect = || TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+
+    // Headers that never end: closed after 10 s (they stayed open for good).
+    let mut slow_headers = connect();
+    slow_headers
+        .write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .expect("send");
+    // A body that never ends: cut off 30 s after its headers (it stayed open 60 s).
+    let mut slow_body = connect();
+    slow_body
+        .write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\"")
+        .expect("send");
+
+    // Two idle connections fill the cap of 4; a fifth waits in the backlog.
+    let idle = [connect(), connect()];
+    let mut fifth = connect();
+    fifth
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .expect("send");
+    fifth
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    let mut byte = [0u8; 1];
+    let waited = fifth.read(&mut byte);
+    assert!(
+        waited.as_ref().is_err_and(|e| matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        )),
+        "a fifth connection was served past the cap of 4: {waited:?}"
+    );
+    // One connection closing lets the fifth in.
+    drop(idle);
+    let answer = closed_by_the_server(&mut fifth, Duration::from_secs(30));
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    assert!(answer.ends_with("ok\n"), "{answer}");
+
+    assert_eq!(
+        closed_by_the_server(&mut slow_headers, Duration::from_secs(30)),
+        "",
+        "unfinished headers: closed without a response"
+    );
+    let cut = closed_by_the_server(&mut slow_body, Duration::from_secs(60));
+    assert!(
+        cut.starts_with("HTTP/1.1 500 Internal Server Error\r\n"),
+        "{cut}"
+    );
+    assert!(
+        cut.ends_with("\r\n\r\nFailed to read request body: the request body did not arrive within 30000 ms of its headers"),
+        "{cut}"
+    );
+    // The server still serves.
+    let health = raw_request(server.port, "GET", "/healthz", &[], "");
+    assert_eq!(health.status, 200);
+}

@@ -14,7 +14,7 @@ use crate::authz::{
     AllowAll, Authorizer, DEFAULT_DECISION, RegoAuthorizer, RegoError, Subject, Tokens, TokensError,
 };
 use crate::execute::{Limits, parse_bytes, parse_duration};
-use crate::mcp::http::{Authentication, HttpConfig, LOOPBACK_HOSTS};
+use crate::mcp::http::{Authentication, ConnectionLimits, HttpConfig, LOOPBACK_HOSTS};
 use crate::service::LOCAL_SUBJECT;
 
 /// MCP server for code mode: capabilities from WebAssembly components
@@ -123,6 +123,14 @@ pub struct Cli {
     /// localhost, 127.0.0.1 and ::1 are always accepted.
     #[arg(long = "allowed-host", value_name = "HOST", requires = "listen")]
     pub allowed_hosts: Vec<String>,
+
+    /// HTTP connections open at once [default: 1024]
+    ///
+    /// More wait in the kernel's backlog without using a file descriptor. A
+    /// client must send a request's headers within 10 s (also the idle time
+    /// of a keep-alive connection) and its body within 30 s.
+    #[arg(long, value_name = "N", requires = "listen")]
+    pub max_connections: Option<std::num::NonZeroUsize>,
 
     /// Log filter, e.g. `debug`
     ///
@@ -366,6 +374,12 @@ impl Cli {
                 authentication,
                 allowed_hosts,
                 drain: self.limits().max_execution_time + HTTP_DRAIN_MARGIN,
+                connections: ConnectionLimits {
+                    max_connections: self
+                        .max_connections
+                        .map_or(ConnectionLimits::default().max_connections, |n| n.get()),
+                    ..ConnectionLimits::default()
+                },
             },
         )))
     }

@@ -87,7 +87,7 @@ async fn serve_http(
     let server = tokio::spawn(http::serve(
         listener,
         router,
-        http.drain,
+        &http,
         http::shutdown_signal(),
     ));
     tracing::info!(address = %local, "listening: MCP at http://{local}{}", http::MCP_PATH);

@@ -10,7 +10,7 @@
 //! which only the host writes, to [`SubjectSource::Authenticated`]. No session state
 //! is kept, so replicas can sit behind any load balancer.
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -25,6 +25,7 @@ use axum::routing::get;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
+pub use super::listener::ConnectionLimits;
 use super::server::{McpServer, SubjectSource};
 use crate::authz::{Subject, Tokens};
 use crate::error::UNAUTHENTICATED;
@@ -56,6 +57,9 @@ pub struct HttpConfig {
     pub allowed_hosts: Vec<String>,
     /// How long in-flight requests may run after a shutdown signal.
     pub drain: Duration,
+    /// How many connections at once, and how long a client may take to send a
+    /// request.
+    pub connections: ConnectionLimits,
 }
 
 /// How an HTTP request's subject is found.
@@ -207,42 +211,26 @@ pub async fn bind(address: SocketAddr) -> std::io::Result<tokio::net::TcpListene
     tokio::net::TcpListener::bind(address).await
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves; then stops accepting and
-/// lets in-flight requests finish for at most `drain`.
+/// Serves `router` on `listener` within `config.connections` until `shutdown`
+/// resolves; then stops accepting and lets in-flight requests finish for at most
+/// `config.drain`.
 ///
 /// # Errors
 ///
 /// When the listener fails.
-pub async fn serve(
+pub fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
-    drain: Duration,
+    config: &HttpConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            tracing::info!(
-                drain_ms = drain.as_millis() as u64,
-                "shutting down: no new connections; finishing requests in flight"
-            );
-            let _ = stopping.send(());
-        })
-        .into_future();
-    tokio::select! {
-        served = server => served,
-        () = async {
-            if stopped.await.is_ok() {
-                tokio::time::sleep(drain).await;
-            } else {
-                std::future::pending::<()>().await;
-            }
-        } => {
-            tracing::warn!("requests still in flight after the drain period; exiting");
-            Ok(())
-        }
-    }
+) -> impl Future<Output = std::io::Result<()>> + Send + 'static {
+    super::listener::serve(
+        listener,
+        router,
+        config.connections.clone(),
+        config.drain,
+        shutdown,
+    )
 }
 
 /// Resolves at SIGTERM or SIGINT.

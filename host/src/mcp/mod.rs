@@ -8,6 +8,7 @@
 
 mod contract;
 pub mod http;
+mod listener;
 mod server;
 
 pub use contract::{
