@@ -103,8 +103,15 @@ fn the_kubernetes_manifests_agree_with_the_binary() {
         ("startupProbe", HEALTHZ_PATH),
     ] {
         assert_eq!(container[probe]["httpGet"]["path"], path, "{probe}");
-        assert_eq!(container[probe]["httpGet"]["port"], "http", "{probe}");
+        assert_eq!(container[probe]["httpGet"]["port"], "probes", "{probe}");
     }
+    // Probes name the pod's IP as the Host, which --listen refuses: they go to
+    // --metrics-listen, which serves them without the Host check.
+    assert_eq!(container["ports"][1]["name"], "probes");
+    assert_eq!(
+        cli.metrics_listen.map(|a| u64::from(a.port())),
+        container["ports"][1]["containerPort"].as_u64()
+    );
     let service = find(&docs, "Service");
     assert_eq!(service["spec"]["ports"][0]["targetPort"], "http");
     assert_eq!(

@@ -420,3 +420,120 @@ fn slow_clients_are_cut_off_and_connections_are_capped() {
     let health = raw_request(server.port, "GET", "/healthz", &[], "");
     assert_eq!(health.status, 200);
 }
+
+#[test]
+fn probes_and_metrics_check_the_host_unless_served_on_metrics_listen() {
+    let dir = plugin_folder("http-probe-hosts", &example_plugin_files());
+    let server = HttpServer::start(&[
+        "--plugins",
+        dir.to_str().expect("utf-8 path"),
+        "--allow-all",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    let log = server.log();
+    let metrics_port: u16 = log
+        .lines()
+        .find_map(|line| {
+            let at = line.find("probes and metrics at http://127.0.0.1:")?;
+            line[at + 39..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no --metrics-listen line in:\n{log}"));
+    let foreign = [("Host", "rebound.evil.example:80")];
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        // On --listen, a page whose name was rebound to 127.0.0.1 reads nothing.
+        let refused = raw_request(server.port, "GET", path, &foreign, "");
+        assert_eq!(
+            (refused.status, refused.body.as_str()),
+            (403, "forbidden: Host header not allowed\n"),
+            "{path}"
+        );
+        // With a loopback Host it answers as before.
+        assert_eq!(
+            raw_request(server.port, "GET", path, &[], "").status,
+            200,
+            "{path}"
+        );
+        // The orchestrator's address answers whatever the Host (a pod's IP).
+        let probed = raw_request(metrics_port, "GET", path, &[("Host", "10.1.2.3:9090")], "");
+        assert_eq!(probed.status, 200, "{path}");
+    }
+    let probed = raw_request(metrics_port, "GET", "/readyz", &[], "");
+    assert_eq!(probed.body, "ready\n");
+    // MCP is not served there.
+    let mcp = raw_request(metrics_port, "POST", "/mcp", &[], "{}");
+    assert_eq!(mcp.status, 404);
+}
+
+#[test]
+fn sigterm_while_a_plugin_loads_stops_the_server() {
+    use std::io::BufRead;
+    // drowsy's describe() sleeps an hour; with a long load timeout the server
+    // stays loading. SIGTERM was ignored until loading finished (forever).
+    let dir = plugin_folder("http-sigterm-loading", &[test_plugin("drowsy")]);
+    let mut child = std::process::Command::new(crate::support::host_bin())
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--allow-all",
+            "--load-timeout",
+            "1h",
+        ])
+        .arg("--plugins")
+        .arg(&dir)
+        .arg("--cache-dir")
+        .arg(crate::support::cache_dir())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn codemode-host");
+    let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.expect("read stderr");
+        // Loading starts right after the listener is up.
+        let listening = line.contains("listening: MCP at");
+        seen.push(line);
+        if listening {
+            break;
+        }
+    }
+    assert!(
+        seen.last().is_some_and(|l| l.contains("listening: MCP at")),
+        "{seen:?}"
+    );
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    // Wait on the exit with a deadline, far shorter than the hour of loading.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!(
+                "SIGTERM during loading did not stop the server:\n{}",
+                seen.join("\n")
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    seen.extend(lines.map_while(Result::ok));
+    let log = seen.join("\n");
+    assert!(status.success(), "{status}:\n{log}");
+    assert!(
+        log.contains("stopped before the plugins finished loading"),
+        "{log}"
+    );
+    assert!(!log.contains("panicked"), "{log}");
+}

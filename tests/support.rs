@@ -267,7 +267,7 @@ impl HttpServer {
         let mut port = None;
         for line in stderr.by_ref() {
             let line = line.expect("read stderr");
-            if let Some(at) = line.find("http://127.0.0.1:") {
+            if let Some(at) = line.find("http://127.0.0.1:").filter(|_| port.is_none()) {
                 let digits: String = line[at + 17..]
                     .chars()
                     .take_while(char::is_ascii_digit)

@@ -132,6 +132,14 @@ pub struct Cli {
     #[arg(long, value_name = "N", requires = "listen")]
     pub max_connections: Option<std::num::NonZeroUsize>,
 
+    /// Serve /healthz, /readyz, /metrics on ADDR too, with no Host check
+    ///
+    /// On --listen every path checks the Host header (DNS-rebinding
+    /// protection), so probes that name the pod's address as the host (as
+    /// Kubernetes' do) fail there: point them at this address instead.
+    #[arg(long, value_name = "ADDR", requires = "listen")]
+    pub metrics_listen: Option<SocketAddr>,
+
     /// Log filter, e.g. `debug`
     ///
     /// Uses the tracing `EnvFilter` syntax; the RUST_LOG environment variable wins
@@ -380,6 +388,7 @@ impl Cli {
                         .map_or(ConnectionLimits::default().max_connections, |n| n.get()),
                     ..ConnectionLimits::default()
                 },
+                metrics_listen: self.metrics_listen,
             },
         )))
     }

@@ -3,6 +3,7 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
@@ -13,6 +14,10 @@ use codemode_host::mcp::http::{self, HttpConfig, Readiness};
 use codemode_host::mcp::{McpServer, SubjectSource, serve_stdio};
 use codemode_host::{Service, ServiceConfig, watch};
 use tracing_subscriber::EnvFilter;
+
+/// How long exiting waits for work still running on blocking threads (executions
+/// end by their own deadlines; their results have nobody to go to).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -66,6 +71,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Some((address, http)) => runtime.block_on(serve_http(address, http, config, &cli)),
     };
+    // Executions (and a load) still running on blocking threads end by their own
+    // deadlines; exiting does not wait for them past this.
+    runtime.shutdown_timeout(SHUTDOWN_GRACE);
     audit.close();
     served
 }
@@ -84,18 +92,45 @@ async fn serve_http(
     let local = listener.local_addr()?;
     let readiness = Readiness::default();
     let router = http::router(&http, readiness.clone());
-    let server = tokio::spawn(http::serve(
+    let mut server = tokio::spawn(http::serve(
         listener,
         router,
         &http,
         http::shutdown_signal(),
     ));
     tracing::info!(address = %local, "listening: MCP at http://{local}{}", http::MCP_PATH);
-    let service = Arc::new(tokio::task::spawn_blocking(move || Service::load(&config)).await??);
+    let probes = match http.metrics_listen {
+        Some(address) => {
+            let listener = http::bind(address)
+                .await
+                .with_context(|| format!("cannot listen on {address} (--metrics-listen)"))?;
+            let local = listener.local_addr()?;
+            tracing::info!(address = %local, "listening: probes and metrics at http://{local}");
+            Some(tokio::spawn(http::serve(
+                listener,
+                http::probes_router(readiness.clone()),
+                &http,
+                http::shutdown_signal(),
+            )))
+        }
+        None => None,
+    };
+    // A shutdown signal while plugins load ends the server too.
+    let loading = tokio::task::spawn_blocking(move || Service::load(&config));
+    let service = tokio::select! {
+        loaded = loading => Arc::new(loaded??),
+        served = &mut server => {
+            tracing::info!("stopped before the plugins finished loading");
+            return served?.map_err(anyhow::Error::from);
+        }
+    };
     let _watch = start_watch(cli, &service)?;
     readiness.set(service);
     tracing::info!("ready to serve");
     server.await??;
+    if let Some(probes) = probes {
+        probes.await??;
+    }
     Ok(())
 }
 

@@ -60,6 +60,9 @@ pub struct HttpConfig {
     /// How many connections at once, and how long a client may take to send a
     /// request.
     pub connections: ConnectionLimits,
+    /// Where the probes and metrics are also served without the `Host` check
+    /// (`--metrics-listen`).
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// How an HTTP request's subject is found.
@@ -93,7 +96,9 @@ impl Readiness {
     }
 }
 
-/// The router: `/mcp`, `/healthz`, `/readyz`, `/metrics`.
+/// The router of `--listen`: `/mcp`, `/healthz`, `/readyz`, `/metrics`, every path
+/// behind the `Host` check (a page in a browser that rebinds its name to 127.0.0.1
+/// must not read the metrics either).
 pub fn router(config: &HttpConfig, readiness: Readiness) -> Router {
     let factory_readiness = readiness.clone();
     let mcp = StreamableHttpService::new(
@@ -116,12 +121,59 @@ pub fn router(config: &HttpConfig, readiness: Readiness) -> Router {
     let mcp = Router::new()
         .route_service(MCP_PATH, mcp)
         .layer(middleware::from_fn_with_state(gate, authenticate));
+    probes_router(readiness)
+        .merge(mcp)
+        .layer(middleware::from_fn_with_state(
+            Arc::new(config.allowed_hosts.clone()),
+            check_host,
+        ))
+}
+
+/// `/healthz`, `/readyz` and `/metrics` without the `Host` check: the router of
+/// `--metrics-listen`, an address for the orchestrator, whose probes name the
+/// pod's address as the host.
+pub fn probes_router(readiness: Readiness) -> Router {
     Router::new()
         .route(HEALTHZ_PATH, get(|| async { "ok\n" }))
         .route(READYZ_PATH, get(ready))
         .route(METRICS_PATH, get(metrics))
         .with_state(readiness)
-        .merge(mcp)
+}
+
+/// Refuses (403) a request whose `Host` header is not one of `allowed`.
+async fn check_host(
+    State(allowed): State<Arc<Vec<String>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|value| value.to_str().ok());
+    if host.is_some_and(|host| host_allowed(host, &allowed)) {
+        return next.run(request).await;
+    }
+    (
+        StatusCode::FORBIDDEN,
+        "forbidden: Host header not allowed\n",
+    )
+        .into_response()
+}
+
+/// Whether the `Host` header `host` names one of `allowed`: an entry equal to the
+/// whole header (`name:port`), or to its host part (`name`, `::1` for `[::1]:80`).
+/// Names compare case-insensitively.
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split_once(']').map_or(rest, |(name, _)| name),
+        None => match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => host,
+        },
+    };
+    allowed
+        .iter()
+        .any(|entry| entry.eq_ignore_ascii_case(host) || entry.eq_ignore_ascii_case(name))
 }
 
 #[derive(Clone)]
@@ -233,33 +285,70 @@ pub fn serve(
     )
 }
 
-/// Resolves at SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
+/// Resolves at SIGTERM or SIGINT. The handlers are installed when this is called
+/// (not when the future is first polled), so that a signal arriving right after the
+/// listener is up is not missed (it would otherwise end the process abruptly).
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
+        let term = signal(SignalKind::terminate());
+        let interrupt = signal(SignalKind::interrupt());
+        async move {
+            match (term, interrupt) {
+                (Ok(mut term), Ok(mut interrupt)) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = interrupt.recv() => {}
+                    }
                 }
-            }
-            Err(error) => {
-                tracing::warn!(reason = %error, "cannot watch SIGTERM; only SIGINT stops the server");
-                let _ = tokio::signal::ctrl_c().await;
+                (Err(error), _) | (_, Err(error)) => {
+                    tracing::warn!(reason = %error, "cannot watch SIGTERM and SIGINT; only SIGINT may stop the server");
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_headers_match_names_with_or_without_their_port() {
+        let allowed: Vec<String> = ["localhost", "127.0.0.1", "::1", "mcp.example.com:8443"]
+            .map(String::from)
+            .to_vec();
+        for host in [
+            "localhost",
+            "LOCALHOST:8080",
+            "127.0.0.1:1234",
+            "[::1]:80",
+            "[::1]",
+            "mcp.example.com:8443",
+        ] {
+            assert!(host_allowed(host, &allowed), "{host}");
+        }
+        for host in [
+            "evil.example",
+            "evil.example:80",
+            "mcp.example.com",
+            "mcp.example.com:80",
+            "localhost.evil.example",
+            "127.0.0.1.nip.io:80",
+            "[::2]:80",
+            "",
+        ] {
+            assert!(!host_allowed(host, &allowed), "{host}");
+        }
+    }
 
     #[test]
     fn bearer_tokens_are_read_from_the_header() {
