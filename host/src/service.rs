@@ -179,6 +179,9 @@ pub struct Reloaded {
     pub capabilities: usize,
     /// Changed files that failed to load (their last good version serves).
     pub failed: usize,
+    /// Whether some failed for a reason that may pass (out of file descriptors), so
+    /// the reload should be tried again.
+    pub retry: bool,
     /// Wall time of the reload: scanning, loading the changed files, the new catalog.
     pub elapsed: std::time::Duration,
 }
@@ -350,6 +353,7 @@ impl Service {
                 plugins: self.metrics().plugins_loaded(),
                 capabilities: catalog.len(),
                 failed: report.failed,
+                retry: report.transient > 0,
                 elapsed: started.elapsed(),
             });
         }
@@ -368,6 +372,7 @@ impl Service {
             plugins,
             capabilities,
             failed: report.failed,
+            retry: report.transient > 0,
             elapsed: started.elapsed(),
         };
         tracing::info!(

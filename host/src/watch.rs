@@ -1,16 +1,19 @@
 //! Hot reload: watch the plugins folder and reload the service when a plugin or its
 //! sidecar is added, replaced or removed.
 //!
-//! Events are debounced: a reload starts once the folder has been quiet for
-//! [`DEBOUNCE`], so an operator copying a large file causes one reload, not one per
-//! write. A copy slower than that may still be read half-written; the load fails
-//! cleanly, the last good version keeps serving, and the copy's next write triggers
-//! another reload.
+//! Events are debounced: a reload starts once plugins and sidecars have been quiet
+//! for [`DEBOUNCE`], so an operator copying a large file causes one reload, not one
+//! per write; and at the latest [`MAX_DELAY`] after the first event, so that a file
+//! written without pause (or other files of the folder churning) cannot postpone it.
+//! A copy slower than that may still be read half-written; the load fails cleanly,
+//! the last good version keeps serving, and the copy's next write triggers another
+//! reload. A reload that failed for a reason that may pass (out of file descriptors)
+//! is tried again after [`RETRY_DELAY`].
 
 use std::path::Path;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use notify::event::{AccessKind, AccessMode};
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
@@ -20,6 +23,12 @@ use crate::plugins::SIDECAR_EXTENSION;
 
 /// How long the folder must be quiet before a reload starts.
 pub const DEBOUNCE: Duration = Duration::from_millis(300);
+
+/// The latest a reload starts after the first event that called for it.
+pub const MAX_DELAY: Duration = Duration::from_secs(2);
+
+/// How long after a reload that failed for a passing reason it is tried again.
+pub const RETRY_DELAY: Duration = Duration::from_secs(1);
 
 /// A running watch; dropping it stops watching (the reload thread ends after the
 /// reload in progress, if any).
@@ -49,30 +58,88 @@ pub fn watch(service: &Arc<Service>) -> Result<Watch, notify::Error> {
     Ok(Watch { _watcher: watcher })
 }
 
-/// Waits for a relevant event, waits for quiet, reloads; until the watcher or the
-/// service is gone.
-fn reload_loop(dir: &Path, events: &Receiver<notify::Result<Event>>, service: &Weak<Service>) {
-    loop {
-        let Ok(first) = events.recv() else {
-            return;
-        };
-        if !relevant(dir, &first) {
-            continue;
+/// When a reload is due: [`DEBOUNCE`] after the last relevant event, and at most
+/// [`MAX_DELAY`] after the first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Debounce {
+    quiet_at: Instant,
+    latest: Instant,
+}
+
+impl Debounce {
+    /// A relevant event at `now` started the wait.
+    fn new(now: Instant) -> Self {
+        Self {
+            quiet_at: now + DEBOUNCE,
+            latest: now + MAX_DELAY,
         }
-        loop {
-            match events.recv_timeout(DEBOUNCE) {
-                Ok(_) => continue,
-                Err(RecvTimeoutError::Timeout) => break,
-                Err(RecvTimeoutError::Disconnected) => return,
+    }
+
+    /// Another event at `now`: a relevant one restarts the quiet period (never past
+    /// the latest); others change nothing.
+    fn event(&mut self, relevant: bool, now: Instant) {
+        if relevant {
+            self.quiet_at = now + DEBOUNCE;
+        }
+    }
+
+    /// How long to wait for more events; `None` when the reload is due.
+    fn remaining(&self, now: Instant) -> Option<Duration> {
+        let due = self.quiet_at.min(self.latest);
+        (due > now).then(|| due - now)
+    }
+}
+
+/// Waits for a relevant event, waits for quiet, reloads (again after a passing
+/// failure); until the watcher or the service is gone.
+fn reload_loop(dir: &Path, events: &Receiver<notify::Result<Event>>, service: &Weak<Service>) {
+    let mut retry = false;
+    loop {
+        let due = if retry {
+            // A failure that may pass: reload again after a pause, or after the next
+            // change settles, whichever is first.
+            match events.recv_timeout(RETRY_DELAY) {
+                Ok(event) if relevant(dir, &event) => settle(dir, events, Instant::now()),
+                Ok(_) | Err(RecvTimeoutError::Timeout) => true,
+                Err(RecvTimeoutError::Disconnected) => false,
             }
+        } else {
+            let Ok(first) = events.recv() else {
+                return;
+            };
+            if !relevant(dir, &first) {
+                continue;
+            }
+            settle(dir, events, Instant::now())
+        };
+        if !due {
+            return;
         }
         let Some(service) = service.upgrade() else {
             return;
         };
-        if let Err(error) = service.reload() {
-            tracing::warn!(reason = %error, "reload failed; the current catalog keeps serving");
+        retry = match service.reload() {
+            Ok(reloaded) => reloaded.retry,
+            Err(error) => {
+                tracing::warn!(reason = %error, retry_ms = RETRY_DELAY.as_millis() as u64, "reload failed; the current catalog keeps serving");
+                true
+            }
+        };
+    }
+}
+
+/// Waits until the reload that a relevant event at `first` called for is due
+/// ([`Debounce`]). `false` when the watcher is gone.
+fn settle(dir: &Path, events: &Receiver<notify::Result<Event>>, first: Instant) -> bool {
+    let mut debounce = Debounce::new(first);
+    while let Some(wait) = debounce.remaining(Instant::now()) {
+        match events.recv_timeout(wait) {
+            Ok(event) => debounce.event(relevant(dir, &event), Instant::now()),
+            Err(RecvTimeoutError::Timeout) => break,
+            Err(RecvTimeoutError::Disconnected) => return false,
         }
     }
+    true
 }
 
 /// Whether `event` may change what the folder serves: a `.wasm` or sidecar directly
@@ -163,5 +230,40 @@ mod tests {
         }
         let error = Err(notify::Error::generic("queue overflow"));
         assert!(relevant(dir, &error));
+    }
+
+    #[test]
+    fn a_reload_is_due_after_quiet_and_at_the_latest_after_max_delay() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let mut debounce = Debounce::new(start);
+        assert_eq!(debounce.remaining(start), Some(DEBOUNCE));
+        // Quiet for the debounce: due.
+        assert_eq!(debounce.remaining(at(300)), None);
+        // A relevant event restarts the quiet period.
+        debounce.event(true, at(200));
+        assert_eq!(
+            debounce.remaining(at(300)),
+            Some(Duration::from_millis(200))
+        );
+        assert_eq!(debounce.remaining(at(500)), None);
+        // Other files written every 100 ms postponed a reload for 15 s: now they
+        // change nothing.
+        let mut debounce = Debounce::new(start);
+        for ms in (100..3000).step_by(100) {
+            debounce.event(false, at(ms));
+        }
+        assert_eq!(debounce.remaining(at(300)), None);
+        // A plugin written without pause still reloads 2 s after the first event.
+        let mut debounce = Debounce::new(start);
+        for ms in (100..=1900).step_by(100) {
+            debounce.event(true, at(ms));
+            assert!(debounce.remaining(at(ms)).is_some(), "{ms}");
+        }
+        assert_eq!(
+            debounce.remaining(at(1900)),
+            Some(Duration::from_millis(100))
+        );
+        assert_eq!(debounce.remaining(at(2000)), None);
     }
 }

@@ -78,6 +78,9 @@ pub(crate) struct ScanReport {
     pub failed: usize,
     /// Files that disappeared.
     pub removed: usize,
+    /// Of the failed files, those that failed for a reason that may pass (out of
+    /// file descriptors): the next scan tries them again even if unchanged.
+    pub transient: usize,
 }
 
 impl ScanReport {
@@ -156,13 +159,30 @@ impl PluginFolder {
                     released.extend(last_good.and_then(|old| old.cache_entry.clone()));
                     Some(Arc::new(plugin))
                 }
-                Err(reason) => {
+                Err((reason, transient)) => {
                     report.failed += 1;
                     let plugin = file_label(&path);
                     if last_good.is_some() {
                         tracing::warn!(plugin = %plugin, reason = %reason, "plugin reload failed; its last good version keeps serving");
                     } else {
                         tracing::warn!(plugin = %plugin, reason = %reason, "plugin skipped");
+                    }
+                    if transient {
+                        // Not remembered as tried: the next scan loads it again.
+                        report.transient += 1;
+                        if let Some(last_good) = last_good {
+                            let stamp = previous.map(|t| t.stamp.clone());
+                            if let Some(stamp) = stamp {
+                                self.files.insert(
+                                    path,
+                                    Tracked {
+                                        stamp,
+                                        serving: Some(last_good),
+                                    },
+                                );
+                            }
+                        }
+                        continue;
                     }
                     last_good
                 }
@@ -193,18 +213,20 @@ impl PluginFolder {
 
 /// Loads the plugin at `path` and checks its capabilities on their own (names, IDs,
 /// texts), so that a version the catalog would refuse never replaces a good one.
-/// Conflicts with other plugins are the catalog's to settle.
+/// Conflicts with other plugins are the catalog's to settle. A failure comes with
+/// whether it may pass if tried again.
 fn load_valid(
     engine: &Engine,
     path: &Path,
     cache: Option<&ArtifactCache>,
     limits: &LoadLimits,
-) -> Result<LoadedPlugin, String> {
-    let plugin = load_file(engine, path, cache, limits).map_err(|e| e.to_string())?;
+) -> Result<LoadedPlugin, (String, bool)> {
+    let plugin =
+        load_file(engine, path, cache, limits).map_err(|e| (e.to_string(), e.is_transient()))?;
     let specs: Vec<_> = plugin.capabilities.iter().map(|c| c.spec.clone()).collect();
     if let Err((index, error)) = CatalogBuilder::new().add_group(&specs) {
         let export = &plugin.capabilities[index].export;
-        return Err(format!("export `{export}`: {error}"));
+        return Err((format!("export `{export}`: {error}"), false));
     }
     Ok(plugin)
 }

@@ -108,6 +108,37 @@ pub enum LoadError {
     },
 }
 
+impl LoadError {
+    /// Whether loading may succeed if simply tried again: the process or the system
+    /// ran out of file descriptors or memory, or a thread could not be started.
+    pub(crate) fn is_transient(&self) -> bool {
+        match self {
+            LoadError::Read(FileError::Io(error)) => transient_io(error),
+            _ => false,
+        }
+    }
+}
+
+/// `EMFILE`, `ENFILE`, `ENOMEM`, `EAGAIN`, `EINTR`: errors of the moment, not of
+/// the file.
+fn transient_io(error: &std::io::Error) -> bool {
+    #[cfg(unix)]
+    if let Some(code) = error.raw_os_error() {
+        return [
+            libc::EMFILE,
+            libc::ENFILE,
+            libc::ENOMEM,
+            libc::EAGAIN,
+            libc::EINTR,
+        ]
+        .contains(&code);
+    }
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::Interrupted | std::io::ErrorKind::OutOfMemory
+    )
+}
+
 /// A capability as one plugin provides it: the catalog's spec plus where to call it.
 #[derive(Debug, Clone)]
 pub(crate) struct PluginCapability {
@@ -443,5 +474,17 @@ mod tests {
                 .map_err(|e| e.to_string());
             assert_eq!(got, Err(want.to_owned()), "{case}");
         }
+    }
+
+    #[test]
+    fn running_out_of_descriptors_or_memory_is_transient_a_bad_file_is_not() {
+        let io = |code| LoadError::Read(FileError::Io(std::io::Error::from_raw_os_error(code)));
+        assert!(io(libc::EMFILE).is_transient());
+        assert!(io(libc::ENFILE).is_transient());
+        assert!(io(libc::ENOMEM).is_transient());
+        assert!(!io(libc::ENOENT).is_transient());
+        assert!(!io(libc::EACCES).is_transient());
+        assert!(!LoadError::Read(FileError::NotRegular("a FIFO")).is_transient());
+        assert!(!LoadError::NotWasm.is_transient());
     }
 }
