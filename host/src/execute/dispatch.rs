@@ -19,6 +19,11 @@ use crate::error::{ToolError, timed_out_detail};
 use crate::plugins::{self, BindError, LoadedPlugin, OutputError, PluginState, Unprovided};
 use crate::wait::{self, Abandoned};
 
+/// Most bytes of the interpreter's encoding per byte of type-preserving JSON: an
+/// integer takes 9 encoded bytes and at least 1 in JSON; every other kind of value
+/// takes fewer per JSON byte.
+const MAX_ENCODED_PER_JSON_BYTE: usize = 9;
+
 /// Nearest names offered by `suggest`.
 const MAX_SUGGESTIONS: usize = 3;
 
@@ -190,6 +195,16 @@ fn call(
     };
     trace.capability_id.clone_from(&route.id);
     let limits = state.limits.clone();
+    // Checked before decoding, so that decoding costs no more than the budget allows:
+    // no value whose type-preserving JSON fits `max_value_bytes` encodes to more
+    // than this (an integer is 9 bytes encoded and 1 in JSON, the widest ratio).
+    if arguments.len()
+        > limits
+            .max_value_bytes
+            .saturating_mul(MAX_ENCODED_PER_JSON_BYTE)
+    {
+        return Err(ToolError::ResourceLimit);
+    }
     // One level more than the budget so that "too deep" is told apart from garbage.
     let arguments = codemode_value::decode(arguments, limits.max_value_depth + 1).map_err(
         |error| match error {
@@ -488,5 +503,34 @@ mod tests {
             vec!["text.word_counts"]
         );
         assert!(suggest(&[], "records").is_empty());
+    }
+
+    #[test]
+    fn no_value_encodes_to_more_than_nine_bytes_per_json_byte() {
+        use codemode_value::{Value, encode, json_len};
+        let values = [
+            Value::Int(0),
+            Value::List(vec![Value::Int(7); 1000]),
+            Value::Dict(
+                (0..100)
+                    .map(|i| (String::new(), Value::Int(i % 10)))
+                    .collect(),
+            ),
+            Value::List(vec![Value::List(Vec::new()); 100]),
+            Value::List(vec![Value::Float(0.0); 100]),
+            Value::List(vec![Value::Str(String::new()); 100]),
+            Value::List(vec![Value::None; 100]),
+            Value::Dict(vec![("k".into(), Value::Bool(true))]),
+        ];
+        for value in values {
+            let mut bytes = Vec::new();
+            encode(&value, &mut bytes);
+            assert!(
+                bytes.len() <= json_len(&value) * MAX_ENCODED_PER_JSON_BYTE,
+                "{value:?}: {} encoded, {} JSON",
+                bytes.len(),
+                json_len(&value)
+            );
+        }
     }
 }
