@@ -105,7 +105,8 @@ pub fn precompile(
     cache_dir: &Path,
     loading: &LoadLimits,
 ) -> Result<Vec<Precompiled>, StartError> {
-    let engine = plugins::engine().map_err(StartError::Engine)?;
+    // One execution's worth: precompiling instantiates only to describe.
+    let engine = plugins::engine(plugins::pool_instances(1, 1)).map_err(StartError::Engine)?;
     let cache = ArtifactCache::open(cache_dir).map_err(|source| StartError::Cache {
         path: cache_dir.to_owned(),
         source,
@@ -263,7 +264,13 @@ impl Service {
     /// a `--disable` ID names no capability.
     pub fn load(config: &ServiceConfig) -> Result<Self, StartError> {
         config.limits.validate().map_err(StartError::Limits)?;
-        let engine = plugins::engine().map_err(StartError::Engine)?;
+        // The folder is listed once more here to size the pool (plugins added later
+        // fit if there is room; past it, executions fail with a resource limit).
+        let plugin_count = plugins::plugin_files(&config.plugins_dir).map_or(0, |f| f.len());
+        let instances =
+            plugins::pool_instances(config.limits.max_concurrent_executions, plugin_count);
+        let engine = plugins::engine(instances).map_err(StartError::Engine)?;
+        tracing::debug!(instances, "instance pool sized");
         let cache = open_cache(config.cache_dir.as_deref());
         let mut folder = PluginFolder::new(config.plugins_dir.clone(), config.loading.clone());
         folder

@@ -23,7 +23,7 @@ pub(crate) use folder::PluginFolder;
 pub(crate) use grants::SIDECAR_EXTENSION;
 pub(crate) use invoke::{BindError, CallTarget, OutputError, bind, canonical, output};
 pub(crate) use load::{LoadedPlugin, PLUGIN_PREFIX, file_label, load_file};
-pub(crate) use sandbox::{MemoryCap, PluginState, Unprovided, engine};
+pub(crate) use sandbox::{MemoryCap, PluginState, Unprovided, engine, pool_instances};
 
 use std::path::{Path, PathBuf};
 

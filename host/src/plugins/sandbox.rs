@@ -25,9 +25,33 @@ use wasmtime_wasi_http::{
 
 use super::grants::Grants;
 
-/// Instances the pool holds at once (the interpreter and the plugins of up to
-/// `--max-concurrent-executions` executions, plus loading).
-const POOL_INSTANCES: u32 = 1000;
+/// Fewest instances the pool holds, whatever the configuration: the fixed size it
+/// had before it followed the configuration (components of interpreted languages
+/// hold several memories and core instances each, so a pool sized to the count of
+/// components alone would run short of those first).
+const MIN_POOL_INSTANCES: u32 = 1000;
+
+/// Most instances the pool holds: each memory slot reserves 4 GiB of address space
+/// (virtual only), and 10,000 of them fit well inside a 47-bit address space.
+const MAX_POOL_INSTANCES: u32 = 10_000;
+
+/// Instances set aside for loading (`describe()`), beside the executions'.
+const LOADING_INSTANCES: usize = 8;
+
+/// How many instances the pool must hold for `concurrent` executions over `plugins`
+/// plugins: per execution the interpreter and one instance of each plugin it calls,
+/// plus loading; within [`MIN_POOL_INSTANCES`] and [`MAX_POOL_INSTANCES`]. (A fixed
+/// 1,000 ran out at 250 executions touching 4 plugins.) Plugins added by a reload
+/// may need more; an execution that finds the pool full then fails with a resource
+/// limit, never as its capability's fault.
+pub(crate) fn pool_instances(concurrent: usize, plugins: usize) -> u32 {
+    let needed = concurrent
+        .saturating_mul(plugins.max(1).saturating_add(1))
+        .saturating_add(LOADING_INSTANCES);
+    u32::try_from(needed)
+        .unwrap_or(u32::MAX)
+        .clamp(MIN_POOL_INSTANCES, MAX_POOL_INSTANCES)
+}
 
 /// Bytes of each memory and table slot kept resident between instances, where the
 /// kernel cannot tell which pages an instance wrote: the first pages are reset with
@@ -41,14 +65,14 @@ const KEEP_RESIDENT_BYTES: usize = 256 << 10;
 const SCANNED_KEEP_RESIDENT_BYTES: usize = 16 << 20;
 
 /// Builds the one engine plugins and the interpreter are compiled and run with: fuel
-/// for the per-execution ledger, epochs for wall time, and the pooling allocator, so
-/// an instance is a few slot resets (copy-on-write memory images) rather than fresh
-/// mappings.
+/// for the per-execution ledger, epochs for wall time, and the pooling allocator of
+/// `instances` instances ([`pool_instances`]), so an instance is a few slot resets
+/// (copy-on-write memory images) rather than fresh mappings.
 ///
 /// # Errors
 ///
 /// When wasmtime rejects the configuration (not expected on supported hosts).
-pub(crate) fn engine() -> wasmtime::Result<Engine> {
+pub(crate) fn engine(instances: u32) -> wasmtime::Result<Engine> {
     let scan = PoolingAllocationConfig::is_pagemap_scan_available();
     let keep_resident = if scan {
         SCANNED_KEEP_RESIDENT_BYTES
@@ -59,10 +83,12 @@ pub(crate) fn engine() -> wasmtime::Result<Engine> {
         KEEP_RESIDENT_BYTES
     };
     let mut pool = PoolingAllocationConfig::new();
-    pool.total_component_instances(POOL_INSTANCES)
-        .total_core_instances(POOL_INSTANCES * 4)
-        .total_memories(POOL_INSTANCES)
-        .total_tables(POOL_INSTANCES * 2)
+    pool.total_component_instances(instances)
+        .total_core_instances(instances.saturating_mul(4))
+        .total_memories(instances)
+        .total_tables(instances.saturating_mul(2))
+        // Every plugin call and instantiation runs on a fiber (async WASI).
+        .total_stacks(instances)
         .max_memories_per_component(16)
         .max_tables_per_component(16)
         .max_core_instances_per_component(64)
@@ -387,6 +413,16 @@ fn stub_unprovided_imports(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pool_holds_every_execution_s_instances() {
+        // 250 executions, 4 plugins: 250 × 5 + 8 (a fixed 1,000 ran out).
+        assert_eq!(pool_instances(250, 4), 1258);
+        assert_eq!(pool_instances(8, 10), MIN_POOL_INSTANCES);
+        assert_eq!(pool_instances(1, 0), MIN_POOL_INSTANCES);
+        assert_eq!(pool_instances(100_000, 100), MAX_POOL_INSTANCES);
+        assert_eq!(pool_instances(usize::MAX, usize::MAX), MAX_POOL_INSTANCES);
+    }
 
     #[test]
     fn wasi_0_2_and_config_are_provided_everything_else_is_stubbed() {
