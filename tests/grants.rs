@@ -15,7 +15,8 @@ use crate::support::{
     HttpServer, example_plugins, execute_http, plugin_folder, startup_log, test_plugin,
 };
 
-/// A tiny HTTP/1.1 server on 127.0.0.1: `/json` answers at once, `/slow` after 3 s.
+/// A tiny HTTP/1.1 server on 127.0.0.1: `/json` answers at once, `/slow` after 3 s,
+/// `/drip` sends its headers at once and its 100-byte body one byte every 200 ms.
 /// Counts the requests it received.
 struct Upstream {
     port: u16,
@@ -43,6 +44,23 @@ impl Upstream {
                         }
                     }
                     let path = first.split(' ').nth(1).unwrap_or("/").to_owned();
+                    if path == "/drip" {
+                        let _ = write!(
+                            stream,
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 100\r\nconnection: close\r\n\r\n"
+                        );
+                        for _ in 0..100 {
+                            if stream
+                                .write_all(b"x")
+                                .and_then(|()| stream.flush())
+                                .is_err()
+                            {
+                                return;
+                            }
+                            std::thread::sleep(Duration::from_millis(200));
+                        }
+                        return;
+                    }
                     if path == "/slow" {
                         std::thread::sleep(Duration::from_secs(3));
                     }
@@ -289,4 +307,32 @@ fn a_bad_sidecar_skips_its_plugin_with_the_reason() {
         log.contains("plugin skipped plugin=fetch.wasm reason=sidecar `fetch.toml`: allowed_outbound_hosts: `api.example.com` has no scheme: expected `scheme://host:port`, e.g. `https://api.example.com:443`, `http://127.0.0.1:*` or `https://*.example.com`"),
         "{log}"
     );
+}
+
+#[test]
+fn outbound_http_that_drips_ends_at_the_execution_budget() {
+    // No timeout in the sidecar: only the execution's 2 s budget bounds the call.
+    // A body dripping for 20 s kept an execution 8 s past a 5 s budget.
+    let upstream = Upstream::start();
+    let port = upstream.port;
+    let dir = fetch_folder(
+        "grants-drip",
+        Some("allowed_outbound_hosts = [\"http://127.0.0.1:*\"]\n"),
+    );
+    let server = HttpServer::start(&[
+        "--plugins",
+        dir.to_str().expect("utf-8 path"),
+        "--allow-all",
+        "--max-execution-time",
+        "2s",
+    ]);
+    let started = Instant::now();
+    let got = execute_http(
+        server.port,
+        &format!("def main():\n    return web.get(url=\"http://127.0.0.1:{port}/drip\")"),
+    );
+    let elapsed = started.elapsed();
+    assert_eq!(got, Err("resource limit exceeded".to_owned()));
+    assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");
+    assert_eq!(upstream.requests(), 1);
 }
