@@ -5,11 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use codemode_host::authz::Subject;
-use codemode_host::execute::Limits;
-use codemode_host::{LOCAL_SUBJECT, LoadLimits, Service, ServiceConfig, ToolError};
+use codemode_host::{LOCAL_SUBJECT, Service, ToolError};
 use serde_json::json;
 
-use crate::support::{cache_dir, plugin_folder, test_plugin};
+use crate::support::{library_service, plugin_folder, runtime, test_plugin};
 
 const TRIVIAL: &str = "def main():\n    return 1";
 const SPIN: &str = "def main():\n    return hostile.spin()";
@@ -17,28 +16,7 @@ const SPIN: &str = "def main():\n    return hostile.spin()";
 /// A service with the hostile plugin and the given slot count and time budget, its
 /// plugins folder named by `label`.
 fn service(label: &str, slots: usize, time: Duration) -> Arc<Service> {
-    let dir = plugin_folder(label, &[test_plugin("hostile")]);
-    let config = ServiceConfig {
-        loading: LoadLimits::default(),
-        plugins_dir: dir,
-        disabled: Vec::new(),
-        limits: Limits {
-            max_concurrent_executions: slots,
-            max_execution_time: time,
-            ..Limits::default()
-        },
-        cache_dir: Some(cache_dir().into()),
-        authorizer: None,
-        audit: None,
-    };
-    Arc::new(Service::load(&config).expect("load the service"))
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
+    library_service(plugin_folder(label, &[test_plugin("hostile")]), slots, time)
 }
 
 #[test]

@@ -560,3 +560,35 @@ pub(crate) fn foreign_plugin(name: &str) -> Option<PathBuf> {
     );
     None
 }
+
+/// A `Service` (in-process, no MCP) over the plugins folder `dir`, with `slots`
+/// execution slots, a time budget of `time`, every call allowed and the shared cache.
+pub(crate) fn library_service(
+    dir: PathBuf,
+    slots: usize,
+    time: std::time::Duration,
+) -> std::sync::Arc<codemode_host::Service> {
+    use codemode_host::execute::Limits;
+    let config = codemode_host::ServiceConfig {
+        loading: codemode_host::LoadLimits::default(),
+        plugins_dir: dir,
+        disabled: Vec::new(),
+        limits: Limits {
+            max_concurrent_executions: slots,
+            max_execution_time: time,
+            ..Limits::default()
+        },
+        cache_dir: Some(cache_dir().into()),
+        authorizer: None,
+        audit: None,
+    };
+    std::sync::Arc::new(codemode_host::Service::load(&config).expect("load the service"))
+}
+
+/// A multi-threaded runtime for driving a [`library_service`].
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}

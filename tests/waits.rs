@@ -15,11 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use codemode_host::authz::Subject;
-use codemode_host::execute::Limits;
-use codemode_host::{LOCAL_SUBJECT, LoadLimits, Service, ServiceConfig, ToolError};
+use codemode_host::{LOCAL_SUBJECT, Service, ToolError};
 use serde_json::json;
 
-use crate::support::{cache_dir, example_plugins, plugin_folder, test_plugin};
+use crate::support::{example_plugins, library_service, plugin_folder, runtime, test_plugin};
 
 const TRIVIAL: &str = "def main():\n    return 1";
 /// Far past every budget the tests set: a wait still going then was not bounded.
@@ -38,27 +37,7 @@ fn service(
     if let Some(sidecar) = sidecar {
         std::fs::write(dir.join("sleepy.toml"), sidecar).expect("write the sidecar");
     }
-    let config = ServiceConfig {
-        loading: LoadLimits::default(),
-        plugins_dir: dir,
-        disabled: Vec::new(),
-        limits: Limits {
-            max_concurrent_executions: slots,
-            max_execution_time: time,
-            ..Limits::default()
-        },
-        cache_dir: Some(cache_dir().into()),
-        authorizer: None,
-        audit: None,
-    };
-    Arc::new(Service::load(&config).expect("load the service"))
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
+    library_service(dir, slots, time)
 }
 
 fn nap(ms: u64) -> String {
