@@ -72,6 +72,22 @@ pub(crate) fn set_argument_limits(depth: usize, nodes: usize) {
     ARGUMENT_LIMITS.with(|l| l.set((depth, nodes)));
 }
 
+/// Unknown names longer than this get no suggestions (the host is not asked): no
+/// capability name comes near it.
+const MAX_SUGGESTED_NAME_BYTES: usize = 1024;
+
+/// Characters of an unknown name quoted in its message; the rest is elided.
+const MAX_SHOWN_NAME_CHARS: usize = 80;
+
+/// `name` as an error message quotes it: whole, or its first
+/// [`MAX_SHOWN_NAME_CHARS`] characters and `…`.
+fn shown(name: &str) -> std::borrow::Cow<'_, str> {
+    match name.char_indices().nth(MAX_SHOWN_NAME_CHARS) {
+        None => name.into(),
+        Some((end, _)) => format!("{}…", &name[..end]).into(),
+    }
+}
+
 /// The names known in this run: every capability name and every proper prefix of one.
 #[derive(Debug, Default, Allocative)]
 struct Known {
@@ -143,7 +159,15 @@ impl<'v> StarlarkValue<'v> for Capability {
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<Value<'v>> {
         if !self.exists() {
-            let hint = crate::bindings::codemode::runner::host::suggest(&self.path);
+            // A name built at run time (`getattr(records, 'a' * 20000000)`) can be
+            // as large as the sandbox's memory: past a plausible length it neither
+            // crosses into the host for suggestions nor goes whole into the message,
+            // where the host would have to hold it.
+            let hint = if self.path.len() <= MAX_SUGGESTED_NAME_BYTES {
+                crate::bindings::codemode::runner::host::suggest(&self.path)
+            } else {
+                Vec::new()
+            };
             let hint = if hint.is_empty() {
                 String::new()
             } else {
@@ -151,7 +175,7 @@ impl<'v> StarlarkValue<'v> for Capability {
             };
             return Err(fail(format!(
                 "unknown capability `{}`{hint} (find names with search_api)",
-                self.path
+                shown(&self.path)
             )));
         }
         if !self.is_leaf() {
