@@ -14,6 +14,9 @@ use codemode_host::mcp::http::{self, HttpConfig, Readiness};
 use codemode_host::mcp::{McpServer, SubjectSource, serve_stdio};
 use codemode_host::{Service, ServiceConfig, watch};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::{self, Filter, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{Layer, filter::FilterExt};
 
 /// How long exiting waits for work still running on blocking threads (executions
 /// end by their own deadlines; their results have nobody to go to).
@@ -26,16 +29,68 @@ fn main() -> ExitCode {
         .unwrap_or_else(|_| EnvFilter::new("info"));
     // stdout belongs to the MCP protocol: logs go to stderr, without colors so they
     // read well in client log files.
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(false)
-        .init();
+        .with_filter(filter.and(ClientGone));
+    tracing_subscriber::registry().with(layer).init();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!("{error:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// What rmcp logs, at ERROR, when it cannot deliver an answer because the HTTP
+/// client hung up first: the message, and the error it carries.
+const RMCP_CLIENT_GONE: [&str; 2] = [
+    "fail to response message",
+    "failed to send pending response during drain",
+];
+/// The error of a send to a connection that is gone.
+const CHANNEL_CLOSED: &str = "channel closed";
+
+/// Drops rmcp's ERROR lines for a client that hung up before its answer: the client
+/// chose to go away, the server did nothing wrong, and an operator paged for every
+/// closed connection would learn to ignore ERROR. The execution's own outcome is
+/// still counted and audited.
+struct ClientGone;
+
+impl<S> Filter<S> for ClientGone {
+    fn enabled(&self, _: &tracing::Metadata<'_>, _: &layer::Context<'_, S>) -> bool {
+        true
+    }
+
+    fn event_enabled(&self, event: &tracing::Event<'_>, _: &layer::Context<'_, S>) -> bool {
+        let meta = event.metadata();
+        if *meta.level() != tracing::Level::ERROR || !meta.target().starts_with("rmcp::") {
+            return true;
+        }
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        !(RMCP_CLIENT_GONE.contains(&fields.message.as_str()) && fields.error == CHANNEL_CLOSED)
+    }
+}
+
+/// The `message` and `error` fields of an event, as text.
+#[derive(Default)]
+struct Fields {
+    message: String,
+    error: String,
+}
+
+impl tracing::field::Visit for Fields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.record_debug(field, &format_args!("{value}"));
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        match field.name() {
+            "message" => self.message = format!("{value:?}"),
+            "error" => self.error = format!("{value:?}"),
+            _ => {}
         }
     }
 }
