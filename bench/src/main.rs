@@ -9,6 +9,8 @@
 //! is the one beside it. Numbers are wall time on whatever else the machine is
 //! doing, so compare within one run.
 
+// Shared with the soak (tests/soak.rs), which uses parts the bench does not.
+#[allow(dead_code)]
 mod server;
 
 use std::path::{Path, PathBuf};

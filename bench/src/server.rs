@@ -1,10 +1,13 @@
 //! The real server binary under test: started on a loopback port, timed to "ready",
-//! driven by keep-alive HTTP clients, and its resident memory read from `/proc`.
+//! driven by keep-alive HTTP clients, and its memory, threads and open files read
+//! from `/proc`. Shared by the bench and the soak (`tests/soak.rs` includes this
+//! file), so both drive the server the same way.
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,6 +25,8 @@ pub struct Server {
     pub log: Vec<String>,
     /// Lines logged after ready (drained in the background so the pipe never fills).
     later: Arc<Mutex<Vec<String>>>,
+    /// The thread draining stderr; it ends when the server closes its stderr.
+    drain: Option<std::thread::JoinHandle<()>>,
 }
 
 /// The `codemode-host` binary built with the same profile as this bench.
@@ -42,18 +47,28 @@ pub fn host_binary() -> PathBuf {
 impl Server {
     /// Starts the server on `plugins` with `cache` and waits until it is ready.
     pub fn start(plugins: &Path, cache: &Path) -> Self {
+        let args = [
+            OsStr::new("--allow-all"),
+            OsStr::new("--no-watch"),
+            OsStr::new("--plugins"),
+            plugins.as_os_str(),
+            OsStr::new("--cache-dir"),
+            cache.as_os_str(),
+        ];
+        Self::spawn(&host_binary(), &args)
+    }
+
+    /// Starts `binary --listen 127.0.0.1:0 ARGS` and waits until it is ready.
+    pub fn spawn(binary: &Path, args: &[&OsStr]) -> Self {
         let started = Instant::now();
-        let mut child = Command::new(host_binary())
-            .args(["--listen", "127.0.0.1:0", "--allow-all", "--no-watch"])
-            .arg("--plugins")
-            .arg(plugins)
-            .arg("--cache-dir")
-            .arg(cache)
+        let mut child = Command::new(binary)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("spawn codemode-host: {e}"));
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", binary.display()));
         let stderr = child
             .stderr
             .take()
@@ -83,7 +98,7 @@ impl Server {
         };
         let later = Arc::new(Mutex::new(Vec::new()));
         let sink = later.clone();
-        std::thread::spawn(move || {
+        let drain = std::thread::spawn(move || {
             for line in lines.map_while(Result::ok) {
                 if let Ok(mut sink) = sink.lock() {
                     sink.push(line);
@@ -96,6 +111,7 @@ impl Server {
             ready_after,
             log,
             later,
+            drain: Some(drain),
         }
     }
 
@@ -109,6 +125,53 @@ impl Server {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
             .map(|kib| kib * 1024)
             .unwrap_or_else(|| panic!("no VmRSS in {path}"))
+    }
+
+    /// Threads of the server process and its open file descriptors.
+    pub fn threads_and_fds(&self) -> (u64, u64) {
+        let path = format!("/proc/{}/status", self.child.id());
+        let status = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
+        let threads = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no Threads in {path}"));
+        let fds = format!("/proc/{}/fd", self.child.id());
+        let fds = std::fs::read_dir(&fds)
+            .unwrap_or_else(|e| panic!("list {fds}: {e}"))
+            .count() as u64;
+        (threads, fds)
+    }
+
+    /// Every line logged after ready, so far.
+    pub fn log_after_ready(&self) -> Vec<String> {
+        self.later.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits up to `grace` for the process to exit; returns its
+    /// exit status (`None`: still running at the deadline, then killed).
+    pub fn terminate(&mut self, grace: Duration) -> Option<ExitStatus> {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(sent, "cannot send SIGTERM to {}", self.child.id());
+        let deadline = Instant::now() + grace;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Ok(None) | Err(_) => break None,
+            }
+        };
+        if status.is_some()
+            && let Some(drain) = self.drain.take()
+        {
+            let _ = drain.join();
+        }
+        status
     }
 
     /// Lines logged after ready that look like errors.

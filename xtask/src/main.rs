@@ -1,4 +1,4 @@
-//! Build helpers: `cargo xtask plugins | run | test`.
+//! Build helpers: `cargo xtask plugins | run | test | bench | soak`.
 //!
 //! cargo alone cannot build the example plugins for `wasm32-wasip2` while the host
 //! builds for the machine, nor install the target first; these tasks do, so a
@@ -56,7 +56,16 @@ tasks:
                  calls (allow-all, Rego), sandbox vs native starlark-rust, a
                  1 MiB value through a plugin, cold and warm start with 10
                  plugins, HTTP throughput of 8 clients, resident memory; ends
-                 with a table of measured/target ratios";
+                 with a table of measured/target ratios
+  soak [SECONDS] build the plugins and a release build, then run the soak
+                 (tests/soak.rs) against it for SECONDS (default 60): 8
+                 HTTP clients mixing ordinary and hostile programs, slow
+                 connections, a plugin replaced every 2 s; checks answers,
+                 deadlines, and that memory, threads and open files stay
+                 flat (the test command runs it for 10 s on the debug build)";
+
+/// How long `cargo xtask soak` runs without an argument, in seconds.
+const SOAK_SECONDS: u64 = 60;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -65,6 +74,7 @@ fn main() -> ExitCode {
         Some("run") => run(&args[1..]),
         Some("test") => test(),
         Some("bench") => bench(),
+        Some("soak") => soak(&args[1..]),
         Some("-h" | "--help") => {
             println!("{USAGE}");
             Ok(())
@@ -236,6 +246,34 @@ fn bench() -> Result<()> {
     status(&mut Command::new(
         root().join("target/release/codemode-bench"),
     ))
+}
+
+fn soak(args: &[String]) -> Result<()> {
+    let seconds = match args {
+        [] => SOAK_SECONDS,
+        [seconds] => seconds
+            .parse()
+            .with_context(|| format!("SECONDS must be a whole number, not {seconds:?}"))?,
+        [_, extra, ..] => bail!("unexpected argument {extra:?}\n\n{USAGE}"),
+    };
+    plugins()?;
+    status(cargo().args(["build", "--release", "-p", "codemode-host"]))?;
+    let mut cmd = cargo();
+    cmd.args([
+        "test",
+        "-p",
+        "codemode-host",
+        "--test",
+        "soak",
+        "--",
+        "--nocapture",
+    ])
+    .env("CODEMODE_SOAK_SECONDS", seconds.to_string())
+    .env(
+        "CODEMODE_SOAK_HOST",
+        root().join("target/release/codemode-host"),
+    );
+    status(&mut cmd)
 }
 
 fn test() -> Result<()> {
