@@ -461,6 +461,37 @@ fn classify_plugin_trap(
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_full_instance_pool_is_a_resource_limit_never_the_capability_s_fault() {
+        // A pool of one instance, taken: the next instantiation fails the way an
+        // execution does when every slot of the real pool is in use.
+        let engine = crate::plugins::engine(1).expect("engine");
+        let component =
+            wasmtime::component::Component::new(&engine, "(component)").expect("component");
+        let linker = wasmtime::component::Linker::<()>::new(&engine);
+        let mut store = Store::new(&engine, ());
+        let _held = linker
+            .instantiate(&mut store, &component)
+            .expect("the pool's one instance");
+        let error = linker
+            .instantiate(&mut store, &component)
+            .expect_err("the pool is full");
+        assert!(
+            error
+                .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+                .is_some(),
+            "{error:#}"
+        );
+        assert_eq!(
+            classify_plugin_trap(&error, false, "records.lookup", None),
+            ToolError::ResourceLimit
+        );
+        assert_eq!(
+            crate::execute::classify_trap(&error, false),
+            ToolError::ResourceLimit
+        );
+    }
+
     fn names() -> Vec<String> {
         [
             "records.lookup",
