@@ -212,14 +212,15 @@ pub struct Cli {
     ///
     /// Checked from the file's size before it is read; a larger one is skipped
     /// with the reason.
-    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes, global = true)]
     pub max_plugin_bytes: Option<usize>,
 
-    /// Time to compile one plugin, and to describe it [default: 10s]
+    /// Time to compile one plugin, and to describe it [default: 30s]
     ///
     /// A plugin past it is skipped with the reason; startup and reloading go on
-    /// with the others.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    /// with the others. `precompile` allows 10m unless this is given: slow
+    /// compiles belong there, ahead of serving.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, global = true)]
     pub load_timeout: Option<Duration>,
 }
 
@@ -236,6 +237,11 @@ pub enum Command {
 
 /// How long after the time budget in-flight requests may still finish at shutdown.
 const HTTP_DRAIN_MARGIN: Duration = Duration::from_secs(1);
+
+/// How long `precompile` lets one plugin compile when `--load-timeout` is not
+/// given: it runs ahead of serving (an image build, a deploy step), where a slow
+/// compile costs nobody a request.
+pub const PRECOMPILE_LOAD_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Why the flags cannot make a server.
 #[derive(Debug, thiserror::Error)]
@@ -430,6 +436,15 @@ impl Cli {
         }
     }
 
+    /// What loading one plugin may cost in `precompile`: as [`Cli::loading`], but
+    /// without `--load-timeout` compiling may take [`PRECOMPILE_LOAD_TIMEOUT`].
+    pub fn precompile_loading(&self) -> LoadLimits {
+        LoadLimits {
+            load_timeout: self.load_timeout.unwrap_or(PRECOMPILE_LOAD_TIMEOUT),
+            ..self.loading()
+        }
+    }
+
     /// What loading one plugin may cost, from the flags and the defaults.
     pub fn loading(&self) -> LoadLimits {
         let d = LoadLimits::default();
@@ -475,6 +490,25 @@ mod tests {
         ])?;
         assert_eq!(cli.disable, vec!["b.x".to_string(), "a.y".to_string()]);
         assert_eq!(cli.plugins, PathBuf::from("p"));
+        Ok(())
+    }
+
+    #[test]
+    fn precompile_waits_longer_for_a_compile_unless_told() -> anyhow::Result<()> {
+        let cli = Cli::try_parse_from(["codemode-host", "precompile"])?;
+        assert_eq!(cli.loading().load_timeout, Duration::from_secs(30));
+        assert_eq!(
+            cli.precompile_loading(),
+            LoadLimits {
+                max_plugin_bytes: 256 << 20,
+                load_timeout: Duration::from_secs(600),
+            }
+        );
+        let cli = Cli::try_parse_from(["codemode-host", "precompile", "--load-timeout", "2s"])?;
+        assert_eq!(
+            cli.precompile_loading().load_timeout,
+            Duration::from_secs(2)
+        );
         Ok(())
     }
 

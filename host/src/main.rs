@@ -212,7 +212,7 @@ fn precompile(cli: &Cli) -> anyhow::Result<()> {
         .clone()
         .or_else(default_cache_dir)
         .context("no cache folder: pass --cache-dir DIR (HOME and XDG_CACHE_HOME are unset)")?;
-    let report = codemode_host::precompile(&cli.plugins, &cache_dir, &cli.loading())?;
+    let report = codemode_host::precompile(&cli.plugins, &cache_dir, &cli.precompile_loading())?;
     let mut failed = 0;
     for entry in &report {
         match &entry.outcome {

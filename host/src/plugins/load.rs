@@ -41,7 +41,9 @@ impl Default for LoadLimits {
     fn default() -> Self {
         Self {
             max_plugin_bytes: 256 << 20,
-            load_timeout: Duration::from_secs(10),
+            // The Python and JavaScript examples (12-40 MB components) compile in
+            // about 10 s on a busy 2-vCPU machine: a tighter default skipped them.
+            load_timeout: Duration::from_secs(30),
         }
     }
 }
