@@ -8,7 +8,7 @@ use codemode_host::authz::Subject;
 use codemode_host::{LOCAL_SUBJECT, Service, ToolError};
 use serde_json::json;
 
-use crate::support::{library_service, plugin_folder, runtime, test_plugin};
+use crate::support::{library_service, plugin_folder, runtime, started, test_plugin};
 
 const TRIVIAL: &str = "def main():\n    return 1";
 const SPIN: &str = "def main():\n    return hostile.spin()";
@@ -32,7 +32,7 @@ fn eight_run_at_once_and_the_ninth_waits_with_its_time_counting() {
                 )
             })
             .collect();
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        started(&service, 8).await;
         assert_eq!(service.executor().executions_started(), 8);
         // The ninth queues until a spinner's budget ends. Its own budget started when
         // it arrived, so it gets only what is left: it ends about one budget after
@@ -66,7 +66,7 @@ fn a_free_slot_runs_alongside_a_busy_one() {
             let service = service.clone();
             tokio::spawn(async move { service.execute(&Subject::new(LOCAL_SUBJECT), SPIN).await })
         };
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        started(&service, 1).await;
         let quick = service
             .execute(&Subject::new(LOCAL_SUBJECT), TRIVIAL)
             .await
@@ -86,7 +86,7 @@ fn a_cancelled_queued_request_never_starts() {
             let service = service.clone();
             tokio::spawn(async move { service.execute(&Subject::new(LOCAL_SUBJECT), SPIN).await })
         };
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        started(&service, 1).await;
         let queued = tokio::time::timeout(
             Duration::from_millis(100),
             service.execute(&Subject::new(LOCAL_SUBJECT), TRIVIAL),

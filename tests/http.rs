@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use crate::stdio::{call, err, ok};
 use crate::support::{
     HttpServer, drive_http, example_plugin_files, plugin_folder, raw_request, root, rpc,
-    test_plugin,
+    test_plugin, wait_for_log,
 };
 
 /// The analyst's token; it must never show up anywhere a client or the log can see.
@@ -257,9 +257,8 @@ fn sigterm_lets_the_execution_in_flight_finish() {
         "20s",
     ]);
     let port = server.port;
-    // About a second of work.
-    let slow =
-        "def main():\n    n = 0\n    for i in range(12000000):\n        n += 1\n    return n";
+    // About a second of work, after a call that tells the test it is running.
+    let slow = "def main():\n    records.lookup(key=\"bk-0001\")\n    n = 0\n    for i in range(12000000):\n        n += 1\n    return n";
     let request = std::thread::spawn(move || {
         rpc(
             port,
@@ -267,7 +266,7 @@ fn sigterm_lets_the_execution_in_flight_finish() {
             &json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute","arguments":{"source":slow}}}),
         )
     });
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    wait_for_log(&server, "\"capability\":\"records.lookup\"", 1);
     server.terminate();
     let response = request.join().expect("the request thread");
     assert_eq!(

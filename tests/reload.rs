@@ -5,14 +5,14 @@
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::support::{
     HttpServer, call_tool, example_plugins, execute_http, plugin_folder, private_cache,
-    test_plugin, wait_for_log,
+    test_plugin, wait_for_log, wait_until,
 };
 
 /// Returns the serving version after a little work (so that executions overlap the
@@ -70,36 +70,56 @@ fn replacing_a_plugin_under_load_fails_no_execute_and_the_new_version_answers() 
     );
     assert_eq!(execute_http(server.port, VERSION), Ok(json!(1)));
 
-    // A long execution (about 2 s) that starts before the swap and calls the plugin
+    // A long execution (about 2 s) that calls the plugin before the swap and again
     // after it.
     let long = {
         let port = server.port;
         std::thread::spawn(move || {
             execute_http(
                 port,
-                "def main():\n    t = 0\n    for i in range(30000000):\n        t += 1\n    return versioned.version()[\"version\"]",
+                "def main():\n    before = versioned.version()[\"version\"]\n    t = 0\n    for i in range(30000000):\n        t += 1\n    return [before, versioned.version()[\"version\"]]",
             )
         })
     };
-    // Four clients executing in a loop across the swap.
+    // Its first call is the second one audited (after the check above).
+    wait_for_log(&server, "\"capability\":\"versioned.version\"", 2);
+    // Four clients executing in a loop across the swap: each has been answered
+    // before it, and each sees the new version before they stop.
     let stop = Arc::new(AtomicBool::new(false));
+    let answered = Arc::new(AtomicUsize::new(0));
+    let updated = Arc::new(AtomicUsize::new(0));
     let clients: Vec<_> = (0..4)
         .map(|_| {
             let port = server.port;
-            let stop = stop.clone();
+            let (stop, answered, updated) = (stop.clone(), answered.clone(), updated.clone());
             std::thread::spawn(move || {
                 let mut seen = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
-                    seen.push(execute_http(port, VERSION));
+                    let got = execute_http(port, VERSION);
+                    if seen.is_empty() {
+                        answered.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if got == Ok(json!(2)) && !seen.contains(&got) {
+                        updated.fetch_add(1, Ordering::Relaxed);
+                    }
+                    seen.push(got);
                 }
                 seen
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(150));
+    wait_until(
+        "an answer for every client",
+        || answered.load(Ordering::Relaxed) == 4,
+        || server.log(),
+    );
     replace_atomically(&test_plugin("versioned_two"), &plugin);
     wait_for_log(&server, "catalog reloaded", 1);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_until(
+        "every client to see the new version",
+        || updated.load(Ordering::Relaxed) == 4,
+        || server.log(),
+    );
     stop.store(true, Ordering::Relaxed);
 
     for client in clients {
@@ -126,7 +146,7 @@ fn replacing_a_plugin_under_load_fails_no_execute_and_the_new_version_answers() 
     }
     assert_eq!(
         long.join().expect("long execution"),
-        Ok(json!(1)),
+        Ok(json!([1, 1])),
         "an execution keeps the catalog it started with"
     );
     assert_eq!(execute_http(server.port, VERSION), Ok(json!(2)));
@@ -266,9 +286,13 @@ fn no_watch_serves_the_folder_as_it_was_at_start() {
     let dir = plugin_folder("reload-no-watch", &[examples.join("records.wasm")]);
     let server = server(&dir, &["--no-watch"]);
     replace_atomically(&examples.join("stats.wasm"), &dir.join("stats.wasm"));
-    // Several debounce periods.
-    std::thread::sleep(Duration::from_millis(1500));
-    assert!(search(server.port, "percentile").is_empty());
+    // A watching server would have reloaded within its longest debounce (2 s); this
+    // one must go on serving the folder as it was all that time.
+    let until = std::time::Instant::now() + Duration::from_millis(2500);
+    while std::time::Instant::now() < until {
+        assert!(search(server.port, "percentile").is_empty());
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let log = server.log();
     assert!(!log.contains("watching the plugins folder"), "{log}");
     assert!(!log.contains("catalog reloaded"), "{log}");

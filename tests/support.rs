@@ -524,17 +524,49 @@ pub(crate) fn execute_http(port: u16, source: &str) -> Result<Value, String> {
     Ok(result["structuredContent"]["result"].clone())
 }
 
-/// Waits up to 20 s until `server`'s log contains `needle` at least `count` times.
-pub(crate) fn wait_for_log(server: &HttpServer, needle: &str, count: usize) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while server.log().matches(needle).count() < count {
+/// How long a test waits for a condition before it fails.
+const CONDITION_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
+/// How often a waiting test checks its condition.
+const CONDITION_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Waits until `condition` holds, checking every few milliseconds; fails the test,
+/// with `what` and the `detail` of the moment, after 20 s.
+pub(crate) fn wait_until(
+    what: &str,
+    mut condition: impl FnMut() -> bool,
+    detail: impl Fn() -> String,
+) {
+    let deadline = std::time::Instant::now() + CONDITION_DEADLINE;
+    while !condition() {
         assert!(
             std::time::Instant::now() < deadline,
-            "no {count}x `{needle}` in the log:\n{}",
-            server.log()
+            "waited {CONDITION_DEADLINE:?} for {what}:\n{}",
+            detail()
         );
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::thread::sleep(CONDITION_POLL);
     }
+}
+
+/// Waits until `service` has started `count` executions (they hold their slots).
+pub(crate) async fn started(service: &codemode_host::Service, count: u64) {
+    let deadline = tokio::time::Instant::now() + CONDITION_DEADLINE;
+    while service.executor().executions_started() < count {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{count} executions never started (only {})",
+            service.executor().executions_started()
+        );
+        tokio::time::sleep(CONDITION_POLL).await;
+    }
+}
+
+/// Waits up to 20 s until `server`'s log contains `needle` at least `count` times.
+pub(crate) fn wait_for_log(server: &HttpServer, needle: &str, count: usize) {
+    wait_until(
+        &format!("{count}x `{needle}` in the log"),
+        || server.log().matches(needle).count() >= count,
+        || server.log(),
+    );
 }
 
 /// Set by CI: a foreign-language example plugin that was not built is a failure,

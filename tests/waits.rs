@@ -18,7 +18,9 @@ use codemode_host::authz::Subject;
 use codemode_host::{LOCAL_SUBJECT, Service, ToolError};
 use serde_json::json;
 
-use crate::support::{example_plugins, library_service, plugin_folder, runtime, test_plugin};
+use crate::support::{
+    example_plugins, library_service, plugin_folder, runtime, started, test_plugin,
+};
 
 const TRIVIAL: &str = "def main():\n    return 1";
 /// Far past every budget the tests set: a wait still going then was not bounded.
@@ -131,11 +133,7 @@ fn a_request_cancelled_while_its_plugin_waits_frees_its_slot() {
             })
         };
         // Cancel once the sleeper holds the slot.
-        let started = tokio::time::Instant::now();
-        while service.executor().executions_started() == 0 {
-            assert!(started.elapsed() < UNBOUNDED, "the sleeper never started");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        started(&service, 1).await;
         sleeper.abort();
         assert!(sleeper.await.is_err_and(|e| e.is_cancelled()));
         assert_eq!(execute_bounded(&service, TRIVIAL).await, Ok(json!(1)));
