@@ -271,12 +271,18 @@ mod tests {
 
     const WAT: &str = "(component (core module (func (export \"f\"))))";
 
+    /// A component from its text form (the server itself reads binaries only).
+    fn component(text: &str) -> Vec<u8> {
+        wat::parse_str(text).expect("valid WAT")
+    }
+
     #[test]
     fn an_entry_is_reused_and_a_foreign_one_is_not() -> anyhow::Result<()> {
         let engine = Engine::default();
         let dir = scratch("reuse");
         let cache = ArtifactCache::open(&dir)?;
-        let wasm = WAT.as_bytes();
+        let binary = component(WAT);
+        let wasm = binary.as_slice();
         let compile = || Component::new(&engine, wasm);
         let entry = cache.entry(&engine, "plugin", wasm);
         let (_, first) = cache.component(&engine, &entry, compile)?;
@@ -321,8 +327,11 @@ mod tests {
         let engine = Engine::default();
         let dir = scratch("prune");
         let cache = ArtifactCache::open(&dir)?;
-        let old_wasm = WAT.as_bytes();
-        let new_wasm = "(component (core module (func (export \"g\"))))".as_bytes();
+        let (old_binary, new_binary) = (
+            component(WAT),
+            component("(component (core module (func (export \"g\"))))"),
+        );
+        let (old_wasm, new_wasm) = (old_binary.as_slice(), new_binary.as_slice());
         let old = cache.entry(&engine, "plugin", old_wasm);
         let new = cache.entry(&engine, "plugin", new_wasm);
         cache.component(&engine, &old, || Component::new(&engine, old_wasm))?;

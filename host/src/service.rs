@@ -6,9 +6,10 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use arc_swap::ArcSwap;
 use wasmtime::Engine;
 
 use crate::audit::AuditLog;
@@ -153,12 +154,30 @@ pub const LOCAL_SUBJECT: &str = "local";
 
 /// The search / describe / execute service over the plugins of one folder.
 ///
-/// The catalog and the executor's dispatch are replaced together on
-/// [`Service::reload`]; an execution keeps the plugin set it started with.
+/// What serves is one snapshot (the catalog and the routes to its plugins),
+/// replaced whole on [`Service::reload`]; an execution keeps the plugin set it
+/// started with.
 pub struct Service {
-    catalog: RwLock<Arc<Catalog>>,
+    snapshot: ArcSwap<Snapshot>,
     executor: Executor,
     reloader: Mutex<Reloader>,
+}
+
+/// One plugin set as it serves: the catalog that searches and describes read and the
+/// routes executions call, built together and swapped in together, so that no
+/// request sees the catalog of one set and the routes of another.
+struct Snapshot {
+    catalog: Arc<Catalog>,
+    dispatch: Arc<Dispatch>,
+}
+
+impl From<Assembled> for Snapshot {
+    fn from(assembled: Assembled) -> Self {
+        Self {
+            catalog: Arc::new(assembled.catalog),
+            dispatch: Arc::new(assembled.dispatch),
+        }
+    }
 }
 
 /// What a reload needs besides the service.
@@ -306,7 +325,6 @@ impl Service {
         );
         let executor = Executor::new(ExecutorConfig {
             engine: &engine,
-            dispatch: assembled.dispatch,
             limits: config.limits.clone(),
             authorizer: config
                 .authorizer
@@ -318,7 +336,7 @@ impl Service {
         })
         .map_err(StartError::Runner)?;
         Ok(Self {
-            catalog: RwLock::new(Arc::new(assembled.catalog)),
+            snapshot: ArcSwap::from_pointee(Snapshot::from(assembled)),
             executor,
             reloader: Mutex::new(Reloader {
                 engine,
@@ -368,11 +386,7 @@ impl Service {
             .map_err(StartError::Catalog)?;
         let plugins = assembled.dispatch.plugins.len();
         let capabilities = assembled.catalog.len();
-        self.executor.replace_dispatch(assembled.dispatch);
-        *self
-            .catalog
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(assembled.catalog);
+        self.snapshot.store(Arc::new(Snapshot::from(assembled)));
         self.metrics().catalog(plugins, capabilities);
         let reloaded = Reloaded {
             swapped: true,
@@ -413,7 +427,8 @@ impl Service {
         if subject.id.is_empty() {
             return Err(ToolError::Unauthenticated);
         }
-        self.executor.execute(subject, source).await
+        let dispatch = self.snapshot.load().dispatch.clone();
+        self.executor.execute(dispatch, subject, source).await
     }
 
     /// What the service counts, for `/metrics`.
@@ -448,9 +463,6 @@ impl Service {
 
     /// The catalog this service answers from now.
     pub fn catalog(&self) -> Arc<Catalog> {
-        self.catalog
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.snapshot.load().catalog.clone()
     }
 }

@@ -466,8 +466,8 @@ mod tests {
         // A pool of one instance, taken: the next instantiation fails the way an
         // execution does when every slot of the real pool is in use.
         let engine = crate::plugins::engine(1).expect("engine");
-        let component =
-            wasmtime::component::Component::new(&engine, "(component)").expect("component");
+        let binary = wat::parse_str("(component)").expect("valid WAT");
+        let component = wasmtime::component::Component::new(&engine, binary).expect("component");
         let linker = wasmtime::component::Linker::<()>::new(&engine);
         let mut store = Store::new(&engine, ());
         let _held = linker

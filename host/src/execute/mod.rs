@@ -14,8 +14,8 @@ mod limits;
 mod runner;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use codemode_value::Value;
@@ -56,6 +56,7 @@ pub(crate) struct Route {
 }
 
 /// The catalog as the executor sees it: names, routes and the plugins behind them.
+#[derive(Default)]
 pub(crate) struct Dispatch {
     /// Every enabled capability name, sorted.
     pub names: Vec<String>,
@@ -95,9 +96,6 @@ pub struct Executed {
 pub struct Executor {
     engine: Engine,
     pre: RunnerPre<ExecState>,
-    /// The catalog executions start on; replaced whole on reload, so an execution
-    /// keeps the one it started with.
-    dispatch: RwLock<Arc<Dispatch>>,
     limits: Limits,
     permits: Arc<tokio::sync::Semaphore>,
     authorizer: Arc<dyn Authorizer>,
@@ -234,7 +232,6 @@ impl WasiView for ExecState {
 /// What the executor is built from.
 pub(crate) struct ExecutorConfig<'a> {
     pub engine: &'a Engine,
-    pub dispatch: Dispatch,
     pub limits: Limits,
     pub authorizer: Arc<dyn Authorizer>,
     pub audit: Option<Arc<AuditLog>>,
@@ -279,7 +276,6 @@ impl Executor {
         Ok(Self {
             engine: config.engine.clone(),
             pre,
-            dispatch: RwLock::new(Arc::new(config.dispatch)),
             permits: Arc::new(tokio::sync::Semaphore::new(
                 config.limits.max_concurrent_executions,
             )),
@@ -290,24 +286,6 @@ impl Executor {
             stop_ticker,
             started: Arc::new(AtomicU64::new(0)),
         })
-    }
-
-    /// The dispatch new executions start on.
-    fn dispatch(&self) -> Arc<Dispatch> {
-        // A poisoned lock only means a writer panicked between two whole values.
-        self.dispatch
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Makes `dispatch` the one new executions start on; running executions finish on
-    /// theirs.
-    pub(crate) fn replace_dispatch(&self, dispatch: Dispatch) {
-        *self
-            .dispatch
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(dispatch);
     }
 
     /// How many executions got a slot and started running (queued ones that were
@@ -321,16 +299,22 @@ impl Executor {
         &self.limits
     }
 
-    /// Runs `source` for `subject`. Dropping the returned future cancels the
-    /// execution: queued, it never starts; running, it stops at the next epoch tick
-    /// and frees its slot.
+    /// Runs `source` for `subject` with the capabilities of `dispatch` (the plugin
+    /// set it keeps to the end, whatever a reload does meanwhile). Dropping the
+    /// returned future cancels the execution: queued, it never starts; running, it
+    /// stops at the next epoch tick and frees its slot.
     ///
     /// # Errors
     ///
     /// The [`ToolError`] the model sees.
-    pub async fn execute(&self, subject: &Subject, source: &str) -> Result<Executed, ToolError> {
+    pub(crate) async fn execute(
+        &self,
+        dispatch: Arc<Dispatch>,
+        subject: &Subject,
+        source: &str,
+    ) -> Result<Executed, ToolError> {
         let started = Instant::now();
-        let outcome = self.execute_timed(subject, source, started).await;
+        let outcome = self.execute_timed(dispatch, subject, source, started).await;
         let label = match &outcome {
             Ok(_) => "ok",
             Err(error) => error.fixed_text(),
@@ -346,6 +330,7 @@ impl Executor {
 
     async fn execute_timed(
         &self,
+        dispatch: Arc<Dispatch>,
         subject: &Subject,
         source: &str,
         started: Instant,
@@ -367,7 +352,7 @@ impl Executor {
         let job = Job {
             engine: self.engine.clone(),
             pre: self.pre.clone(),
-            dispatch: self.dispatch(),
+            dispatch,
             limits: self.limits.clone(),
             authorizer: self.authorizer.clone(),
             audit: self.audit.clone(),
@@ -401,7 +386,8 @@ impl Executor {
         let job = Job {
             engine: self.engine.clone(),
             pre: self.pre.clone(),
-            dispatch: self.dispatch(),
+            // The surface is read from the interpreter alone: no capabilities.
+            dispatch: Arc::new(Dispatch::default()),
             limits: self.limits.clone(),
             authorizer: self.authorizer.clone(),
             audit: None,
