@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use codemode_host::authz::{AuthorizationInput, Authorizer, AuthzError, Subject};
-use codemode_host::{LOCAL_SUBJECT, LoadLimits, Service, ServiceConfig, ToolError};
+use codemode_host::{LOCAL_SUBJECT, Service, ServiceConfig, ToolError};
 use codemode_value::Value;
 use serde_json::json;
 
@@ -38,11 +38,8 @@ fn service_with(label: &str, answer: Result<(), AuthzError>) -> (Service, Arc<Re
         seen: Mutex::new(Vec::new()),
     });
     let config = ServiceConfig {
-        loading: LoadLimits::default(),
-        plugins_dir: dir,
-        authorizer: Some(authorizer.clone()),
         cache_dir: Some(cache_dir().into()),
-        ..ServiceConfig::default()
+        ..ServiceConfig::new(dir, authorizer.clone())
     };
     (
         Service::load(&config).expect("load the service"),

@@ -611,7 +611,7 @@ pub(crate) fn library_service(
             ..Limits::default()
         },
         cache_dir: Some(cache_dir().into()),
-        authorizer: None,
+        authorizer: std::sync::Arc::new(codemode_host::authz::AllowAll),
         audit: None,
     };
     std::sync::Arc::new(codemode_host::Service::load(&config).expect("load the service"))

@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use codemode_host::authz::{
-    AuthorizationInput, Authorizer, DEFAULT_DECISION, RegoAuthorizer, Subject,
+    AllowAll, AuthorizationInput, Authorizer, DEFAULT_DECISION, RegoAuthorizer, Subject,
 };
 use codemode_host::execute::Limits;
-use codemode_host::{LOCAL_SUBJECT, LoadLimits, Service, ServiceConfig};
+use codemode_host::{LOCAL_SUBJECT, Service, ServiceConfig};
 use codemode_value::Value as Arg;
 use starlark::environment::{Globals, Module};
 use starlark::eval::Evaluator;
@@ -134,8 +134,6 @@ fn cpu_times() -> Option<(u64, u64)> {
 /// room for the calibration loops and the 1 MiB value.
 fn bench_config(root: &Path, plugins: &Path) -> ServiceConfig {
     ServiceConfig {
-        loading: LoadLimits::default(),
-        plugins_dir: plugins.to_owned(),
         limits: Limits {
             max_execution_steps: MAX_STEPS,
             max_execution_time: Duration::from_secs(60),
@@ -144,7 +142,7 @@ fn bench_config(root: &Path, plugins: &Path) -> ServiceConfig {
             ..Limits::default()
         },
         cache_dir: Some(root.join("target/test-cache")),
-        ..ServiceConfig::default()
+        ..ServiceConfig::new(plugins, Arc::new(AllowAll))
     }
 }
 
@@ -230,7 +228,7 @@ fn in_process(root: &Path, plugins: &Path, rows: &mut Vec<Row>) {
     .unwrap_or_else(|error| panic!("bench policy: {error}"));
     let decision = decision_cost(&rego);
     let with_policy = match Service::load(&ServiceConfig {
-        authorizer: Some(Arc::new(rego)),
+        authorizer: Arc::new(rego),
         ..config.clone()
     }) {
         Ok(service) => service,

@@ -5,9 +5,11 @@
 //! Prints absolute numbers (µs) per operation; nothing here is a pass/fail test.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use codemode_host::{LoadLimits, Service, ServiceConfig};
+use codemode_host::authz::AllowAll;
+use codemode_host::{Service, ServiceConfig};
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
@@ -36,10 +38,9 @@ fn main() {
     );
     let started = Instant::now();
     let service = match Service::load(&ServiceConfig {
-        loading: LoadLimits::default(),
-        plugins_dir: dir,
         cache_dir: codemode_host::execute::default_cache_dir(),
-        ..ServiceConfig::default()
+        // Discovery makes no native calls: nothing to decide.
+        ..ServiceConfig::new(dir, Arc::new(AllowAll))
     }) {
         Ok(service) => service,
         Err(e) => panic!("load: {e}"),

@@ -13,9 +13,10 @@ use crate::audit::AuditLog;
 use crate::authz::{
     AllowAll, Authorizer, DEFAULT_DECISION, RegoAuthorizer, RegoError, Subject, Tokens, TokensError,
 };
-use crate::execute::{Limits, parse_bytes, parse_duration};
+use crate::execute::Limits;
 use crate::mcp::http::{Authentication, ConnectionLimits, HttpConfig, LOOPBACK_HOSTS};
 use crate::service::LOCAL_SUBJECT;
+use crate::units::{parse_bytes, parse_duration};
 
 /// MCP server for code mode: capabilities from WebAssembly components
 ///

@@ -23,6 +23,7 @@ pub mod mcp;
 pub mod metrics;
 mod plugins;
 mod service;
+mod units;
 mod wait;
 pub mod watch;
 

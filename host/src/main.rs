@@ -109,7 +109,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         cache_dir: cli.cache_dir.clone().or_else(default_cache_dir),
         plugins_dir: cli.plugins.clone(),
         disabled: cli.disable.clone(),
-        authorizer: Some(authorization.authorizer),
+        authorizer: authorization.authorizer,
         audit: Some(audit.clone()),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

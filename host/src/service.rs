@@ -13,7 +13,7 @@ use arc_swap::ArcSwap;
 use wasmtime::Engine;
 
 use crate::audit::AuditLog;
-use crate::authz::{AllowAll, Authorizer, Subject};
+use crate::authz::{Authorizer, Subject};
 use crate::cache::{ArtifactCache, UNUSED_ENTRY_AGE};
 use crate::catalog::{
     Catalog, CatalogBuilder, Description, SearchError, SearchResponse, SpecError,
@@ -26,11 +26,14 @@ use crate::metrics::Metrics;
 use crate::plugins::{self, LoadLimits, LoadedPlugin, PluginFolder};
 
 /// What the service is built from.
-#[derive(Debug, Clone, Default)]
+///
+/// There is no default: who decides on native calls must be said
+/// ([`ServiceConfig::new`]); allowing every call is a choice
+/// ([`crate::authz::AllowAll`]), never what an omission means.
+#[derive(Debug, Clone)]
 pub struct ServiceConfig {
-    /// Who decides on native calls; `None` allows every call (the single local
-    /// subject of a stdio server; the binary never leaves it `None` silently).
-    pub authorizer: Option<Arc<dyn Authorizer>>,
+    /// Who decides on native calls.
+    pub authorizer: Arc<dyn Authorizer>,
     /// Where each native call's audit line goes; `None` keeps no audit log.
     pub audit: Option<Arc<AuditLog>>,
     /// The folder whose `*.wasm` files (non-recursive) are the plugins, each with its
@@ -45,6 +48,23 @@ pub struct ServiceConfig {
     /// Where compiled components (the interpreter and the plugins) are cached; `None`
     /// compiles them at every start.
     pub cache_dir: Option<PathBuf>,
+}
+
+impl ServiceConfig {
+    /// Serves the plugins in `plugins_dir`, every native call decided by
+    /// `authorizer`; everything else at its default: the default budgets and load
+    /// limits, nothing disabled, no audit log, no artifact cache.
+    pub fn new(plugins_dir: impl Into<PathBuf>, authorizer: Arc<dyn Authorizer>) -> Self {
+        Self {
+            authorizer,
+            audit: None,
+            plugins_dir: plugins_dir.into(),
+            disabled: Vec::new(),
+            limits: Limits::default(),
+            loading: LoadLimits::default(),
+            cache_dir: None,
+        }
+    }
 }
 
 /// Why the service could not start. Problems of single plugins are not start errors:
@@ -326,10 +346,7 @@ impl Service {
         let executor = Executor::new(ExecutorConfig {
             engine: &engine,
             limits: config.limits.clone(),
-            authorizer: config
-                .authorizer
-                .clone()
-                .unwrap_or_else(|| Arc::new(AllowAll)),
+            authorizer: config.authorizer.clone(),
             audit: config.audit.clone(),
             metrics: metrics.clone(),
             cache: cache.as_ref(),

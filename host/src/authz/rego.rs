@@ -13,7 +13,7 @@
 //!
 //! Decisions must not take the process down: builtins that an agent's arguments
 //! could make allocate without bound are replaced by bounded ones
-//! ([`super::bounded`]), and `sprintf` takes its format from the policy only.
+//! (`authz::bounded`), and `sprintf` takes its format from the policy only.
 
 use std::num::NonZeroU32;
 use std::time::Duration;

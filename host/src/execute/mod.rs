@@ -4,7 +4,7 @@
 //! Per execution (DESIGN §4): check the source size, wait for a slot (the wait counts
 //! against the time budget), instantiate the pre-initialized interpreter in a fresh
 //! store, run the program. Each native call arrives through the `call` import and is
-//! dispatched here ([`dispatch`]): counted, bound against the WIT types, authorized,
+//! dispatched here (`dispatch.rs`): counted, bound against the WIT types, authorized,
 //! run on the plugin's per-execution instance, converted and accounted. Fuel is one
 //! ledger: a plugin instance gets the interpreter's remaining fuel for its call and
 //! what it burns is taken from the interpreter's store.
@@ -23,9 +23,7 @@ use wasmtime::component::{Linker, ResourceTable};
 use wasmtime::{Engine, Store, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-pub use limits::{
-    DEFAULT_MAX_FUEL, LimitError, Limits, MAX_MEMORY_BYTES, parse_bytes, parse_duration,
-};
+pub use limits::{DEFAULT_MAX_FUEL, LimitError, Limits};
 pub use runner::{RunnerError, default_cache_dir};
 
 use crate::audit::AuditLog;

@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::files::{FileError, read_regular};
-use crate::execute::{parse_bytes, parse_duration};
+use crate::units::{parse_bytes, parse_duration};
 
 /// The sidecar's file extension.
 pub(crate) const SIDECAR_EXTENSION: &str = "toml";

@@ -101,7 +101,7 @@ pub(crate) fn engine(instances: u32) -> wasmtime::Result<Engine> {
         .pagemap_scan(if scan { Enabled::Yes } else { Enabled::No })
         .linear_memory_keep_resident(keep_resident)
         .table_keep_resident(KEEP_RESIDENT_BYTES)
-        .max_memory_size(crate::execute::MAX_MEMORY_BYTES);
+        .max_memory_size(crate::units::MAX_MEMORY_BYTES);
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.consume_fuel(true);

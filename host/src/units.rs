@@ -1,0 +1,100 @@
+//! How operators write sizes and durations, and the sizes every layer shares: flags,
+//! sidecars and budgets all read them the same way, so this module sits below the
+//! layers and imports none of them.
+
+use std::time::Duration;
+
+/// The largest linear memory a 32-bit WebAssembly module can address.
+pub(crate) const MAX_MEMORY_BYTES: usize = 4 << 30;
+
+/// Parses a duration: a number with `ms`, `s`, `m` or `h` (`5s`, `500ms`, `1.5s`).
+///
+/// # Errors
+///
+/// A message naming the expected form.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| format!("`{text}` needs a unit: ms, s, m or h (e.g. 5s)"))?;
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration (e.g. 5s, 500ms)"))?;
+    let seconds = match unit {
+        "ms" => number / 1000.0,
+        "s" => number,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => {
+            return Err(format!(
+                "`{text}`: unknown unit `{unit}`; use ms, s, m or h"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("`{text}` is out of range"))
+}
+
+/// Parses a byte size: a whole number with an optional unit `B`, `KiB`, `MiB`, `GiB`
+/// (or `K`, `M`, `G`, meaning the same powers of 1024).
+///
+/// # Errors
+///
+/// A message naming the expected form.
+pub(crate) fn parse_bytes(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: usize = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size (e.g. 1048576, 64KiB, 1MiB)"))?;
+    let factor: usize = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        other => {
+            return Err(format!(
+                "`{text}`: unknown unit `{other}`; use B, KiB, MiB or GiB"
+            ));
+        }
+    };
+    number
+        .checked_mul(factor)
+        .ok_or_else(|| format!("`{text}` is out of range"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_sizes_parse_with_units() {
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(
+            parse_duration("5"),
+            Err("`5` needs a unit: ms, s, m or h (e.g. 5s)".into())
+        );
+        assert_eq!(
+            parse_duration("5d"),
+            Err("`5d`: unknown unit `d`; use ms, s, m or h".into())
+        );
+        assert_eq!(parse_bytes("1048576"), Ok(1_048_576));
+        assert_eq!(parse_bytes("64KiB"), Ok(65_536));
+        assert_eq!(parse_bytes("256MiB"), Ok(256 << 20));
+        assert_eq!(parse_bytes("1G"), Ok(1 << 30));
+        assert_eq!(
+            parse_bytes("1TB"),
+            Err("`1TB`: unknown unit `TB`; use B, KiB, MiB or GiB".into())
+        );
+        assert_eq!(
+            parse_bytes("lots"),
+            Err("`lots` is not a size (e.g. 1048576, 64KiB, 1MiB)".into())
+        );
+    }
+}
