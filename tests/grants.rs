@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use crate::support::{
     HttpServer, example_plugins, execute_http, plugin_folder, startup_log, test_plugin,
+    wait_for_log,
 };
 
 /// A tiny HTTP/1.1 server on 127.0.0.1: `/json` answers at once, `/slow` after 3 s,
@@ -132,10 +133,13 @@ fn fetch_reaches_allowed_hosts_only_and_its_timeout_holds() {
         ))
     );
     assert_eq!(upstream.requests(), 1, "a refused request reached the host");
-    let log = server.log();
-    assert!(
-        log.contains(&format!("outbound request refused: not in the plugin's allowed_outbound_hosts plugin=fetch.wasm host=http://localhost:{port}")),
-        "{log}"
+    // The answer can arrive before the server's stderr is read: wait for the line.
+    wait_for_log(
+        &server,
+        &format!(
+            "outbound request refused: not in the plugin's allowed_outbound_hosts plugin=fetch.wasm host=http://localhost:{port}"
+        ),
+        1,
     );
 
     // The plugin's timeout (500 ms) ends a call the upstream answers in 3 s.
@@ -272,6 +276,8 @@ fn per_plugin_fuel_and_memory_caps_narrow_the_global_budgets() {
             "{program}"
         );
     }
+    // The answers can arrive before the server's stderr is read: wait for the lines.
+    wait_for_log(&server, "\"capability\":\"hostile.hog\"", 1);
     let log = server.log();
     // The endless loop burned exactly its per-call fuel, not the execution's 8 G.
     assert_eq!(audit_line(&log, "hostile.spin")["fuel"], json!(1_000_000));
@@ -286,6 +292,7 @@ fn per_plugin_fuel_and_memory_caps_narrow_the_global_budgets() {
         execute_http(uncapped.port, "def main():\n    return hostile.hog()"),
         Err("resource limit exceeded".to_owned())
     );
+    wait_for_log(&uncapped, "\"capability\":\"hostile.hog\"", 1);
     let global = audit_line(&uncapped.log(), "hostile.hog")["fuel"]
         .as_u64()
         .expect("fuel");

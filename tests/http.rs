@@ -131,6 +131,9 @@ fn tokens_name_the_subject_and_the_policy_decides() {
         );
     }
     assert_no_canary("the metrics", &metrics.body);
+    // The answers can arrive before the server's stderr is read: wait for the audit
+    // lines of all five calls.
+    wait_for_log(&server, "\"subject\":", 5);
     let log = server.log();
     assert!(!log.contains(ANALYST_TOKEN), "the token reached the log");
     // The audit lines (stderr here) name the authenticated subjects only.

@@ -14,6 +14,7 @@
 
 pub mod audit;
 pub mod authz;
+mod budget;
 pub mod cache;
 pub mod catalog;
 pub mod cli;
@@ -23,6 +24,7 @@ pub mod mcp;
 pub mod metrics;
 mod plugins;
 mod service;
+mod source;
 mod units;
 mod wait;
 pub mod watch;

@@ -24,6 +24,7 @@ use crate::execute::{
 };
 use crate::metrics::Metrics;
 use crate::plugins::{self, LoadLimits, LoadedPlugin, PluginFolder};
+use crate::source::CapabilitySource;
 
 /// What the service is built from.
 ///
@@ -264,16 +265,21 @@ fn assemble(
             .collect()
     };
     let catalog = builder.build(&disabled)?;
+    let sources: Vec<Arc<dyn CapabilitySource>> = serving
+        .into_iter()
+        .map(|plugin| plugin as Arc<dyn CapabilitySource>)
+        .collect();
     let mut routes = HashMap::new();
-    for (p, plugin) in serving.iter().enumerate() {
-        for (cap, target) in plugin.capabilities.iter().zip(&plugin.targets) {
-            if let Some(entry) = catalog.get(&cap.spec.name) {
+    for (s, source) in sources.iter().enumerate() {
+        for (index, spec) in source.capabilities().into_iter().enumerate() {
+            if let Some(entry) = catalog.get(&spec.name) {
                 routes.insert(
-                    cap.spec.name.clone(),
+                    spec.name.clone(),
                     Route {
-                        plugin: p,
+                        source: s,
+                        index,
                         id: entry.id.to_string(),
-                        target: target.clone(),
+                        params: spec.params.clone(),
                     },
                 );
             }
@@ -286,7 +292,7 @@ fn assemble(
         dispatch: Dispatch {
             names,
             routes,
-            plugins: serving,
+            sources,
         },
         build_time: started.elapsed(),
     })
@@ -336,9 +342,9 @@ impl Service {
         }
         let assembled = assemble(plugins, &config.disabled, true).map_err(StartError::Catalog)?;
         let metrics = Arc::new(Metrics::default());
-        metrics.catalog(assembled.dispatch.plugins.len(), assembled.catalog.len());
+        metrics.catalog(assembled.dispatch.sources.len(), assembled.catalog.len());
         tracing::info!(
-            plugins = assembled.dispatch.plugins.len(),
+            plugins = assembled.dispatch.sources.len(),
             capabilities = assembled.catalog.len(),
             build_us = assembled.build_time.as_micros() as u64,
             "catalog ready"
@@ -401,7 +407,7 @@ impl Service {
         }
         let assembled = assemble(reloader.folder.serving(), &reloader.disabled, false)
             .map_err(StartError::Catalog)?;
-        let plugins = assembled.dispatch.plugins.len();
+        let plugins = assembled.dispatch.sources.len();
         let capabilities = assembled.catalog.len();
         self.snapshot.store(Arc::new(Snapshot::from(assembled)));
         self.metrics().catalog(plugins, capabilities);

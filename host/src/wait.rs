@@ -14,11 +14,12 @@
 //! single-threaded runtime in a library user's test, or a plain thread (the loader).
 
 use std::future::Future;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use tokio::sync::Notify;
+use wasmtime::{Store, UpdateDeadline};
 
 /// Why [`until`] gave up on a future.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,10 +123,95 @@ pub(crate) fn until<F: Future>(
     })
 }
 
+/// Why the interrupt callback stopped a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Interrupted {
+    /// The request was cancelled.
+    Cancelled,
+    /// The time budget ran out.
+    Deadline,
+    /// A plugin call ran past its plugin's `timeout` grant.
+    CallTimeout,
+}
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Interrupted::Cancelled => "execution cancelled",
+            Interrupted::Deadline => "execution time budget exhausted",
+            Interrupted::CallTimeout => "the plugin's timeout ran out",
+        })
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// When an execution must stop: its deadline and its request's cancellation; for a
+/// plugin call, also the call's own deadline (its plugin's `timeout`).
+#[derive(Debug, Clone)]
+pub(crate) struct Stop {
+    deadline: Instant,
+    cancel: Arc<Cancel>,
+    call_deadline: Option<Instant>,
+}
+
+impl Stop {
+    /// A new execution's stop.
+    pub(crate) fn new(deadline: Instant, cancel: Arc<Cancel>) -> Self {
+        Self {
+            deadline,
+            cancel,
+            call_deadline: None,
+        }
+    }
+
+    /// The stop of one plugin call that must also end by `call_deadline`.
+    pub(crate) fn for_call(&self, call_deadline: Option<Instant>) -> Self {
+        Self {
+            call_deadline,
+            ..self.clone()
+        }
+    }
+
+    /// When the execution's time budget runs out.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// When the current wait must end: the call's own deadline if it has one (it is
+    /// never later than the execution's), else the execution's.
+    pub(crate) fn wait_deadline(&self) -> Instant {
+        self.call_deadline.unwrap_or(self.deadline)
+    }
+
+    /// The request's cancellation.
+    pub(crate) fn cancel(&self) -> &Arc<Cancel> {
+        &self.cancel
+    }
+
+    /// Installs the check on `store`: at every epoch tick, stop if cancelled or late.
+    pub(crate) fn install<T: 'static>(&self, store: &mut Store<T>) {
+        let stop = self.clone();
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if stop.cancel.is_cancelled() {
+                return Err(wasmtime::Error::new(Interrupted::Cancelled));
+            }
+            let now = Instant::now();
+            if now >= stop.deadline {
+                return Err(wasmtime::Error::new(Interrupted::Deadline));
+            }
+            if stop.call_deadline.is_some_and(|d| now >= d) {
+                return Err(wasmtime::Error::new(Interrupted::CallTimeout));
+            }
+            Ok(UpdateDeadline::Continue(1))
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use std::time::Duration;
 
     #[test]

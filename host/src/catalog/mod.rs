@@ -6,6 +6,7 @@
 //! specs by the seed's registration rules and builds a [`Catalog`] that is never
 //! mutated: a reload builds a new one and swaps it.
 
+mod bind;
 mod name;
 mod search;
 mod shape;
@@ -13,12 +14,13 @@ mod tokenize;
 
 use std::collections::{BTreeMap, HashMap};
 
+pub use bind::{BindError, bind, canonical, go_quote, is_printable};
 pub use name::{CapabilityId, DottedName, NameError};
 pub use search::{
     MAX_QUERY_TOKENS, MAX_SEARCH_QUERY_BYTES, MAX_SEARCH_RESPONSE_BYTES, MAX_SEARCH_RESULTS,
     SearchError, SearchResponse, SearchResult,
 };
-pub use shape::{Field, FieldShape, FloatKind, IntKind, ValueType, snake_case};
+pub use shape::{Field, FieldShape, FloatKind, IntKind, Shape, snake_case};
 
 use name::check_parameter_name;
 use search::{Document, SearchIndex, fits_alone};
@@ -487,7 +489,7 @@ mod tests {
             (
                 "keyword parameter",
                 CapabilitySpec {
-                    params: vec![Field::from_wit("from", ValueType::Str)],
+                    params: vec![Field::new("from", Shape::Str)],
                     ..spec("a.b")
                 },
                 "parameter \"from\" is not usable as a keyword argument (an identifier that is not a Starlark keyword)",
@@ -625,13 +627,10 @@ mod tests {
         let catalog = build(&[vec![CapabilitySpec {
             search_terms: vec!["finder".into()],
             params: vec![
-                Field::from_wit("key", ValueType::Str),
-                Field::from_wit(
-                    "limit",
-                    ValueType::Option(Box::new(ValueType::Int(IntKind::S64))),
-                ),
+                Field::new("key", Shape::Str),
+                Field::new("limit", Shape::Option(Box::new(Shape::Int(IntKind::S64)))),
             ],
-            output: vec![Field::from_wit("found-count", ValueType::Int(IntKind::U32))],
+            output: vec![Field::new("found_count", Shape::Int(IntKind::U32))],
             ..spec("records.lookup")
         }]])
         .map_err(anyhow::Error::msg)?;

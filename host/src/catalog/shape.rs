@@ -1,6 +1,6 @@
 //! The value types a capability accepts and returns, and their model-facing notation.
 //!
-//! A [`ValueType`] is the catalog's own description of a WIT type after the mapping of
+//! A [`Shape`] is the catalog's own description of a WIT type after the mapping of
 //! DESIGN §3 (the loader builds it; this module never sees wasmtime). It renders the
 //! seed's notation (`list[str]`, `dict[str, int]`, `{a: T, b: U}`, `T | None`) and is
 //! what argument binding checks values against.
@@ -54,10 +54,12 @@ pub enum FloatKind {
     F64,
 }
 
-/// A capability parameter or result type, after the WIT → notation mapping.
+/// The shape of a capability parameter or result field: what a program may pass or
+/// will get back. WIT reflection produces it (DESIGN §3 mapping); it renders the
+/// seed's notation and drives argument binding.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub enum ValueType {
+pub enum Shape {
     /// `string` → `str`
     Str,
     /// `char` → `str` (exactly one Unicode scalar value)
@@ -69,43 +71,43 @@ pub enum ValueType {
     /// `f32`/`f64` → `float`
     Float(FloatKind),
     /// `list<T>` → `list[T]`
-    List(Box<ValueType>),
+    List(Box<Shape>),
     /// `list<tuple<string, T>>` → `dict[str, T]`
-    Dict(Box<ValueType>),
+    Dict(Box<Shape>),
     /// `record` → `{a: T, b: U}`
     Record(Vec<Field>),
     /// `option<T>` → `T | None`
-    Option(Box<ValueType>),
+    Option(Box<Shape>),
     /// `enum` → `str`, one of the cases (WIT spelling, e.g. `in-progress`)
     Enum(Vec<String>),
     /// `flags` → `list[str]`, each one of the flags (WIT spelling)
     Flags(Vec<String>),
+    /// Any value a program can pass (none, bool, int, float, str, list, dict with
+    /// string keys): what a JSON Schema without a type describes.
+    Any,
 }
 
 /// One member of a record, or one parameter of a capability.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Field {
-    /// The name agents use: the WIT name with `-` turned into `_`.
+    /// The name agents use (a WIT name with `-` turned into `_`).
     pub name: String,
-    /// The name in WIT (kebab-case), needed to build component values.
-    pub wit_name: String,
-    /// The member's type.
-    pub ty: ValueType,
+    /// The member's shape.
+    pub ty: Shape,
 }
 
 impl Field {
-    /// A field named after its WIT name (`min-score` is shown as `min_score`).
-    pub fn from_wit(wit_name: &str, ty: ValueType) -> Self {
+    /// A field named `name` (already as agents write it).
+    pub fn new(name: impl Into<String>, ty: Shape) -> Self {
         Self {
-            name: snake_case(wit_name),
-            wit_name: wit_name.to_owned(),
+            name: name.into(),
             ty,
         }
     }
 
     /// Whether a program may omit this field (its type is an option).
     pub fn is_optional(&self) -> bool {
-        matches!(self.ty, ValueType::Option(_))
+        matches!(self.ty, Shape::Option(_))
     }
 }
 
@@ -114,7 +116,7 @@ pub fn snake_case(wit_name: &str) -> String {
     wit_name.replace('-', "_")
 }
 
-impl ValueType {
+impl Shape {
     /// The seed's notation for this type.
     pub fn notation(&self) -> String {
         let mut out = String::new();
@@ -124,22 +126,23 @@ impl ValueType {
 
     fn write_notation(&self, out: &mut String) {
         match self {
-            ValueType::Str | ValueType::Char | ValueType::Enum(_) => out.push_str("str"),
-            ValueType::Bool => out.push_str("bool"),
-            ValueType::Int(_) => out.push_str("int"),
-            ValueType::Float(_) => out.push_str("float"),
-            ValueType::Flags(_) => out.push_str("list[str]"),
-            ValueType::List(elem) => {
+            Shape::Str | Shape::Char | Shape::Enum(_) => out.push_str("str"),
+            Shape::Bool => out.push_str("bool"),
+            Shape::Any => out.push_str("any"),
+            Shape::Int(_) => out.push_str("int"),
+            Shape::Float(_) => out.push_str("float"),
+            Shape::Flags(_) => out.push_str("list[str]"),
+            Shape::List(elem) => {
                 out.push_str("list[");
                 elem.write_notation(out);
                 out.push(']');
             }
-            ValueType::Dict(value) => {
+            Shape::Dict(value) => {
                 out.push_str("dict[str, ");
                 value.write_notation(out);
                 out.push(']');
             }
-            ValueType::Record(fields) => {
+            Shape::Record(fields) => {
                 out.push('{');
                 for (i, field) in fields.iter().enumerate() {
                     if i > 0 {
@@ -151,11 +154,11 @@ impl ValueType {
                 }
                 out.push('}');
             }
-            ValueType::Option(inner) => {
+            Shape::Option(inner) => {
                 // Option layers append `| None` once (seed: "Pointer layers append
                 // | None once").
                 let mut inner = inner.as_ref();
-                while let ValueType::Option(next) = inner {
+                while let Shape::Option(next) = inner {
                     inner = next;
                 }
                 inner.write_notation(out);
@@ -221,59 +224,55 @@ pub fn signature(name: &str, params: &[Field]) -> String {
 mod tests {
     use super::*;
 
-    fn field(name: &str, ty: ValueType) -> Field {
-        Field::from_wit(name, ty)
+    fn field(name: &str, ty: Shape) -> Field {
+        Field::new(snake_case(name), ty)
     }
 
-    fn opt(ty: ValueType) -> ValueType {
-        ValueType::Option(Box::new(ty))
+    fn opt(ty: Shape) -> Shape {
+        Shape::Option(Box::new(ty))
     }
 
     #[test]
     fn notation_follows_the_mapping_table() {
         let cases = [
-            ("string", ValueType::Str, "str"),
-            ("char", ValueType::Char, "str"),
-            ("bool", ValueType::Bool, "bool"),
-            ("u8", ValueType::Int(IntKind::U8), "int"),
-            ("f32", ValueType::Float(FloatKind::F32), "float"),
+            ("string", Shape::Str, "str"),
+            ("char", Shape::Char, "str"),
+            ("bool", Shape::Bool, "bool"),
+            ("u8", Shape::Int(IntKind::U8), "int"),
+            ("f32", Shape::Float(FloatKind::F32), "float"),
             (
                 "enum",
-                ValueType::Enum(vec!["open".into(), "closed".into()]),
+                Shape::Enum(vec!["open".into(), "closed".into()]),
                 "str",
             ),
-            ("flags", ValueType::Flags(vec!["read".into()]), "list[str]"),
-            (
-                "list",
-                ValueType::List(Box::new(ValueType::Str)),
-                "list[str]",
-            ),
+            ("flags", Shape::Flags(vec!["read".into()]), "list[str]"),
+            ("list", Shape::List(Box::new(Shape::Str)), "list[str]"),
             (
                 "dict",
-                ValueType::Dict(Box::new(ValueType::Int(IntKind::S64))),
+                Shape::Dict(Box::new(Shape::Int(IntKind::S64))),
                 "dict[str, int]",
             ),
-            ("option", opt(ValueType::Str), "str | None"),
-            ("option of option", opt(opt(ValueType::Str)), "str | None"),
+            ("option", opt(Shape::Str), "str | None"),
+            ("option of option", opt(opt(Shape::Str)), "str | None"),
             (
                 "list of options, optional",
-                opt(ValueType::List(Box::new(opt(ValueType::Str)))),
+                opt(Shape::List(Box::new(opt(Shape::Str)))),
                 "list[str | None] | None",
             ),
             (
                 "record",
-                ValueType::Record(vec![
-                    field("title", ValueType::Str),
-                    field("min-score", opt(ValueType::Float(FloatKind::F64))),
+                Shape::Record(vec![
+                    field("title", Shape::Str),
+                    field("min-score", opt(Shape::Float(FloatKind::F64))),
                 ]),
                 "{title: str, min_score: float | None}",
             ),
-            ("empty record", ValueType::Record(vec![]), "{}"),
+            ("empty record", Shape::Record(vec![]), "{}"),
             (
                 "list of records",
-                ValueType::List(Box::new(ValueType::Record(vec![
-                    field("title", ValueType::Str),
-                    field("score", ValueType::Float(FloatKind::F64)),
+                Shape::List(Box::new(Shape::Record(vec![
+                    field("title", Shape::Str),
+                    field("score", Shape::Float(FloatKind::F64)),
                 ]))),
                 "list[{title: str, score: float}]",
             ),
@@ -286,8 +285,8 @@ mod tests {
     #[test]
     fn signature_has_keyword_marker_only_with_parameters() {
         let params = vec![
-            field("key", ValueType::Str),
-            field("limit", opt(ValueType::Int(IntKind::S64))),
+            field("key", Shape::Str),
+            field("limit", opt(Shape::Int(IntKind::S64))),
         ];
         assert_eq!(
             signature("records.lookup", &params),
@@ -299,8 +298,8 @@ mod tests {
     #[test]
     fn shapes_mark_optional_inputs_and_keep_declaration_order() {
         let params = vec![
-            field("tags", ValueType::List(Box::new(ValueType::Str))),
-            field("limit", opt(ValueType::Int(IntKind::S64))),
+            field("tags", Shape::List(Box::new(Shape::Str))),
+            field("limit", opt(Shape::Int(IntKind::S64))),
         ];
         assert_eq!(
             input_shapes(&params),

@@ -1,37 +1,29 @@
 //! The interpreter's imports: resolving capability names and dispatching native calls.
 //!
 //! A native call is, in order: counted (before anything can fail, so failed calls
-//! count too), looked up, decoded within the depth budget, bound against the export's
-//! WIT types, authorized, run on the plugin's instance for this execution, converted,
-//! and accounted against the per-value and aggregate byte budgets. Any failure is kept
-//! in the store as the execution's error and the interpreter is trapped: it cannot
-//! run another line of the program after a failed call.
+//! count too), looked up, decoded within the depth budget, bound against the
+//! capability's shapes, authorized, run on its source's session for this execution
+//! (raced against the deadline), and its result charged. Every budget is charged in
+//! the execution's [`Ledger`](super::ledger::Ledger). Any failure is kept in the
+//! store as the execution's error and the interpreter is trapped: it cannot run
+//! another line of the program after a failed call.
 
-use wasmtime::component::{Instance, Linker, Val};
-use wasmtime::{Store, StoreContextMut};
+use wasmtime::StoreContextMut;
+use wasmtime::component::Linker;
 
 use std::time::{Instant, SystemTime};
 
-use super::{ExecState, Interrupted, Stop};
+use super::{Dispatch, ExecState, Route};
 use crate::audit::{AuditRecord, Decision, rfc3339};
 use crate::authz::{AuthorizationInput, AuthzError};
-use crate::error::{ToolError, timed_out_detail};
-use crate::plugins::{self, BindError, LoadedPlugin, OutputError, PluginState, Unprovided};
+use crate::budget::Budget;
+use crate::catalog::{self, BindError};
+use crate::error::ToolError;
+use crate::source::{CallBudget, CallFailure};
 use crate::wait::{self, Abandoned};
-
-/// Most bytes of the interpreter's encoding per byte of type-preserving JSON: an
-/// integer takes 9 encoded bytes and at least 1 in JSON; every other kind of value
-/// takes fewer per JSON byte.
-const MAX_ENCODED_PER_JSON_BYTE: usize = 9;
 
 /// Nearest names offered by `suggest`.
 const MAX_SUGGESTIONS: usize = 3;
-
-/// A plugin's instance for one execution.
-pub(crate) struct PluginInstance {
-    store: Store<PluginState>,
-    instance: Instance,
-}
 
 /// Links `codemode:runner/host`: `capabilities`, `suggest` and `call`.
 pub(crate) fn add_to_linker(linker: &mut Linker<ExecState>) -> wasmtime::Result<()> {
@@ -182,10 +174,7 @@ fn call(
     trace: &mut Trace,
 ) -> Result<Vec<u8>, ToolError> {
     let state = store.data_mut();
-    state.native_calls += 1;
-    if state.native_calls > state.limits.max_native_calls {
-        return Err(ToolError::ResourceLimit);
-    }
+    state.ledger.charge_call()?;
     let dispatch = state.dispatch.clone();
     let Some(route) = dispatch.routes.get(name) else {
         // The interpreter only calls names the host listed; anything else means the
@@ -194,39 +183,29 @@ fn call(
         return Err(ToolError::Internal);
     };
     trace.capability_id.clone_from(&route.id);
-    let limits = state.limits.clone();
-    // Checked before decoding, so that decoding costs no more than the budget allows:
-    // no value whose type-preserving JSON fits `max_value_bytes` encodes to more
-    // than this (an integer is 9 bytes encoded and 1 in JSON, the widest ratio).
-    if arguments.len()
-        > limits
-            .max_value_bytes
-            .saturating_mul(MAX_ENCODED_PER_JSON_BYTE)
-    {
-        return Err(ToolError::ResourceLimit);
-    }
+    state.ledger.check_encoded_arguments(arguments.len())?;
+    let max_depth = state.ledger.limits().max_value_depth;
+    let max_bytes = state.ledger.limits().max_value_bytes;
     // One level more than the budget so that "too deep" is told apart from garbage.
-    let arguments = codemode_value::decode(arguments, limits.max_value_depth + 1).map_err(
-        |error| match error {
-            codemode_value::DecodeError::TooDeep => ToolError::ResourceLimit,
-            codemode_value::DecodeError::Malformed => ToolError::Internal,
-        },
-    )?;
-    let params = plugins::bind(
-        &route.target,
-        &arguments,
-        limits.max_value_depth,
-        limits.max_value_bytes,
-    )
-    .map_err(|error| match error {
-        BindError::Invalid(detail) => ToolError::InvalidArguments(Some(detail)),
-        BindError::Limit => ToolError::ResourceLimit,
-    })?;
-    if codemode_value::json_len(&arguments) > limits.max_value_bytes {
-        return Err(ToolError::ResourceLimit);
-    }
+    let arguments = match codemode_value::decode(arguments, max_depth + 1) {
+        Ok(arguments) => arguments,
+        Err(codemode_value::DecodeError::TooDeep) => {
+            return Err(state.ledger.exhaust(Budget::ValueDepth));
+        }
+        Err(codemode_value::DecodeError::Malformed) => return Err(ToolError::Internal),
+    };
+    let bound = match catalog::bind(&route.params, &arguments, max_depth, max_bytes) {
+        Ok(bound) => bound,
+        Err(BindError::Invalid(detail)) => return Err(ToolError::InvalidArguments(Some(detail))),
+        Err(BindError::TooDeep) => return Err(state.ledger.exhaust(Budget::ValueDepth)),
+        Err(BindError::TooBig) => return Err(state.ledger.exhaust(Budget::ValueBytes)),
+    };
+    state
+        .ledger
+        .check_arguments(codemode_value::json_len(&arguments))?;
+    drop(arguments);
     let canonical = if state.authorizer.wants_arguments() {
-        plugins::canonical(&route.target, &params)
+        catalog::canonical(&route.params, &bound)
     } else {
         codemode_value::Value::Dict(Vec::new())
     };
@@ -248,249 +227,90 @@ fn call(
             return Err(ToolError::PolicyFailure);
         }
     }
-    let (result, explanation) = invoke(
-        store,
-        route.plugin,
-        &route.target,
-        &params,
-        name,
-        &mut trace.fuel,
-    )?;
+    let value = invoke(store, &dispatch, route, bound, trace)?;
     let state = store.data_mut();
-    let remaining = limits
-        .max_intermediate_value_bytes
-        .saturating_sub(state.intermediate_bytes);
-    let value = plugins::output(
-        &route.target,
-        result,
-        limits.max_value_depth,
-        limits.max_value_bytes.min(remaining),
-    )
-    .map_err(|error| match error {
-        OutputError::Failed(detail) => ToolError::CapabilityFailed(explanation.or(detail)),
-        OutputError::Limit => ToolError::ResourceLimit,
-    })?;
     let size = codemode_value::json_len(&value);
-    if size > limits.max_value_bytes || size > remaining {
-        return Err(ToolError::ResourceLimit);
-    }
-    state.intermediate_bytes += size;
+    state.ledger.charge_result(size)?;
     let mut bytes = Vec::with_capacity(size);
     codemode_value::encode(&value, &mut bytes);
     Ok(bytes)
 }
 
-/// Calls the export on the plugin's instance for this execution (created on first
-/// use). The call gets the interpreter's remaining fuel (at most the plugin's
-/// `max_fuel_per_call`) and time (at most its `timeout`); what the plugin burns is
-/// taken from the interpreter's store. Returns the result and, when the call went
-/// wrong in a way the plugin cannot describe well (a refused outbound host, its
-/// timeout), the host's own message for a failed result.
-///
-/// Instantiation and the call are asynchronous and raced against the deadline and
-/// the request's cancellation ([`wait::until`]): a plugin waiting in a host call
-/// (a clock, a socket, outbound HTTP) is abandoned at the deadline, where the epoch
-/// deadline could not stop it because no wasm runs.
+/// Calls the capability on its source's session for this execution (opened on
+/// first use) with the interpreter's remaining fuel, racing the call against the
+/// execution's deadline and the request's cancellation ([`wait::until`]): a call
+/// waiting outside WebAssembly is abandoned at the deadline. What the call burned is
+/// taken from the interpreter's fuel.
 fn invoke(
     store: &mut StoreContextMut<'_, ExecState>,
-    plugin: usize,
-    target: &plugins::CallTarget,
-    params: &[Val],
-    name: &str,
-    burned: &mut u64,
-) -> Result<(Val, Option<String>), ToolError> {
+    dispatch: &Dispatch,
+    route: &Route,
+    bound: Vec<codemode_value::Value>,
+    trace: &mut Trace,
+) -> Result<codemode_value::Value, ToolError> {
     let remaining = store.get_fuel().map_err(|_| ToolError::Internal)?;
     let state = store.data_mut();
-    let loaded = state.dispatch.plugins[plugin].clone();
-    let fuel = loaded
-        .grants
-        .max_fuel_per_call
-        .map_or(remaining, |cap| cap.min(remaining));
-    let call_deadline = loaded
-        .grants
-        .timeout
-        .map(|t| Instant::now() + t)
-        .filter(|d| *d < state.stop.deadline());
-    let stop = state.stop.for_call(call_deadline);
-    let (mut plugin_store, instance) = match state.instances.remove(&plugin) {
-        Some(PluginInstance {
-            mut store,
-            instance,
-        }) => {
-            store.set_fuel(fuel).map_err(|_| ToolError::Internal)?;
-            stop.install(&mut store);
-            (store, Some(instance))
-        }
-        None => (new_store(state, &loaded, fuel, &stop)?, None),
+    let budget = CallBudget {
+        deadline: state.stop.deadline(),
+        cancel: state.stop.cancel().clone(),
+        fuel: remaining,
+        max_memory_bytes: state.ledger.limits().max_memory_bytes,
+        max_depth: state.ledger.limits().max_value_depth,
+        max_nodes: state.ledger.result_room(),
     };
-    let outbound = &mut plugin_store.data_mut().outbound;
-    outbound.deadline = stop.wait_deadline();
-    outbound.denied = None;
-    let mut results = [plugins::CallTarget::result_slot()];
-    let waited = wait::until(stop.wait_deadline(), Some(stop.cancel()), async {
-        let instance = match instance {
-            Some(instance) => instance,
-            None => loaded.pre.instantiate_async(&mut plugin_store).await?,
-        };
-        let func = instance
-            .get_func(&mut plugin_store, target.index)
-            .ok_or_else(|| wasmtime::Error::msg(format!("the export of {name} is missing")))?;
-        func.call_async(&mut plugin_store, params, &mut results)
-            .await?;
-        Ok::<_, wasmtime::Error>(instance)
-    });
-    let left = plugin_store.get_fuel().unwrap_or(0);
-    *burned = fuel.saturating_sub(left);
-    store
-        .set_fuel(remaining.saturating_sub(*burned))
-        .map_err(|_| ToolError::Internal)?;
-    let timed_out = call_deadline.is_some_and(|d| Instant::now() >= d);
-    if timed_out {
-        tracing::warn!(
-            capability = %name,
-            plugin = %loaded.file,
-            timeout_ms = loaded.grants.timeout.unwrap_or_default().as_millis() as u64,
-            "capability call ran past its plugin's timeout"
-        );
-    }
-    let explanation = match plugin_store.data_mut().outbound.denied.take() {
-        Some(denied) => Some(denied),
-        None if timed_out => Some(timed_out_detail(name)),
-        None => None,
+    let deadline = budget.deadline;
+    let cancel = budget.cancel.clone();
+    let Some(source) = dispatch.sources.get(route.source) else {
+        tracing::error!(capability_id = %route.id, "a route names a source that is not there");
+        return Err(ToolError::Internal);
     };
-    // An abandoned or trapped instance is not reused; the execution ends here anyway.
-    let instance = match waited {
-        Ok(Ok(instance)) => instance,
-        Ok(Err(error)) => {
-            let memory_hit = plugin_store.data().limits.hit;
-            return Err(classify_plugin_trap(&error, memory_hit, name, explanation));
+    let session = state
+        .sessions
+        .entry(route.source)
+        .or_insert_with(|| source.clone().session());
+    let waited = wait::until(
+        deadline,
+        Some(&cancel),
+        session.call(route.index, bound, budget),
+    );
+    let outcome = match waited {
+        Ok(outcome) => outcome,
+        Err(Abandoned::Deadline) => {
+            tracing::info!(capability_id = %route.id, source = %source.label(), "call abandoned at the execution's deadline");
+            // The session's state went with the abandoned call.
+            state.sessions.remove(&route.source);
+            return Err(state.ledger.exhaust(Budget::ExecutionTime));
         }
         Err(Abandoned::Cancelled) => return Err(ToolError::Canceled),
-        // Only the plugin's own timeout ends a wait before the execution's deadline.
-        Err(Abandoned::Deadline) if timed_out => {
-            return Err(ToolError::CapabilityFailed(explanation));
-        }
-        Err(Abandoned::Deadline) => return Err(ToolError::ResourceLimit),
         Err(Abandoned::NoRuntime) => return Err(ToolError::Internal),
     };
-    if Instant::now() >= stop.deadline() {
-        // The execution's budget ran out while the plugin waited in the host; its
-        // result comes too late to matter.
-        return Err(ToolError::ResourceLimit);
+    trace.fuel = outcome.fuel;
+    store
+        .set_fuel(remaining.saturating_sub(outcome.fuel))
+        .map_err(|_| ToolError::Internal)?;
+    let state = store.data_mut();
+    let value = match outcome.result {
+        Ok(value) => value,
+        Err(CallFailure::Failed(detail)) => return Err(ToolError::CapabilityFailed(detail)),
+        Err(CallFailure::Exhausted(Budget::ValueBytes)) => {
+            let budget = state.ledger.result_budget();
+            return Err(state.ledger.exhaust(budget));
+        }
+        Err(CallFailure::Exhausted(budget)) => return Err(state.ledger.exhaust(budget)),
+        Err(CallFailure::Canceled) => return Err(ToolError::Canceled),
+        Err(CallFailure::Internal) => return Err(ToolError::Internal),
+    };
+    if Instant::now() >= deadline {
+        // The execution's budget ran out while the call waited outside WebAssembly;
+        // its result comes too late to matter.
+        return Err(state.ledger.exhaust(Budget::ExecutionTime));
     }
-    store.data_mut().instances.insert(
-        plugin,
-        PluginInstance {
-            store: plugin_store,
-            instance,
-        },
-    );
-    let [result] = results;
-    Ok((result, explanation))
-}
-
-/// A store for a new instance of `loaded` in this execution, with what its grants
-/// give; the instance's start code will run on `fuel` and within `stop`, and what
-/// is left is what the first call gets.
-fn new_store(
-    state: &mut ExecState,
-    loaded: &LoadedPlugin,
-    fuel: u64,
-    stop: &Stop,
-) -> Result<Store<PluginState>, ToolError> {
-    let max_memory = loaded
-        .grants
-        .max_memory
-        .map_or(state.limits.max_memory_bytes, |m| {
-            m.min(state.limits.max_memory_bytes)
-        });
-    let plugin_state =
-        PluginState::new(&loaded.file, &loaded.grants, max_memory).map_err(|reason| {
-            tracing::warn!(plugin = %loaded.file, reason = %reason, "cannot prepare the plugin's instance");
-            ToolError::CapabilityFailed(None)
-        })?;
-    let mut store = Store::new(&state.engine, plugin_state);
-    store.limiter(|s| &mut s.limits);
-    stop.install(&mut store);
-    store.set_fuel(fuel).map_err(|_| ToolError::Internal)?;
-    Ok(store)
-}
-
-/// A plugin's trap: budgets are resource limits, cancellation is cancellation, a
-/// trap the host can explain (`explanation`) is the capability's failure with that
-/// message; anything else is the capability's failure (logged, never shown).
-fn classify_plugin_trap(
-    error: &wasmtime::Error,
-    memory_hit: bool,
-    name: &str,
-    explanation: Option<String>,
-) -> ToolError {
-    if let Some(interrupted) = error.downcast_ref::<Interrupted>() {
-        return match interrupted {
-            Interrupted::Cancelled => ToolError::Canceled,
-            Interrupted::Deadline => ToolError::ResourceLimit,
-            Interrupted::CallTimeout => ToolError::CapabilityFailed(explanation),
-        };
-    }
-    if memory_hit
-        || matches!(
-            error.downcast_ref::<wasmtime::Trap>(),
-            Some(wasmtime::Trap::OutOfFuel)
-        )
-    {
-        return ToolError::ResourceLimit;
-    }
-    if error
-        .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
-        .is_some()
-    {
-        // Every instance slot (or fiber stack) of the pool is taken: the server's
-        // capacity, not the plugin's fault.
-        tracing::warn!(capability = %name, reason = %format!("{error:#}"), "instance pool exhausted");
-        return ToolError::ResourceLimit;
-    }
-    if let Some(unprovided) = error.downcast_ref::<Unprovided>() {
-        tracing::warn!(capability = %name, reason = %unprovided, "capability called an import the host does not provide");
-        return ToolError::CapabilityFailed(Some(unprovided.to_string()));
-    }
-    tracing::warn!(capability = %name, reason = %format!("{error:#}"), "capability trapped");
-    ToolError::CapabilityFailed(explanation)
+    Ok(value)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_full_instance_pool_is_a_resource_limit_never_the_capability_s_fault() {
-        // A pool of one instance, taken: the next instantiation fails the way an
-        // execution does when every slot of the real pool is in use.
-        let engine = crate::plugins::engine(1).expect("engine");
-        let binary = wat::parse_str("(component)").expect("valid WAT");
-        let component = wasmtime::component::Component::new(&engine, binary).expect("component");
-        let linker = wasmtime::component::Linker::<()>::new(&engine);
-        let mut store = Store::new(&engine, ());
-        let _held = linker
-            .instantiate(&mut store, &component)
-            .expect("the pool's one instance");
-        let error = linker
-            .instantiate(&mut store, &component)
-            .expect_err("the pool is full");
-        assert!(
-            error
-                .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
-                .is_some(),
-            "{error:#}"
-        );
-        assert_eq!(
-            classify_plugin_trap(&error, false, "records.lookup", None),
-            ToolError::ResourceLimit
-        );
-        assert_eq!(
-            crate::execute::classify_trap(&error, false),
-            ToolError::ResourceLimit
-        );
-    }
 
     fn names() -> Vec<String> {
         [
@@ -538,6 +358,7 @@ mod tests {
 
     #[test]
     fn no_value_encodes_to_more_than_nine_bytes_per_json_byte() {
+        use super::super::ledger::MAX_ENCODED_PER_JSON_BYTE;
         use codemode_value::{Value, encode, json_len};
         let values = [
             Value::Int(0),

@@ -10,6 +10,7 @@
 //! what it burns is taken from the interpreter's store.
 
 mod dispatch;
+mod ledger;
 mod limits;
 mod runner;
 
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use codemode_value::Value;
 use wasmtime::component::{Linker, ResourceTable};
-use wasmtime::{Engine, Store, UpdateDeadline};
+use wasmtime::{Engine, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 pub use limits::{DEFAULT_MAX_FUEL, LimitError, Limits};
@@ -28,12 +29,15 @@ pub use runner::{RunnerError, default_cache_dir};
 
 use crate::audit::AuditLog;
 use crate::authz::{Authorizer, Subject};
+use crate::budget::Budget;
 use crate::cache::ArtifactCache;
+use crate::catalog::Field;
 use crate::error::ToolError;
 use crate::metrics::Metrics;
-use crate::plugins::{CallTarget, LoadedPlugin, MemoryCap};
-use crate::wait::Cancel;
-use dispatch::PluginInstance;
+use crate::plugins::MemoryCap;
+use crate::source::{CapabilitySource, Session};
+use crate::wait::{Cancel, Interrupted, Stop};
+use ledger::Ledger;
 use runner::{Failure, RunnerLimits, RunnerPre};
 
 /// Longest invalid-program detail passed on; a longer one is dropped (bare text).
@@ -45,23 +49,25 @@ const EPOCH_TICK: Duration = Duration::from_millis(5);
 
 /// Where each enabled capability is served.
 pub(crate) struct Route {
-    /// Index into the plugin list.
-    pub plugin: usize,
+    /// Index into [`Dispatch::sources`].
+    pub source: usize,
+    /// The capability's index among its source's capabilities.
+    pub index: usize,
     /// The capability's stable ID (for authorization).
     pub id: String,
-    /// The export to call.
-    pub target: CallTarget,
+    /// Its parameters, which binding checks arguments against.
+    pub params: Vec<Field>,
 }
 
-/// The catalog as the executor sees it: names, routes and the plugins behind them.
+/// The catalog as the executor sees it: names, routes and the sources behind them.
 #[derive(Default)]
 pub(crate) struct Dispatch {
     /// Every enabled capability name, sorted.
     pub names: Vec<String>,
     /// Name → route.
     pub routes: HashMap<String, Route>,
-    /// The loaded plugins (shared with the next catalog when unchanged).
-    pub plugins: Vec<Arc<LoadedPlugin>>,
+    /// The capability sources (shared with the next catalog when unchanged).
+    pub sources: Vec<Arc<dyn CapabilitySource>>,
 }
 
 /// What an execution cost, reported in the tool result's `_meta`.
@@ -109,100 +115,14 @@ impl Drop for Executor {
     }
 }
 
-/// Why the interrupt callback stopped a store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Interrupted {
-    /// The request was cancelled.
-    Cancelled,
-    /// The time budget ran out.
-    Deadline,
-    /// A plugin call ran past its plugin's `timeout` grant.
-    CallTimeout,
-}
-
-impl std::fmt::Display for Interrupted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Interrupted::Cancelled => "execution cancelled",
-            Interrupted::Deadline => "execution time budget exhausted",
-            Interrupted::CallTimeout => "the plugin's timeout ran out",
-        })
-    }
-}
-
-impl std::error::Error for Interrupted {}
-
-/// When an execution must stop: its deadline and its request's cancellation; for a
-/// plugin call, also the call's own deadline (its plugin's `timeout`).
-#[derive(Debug, Clone)]
-pub(crate) struct Stop {
-    deadline: Instant,
-    cancel: Arc<Cancel>,
-    call_deadline: Option<Instant>,
-}
-
-impl Stop {
-    /// A new execution's stop.
-    fn new(deadline: Instant, cancel: Arc<Cancel>) -> Self {
-        Self {
-            deadline,
-            cancel,
-            call_deadline: None,
-        }
-    }
-
-    /// The stop of one plugin call that must also end by `call_deadline`.
-    pub(crate) fn for_call(&self, call_deadline: Option<Instant>) -> Self {
-        Self {
-            call_deadline,
-            ..self.clone()
-        }
-    }
-
-    /// When the execution's time budget runs out.
-    pub(crate) fn deadline(&self) -> Instant {
-        self.deadline
-    }
-
-    /// When the current wait must end: the call's own deadline if it has one (it is
-    /// never later than the execution's), else the execution's.
-    pub(crate) fn wait_deadline(&self) -> Instant {
-        self.call_deadline.unwrap_or(self.deadline)
-    }
-
-    /// The request's cancellation.
-    pub(crate) fn cancel(&self) -> &Cancel {
-        &self.cancel
-    }
-
-    /// Installs the check on `store`: at every epoch tick, stop if cancelled or late.
-    pub(crate) fn install<T: 'static>(&self, store: &mut Store<T>) {
-        let stop = self.clone();
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |_| {
-            if stop.cancel.is_cancelled() {
-                return Err(wasmtime::Error::new(Interrupted::Cancelled));
-            }
-            let now = Instant::now();
-            if now >= stop.deadline {
-                return Err(wasmtime::Error::new(Interrupted::Deadline));
-            }
-            if stop.call_deadline.is_some_and(|d| now >= d) {
-                return Err(wasmtime::Error::new(Interrupted::CallTimeout));
-            }
-            Ok(UpdateDeadline::Continue(1))
-        });
-    }
-}
-
 /// The data of one execution's interpreter store.
 pub(crate) struct ExecState {
     wasi: WasiCtx,
     table: ResourceTable,
     memory: MemoryCap,
-    engine: Engine,
     dispatch: Arc<Dispatch>,
-    limits: Limits,
+    /// Every budget this execution has charged.
+    ledger: Ledger,
     subject: Subject,
     authorizer: Arc<dyn Authorizer>,
     audit: Option<Arc<AuditLog>>,
@@ -210,12 +130,11 @@ pub(crate) struct ExecState {
     /// This execution's number, for the audit log.
     execution: u64,
     stop: Stop,
-    /// One instance per plugin used, created on first use.
-    instances: HashMap<usize, PluginInstance>,
+    /// One session per source used (index into [`Dispatch::sources`]), opened on
+    /// first use.
+    sessions: HashMap<usize, Box<dyn Session>>,
     /// The failure of a native call: it decides the execution's error.
     retained: Option<ToolError>,
-    native_calls: u64,
-    intermediate_bytes: usize,
 }
 
 impl WasiView for ExecState {
@@ -334,7 +253,7 @@ impl Executor {
         started: Instant,
     ) -> Result<Executed, ToolError> {
         if source.len() > self.limits.max_source_bytes {
-            return Err(ToolError::ResourceLimit);
+            return Err(exhausted_before_start(Budget::SourceBytes));
         }
         let deadline = started + self.limits.max_execution_time;
         let permit = tokio::time::timeout_at(
@@ -342,7 +261,7 @@ impl Executor {
             self.permits.clone().acquire_owned(),
         )
         .await
-        .map_err(|_| ToolError::ResourceLimit)?
+        .map_err(|_| exhausted_before_start(Budget::ExecutionTime))?
         .map_err(|_| ToolError::Internal)?;
         let execution = self.started.fetch_add(1, Ordering::Relaxed) + 1;
         let cancel = Arc::new(Cancel::default());
@@ -455,19 +374,16 @@ impl Job {
             wasi: WasiCtx::builder().build(),
             table: ResourceTable::new(),
             memory: MemoryCap::new(self.limits.max_memory_bytes),
-            engine: self.engine.clone(),
             dispatch: self.dispatch.clone(),
-            limits: self.limits.clone(),
+            ledger: Ledger::new(self.limits.clone()),
             subject: self.subject.clone(),
             authorizer: self.authorizer.clone(),
             audit: self.audit.clone(),
             metrics: self.metrics.clone(),
             execution: self.execution,
             stop: self.stop.clone(),
-            instances: HashMap::new(),
+            sessions: HashMap::new(),
             retained: None,
-            native_calls: 0,
-            intermediate_bytes: 0,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.memory);
@@ -496,28 +412,50 @@ impl Job {
         let state = store.data_mut();
         let mut stats = Stats {
             fuel,
-            native_calls: state.native_calls,
-            intermediate_bytes: state.intermediate_bytes,
+            native_calls: state.ledger.native_calls(),
+            intermediate_bytes: state.ledger.intermediate_bytes(),
             ..Stats::default()
         };
+        let result = self.conclude(state, outcome, &mut stats);
+        if let Some(budget) = state.ledger.exhausted() {
+            tracing::info!(execution = self.execution, budget = %budget, "execution stopped: a budget ran out");
+        }
+        result.map(|json| (json, stats))
+    }
+
+    /// The execution's value, or its error: a native call's retained failure first,
+    /// then a trap, then what the interpreter reported.
+    fn conclude(
+        &self,
+        state: &mut ExecState,
+        outcome: wasmtime::Result<runner::Outcome>,
+        stats: &mut Stats,
+    ) -> Result<serde_json::Value, ToolError> {
         let retained = state.retained.take();
-        let memory_hit = state.memory.hit;
-        let outcome = match outcome {
-            Ok(outcome) => outcome,
-            Err(error) => {
-                return Err(retained.unwrap_or_else(|| classify_trap(&error, memory_hit)));
+        let outcome = match (outcome, retained) {
+            (_, Some(error)) => return Err(error),
+            (Ok(outcome), None) => outcome,
+            (Err(error), None) => {
+                return Err(match classify_trap(&error, state.memory.hit) {
+                    Ok(budget) => state.ledger.exhaust(budget),
+                    Err(error) => error,
+                });
             }
         };
         stats.steps = outcome.steps;
-        let bytes = match (outcome.value, retained) {
-            (_, Some(error)) => return Err(error),
-            (Ok(bytes), None) => bytes,
-            (Err(Failure::InvalidProgram(detail)), None) => {
+        let bytes = match outcome.value {
+            Ok(bytes) => bytes,
+            Err(Failure::InvalidProgram(detail)) => {
                 let detail = (detail.len() <= MAX_PROGRAM_DETAIL_BYTES).then_some(detail);
                 return Err(ToolError::InvalidProgram(detail));
             }
-            (Err(Failure::ResourceLimit), None) => return Err(ToolError::ResourceLimit),
-            (Err(Failure::Aborted), None) => {
+            // The interpreter's own budgets: its steps, or the final value's depth or
+            // size (which of the two it does not say).
+            Err(Failure::ResourceLimit) if outcome.steps >= self.limits.max_execution_steps => {
+                return Err(state.ledger.exhaust(Budget::ExecutionSteps));
+            }
+            Err(Failure::ResourceLimit) => return Err(ToolError::ResourceLimit),
+            Err(Failure::Aborted) => {
                 tracing::error!(
                     "the interpreter reported a failed native call the host did not see"
                 );
@@ -525,46 +463,56 @@ impl Job {
             }
         };
         let value = codemode_value::decode(&bytes, self.limits.max_value_depth)
-            .map_err(|_| ToolError::ResourceLimit)?;
+            .map_err(|_| state.ledger.exhaust(Budget::ValueDepth))?;
         stats.result_bytes = codemode_value::json_len(&value);
-        if stats.result_bytes > self.limits.max_value_bytes {
-            return Err(ToolError::ResourceLimit);
-        }
-        let json = to_json(value).ok_or(ToolError::InvalidProgram(None))?;
-        Ok((json, stats))
+        state.ledger.check_final_value(stats.result_bytes)?;
+        to_json(value).ok_or(ToolError::InvalidProgram(None))
     }
 }
 
-/// Classifies a trap of the interpreter (or a plugin) that no native call explained.
-pub(crate) fn classify_trap(error: &wasmtime::Error, memory_hit: bool) -> ToolError {
+/// The error of an execution that ran out of `budget` before it had a ledger: its
+/// source was too large, or its time ran out waiting for a slot.
+fn exhausted_before_start(budget: Budget) -> ToolError {
+    tracing::info!(budget = %budget, "execution stopped: a budget ran out");
+    ToolError::ResourceLimit
+}
+
+/// Classifies a trap of the interpreter (or a plugin) that no native call explained:
+/// the budget that ran out, or the error the agent sees.
+pub(crate) fn classify_trap(
+    error: &wasmtime::Error,
+    memory_hit: bool,
+) -> Result<Budget, ToolError> {
     if let Some(interrupted) = error.downcast_ref::<Interrupted>() {
         return match interrupted {
-            Interrupted::Cancelled => ToolError::Canceled,
-            Interrupted::Deadline | Interrupted::CallTimeout => ToolError::ResourceLimit,
+            Interrupted::Cancelled => Err(ToolError::Canceled),
+            Interrupted::Deadline | Interrupted::CallTimeout => Ok(Budget::ExecutionTime),
         };
     }
     if memory_hit {
-        return ToolError::ResourceLimit;
+        return Ok(Budget::Memory);
     }
     if error
         .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
         .is_some()
     {
         tracing::warn!(reason = %format!("{error:#}"), "instance pool exhausted");
-        return ToolError::ResourceLimit;
+        return Ok(Budget::Capacity);
     }
     match error.downcast_ref::<wasmtime::Trap>() {
-        Some(wasmtime::Trap::OutOfFuel | wasmtime::Trap::StackOverflow) => ToolError::ResourceLimit,
-        // The interpreter is stack-first: overflowing its 8 MiB stack (a program
-        // nested too deeply for the parser) is an access below address 0.
-        Some(wasmtime::Trap::MemoryOutOfBounds) => ToolError::ResourceLimit,
+        Some(wasmtime::Trap::OutOfFuel) => Ok(Budget::Fuel),
+        // The interpreter's stack: a program nested too deeply for the parser
+        // overflows the host stack or, the interpreter being stack-first, its 8 MiB
+        // stack (an access below address 0). Neither has a flag; memory is closest.
+        Some(wasmtime::Trap::StackOverflow | wasmtime::Trap::MemoryOutOfBounds) => {
+            Ok(Budget::Memory)
+        }
         _ => {
             tracing::error!(reason = %format!("{error:#}"), "the interpreter trapped");
-            ToolError::Internal
+            Err(ToolError::Internal)
         }
     }
 }
-
 /// The final value as JSON (object keys sorted). `None` for what JSON cannot carry;
 /// the interpreter rejects those before, so this is a second line.
 fn to_json(value: Value) -> Option<serde_json::Value> {

@@ -13,7 +13,8 @@ use super::files::{FileError, read_regular};
 use super::grants::Grants;
 use super::invoke::CallTarget;
 use super::metadata::{self, METADATA_INTERFACE, MetadataEntry};
-use super::reflect::{self, ErrorKind, ExportedFunc, TypeError};
+use super::plan::CallPlan;
+use super::reflect::{self, ExportedFunc, TypeError};
 use super::sandbox::{self, PluginState};
 use crate::cache::{ArtifactCache, Origin};
 use crate::catalog::{CapabilitySpec, snake_case};
@@ -152,8 +153,8 @@ pub(crate) struct PluginCapability {
     pub instance: String,
     /// The function's WIT name.
     pub function: String,
-    /// How the result reports failure.
-    pub error: ErrorKind,
+    /// How a call lowers its arguments and lifts its result.
+    pub plan: CallPlan,
 }
 
 /// A plugin file that compiled, linked and described itself.
@@ -223,7 +224,7 @@ pub(crate) fn load_file(
     let targets = capabilities
         .iter()
         .map(|c| {
-            CallTarget::resolve(&component, &c.instance, &c.function, c.error.clone()).ok_or_else(
+            CallTarget::resolve(&component, &c.instance, &c.function, c.plan.clone()).ok_or_else(
                 || {
                     LoadError::Link(wasmtime::Error::msg(format!(
                         "export `{}` cannot be resolved for calling",
@@ -349,7 +350,7 @@ pub(crate) fn assemble(
             export: entry.export_name,
             instance: func.instance.clone(),
             function: func.function.clone(),
-            error: signature.error,
+            plan: signature.plan,
         });
     }
     let ignored = funcs
@@ -363,7 +364,8 @@ pub(crate) fn assemble(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{Field, ValueType};
+    use crate::catalog::{Field, Shape};
+    use crate::plugins::plan::{ErrorKind, Plan};
     use crate::plugins::reflect::Signature;
 
     fn func(
@@ -381,9 +383,13 @@ mod tests {
 
     fn ok_sig() -> Result<Signature, TypeError> {
         Ok(Signature {
-            params: vec![Field::from_wit("key", ValueType::Str)],
+            params: vec![Field::new("key", Shape::Str)],
             output: vec![],
-            error: ErrorKind::Message,
+            plan: CallPlan {
+                params: vec![Plan::Str],
+                output: Plan::Record(Vec::new()),
+                error: ErrorKind::Message,
+            },
         })
     }
 

@@ -11,8 +11,10 @@ mod grants;
 mod invoke;
 mod load;
 mod metadata;
+mod plan;
 mod reflect;
 mod sandbox;
+mod session;
 
 pub use files::FileError;
 pub use grants::{DirGrant, Grants, HostPattern};
@@ -21,9 +23,8 @@ pub use reflect::TypeError;
 
 pub(crate) use folder::PluginFolder;
 pub(crate) use grants::SIDECAR_EXTENSION;
-pub(crate) use invoke::{BindError, CallTarget, OutputError, bind, canonical, output};
 pub(crate) use load::{LoadedPlugin, PLUGIN_PREFIX, file_label, load_file};
-pub(crate) use sandbox::{MemoryCap, PluginState, Unprovided, engine, pool_instances};
+pub(crate) use sandbox::{MemoryCap, engine, pool_instances};
 
 use std::path::{Path, PathBuf};
 

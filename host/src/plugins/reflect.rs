@@ -9,20 +9,8 @@ use wasmtime::Engine;
 use wasmtime::component::types::{ComponentFunc, ComponentItem};
 use wasmtime::component::{Component, Type};
 
-use crate::catalog::{Field, FloatKind, IntKind, ValueType};
-
-/// How a capability's failure is reported by its result type.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ErrorKind {
-    /// The result is a bare record: the capability cannot report a failure.
-    None,
-    /// `result<record>`: a failure without a message.
-    Bare,
-    /// `result<record, string>`.
-    Message,
-    /// `result<record, R>` where record `R` has a `message: string` field.
-    RecordMessage,
-}
+use super::plan::{CallPlan, ErrorKind, FieldPlan, Plan};
+use crate::catalog::{Field, FloatKind, IntKind, Shape, snake_case};
 
 /// One function exported from an interface of the component.
 #[derive(Debug, Clone)]
@@ -44,15 +32,16 @@ impl ExportedFunc {
     }
 }
 
-/// A function's parameters and result, mapped.
+/// A function's parameters and result, mapped: the catalog's shapes and the call
+/// plan, from one walk over the WIT types.
 #[derive(Debug, Clone)]
 pub(crate) struct Signature {
     /// Parameters in order.
     pub params: Vec<Field>,
     /// Fields of the result record.
     pub output: Vec<Field>,
-    /// How failures are reported.
-    pub error: ErrorKind,
+    /// How a call lowers the parameters and lifts the result.
+    pub plan: CallPlan,
 }
 
 /// Why a function's signature cannot be a capability.
@@ -131,13 +120,12 @@ pub(crate) fn exported_functions(
 
 fn map_signature(func: &ComponentFunc) -> Result<Signature, TypeError> {
     let mut params = Vec::new();
+    let mut param_plans = Vec::new();
     for (name, ty) in func.params() {
-        let field = Field::from_wit(name, ValueType::Bool);
-        let place = format!("parameter {}", field.name);
-        params.push(Field {
-            ty: map_type(&ty, &place)?,
-            ..field
-        });
+        let name = snake_case(name);
+        let (shape, plan) = map_type(&ty, &format!("parameter {name}"))?;
+        params.push(Field::new(name, shape));
+        param_plans.push(plan);
     }
     let results: Vec<Type> = func.results().collect();
     let (record, error) = match results.as_slice() {
@@ -146,7 +134,7 @@ fn map_signature(func: &ComponentFunc) -> Result<Signature, TypeError> {
                 found: "no result".into(),
             });
         }
-        [Type::Record(_)] => (&results[0], ErrorKind::None),
+        [record @ Type::Record(_)] => (record.clone(), ErrorKind::None),
         [Type::Result(r)] => {
             let ok = r.ok().ok_or_else(|| TypeError::Result {
                 found: "result<_, E> without an ok type".into(),
@@ -172,16 +160,7 @@ fn map_signature(func: &ComponentFunc) -> Result<Signature, TypeError> {
                     });
                 }
             };
-            let ValueType::Record(output) = map_type(&ok, "result")? else {
-                return Err(TypeError::Result {
-                    found: wit_kind(&ok).to_owned(),
-                });
-            };
-            return Ok(Signature {
-                params,
-                output,
-                error,
-            });
+            (ok, error)
         }
         [other] => {
             return Err(TypeError::Result {
@@ -194,20 +173,25 @@ fn map_signature(func: &ComponentFunc) -> Result<Signature, TypeError> {
             });
         }
     };
-    let ValueType::Record(output) = map_type(record, "result")? else {
+    let (Shape::Record(output), output_plan) = map_type(&record, "result")? else {
         return Err(TypeError::Result {
-            found: wit_kind(record).to_owned(),
+            found: wit_kind(&record).to_owned(),
         });
     };
     Ok(Signature {
         params,
         output,
-        error,
+        plan: CallPlan {
+            params: param_plans,
+            output: output_plan,
+            error,
+        },
     })
 }
 
-/// Maps one WIT type; `place` says where it sits for error messages.
-fn map_type(ty: &Type, place: &str) -> Result<ValueType, TypeError> {
+/// Maps one WIT type to its shape and its plan; `place` says where it sits for error
+/// messages.
+fn map_type(ty: &Type, place: &str) -> Result<(Shape, Plan), TypeError> {
     let unsupported = |wit: &'static str, hint: &'static str| {
         Err(TypeError::Unsupported {
             place: place.to_owned(),
@@ -216,60 +200,69 @@ fn map_type(ty: &Type, place: &str) -> Result<ValueType, TypeError> {
         })
     };
     Ok(match ty {
-        Type::Bool => ValueType::Bool,
-        Type::S8 => ValueType::Int(IntKind::S8),
-        Type::U8 => ValueType::Int(IntKind::U8),
-        Type::S16 => ValueType::Int(IntKind::S16),
-        Type::U16 => ValueType::Int(IntKind::U16),
-        Type::S32 => ValueType::Int(IntKind::S32),
-        Type::U32 => ValueType::Int(IntKind::U32),
-        Type::S64 => ValueType::Int(IntKind::S64),
-        Type::U64 => ValueType::Int(IntKind::U64),
-        Type::Float32 => ValueType::Float(FloatKind::F32),
-        Type::Float64 => ValueType::Float(FloatKind::F64),
-        Type::Char => ValueType::Char,
-        Type::String => ValueType::Str,
+        Type::Bool => (Shape::Bool, Plan::Bool),
+        Type::S8 => (Shape::Int(IntKind::S8), Plan::Int(IntKind::S8)),
+        Type::U8 => (Shape::Int(IntKind::U8), Plan::Int(IntKind::U8)),
+        Type::S16 => (Shape::Int(IntKind::S16), Plan::Int(IntKind::S16)),
+        Type::U16 => (Shape::Int(IntKind::U16), Plan::Int(IntKind::U16)),
+        Type::S32 => (Shape::Int(IntKind::S32), Plan::Int(IntKind::S32)),
+        Type::U32 => (Shape::Int(IntKind::U32), Plan::Int(IntKind::U32)),
+        Type::S64 => (Shape::Int(IntKind::S64), Plan::Int(IntKind::S64)),
+        Type::U64 => (Shape::Int(IntKind::U64), Plan::Int(IntKind::U64)),
+        Type::Float32 => (Shape::Float(FloatKind::F32), Plan::Float(FloatKind::F32)),
+        Type::Float64 => (Shape::Float(FloatKind::F64), Plan::Float(FloatKind::F64)),
+        Type::Char => (Shape::Char, Plan::Char),
+        Type::String => (Shape::Str, Plan::Str),
         Type::List(list) => {
             let elem = list.ty();
             if let Type::Tuple(tuple) = &elem {
                 let types: Vec<Type> = tuple.types().collect();
                 if let [Type::String, value] = types.as_slice() {
-                    return Ok(ValueType::Dict(Box::new(map_type(
-                        value,
-                        &format!("{place}, dict value"),
-                    )?)));
+                    let (shape, plan) = map_type(value, &format!("{place}, dict value"))?;
+                    return Ok((Shape::Dict(Box::new(shape)), Plan::PairList(Box::new(plan))));
                 }
                 return unsupported(
                     "tuple",
                     "only list<tuple<string, T>> is supported, as a dict",
                 );
             }
-            ValueType::List(Box::new(map_type(
-                &elem,
-                &format!("{place}, list element"),
-            )?))
+            let (shape, plan) = map_type(&elem, &format!("{place}, list element"))?;
+            (Shape::List(Box::new(shape)), Plan::List(Box::new(plan)))
         }
         Type::Map(map) => {
             if !matches!(map.key(), Type::String) {
                 return unsupported("map", "only string keys are supported");
             }
-            ValueType::Dict(Box::new(map_type(
-                &map.value(),
-                &format!("{place}, map value"),
-            )?))
+            let (shape, plan) = map_type(&map.value(), &format!("{place}, map value"))?;
+            (Shape::Dict(Box::new(shape)), Plan::Map(Box::new(plan)))
         }
         Type::Record(record) => {
             let mut fields = Vec::new();
+            let mut plans = Vec::new();
             for f in record.fields() {
-                let field = Field::from_wit(f.name, ValueType::Bool);
-                let ty = map_type(&f.ty, &format!("{place}, field {}", field.name))?;
-                fields.push(Field { ty, ..field });
+                let name = snake_case(f.name);
+                let (shape, plan) = map_type(&f.ty, &format!("{place}, field {name}"))?;
+                fields.push(Field::new(name.clone(), shape));
+                plans.push(FieldPlan {
+                    wit_name: f.name.to_owned(),
+                    name,
+                    plan,
+                });
             }
-            ValueType::Record(fields)
+            (Shape::Record(fields), Plan::Record(plans))
         }
-        Type::Option(option) => ValueType::Option(Box::new(map_type(&option.ty(), place)?)),
-        Type::Enum(e) => ValueType::Enum(e.names().map(str::to_owned).collect()),
-        Type::Flags(f) => ValueType::Flags(f.names().map(str::to_owned).collect()),
+        Type::Option(option) => {
+            let (shape, plan) = map_type(&option.ty(), place)?;
+            (Shape::Option(Box::new(shape)), Plan::Option(Box::new(plan)))
+        }
+        Type::Enum(e) => (
+            Shape::Enum(e.names().map(str::to_owned).collect()),
+            Plan::Enum,
+        ),
+        Type::Flags(f) => (
+            Shape::Flags(f.names().map(str::to_owned).collect()),
+            Plan::Flags,
+        ),
         Type::Tuple(_) => return unsupported("tuple", "use a record"),
         Type::Variant(_) => {
             return unsupported("variant", "use an enum, or a record with option fields");

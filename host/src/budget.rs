@@ -1,0 +1,55 @@
+//! The budgets of an execution by name: which one ran out.
+//!
+//! Every layer that can exhaust a budget (the executor's ledger, a capability
+//! source, the interpreter) names it with a [`Budget`], so that operators (and, with
+//! the integrity issue, agents) learn *which* limit fired, by the flag that sets it.
+
+/// One budget of an execution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Budget {
+    /// Bytes of program source.
+    SourceBytes,
+    /// Starlark ticks.
+    ExecutionSteps,
+    /// Wall time, a wait for a slot and waits outside WebAssembly included.
+    ExecutionTime,
+    /// Native calls attempted.
+    NativeCalls,
+    /// Depth of one value crossing the sandbox.
+    ValueDepth,
+    /// Size of one value crossing the sandbox.
+    ValueBytes,
+    /// Sum of the sizes of native results.
+    IntermediateValueBytes,
+    /// Fuel of the interpreter and the plugins together.
+    Fuel,
+    /// Linear memory of the interpreter or a plugin instance.
+    Memory,
+    /// Capacity of the server (every instance slot of the pool taken), not a budget
+    /// an execution can be given more of.
+    Capacity,
+}
+
+impl Budget {
+    /// The flag that sets this budget, as operators write it.
+    pub(crate) fn flag(self) -> &'static str {
+        match self {
+            Budget::SourceBytes => "--max-source-bytes",
+            Budget::ExecutionSteps => "--max-execution-steps",
+            Budget::ExecutionTime => "--max-execution-time",
+            Budget::NativeCalls => "--max-native-calls",
+            Budget::ValueDepth => "--max-value-depth",
+            Budget::ValueBytes => "--max-value-bytes",
+            Budget::IntermediateValueBytes => "--max-intermediate-value-bytes",
+            Budget::Fuel => "--max-fuel",
+            Budget::Memory => "--max-memory",
+            Budget::Capacity => "--max-concurrent-executions",
+        }
+    }
+}
+
+impl std::fmt::Display for Budget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.flag())
+    }
+}

@@ -1,0 +1,302 @@
+//! WebAssembly plugins as a capability source: one plugin file is a
+//! [`CapabilitySource`], and an execution's [`Session`] with it owns that
+//! execution's instance of the plugin (created on first use, never shared).
+//!
+//! A call lowers the bound arguments by the export's plan, runs the export on the
+//! instance with the fuel and memory the budget and the plugin's grants allow, and
+//! lifts the result. Instantiation and the call are asynchronous: the executor races
+//! them against the execution's deadline and cancellation, and this session races
+//! them against the plugin's own `timeout` grant, so a plugin waiting in a host call
+//! (a clock, a socket, outbound HTTP) is abandoned where the epoch deadline could not
+//! stop it, because no wasm runs.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use codemode_value::Value;
+use wasmtime::Store;
+use wasmtime::component::Instance;
+
+use super::invoke::{CallTarget, OutputError, output};
+use super::load::LoadedPlugin;
+use super::plan::{Mismatch, lower_all};
+use super::sandbox::{PluginState, Unprovided};
+use crate::budget::Budget;
+use crate::catalog::CapabilitySpec;
+use crate::error::timed_out_detail;
+use crate::source::{CallBudget, CallFailure, CallFuture, CallOutcome, CapabilitySource, Session};
+use crate::wait::{Interrupted, Stop};
+
+impl CapabilitySource for LoadedPlugin {
+    fn label(&self) -> &str {
+        &self.file
+    }
+
+    fn capabilities(&self) -> Vec<&CapabilitySpec> {
+        self.capabilities.iter().map(|c| &c.spec).collect()
+    }
+
+    fn session(self: Arc<Self>) -> Box<dyn Session> {
+        Box::new(PluginSession {
+            plugin: self,
+            instance: None,
+        })
+    }
+}
+
+/// One execution's use of one plugin.
+struct PluginSession {
+    plugin: Arc<LoadedPlugin>,
+    /// The instance, once created and while it is fit for another call (an
+    /// abandoned or trapped instance is dropped).
+    instance: Option<(Store<PluginState>, Instance)>,
+}
+
+impl Session for PluginSession {
+    fn call(&mut self, index: usize, arguments: Vec<Value>, budget: CallBudget) -> CallFuture<'_> {
+        Box::pin(self.run(index, arguments, budget))
+    }
+}
+
+impl PluginSession {
+    async fn run(
+        &mut self,
+        index: usize,
+        arguments: Vec<Value>,
+        budget: CallBudget,
+    ) -> CallOutcome {
+        let plugin = self.plugin.clone();
+        let (Some(capability), Some(target)) =
+            (plugin.capabilities.get(index), plugin.targets.get(index))
+        else {
+            tracing::error!(plugin = %plugin.file, index, "a call named a capability the plugin does not have");
+            return failed(CallFailure::Internal, 0);
+        };
+        let name = capability.spec.name.as_str();
+        let params = match lower_all(&target.plan, arguments) {
+            Ok(params) => params,
+            Err(Mismatch) => {
+                tracing::error!(capability = %name, "bound arguments do not match the export's plan");
+                return failed(CallFailure::Internal, 0);
+            }
+        };
+        let grants = &plugin.grants;
+        let fuel = grants
+            .max_fuel_per_call
+            .map_or(budget.fuel, |cap| cap.min(budget.fuel));
+        let call_deadline = grants
+            .timeout
+            .map(|t| Instant::now() + t)
+            .filter(|d| *d < budget.deadline);
+        let stop = Stop::new(budget.deadline, budget.cancel.clone()).for_call(call_deadline);
+        let (mut store, instance) = match self.instance.take() {
+            Some((mut store, instance)) => {
+                if store.set_fuel(fuel).is_err() {
+                    return failed(CallFailure::Internal, 0);
+                }
+                stop.install(&mut store);
+                (store, Some(instance))
+            }
+            None => match new_store(&plugin, budget.max_memory_bytes, fuel, &stop) {
+                Ok(store) => (store, None),
+                Err(failure) => return failed(failure, 0),
+            },
+        };
+        let outbound = &mut store.data_mut().outbound;
+        outbound.deadline = stop.wait_deadline();
+        outbound.denied = None;
+        let mut results = [CallTarget::result_slot()];
+        let work = async {
+            let instance = match instance {
+                Some(instance) => instance,
+                None => plugin.pre.instantiate_async(&mut store).await?,
+            };
+            let func = instance
+                .get_func(&mut store, target.index)
+                .ok_or_else(|| wasmtime::Error::msg(format!("the export of {name} is missing")))?;
+            func.call_async(&mut store, &params, &mut results).await?;
+            Ok::<_, wasmtime::Error>(instance)
+        };
+        // `None`: the plugin's own timeout ended a wait outside WebAssembly.
+        let waited = match call_deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline.into(), work).await.ok(),
+            None => Some(work.await),
+        };
+        let burned = fuel.saturating_sub(store.get_fuel().unwrap_or(0));
+        let timed_out = call_deadline.is_some_and(|d| Instant::now() >= d);
+        if timed_out {
+            tracing::warn!(
+                capability = %name,
+                plugin = %plugin.file,
+                timeout_ms = grants.timeout.unwrap_or_default().as_millis() as u64,
+                "capability call ran past its plugin's timeout"
+            );
+        }
+        let explanation = match store.data_mut().outbound.denied.take() {
+            Some(denied) => Some(denied),
+            None if timed_out => Some(timed_out_detail(name)),
+            None => None,
+        };
+        let instance = match waited {
+            Some(Ok(instance)) => instance,
+            Some(Err(error)) => {
+                let memory_hit = store.data().limits.hit;
+                return failed(
+                    classify_plugin_trap(&error, memory_hit, name, explanation),
+                    burned,
+                );
+            }
+            None => return failed(CallFailure::Failed(explanation), burned),
+        };
+        self.instance = Some((store, instance));
+        let [result] = results;
+        let result =
+            output(target, result, budget.max_depth, budget.max_nodes).map_err(
+                |error| match error {
+                    OutputError::Failed(detail) => CallFailure::Failed(explanation.or(detail)),
+                    OutputError::Exhausted(budget) => CallFailure::Exhausted(budget),
+                },
+            );
+        CallOutcome {
+            result,
+            fuel: burned,
+        }
+    }
+}
+
+fn failed(failure: CallFailure, fuel: u64) -> CallOutcome {
+    CallOutcome {
+        result: Err(failure),
+        fuel,
+    }
+}
+
+/// A store for a new instance of `plugin` in this execution, with what its grants
+/// give; the instance's start code will run on `fuel` and within `stop`, and what
+/// is left is what the first call gets.
+fn new_store(
+    plugin: &LoadedPlugin,
+    max_memory_bytes: usize,
+    fuel: u64,
+    stop: &Stop,
+) -> Result<Store<PluginState>, CallFailure> {
+    let max_memory = plugin
+        .grants
+        .max_memory
+        .map_or(max_memory_bytes, |m| m.min(max_memory_bytes));
+    let state = PluginState::new(&plugin.file, &plugin.grants, max_memory).map_err(|reason| {
+        tracing::warn!(plugin = %plugin.file, reason = %reason, "cannot prepare the plugin's instance");
+        CallFailure::Failed(None)
+    })?;
+    let mut store = Store::new(plugin.pre.engine(), state);
+    store.limiter(|s| &mut s.limits);
+    stop.install(&mut store);
+    store.set_fuel(fuel).map_err(|_| CallFailure::Internal)?;
+    Ok(store)
+}
+
+/// A plugin's trap: budgets are exhausted budgets, cancellation is cancellation, a
+/// trap the host can explain (`explanation`) is the capability's failure with that
+/// message; anything else is the capability's failure (logged, never shown).
+fn classify_plugin_trap(
+    error: &wasmtime::Error,
+    memory_hit: bool,
+    name: &str,
+    explanation: Option<String>,
+) -> CallFailure {
+    if let Some(interrupted) = error.downcast_ref::<Interrupted>() {
+        return match interrupted {
+            Interrupted::Cancelled => CallFailure::Canceled,
+            Interrupted::Deadline => CallFailure::Exhausted(Budget::ExecutionTime),
+            Interrupted::CallTimeout => CallFailure::Failed(explanation),
+        };
+    }
+    if memory_hit {
+        return CallFailure::Exhausted(Budget::Memory);
+    }
+    if matches!(
+        error.downcast_ref::<wasmtime::Trap>(),
+        Some(wasmtime::Trap::OutOfFuel)
+    ) {
+        return CallFailure::Exhausted(Budget::Fuel);
+    }
+    if error
+        .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+        .is_some()
+    {
+        // Every instance slot (or fiber stack) of the pool is taken: the server's
+        // capacity, not the plugin's fault.
+        tracing::warn!(capability = %name, reason = %format!("{error:#}"), "instance pool exhausted");
+        return CallFailure::Exhausted(Budget::Capacity);
+    }
+    if let Some(unprovided) = error.downcast_ref::<Unprovided>() {
+        tracing::warn!(capability = %name, reason = %unprovided, "capability called an import the host does not provide");
+        return CallFailure::Failed(Some(unprovided.to_string()));
+    }
+    tracing::warn!(capability = %name, reason = %format!("{error:#}"), "capability trapped");
+    CallFailure::Failed(explanation)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_instance_pool_is_the_server_s_capacity_never_the_capability_s_fault() {
+        // A pool of one instance, taken: the next instantiation fails the way an
+        // execution does when every slot of the real pool is in use.
+        let engine = crate::plugins::engine(1).expect("engine");
+        let binary = wat::parse_str("(component)").expect("valid WAT");
+        let component = wasmtime::component::Component::new(&engine, binary).expect("component");
+        let linker = wasmtime::component::Linker::<()>::new(&engine);
+        let mut store = Store::new(&engine, ());
+        let _held = linker
+            .instantiate(&mut store, &component)
+            .expect("the pool's one instance");
+        let error = linker
+            .instantiate(&mut store, &component)
+            .expect_err("the pool is full");
+        assert!(
+            error
+                .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+                .is_some(),
+            "{error:#}"
+        );
+        assert_eq!(
+            classify_plugin_trap(&error, false, "records.lookup", None),
+            CallFailure::Exhausted(Budget::Capacity)
+        );
+        assert_eq!(
+            crate::execute::classify_trap(&error, false),
+            Ok(Budget::Capacity)
+        );
+    }
+
+    #[test]
+    fn budgets_that_stop_a_plugin_are_named() {
+        let deadline = wasmtime::Error::new(Interrupted::Deadline);
+        assert_eq!(
+            classify_plugin_trap(&deadline, false, "n", None),
+            CallFailure::Exhausted(Budget::ExecutionTime)
+        );
+        let fuel = wasmtime::Error::new(wasmtime::Trap::OutOfFuel);
+        assert_eq!(
+            classify_plugin_trap(&fuel, false, "n", None),
+            CallFailure::Exhausted(Budget::Fuel)
+        );
+        let trap = wasmtime::Error::new(wasmtime::Trap::UnreachableCodeReached);
+        assert_eq!(
+            classify_plugin_trap(&trap, true, "n", None),
+            CallFailure::Exhausted(Budget::Memory)
+        );
+        let timeout = wasmtime::Error::new(Interrupted::CallTimeout);
+        assert_eq!(
+            classify_plugin_trap(&timeout, false, "n", Some("why".into())),
+            CallFailure::Failed(Some("why".into()))
+        );
+        assert_eq!(
+            classify_plugin_trap(&trap, false, "n", None),
+            CallFailure::Failed(None)
+        );
+    }
+}

@@ -1,0 +1,86 @@
+//! The capability-source port: what the executor needs from whatever serves
+//! capabilities — WebAssembly plugins today, upstream MCP servers next.
+//!
+//! A source offers capabilities (their [`CapabilitySpec`]s: names, IDs, texts,
+//! shapes) and opens a [`Session`] per execution that uses it. A session's
+//! [`Session::call`] takes arguments already bound against the capability's shapes
+//! and a [`CallBudget`], and is asynchronous: the executor races it against the
+//! execution's deadline and cancellation and drops it when it loses, so a source
+//! blocked outside WebAssembly (a host call, a socket, a remote server) never holds
+//! an execution past its budget. Nothing here knows wasmtime, MCP or the executor.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use codemode_value::Value;
+
+use crate::budget::Budget;
+use crate::catalog::CapabilitySpec;
+use crate::wait::Cancel;
+
+/// A set of capabilities served from one place (one plugin file, one upstream).
+pub(crate) trait CapabilitySource: Send + Sync {
+    /// The name messages about this source use (a plugin's file name).
+    fn label(&self) -> &str;
+
+    /// The capabilities it offers, in its own order: a call names one by its index
+    /// in this list.
+    fn capabilities(&self) -> Vec<&CapabilitySpec>;
+
+    /// A session for one execution: whatever state calls of that execution share
+    /// (a plugin's instance), made fresh for each execution.
+    fn session(self: Arc<Self>) -> Box<dyn Session>;
+}
+
+/// One execution's use of one source.
+pub(crate) trait Session: Send {
+    /// Calls capability `index` of the source with `arguments` (one per parameter,
+    /// as binding returned them), within `budget`. The returned future may be
+    /// dropped at any await point (the deadline passed, the request was cancelled);
+    /// the session is not called again after that.
+    fn call(&mut self, index: usize, arguments: Vec<Value>, budget: CallBudget) -> CallFuture<'_>;
+}
+
+/// The future of one call.
+pub(crate) type CallFuture<'a> = Pin<Box<dyn Future<Output = CallOutcome> + Send + 'a>>;
+
+/// What one call may spend.
+#[derive(Debug, Clone)]
+pub(crate) struct CallBudget {
+    /// When the execution's time budget runs out.
+    pub deadline: Instant,
+    /// The request's cancellation.
+    pub cancel: Arc<Cancel>,
+    /// Fuel left to the execution.
+    pub fuel: u64,
+    /// Linear memory an instance may grow to, in bytes.
+    pub max_memory_bytes: usize,
+    /// Depth the result may have (the result record is depth 1).
+    pub max_depth: usize,
+    /// Nodes the result may have: each value takes one, as binding charges them.
+    pub max_nodes: usize,
+}
+
+/// How one call ended, and what it spent.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CallOutcome {
+    /// The result record as a dict, or why there is none.
+    pub result: Result<Value, CallFailure>,
+    /// Fuel burned (instantiation included).
+    pub fuel: u64,
+}
+
+/// Why a call has no result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CallFailure {
+    /// The capability failed, with a message a model may see if there is one.
+    Failed(Option<String>),
+    /// A budget of the execution ran out during the call.
+    Exhausted(Budget),
+    /// The request was cancelled.
+    Canceled,
+    /// A defect of the host (already logged).
+    Internal,
+}
