@@ -33,7 +33,7 @@ fn eight_run_at_once_and_the_ninth_waits_with_its_time_counting() {
             })
             .collect();
         started(&service, 8).await;
-        assert_eq!(service.executor().executions_started(), 8);
+        assert_eq!(service.executions_started(), 8);
         // The ninth queues until a spinner's budget ends. Its own budget started when
         // it arrived, so it gets only what is left: it ends about one budget after
         // arriving, not one budget after its slot came free (about twice as late).
@@ -49,12 +49,17 @@ fn eight_run_at_once_and_the_ninth_waits_with_its_time_counting() {
             let outcome = spinner.await.expect("task");
             assert_eq!(outcome.map(|e| e.value), Err(ToolError::ResourceLimit));
         }
-        assert_eq!(service.executor().executions_started(), 9);
+        // The ninth's deadline and the first free slot fall within a few
+        // milliseconds of each other: whether it started before running out of time
+        // is the machine's timing, not the server's behaviour.
+        let before = service.executions_started();
+        assert!((8..=9).contains(&before), "{before} executions started");
         let again = service
             .execute(&Subject::new(LOCAL_SUBJECT), TRIVIAL)
             .await
             .expect("runs");
         assert_eq!(again.value, json!(1));
+        assert_eq!(service.executions_started(), before + 1);
     });
 }
 
@@ -94,7 +99,7 @@ fn a_cancelled_queued_request_never_starts() {
         .await;
         assert!(queued.is_err(), "still queued when cancelled");
         let _ = busy.await;
-        assert_eq!(service.executor().executions_started(), 1);
+        assert_eq!(service.executions_started(), 1);
     });
 }
 
@@ -116,13 +121,13 @@ fn a_request_cancelled_mid_run_frees_its_slot() {
         .await
         .expect("the slot was freed well before the spinner's 60 s budget");
         assert_eq!(next.expect("runs").value, json!(1));
-        assert_eq!(service.executor().executions_started(), 2);
+        assert_eq!(service.executions_started(), 2);
     });
 }
 
 #[test]
 fn the_language_surface_is_exactly_the_seed_block() {
     let service = service("surface", 1, Duration::from_secs(5));
-    let surface = service.executor().surface().expect("surface");
+    let surface = service.surface().expect("surface");
     assert_eq!(surface, codemode_host::mcp::LANGUAGE_SURFACE);
 }

@@ -5,14 +5,40 @@
 use std::path::Path;
 use std::process::Command;
 
-use clap::Parser;
-use codemode_host::authz::{AuthorizationInput, Authorizer, RegoAuthorizer, Subject, Tokens};
-use codemode_host::cli::Cli;
+use codemode_host::Limits;
+use codemode_host::authz::{
+    AuthorizationInput, Authorizer, DEFAULT_DECISION, RegoAuthorizer, Subject, Tokens,
+};
 use codemode_host::mcp::http::{HEALTHZ_PATH, READYZ_PATH};
+use codemode_host::units::parse_duration;
 use codemode_value::Value as Arg;
 use serde_json::Value;
 
-use crate::support::{python, root};
+use crate::support::{host_bin, python, root};
+
+/// The values given to each flag of an argument list (`--flag value` or
+/// `--flag=value`), in order.
+fn flag_values<'a>(argv: &'a [String], flag: &str) -> Vec<&'a str> {
+    let mut values = Vec::new();
+    let mut args = argv.iter();
+    while let Some(arg) = args.next() {
+        if arg == flag {
+            if let Some(value) = args.next() {
+                values.push(value.as_str());
+            }
+        } else if let Some(value) = arg.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
+            values.push(value);
+        }
+    }
+    values
+}
+
+/// The one value of `flag`, if given.
+fn flag_value<'a>(argv: &'a [String], flag: &str) -> Option<&'a str> {
+    let values = flag_values(argv, flag);
+    assert!(values.len() <= 1, "{flag} given {} times", values.len());
+    values.first().copied()
+}
 
 /// Every document of every manifest, as JSON, keyed by file name.
 fn manifests() -> Vec<(String, Value)> {
@@ -82,21 +108,36 @@ fn the_kubernetes_manifests_agree_with_the_binary() {
     let deployment = find(&docs, "Deployment");
     let pod = &deployment["spec"]["template"]["spec"];
     let container = &pod["containers"][0];
-    let mut argv = vec!["codemode-host".to_owned()];
-    argv.extend(
-        container["args"]
-            .as_array()
-            .expect("args")
-            .iter()
-            .map(|a| a.as_str().expect("a string arg").to_owned()),
+    let argv: Vec<String> = container["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("a string arg").to_owned())
+        .collect();
+    // The binary accepts them: `--help` after them exits 0 only when every flag and
+    // value before it parsed.
+    let help = Command::new(host_bin())
+        .args(&argv)
+        .arg("--help")
+        .output()
+        .expect("run the binary");
+    assert!(
+        help.status.success(),
+        "the binary refuses the manifest's args: {}",
+        String::from_utf8_lossy(&help.stderr)
     );
-    let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("bad args: {e}"));
+    let port_of = |flag: &str| {
+        flag_value(&argv, flag).map(|address| {
+            let address: std::net::SocketAddr = address.parse().expect("an address");
+            u64::from(address.port())
+        })
+    };
 
     let port = container["ports"][0]["containerPort"]
         .as_u64()
         .expect("containerPort");
     assert_eq!(container["ports"][0]["name"], "http");
-    assert_eq!(cli.listen.map(|a| u64::from(a.port())), Some(port));
+    assert_eq!(port_of("--listen"), Some(port));
     for (probe, path) in [
         ("readinessProbe", READYZ_PATH),
         ("livenessProbe", HEALTHZ_PATH),
@@ -109,7 +150,7 @@ fn the_kubernetes_manifests_agree_with_the_binary() {
     // --metrics-listen, which serves them without the Host check.
     assert_eq!(container["ports"][1]["name"], "probes");
     assert_eq!(
-        cli.metrics_listen.map(|a| u64::from(a.port())),
+        port_of("--metrics-listen"),
         container["ports"][1]["containerPort"].as_u64()
     );
     let service = find(&docs, "Service");
@@ -127,21 +168,30 @@ fn the_kubernetes_manifests_agree_with_the_binary() {
             .expect("utf-8")
             .to_owned()
     };
-    assert_eq!(cli.plugins.to_str(), Some(mount(container, "plugins")));
     assert_eq!(
-        cli.cache_dir.as_deref().and_then(Path::to_str),
+        flag_value(&argv, "--plugins"),
+        Some(mount(container, "plugins"))
+    );
+    assert_eq!(
+        flag_value(&argv, "--cache-dir"),
         Some(mount(container, "cache"))
     );
-    let policy = &cli.policy[0];
+    let policies = flag_values(&argv, "--policy");
+    assert_eq!(policies.len(), 1, "{argv:?}");
+    let policy = Path::new(policies[0]);
     assert_eq!(parent(policy), mount(container, "policy"));
-    let tokens = cli.tokens.as_deref().expect("--tokens");
+    let tokens = Path::new(flag_value(&argv, "--tokens").expect("--tokens"));
     assert_eq!(parent(tokens), mount(container, "tokens"));
 
     // The grace period covers an execution in flight.
     let grace = pod["terminationGracePeriodSeconds"]
         .as_u64()
         .expect("grace");
-    assert!(grace > cli.limits().max_execution_time.as_secs() + 1);
+    let max_execution_time = flag_value(&argv, "--max-execution-time")
+        .map_or(Limits::default().max_execution_time, |text| {
+            parse_duration(text).expect("a duration")
+        });
+    assert!(grace > max_execution_time.as_secs() + 1);
 
     // The ConfigMap's policy compiles and decides; the Secret's tokens parse.
     let config_map = find(&docs, "ConfigMap");
@@ -150,7 +200,7 @@ fn the_kubernetes_manifests_agree_with_the_binary() {
         .as_str()
         .expect("the policy in the ConfigMap");
     let authorizer = RegoAuthorizer::new(
-        &cli.policy_decision,
+        flag_value(&argv, "--policy-decision").unwrap_or(DEFAULT_DECISION),
         &[(file.clone().into_owned(), source.to_owned())],
     )
     .expect("the shipped policy compiles");

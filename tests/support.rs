@@ -550,11 +550,11 @@ pub(crate) fn wait_until(
 /// Waits until `service` has started `count` executions (they hold their slots).
 pub(crate) async fn started(service: &codemode_host::Service, count: u64) {
     let deadline = tokio::time::Instant::now() + CONDITION_DEADLINE;
-    while service.executor().executions_started() < count {
+    while service.executions_started() < count {
         assert!(
             tokio::time::Instant::now() < deadline,
             "{count} executions never started (only {})",
-            service.executor().executions_started()
+            service.executions_started()
         );
         tokio::time::sleep(CONDITION_POLL).await;
     }
@@ -600,7 +600,7 @@ pub(crate) fn library_service(
     slots: usize,
     time: std::time::Duration,
 ) -> std::sync::Arc<codemode_host::Service> {
-    use codemode_host::execute::Limits;
+    use codemode_host::Limits;
     let config = codemode_host::ServiceConfig {
         loading: codemode_host::LoadLimits::default(),
         plugins_dir: dir,

@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
+use codemode_host::Limits;
 use codemode_host::authz::{
     AllowAll, AuthorizationInput, Authorizer, DEFAULT_DECISION, RegoAuthorizer, Subject,
 };
-use codemode_host::execute::Limits;
 use codemode_host::{LOCAL_SUBJECT, Service, ServiceConfig};
 use codemode_value::Value as Arg;
 use starlark::environment::{Globals, Module};
@@ -311,7 +311,7 @@ fn in_process(root: &Path, plugins: &Path, rows: &mut Vec<Row>) {
 /// The cost of sending a 1 MiB string to `text.fill` and getting it back: the
 /// program with the call minus the same program without it (p50 of 20 each); and
 /// the bytes moved both ways.
-fn one_mib(run: &dyn Fn(&str) -> (Duration, codemode_host::execute::Stats)) -> (usize, Duration) {
+fn one_mib(run: &dyn Fn(&str) -> (Duration, codemode_host::Stats)) -> (usize, Duration) {
     let build = "    s = \"x\" * 1048576\n";
     let with_call = format!(
         "def main():\n{build}    return len(text.fill(template=s, values={{}})[\"text\"])\n"
@@ -467,7 +467,7 @@ fn execute(
     runtime: &tokio::runtime::Runtime,
     service: &Service,
     source: &str,
-) -> (Duration, codemode_host::execute::Stats) {
+) -> (Duration, codemode_host::Stats) {
     let started = Instant::now();
     match runtime.block_on(service.execute(&Subject::new(LOCAL_SUBJECT), source)) {
         Ok(executed) => (started.elapsed(), executed.stats),
@@ -493,7 +493,7 @@ allow if {
 
 /// p50 cost of one native call: a program making 100 calls minus the same program
 /// making none.
-fn per_call(run: &dyn Fn(&str) -> (Duration, codemode_host::execute::Stats)) -> Duration {
+fn per_call(run: &dyn Fn(&str) -> (Duration, codemode_host::Stats)) -> Duration {
     let calls = |n: usize| {
         format!(
             "def main():\n    t = 0.0\n    for i in range({n}):\n        t += stats.summary(values=[1.0, 2.0])[\"mean\"]\n    return t\n"

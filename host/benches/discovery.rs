@@ -38,7 +38,7 @@ fn main() {
     );
     let started = Instant::now();
     let service = match Service::load(&ServiceConfig {
-        cache_dir: codemode_host::execute::default_cache_dir(),
+        cache_dir: codemode_host::default_cache_dir(),
         // Discovery makes no native calls: nothing to decide.
         ..ServiceConfig::new(dir, Arc::new(AllowAll))
     }) {
@@ -47,7 +47,7 @@ fn main() {
     };
     println!(
         "load {} capabilities from 3 plugins (cold compile) + cached interpreter: {:.1} ms",
-        service.catalog().len(),
+        service.capability_count(),
         started.elapsed().as_secs_f64() * 1e3
     );
     let queries = [

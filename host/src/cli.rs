@@ -8,15 +8,13 @@ use std::sync::Arc;
 
 use clap::Parser;
 
-use crate::LoadLimits;
-use crate::audit::AuditLog;
-use crate::authz::{
+use codemode_host::audit::AuditLog;
+use codemode_host::authz::{
     AllowAll, Authorizer, DEFAULT_DECISION, RegoAuthorizer, RegoError, Subject, Tokens, TokensError,
 };
-use crate::execute::Limits;
-use crate::mcp::http::{Authentication, ConnectionLimits, HttpConfig, LOOPBACK_HOSTS};
-use crate::service::LOCAL_SUBJECT;
-use crate::units::{parse_bytes, parse_duration};
+use codemode_host::mcp::http::{Authentication, ConnectionLimits, HttpConfig, LOOPBACK_HOSTS};
+use codemode_host::units::{parse_bytes, parse_duration};
+use codemode_host::{LOCAL_SUBJECT, Limits, LoadLimits};
 
 /// MCP server for code mode: capabilities from WebAssembly components
 ///

@@ -40,37 +40,38 @@ pub const TIMED_OUT: &str = "timed out";
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ToolError {
-    /// See [`UNAUTHENTICATED`].
+    /// `unauthenticated`: the resolver failed or returned an empty subject.
     #[error("{UNAUTHENTICATED}")]
     Unauthenticated,
-    /// See [`CAPABILITY_NOT_FOUND`].
+    /// `capability not found`: `describe_api` did not find an enabled exact name.
     #[error("{CAPABILITY_NOT_FOUND}")]
     NotFound,
-    /// See [`INVALID_PROGRAM`]; the detail is a `<codemode>:line:col: message` suffix.
+    /// `invalid program`, with a `<codemode>:line:col: message` detail when known.
     #[error("{}", with_detail(INVALID_PROGRAM, .0.as_deref()))]
     InvalidProgram(Option<String>),
-    /// See [`INVALID_CAPABILITY_ARGUMENTS`]; the detail names the rejected argument.
+    /// `invalid capability arguments`, with a detail naming the rejected argument.
     #[error("{}", with_detail(INVALID_CAPABILITY_ARGUMENTS, .0.as_deref()))]
     InvalidArguments(Option<String>),
-    /// See [`PERMISSION_DENIED`].
+    /// `permission denied`: the policy denied the native call.
     #[error("{PERMISSION_DENIED}")]
     PermissionDenied,
-    /// See [`AUTHORIZATION_POLICY_FAILURE`].
+    /// `authorization policy failure`: evaluating the policy failed.
     #[error("{AUTHORIZATION_POLICY_FAILURE}")]
     PolicyFailure,
-    /// See [`RESOURCE_LIMIT_EXCEEDED`].
+    /// `resource limit exceeded`: a budget ran out.
     #[error("{RESOURCE_LIMIT_EXCEEDED}")]
     ResourceLimit,
-    /// See [`CAPABILITY_FAILED`]; the detail is the capability's sanitized message.
+    /// `capability failed`, with the capability's sanitized message when it gave one.
     #[error("{}", with_detail(CAPABILITY_FAILED, .0.as_deref()))]
     CapabilityFailed(Option<String>),
-    /// See [`CONTEXT_CANCELED`].
+    /// `context canceled`: the request was cancelled.
     #[error("{CONTEXT_CANCELED}")]
     Canceled,
-    /// See [`CONTEXT_DEADLINE_EXCEEDED`].
+    /// `context deadline exceeded`: a bare deadline (an execution's deadline is a
+    /// resource limit instead).
     #[error("{CONTEXT_DEADLINE_EXCEEDED}")]
     DeadlineExceeded,
-    /// See [`INTERNAL_FAILURE`].
+    /// `internal failure`: anything unknown (the cause is logged).
     #[error("{INTERNAL_FAILURE}")]
     Internal,
 }

@@ -5,32 +5,43 @@
 //! Starlark program calling many capabilities). Capabilities ship as WebAssembly
 //! components dropped in a folder; their WIT types are their signatures.
 //!
-//! The crate is split by job: [`catalog`] validates and searches capabilities and
-//! knows nothing of wasmtime or MCP; `plugins` loads and calls components;
-//! [`execute`] runs programs in the sandboxed interpreter under one budget;
-//! [`authz`] decides which native calls may run and [`audit`] records them; [`Service`] offers
-//! the operations and [`watch`] reloads it when the plugins folder changes; [`mcp`] is a thin rmcp adapter over it; [`error`] holds every text
-//! a model can see. The `codemode-host` binary parses flags and wires these together.
+//! The library is what the `codemode-host` binary (flags, files, wiring) is built
+//! from, and what a program embedding the server uses: [`Service`] (search,
+//! describe, execute, reload) with its [`ServiceConfig`] and [`Limits`];
+//! [`ToolError`], every error a model can see; the [`authz`] port ([`Authorizer`],
+//! with the Rego and allow-all adapters and bearer [`Tokens`]); the [`mcp`] adapter
+//! (stdio and Streamable HTTP); [`watch`], which reloads a service when its plugins
+//! folder changes; [`audit`], the log of native calls; and [`units`], how sizes and
+//! durations are written.
+//!
+//! Inside, layers point one way (docs/architecture.md): the catalog (names, shapes,
+//! binding, search; no wasmtime, MCP or Rego) ← capability sources (WebAssembly
+//! plugins, behind the crate's capability-source port) ← execute (the sandboxed
+//! interpreter, the ledger, dispatch) ← the service ← the adapters.
+//!
+//! [`Authorizer`]: authz::Authorizer
+//! [`Tokens`]: authz::Tokens
 
 pub mod audit;
 pub mod authz;
 mod budget;
-pub mod cache;
-pub mod catalog;
-pub mod cli;
-pub mod error;
-pub mod execute;
+mod cache;
+mod catalog;
+mod error;
+mod execute;
 pub mod mcp;
-pub mod metrics;
+mod metrics;
 mod plugins;
 mod service;
 mod source;
-mod units;
+pub mod units;
 mod wait;
 pub mod watch;
 
+pub use catalog::{Description, FieldShape, SearchResponse, SearchResult};
 pub use error::ToolError;
-pub use plugins::{DirGrant, FileError, Grants, HostPattern, LoadError, LoadLimits, TypeError};
+pub use execute::{Executed, LimitError, Limits, RunnerError, Stats, default_cache_dir};
+pub use plugins::{FileError, LoadError, LoadLimits, TypeError};
 pub use service::{
     LOCAL_SUBJECT, Precompiled, Reloaded, Service, ServiceConfig, StartError, precompile,
 };

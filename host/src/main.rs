@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use cli::{Cli, Command};
 use codemode_host::authz::Subject;
-use codemode_host::cli::{Cli, Command};
-use codemode_host::execute::default_cache_dir;
+use codemode_host::default_cache_dir;
 use codemode_host::mcp::http::{self, HttpConfig, Readiness};
 use codemode_host::mcp::{McpServer, SubjectSource, serve_stdio};
 use codemode_host::{Service, ServiceConfig, watch};
@@ -17,6 +17,8 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::{self, Filter, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, filter::FilterExt};
+
+mod cli;
 
 /// How long exiting waits for work still running on blocking threads (executions
 /// end by their own deadlines; their results have nobody to go to).

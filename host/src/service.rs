@@ -455,13 +455,29 @@ impl Service {
     }
 
     /// What the service counts, for `/metrics`.
-    pub fn metrics(&self) -> &Metrics {
+    pub(crate) fn metrics(&self) -> &Metrics {
         self.executor.metrics()
     }
 
-    /// The executor (budgets, the language surface).
-    pub fn executor(&self) -> &Executor {
-        &self.executor
+    /// How many executions got a slot and started running (queued ones that were
+    /// cancelled or timed out never count).
+    pub fn executions_started(&self) -> u64 {
+        self.executor.executions_started()
+    }
+
+    /// The language surface the interpreter actually provides, as the seed prints it
+    /// (read from a fresh interpreter instance).
+    ///
+    /// # Errors
+    ///
+    /// When the interpreter cannot be instantiated.
+    pub fn surface(&self) -> anyhow::Result<String> {
+        Ok(self.executor.surface()?)
+    }
+
+    /// How many capabilities serve now.
+    pub fn capability_count(&self) -> usize {
+        self.catalog().len()
     }
 
     /// `search_api`: ranked discovery.
@@ -485,7 +501,7 @@ impl Service {
     }
 
     /// The catalog this service answers from now.
-    pub fn catalog(&self) -> Arc<Catalog> {
+    pub(crate) fn catalog(&self) -> Arc<Catalog> {
         self.snapshot.load().catalog.clone()
     }
 }

@@ -12,7 +12,7 @@ pub(crate) const MAX_MEMORY_BYTES: usize = 4 << 30;
 /// # Errors
 ///
 /// A message naming the expected form.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -41,7 +41,7 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
 /// # Errors
 ///
 /// A message naming the expected form.
-pub(crate) fn parse_bytes(text: &str) -> Result<usize, String> {
+pub fn parse_bytes(text: &str) -> Result<usize, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())

@@ -14,11 +14,10 @@ mod tokenize;
 
 use std::collections::{BTreeMap, HashMap};
 
-pub use bind::{BindError, bind, canonical, go_quote, is_printable};
+pub use bind::{BindError, bind, canonical, is_printable};
 pub use name::{CapabilityId, DottedName, NameError};
 pub use search::{
-    MAX_QUERY_TOKENS, MAX_SEARCH_QUERY_BYTES, MAX_SEARCH_RESPONSE_BYTES, MAX_SEARCH_RESULTS,
-    SearchError, SearchResponse, SearchResult,
+    MAX_SEARCH_RESPONSE_BYTES, MAX_SEARCH_RESULTS, SearchError, SearchResponse, SearchResult,
 };
 pub use shape::{Field, FieldShape, FloatKind, IntKind, Shape, snake_case};
 
@@ -377,19 +376,9 @@ impl Catalog {
         })
     }
 
-    /// Every enabled capability, sorted by name.
-    pub fn capabilities(&self) -> impl Iterator<Item = &Capability> {
-        self.by_name.values().map(|&i| &self.capabilities[i])
-    }
-
     /// Number of enabled capabilities.
     pub fn len(&self) -> usize {
         self.capabilities.len()
-    }
-
-    /// Whether no capability is enabled.
-    pub fn is_empty(&self) -> bool {
-        self.capabilities.is_empty()
     }
 }
 

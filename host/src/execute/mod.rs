@@ -24,7 +24,7 @@ use wasmtime::component::{Linker, ResourceTable};
 use wasmtime::{Engine, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-pub use limits::{DEFAULT_MAX_FUEL, LimitError, Limits};
+pub use limits::{LimitError, Limits};
 pub use runner::{RunnerError, default_cache_dir};
 
 use crate::audit::AuditLog;
@@ -209,11 +209,6 @@ impl Executor {
     /// cancelled or timed out never count).
     pub fn executions_started(&self) -> u64 {
         self.started.load(Ordering::Relaxed)
-    }
-
-    /// The budgets in force.
-    pub fn limits(&self) -> &Limits {
-        &self.limits
     }
 
     /// Runs `source` for `subject` with the capabilities of `dispatch` (the plugin

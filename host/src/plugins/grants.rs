@@ -313,11 +313,6 @@ impl HostPattern {
                 .is_some_and(|prefix| prefix.len() > 1 && prefix.ends_with('.')),
         }
     }
-
-    /// The entry as the operator wrote it.
-    pub fn as_str(&self) -> &str {
-        &self.text
-    }
 }
 
 /// Splits `host[:port]`, with IPv6 literals in brackets (`[::1]:8080`).

@@ -17,7 +17,6 @@ mod sandbox;
 mod session;
 
 pub use files::FileError;
-pub use grants::{DirGrant, Grants, HostPattern};
 pub use load::{LoadError, LoadLimits};
 pub use reflect::TypeError;
 
