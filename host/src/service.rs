@@ -505,3 +505,93 @@ impl Service {
         self.snapshot.load().catalog.clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authz::AllowAll;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A fresh folder under the system's temporary folder, holding `files`.
+    fn folder(files: &[(&str, &[u8])]) -> PathBuf {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "codemode-service-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the folder");
+        for (name, bytes) in files {
+            std::fs::write(dir.join(name), bytes).expect("write a file");
+        }
+        dir
+    }
+
+    /// The service of `dir`, allowing every call, with the tests' artifact cache (the
+    /// interpreter compiles once for all of them).
+    fn service(dir: &Path) -> Service {
+        Service::load(&ServiceConfig {
+            cache_dir: Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-cache")),
+            ..ServiceConfig::new(dir, Arc::new(AllowAll))
+        })
+        .expect("the service starts")
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    }
+
+    #[test]
+    fn a_folder_without_loadable_plugins_serves_no_capabilities_and_still_executes() {
+        // Not WebAssembly, and a core module: both skipped, neither stops the start.
+        let dir = folder(&[
+            ("notes.wasm", b"not a component"),
+            ("core.wasm", b"\0asm\x01\0\0\0"),
+            ("readme.txt", b"ignored"),
+        ]);
+        let service = service(&dir);
+        assert_eq!(service.capability_count(), 0);
+        assert_eq!(service.plugins_dir(), dir);
+        let found = service.search("records").expect("a search");
+        assert!(found.results.is_empty() && !found.truncated);
+        assert_eq!(
+            service.describe("records.lookup").map(|d| d.name),
+            Err(ToolError::NotFound)
+        );
+        let runtime = runtime();
+        assert_eq!(
+            runtime
+                .block_on(service.execute(&Subject::new(""), "def main():\n    return 1"))
+                .map(|e| e.value),
+            Err(ToolError::Unauthenticated),
+            "an empty subject is refused before the program runs"
+        );
+        assert_eq!(service.executions_started(), 0);
+        assert_eq!(
+            runtime
+                .block_on(service.execute(&Subject::new("test"), "def main():\n    return 1"))
+                .map(|e| e.value),
+            Ok(serde_json::json!(1))
+        );
+        assert_eq!(service.executions_started(), 1);
+        // A reload of an unchanged folder keeps serving the same (empty) set.
+        let reloaded = service.reload().expect("a reload");
+        assert_eq!((reloaded.plugins, reloaded.capabilities), (0, 0));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_search_over_its_budget_is_a_resource_limit() {
+        let dir = folder(&[]);
+        let service = service(&dir);
+        assert_eq!(
+            service.search(&"a ".repeat(200)).map(|r| r.results.len()),
+            Err(ToolError::ResourceLimit)
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

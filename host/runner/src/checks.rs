@@ -310,3 +310,103 @@ fn identifiers(visit: Visit<'_, AstNoPayload>, used: &mut BTreeSet<String>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(source: &str) -> AstModule {
+        match AstModule::parse(FILE_NAME, source.to_owned(), &crate::dialect()) {
+            Ok(ast) => ast,
+            Err(error) => panic!("{source:?} does not parse: {error}"),
+        }
+    }
+
+    /// The message of a refused program.
+    fn refused(result: Result<(), RunError>) -> String {
+        match result {
+            Err(RunError::Invalid(message)) => message,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn brackets_nest_at_most_100_deep_and_the_first_too_deep_is_named() {
+        let at_limit = format!("x = {}1{}", "[".repeat(100), "]".repeat(100));
+        assert!(nesting(&at_limit).is_ok());
+        let deep = format!("x = {}1{}", "(".repeat(101), ")".repeat(101));
+        assert_eq!(
+            refused(nesting(&deep)),
+            "<codemode>:1:105: brackets nest deeper than 100 levels"
+        );
+        let second_line = format!("x = 1\ny = {}", "{".repeat(101));
+        assert_eq!(
+            refused(nesting(&second_line)),
+            "<codemode>:2:105: brackets nest deeper than 100 levels"
+        );
+        // Closed brackets free their level: 100 open, closed, 100 open again.
+        let siblings = format!("x = {0}{1} + {0}{1}", "[".repeat(100), "]".repeat(100));
+        assert!(nesting(&siblings).is_ok());
+    }
+
+    #[test]
+    fn brackets_in_strings_and_comments_do_not_count() {
+        let deep = "(".repeat(200);
+        for source in [
+            format!("x = '{deep}'"),
+            format!("x = \"{deep}\""),
+            format!("x = '''\n{deep}\n'''"),
+            format!("x = \"it\\\"s {deep}\""),
+            format!("# {deep}\nx = 1"),
+        ] {
+            assert!(nesting(&source).is_ok(), "{source}");
+        }
+        // A string that ends on its line: the brackets after it count again.
+        let after = format!("x = ')' + {}1{}", "(".repeat(101), ")".repeat(101));
+        assert_eq!(
+            refused(nesting(&after)),
+            "<codemode>:1:111: brackets nest deeper than 100 levels"
+        );
+    }
+
+    #[test]
+    fn recursion_direct_mutual_or_through_a_lambda_is_refused_at_its_definition() {
+        assert_eq!(
+            refused(no_recursion(&parse("def f():\n    return f()\n"))),
+            "<codemode>:1:5: `f` calls itself; recursion is not allowed"
+        );
+        assert_eq!(
+            refused(no_recursion(&parse(
+                "def a():\n    return b()\n\ndef b():\n    return a()\n"
+            ))),
+            "<codemode>:1:5: recursion is not allowed: `a` calls `b` calls `a`"
+        );
+        assert_eq!(
+            refused(no_recursion(&parse("g = lambda: g()\n"))),
+            "<codemode>:1:1: `g` calls itself; recursion is not allowed"
+        );
+        // A default value is evaluated by the call: it counts as one.
+        assert_eq!(
+            refused(no_recursion(&parse("def h(x = h()):\n    return x\n"))),
+            "<codemode>:1:5: `h` calls itself; recursion is not allowed"
+        );
+        // Calls into other functions, builtins and capabilities are not cycles.
+        assert!(
+            no_recursion(&parse(
+                "def a():\n    return len([b()])\n\ndef b():\n    return records.lookup(key='x')\n"
+            ))
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn main_takes_no_parameters() {
+        assert_eq!(
+            refused(main_signature(&parse("def main(x):\n    return x\n"))),
+            "<codemode>:1:5: main must take no parameters: define `def main():`"
+        );
+        assert!(main_signature(&parse("def main():\n    return 1\n")).is_ok());
+        // Not a top-level def: reported after loading, not here.
+        assert!(main_signature(&parse("main = 1\n")).is_ok());
+    }
+}
