@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, Sender};
 use std::thread::JoinHandle;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
@@ -149,42 +149,20 @@ fn write_lines(receiver: Receiver<String>, out: Box<dyn Write + Send>) {
 
 /// `time` as RFC 3339 in UTC with microseconds, e.g. `2026-12-02T18:40:01.123456Z`.
 pub fn rfc3339(time: SystemTime) -> String {
-    let since = time
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default();
-    let seconds = since.as_secs();
-    let days = (seconds / 86_400) as i64;
-    let of_day = seconds % 86_400;
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        of_day / 3600,
-        of_day / 60 % 60,
-        of_day % 60,
-        since.subsec_micros()
-    )
+    // humantime formats years 1970 to 9999 only (and panics outside them): a clock
+    // set that wrong is clamped, not a crash of the audit log.
+    let latest = SystemTime::UNIX_EPOCH + Duration::from_micros(LATEST_MICROS);
+    let time = time.clamp(SystemTime::UNIX_EPOCH, latest);
+    humantime::format_rfc3339_micros(time).to_string()
 }
 
-/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
-/// (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
+/// 9999-12-31T23:59:59.999999Z, in microseconds since the epoch.
+const LATEST_MICROS: u64 = 253_402_300_799_999_999;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Arc;
-    use std::time::Duration;
 
     #[derive(Clone, Default)]
     struct Shared(Arc<Mutex<Vec<u8>>>);
@@ -252,5 +230,11 @@ mod tests {
         assert_eq!(at(951_782_400, 5), "2000-02-29T00:00:00.000005Z");
         assert_eq!(at(1_796_150_401, 123_456), "2026-12-01T18:40:01.123456Z");
         assert_eq!(at(4_107_542_399, 999_999), "2100-02-28T23:59:59.999999Z");
+        // A clock before the epoch or past year 9999 is clamped.
+        assert_eq!(
+            rfc3339(SystemTime::UNIX_EPOCH - Duration::from_secs(5)),
+            "1970-01-01T00:00:00.000000Z"
+        );
+        assert_eq!(at(300_000_000_000, 0), "9999-12-31T23:59:59.999999Z");
     }
 }

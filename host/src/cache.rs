@@ -17,7 +17,7 @@
 //! the file rather than read and copied.
 
 use std::hash::{Hash, Hasher};
-use std::io::Read;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -233,16 +233,12 @@ fn deserialize(engine: &Engine, file: &Path) -> wasmtime::Result<Component> {
     unsafe { Component::deserialize_file(engine, file) }
 }
 
-/// A new random key, written readable by its owner only.
+/// A new random key, written readable by its owner only (a temporary file is
+/// created with mode 0600 before the key is in it, then renamed into place).
 fn create_key(path: &Path) -> std::io::Result<[u8; 32]> {
     let mut key = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
+    getrandom::fill(&mut key).map_err(std::io::Error::other)?;
     write_atomically(path, &key)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    }
     // Another process may have created its key at the same time: whichever rename
     // won is the key.
     let written = std::fs::read(path)?;
@@ -252,10 +248,14 @@ fn create_key(path: &Path) -> std::io::Result<[u8; 32]> {
     Ok(key)
 }
 
+/// Writes `bytes` to a new temporary file beside `file` (unique, mode 0600) and
+/// renames it over `file`: readers see the old bytes or the new ones, never part.
 fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let temp = file.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&temp, bytes)?;
-    std::fs::rename(&temp, file)
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let mut temp = tempfile::Builder::new().prefix(".tmp").tempfile_in(dir)?;
+    temp.write_all(bytes)?;
+    temp.persist(file).map_err(|error| error.error)?;
+    Ok(())
 }
 
 #[cfg(test)]

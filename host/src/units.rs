@@ -1,6 +1,12 @@
 //! How operators write sizes and durations, and the sizes every layer shares: flags,
 //! sidecars and budgets all read them the same way, so this module sits below the
 //! layers and imports none of them.
+//!
+//! The parsers are our own on purpose: the forms operators already write must keep
+//! working exactly, with errors that name the expected form, and the crates for this
+//! read them differently (`humantime` takes no fractions such as `1.5s`; `bytesize`
+//! reads `K` as 1000 where it has always meant 1024 here; `parse-size` accepts many
+//! more forms, such as `1.5 kB`).
 
 use std::time::Duration;
 
