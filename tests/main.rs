@@ -13,6 +13,7 @@ mod deploy;
 mod execute;
 mod grants;
 mod http;
+mod limits;
 mod loading;
 mod policy;
 mod polyglot;

@@ -25,13 +25,20 @@ pub(crate) enum Budget {
     Fuel,
     /// Linear memory of the interpreter or a plugin instance.
     Memory,
+    /// A plugin's own fuel per call (its sidecar's `max_fuel_per_call`), where it is
+    /// below what the execution had left.
+    PluginFuel,
+    /// A plugin's own memory cap (its sidecar's `max_memory`), where it is below
+    /// `--max-memory`.
+    PluginMemory,
     /// Capacity of the server (every instance slot of the pool taken), not a budget
     /// an execution can be given more of.
     Capacity,
 }
 
 impl Budget {
-    /// The flag that sets this budget, as operators write it.
+    /// The flag that sets this budget, as operators write it (a sidecar setting for
+    /// a plugin's own caps).
     pub(crate) fn flag(self) -> &'static str {
         match self {
             Budget::SourceBytes => "--max-source-bytes",
@@ -43,6 +50,8 @@ impl Budget {
             Budget::IntermediateValueBytes => "--max-intermediate-value-bytes",
             Budget::Fuel => "--max-fuel",
             Budget::Memory => "--max-memory",
+            Budget::PluginFuel => "max_fuel_per_call",
+            Budget::PluginMemory => "max_memory",
             Budget::Capacity => "--max-concurrent-executions",
         }
     }

@@ -20,7 +20,8 @@ use crate::catalog::{
 };
 use crate::error::ToolError;
 use crate::execute::{
-    Dispatch, Executed, Executor, ExecutorConfig, LimitError, Limits, Route, RunnerError,
+    Dispatch, Executed, Execution, Executor, ExecutorConfig, LimitError, Limits, Route,
+    RunnerError, Stats,
 };
 use crate::metrics::Metrics;
 use crate::plugins::{self, LoadLimits, LoadedPlugin, PluginFolder};
@@ -447,8 +448,18 @@ impl Service {
     /// The [`ToolError`] the model sees; [`ToolError::Unauthenticated`] for an empty
     /// subject.
     pub async fn execute(&self, subject: &Subject, source: &str) -> Result<Executed, ToolError> {
+        self.run(subject, source).await.into_result()
+    }
+
+    /// `execute`, with its cost whether it succeeded or not: on a resource limit,
+    /// [`Stats::limit`](crate::Stats::limit) names the budget that ran out. Dropping
+    /// the future cancels it.
+    pub async fn run(&self, subject: &Subject, source: &str) -> Execution {
         if subject.id.is_empty() {
-            return Err(ToolError::Unauthenticated);
+            return Execution {
+                outcome: Err(ToolError::Unauthenticated),
+                stats: Stats::default(),
+            };
         }
         let dispatch = self.snapshot.load().dispatch.clone();
         self.executor.execute(dispatch, subject, source).await

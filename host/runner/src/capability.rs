@@ -19,8 +19,8 @@ use starlark::values::{
 };
 use starlark::{starlark_simple_value, values::starlark_value};
 
-use crate::RunError;
 use crate::convert;
+use crate::{Exceeded, RunError};
 
 /// Where the run is: native calls are accepted only while `main()` runs.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -39,7 +39,7 @@ thread_local! {
     /// host's reason, whatever error text Starlark wraps around it.
     static ABORTED: Cell<bool> = const { Cell::new(false) };
     /// Set when a value crossing to the host exceeded the depth or node budget.
-    static LIMITED: Cell<bool> = const { Cell::new(false) };
+    static LIMITED: Cell<Option<Exceeded>> = const { Cell::new(None) };
 }
 
 /// Moves the run to `phase`.
@@ -47,7 +47,7 @@ pub(crate) fn set_phase(phase: Phase) {
     PHASE.with(|p| p.set(phase));
     if phase == Phase::Loading {
         ABORTED.with(|a| a.set(false));
-        LIMITED.with(|l| l.set(false));
+        LIMITED.with(|l| l.set(None));
     }
 }
 
@@ -55,10 +55,8 @@ pub(crate) fn set_phase(phase: Phase) {
 pub(crate) fn native_outcome() -> Option<RunError> {
     if ABORTED.with(Cell::get) {
         Some(RunError::Aborted)
-    } else if LIMITED.with(Cell::get) {
-        Some(RunError::Limit)
     } else {
-        None
+        LIMITED.with(Cell::get).map(RunError::Limit)
     }
 }
 
@@ -193,16 +191,20 @@ impl<'v> StarlarkValue<'v> for Capability {
         let (depth, nodes) = ARGUMENT_LIMITS.with(Cell::get);
         let arguments = match convert::arguments(args, eval.heap(), depth, nodes) {
             Ok(arguments) => arguments,
-            Err(convert::ConvertError::Limit) => {
-                LIMITED.with(|l| l.set(true));
+            Err(convert::ConvertError::TooDeep) => {
+                LIMITED.with(|l| l.set(Some(Exceeded::ValueDepth)));
+                return Err(fail("value budget exceeded".into()));
+            }
+            Err(convert::ConvertError::TooBig) => {
+                LIMITED.with(|l| l.set(Some(Exceeded::ValueBytes)));
                 return Err(fail("value budget exceeded".into()));
             }
             Err(convert::ConvertError::Invalid(message)) => return Err(fail(message)),
         };
         match crate::call_host(&self.path, &arguments) {
             Ok(result) => Ok(convert::from_wire(&result, eval.heap())),
-            Err(RunError::Limit) => {
-                LIMITED.with(|l| l.set(true));
+            Err(RunError::Limit(exceeded)) => {
+                LIMITED.with(|l| l.set(Some(exceeded)));
                 Err(fail("value budget exceeded".into()))
             }
             Err(_) => {

@@ -14,13 +14,15 @@ use starlark::values::list::{AllocList, ListRef};
 use starlark::values::tuple::TupleRef;
 use starlark::values::{Heap, UnpackValue, Value};
 
-use crate::{FILE_NAME, RunError};
+use crate::{Exceeded, FILE_NAME, RunError};
 
 /// Why a value could not be converted.
 #[derive(Debug)]
 pub(crate) enum ConvertError {
-    /// Depth or node budget exceeded.
-    Limit,
+    /// Nested deeper than the depth budget.
+    TooDeep,
+    /// More values than the node budget.
+    TooBig,
     /// The value cannot cross (detail for the program's author).
     Invalid(String),
 }
@@ -29,7 +31,8 @@ impl ConvertError {
     /// The run error for a failed conversion of `main()`'s value.
     pub(crate) fn into_result_error(self) -> RunError {
         match self {
-            ConvertError::Limit => RunError::Limit,
+            ConvertError::TooDeep => RunError::Limit(Exceeded::ValueDepth),
+            ConvertError::TooBig => RunError::Limit(Exceeded::ValueBytes),
             ConvertError::Invalid(message) => {
                 RunError::Invalid(format!("{FILE_NAME}: main() returned {message}"))
             }
@@ -73,7 +76,7 @@ pub(crate) fn to_wire(
 }
 
 fn charge(nodes: &mut usize, count: usize) -> Result<(), ConvertError> {
-    *nodes = nodes.checked_sub(count).ok_or(ConvertError::Limit)?;
+    *nodes = nodes.checked_sub(count).ok_or(ConvertError::TooBig)?;
     Ok(())
 }
 
@@ -87,7 +90,7 @@ fn to_wire_inner(
     strict: bool,
 ) -> Result<WireValue, ConvertError> {
     if depth == 0 {
-        return Err(ConvertError::Limit);
+        return Err(ConvertError::TooDeep);
     }
     if value.is_none() {
         return Ok(WireValue::None);

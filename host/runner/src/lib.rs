@@ -38,7 +38,7 @@ mod bindings {
 use bindings::Guest;
 use bindings::codemode::runner::host;
 use bindings::exports::codemode::runner::program::{
-    Failure, Guest as ProgramGuest, Limits, Outcome,
+    Exceeded, Failure, Guest as ProgramGuest, Limits, Outcome,
 };
 
 /// The file name diagnostics use: `<codemode>:line:col: message`.
@@ -72,8 +72,8 @@ fn dialect() -> Dialect {
 pub(crate) enum RunError {
     /// `<codemode>:line:col: message` (or `<codemode>: message` without a position).
     Invalid(String),
-    /// A budget ran out.
-    Limit,
+    /// One of the interpreter's budgets ran out.
+    Limit(Exceeded),
     /// A native call failed; the host holds the reason.
     Aborted,
 }
@@ -104,7 +104,7 @@ impl ProgramGuest for Runner {
         Outcome {
             value: result.map_err(|error| match error {
                 RunError::Invalid(detail) => Failure::InvalidProgram(detail),
-                RunError::Limit => Failure::ResourceLimit,
+                RunError::Limit(exceeded) => Failure::ResourceLimit(exceeded),
                 RunError::Aborted => Failure::Aborted,
             }),
             steps,
@@ -150,7 +150,9 @@ fn run_program(source: &str, limits: &Limits) -> (Result<Vec<u8>, RunError>, u64
         let steps = eval.get_total_tick_count();
         // Running out of ticks surfaces as whatever error Starlark raised there.
         let result = match result {
-            Err(RunError::Invalid(_)) if steps >= limits.max_steps => Err(RunError::Limit),
+            Err(RunError::Invalid(_)) if steps >= limits.max_steps => {
+                Err(RunError::Limit(Exceeded::Steps))
+            }
             other => other,
         };
         (result, steps)
@@ -185,7 +187,7 @@ fn run_module<'v>(
     let converted = convert::to_wire(value, limits.max_value_depth as usize, &mut nodes)
         .map_err(|error| error.into_result_error())?;
     if codemode_value::json_len(&converted) > limits.max_value_bytes as usize {
-        return Err(RunError::Limit);
+        return Err(RunError::Limit(Exceeded::ValueBytes));
     }
     let mut bytes = Vec::new();
     codemode_value::encode(&converted, &mut bytes);
@@ -198,6 +200,7 @@ pub(crate) fn call_host(name: &str, arguments: &WireValue) -> Result<WireValue, 
     codemode_value::encode(arguments, &mut bytes);
     let result = host::call(name, &bytes).map_err(|()| RunError::Aborted)?;
     // The host encodes results it already bounded by the depth budget; a value it
-    // cannot have sent means the boundary is broken, which ends the run as a limit.
-    codemode_value::decode(&result, usize::MAX).map_err(|_| RunError::Limit)
+    // cannot have sent means the boundary is broken: the run ends, and the host,
+    // which saw no failure, reports an internal one.
+    codemode_value::decode(&result, usize::MAX).map_err(|_| RunError::Aborted)
 }

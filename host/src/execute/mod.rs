@@ -38,7 +38,7 @@ use crate::plugins::MemoryCap;
 use crate::source::{CapabilitySource, Session};
 use crate::wait::{Cancel, Interrupted, Stop};
 use ledger::Ledger;
-use runner::{Failure, RunnerLimits, RunnerPre};
+use runner::{Exceeded, Failure, RunnerLimits, RunnerPre};
 
 /// Longest invalid-program detail passed on; a longer one is dropped (bare text).
 pub const MAX_PROGRAM_DETAIL_BYTES: usize = 4096;
@@ -85,6 +85,42 @@ pub struct Stats {
     pub result_bytes: usize,
     /// Wall time, slot wait included, in microseconds.
     pub elapsed_us: u64,
+    /// On `resource limit exceeded`: the flag of the budget that ran out
+    /// (`--max-fuel`), or the sidecar setting (`max_fuel_per_call`); never its value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<&'static str>,
+}
+
+/// How an execution ended, and what it cost, whether it succeeded or not.
+#[derive(Debug, Clone)]
+pub struct Execution {
+    /// `main()`'s value (already JSON), or the error the model sees.
+    pub outcome: Result<serde_json::Value, ToolError>,
+    /// What it cost; on a resource limit, which budget ran out.
+    pub stats: Stats,
+}
+
+impl Execution {
+    /// The value and its cost, or the error alone.
+    ///
+    /// # Errors
+    ///
+    /// The execution's [`ToolError`].
+    pub fn into_result(self) -> Result<Executed, ToolError> {
+        let stats = self.stats;
+        self.outcome.map(|value| Executed { value, stats })
+    }
+
+    /// An execution that ended before it ran, on `error`.
+    fn refused(error: ToolError, limit: Option<Budget>) -> Self {
+        Self {
+            outcome: Err(error),
+            stats: Stats {
+                limit: limit.map(Budget::flag),
+                ..Stats::default()
+            },
+        }
+    }
 }
 
 /// A successful execution: `main()`'s value (already JSON) and its cost.
@@ -224,15 +260,25 @@ impl Executor {
         dispatch: Arc<Dispatch>,
         subject: &Subject,
         source: &str,
-    ) -> Result<Executed, ToolError> {
+    ) -> Execution {
         let started = Instant::now();
-        let outcome = self.execute_timed(dispatch, subject, source, started).await;
-        let label = match &outcome {
+        let mut execution = self.execute_timed(dispatch, subject, source, started).await;
+        execution.stats.elapsed_us = started.elapsed().as_micros() as u64;
+        let label = match &execution.outcome {
             Ok(_) => "ok",
-            Err(error) => error.fixed_text(),
+            Err(error) => {
+                tracing::info!(
+                    subject = %subject.id,
+                    outcome = error.fixed_text(),
+                    limit = execution.stats.limit.unwrap_or("-"),
+                    elapsed_ms = format_args!("{:.1}", started.elapsed().as_secs_f64() * 1e3),
+                    "execution failed"
+                );
+                error.fixed_text()
+            }
         };
         self.metrics.execute(label, started.elapsed());
-        outcome
+        execution
     }
 
     /// The metrics this executor records into.
@@ -246,36 +292,38 @@ impl Executor {
         subject: &Subject,
         source: &str,
         started: Instant,
-    ) -> Result<Executed, ToolError> {
+    ) -> Execution {
         if source.len() > self.limits.max_source_bytes {
-            return Err(exhausted_before_start(Budget::SourceBytes));
+            return Execution::refused(ToolError::ResourceLimit, Some(Budget::SourceBytes));
         }
         let deadline = started + self.limits.max_execution_time;
-        let permit = tokio::time::timeout_at(
+        let permit = match tokio::time::timeout_at(
             tokio::time::Instant::from_std(deadline),
             self.permits.clone().acquire_owned(),
         )
         .await
-        .map_err(|_| exhausted_before_start(Budget::ExecutionTime))?
-        .map_err(|_| ToolError::Internal)?;
+        {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) => return Execution::refused(ToolError::Internal, None),
+            Err(_) => {
+                return Execution::refused(ToolError::ResourceLimit, Some(Budget::ExecutionTime));
+            }
+        };
         let execution = self.started.fetch_add(1, Ordering::Relaxed) + 1;
         let cancel = Arc::new(Cancel::default());
         let _cancel_on_drop = CancelOnDrop(cancel.clone());
         let job = self.job(dispatch, subject, source, Stop::new(deadline, cancel));
         let job = Job { execution, ..job };
-        let outcome = tokio::task::spawn_blocking(move || {
-            let outcome = job.run();
+        let ran = tokio::task::spawn_blocking(move || {
+            let execution = job.run();
             drop(permit);
-            outcome
+            execution
         })
-        .await
-        .map_err(|error| {
+        .await;
+        ran.unwrap_or_else(|error| {
             tracing::error!(reason = %error, "execution task failed");
-            ToolError::Internal
-        })?;
-        let (value, mut stats) = outcome?;
-        stats.elapsed_us = started.elapsed().as_micros() as u64;
-        Ok(Executed { value, stats })
+            Execution::refused(ToolError::Internal, None)
+        })
     }
 
     /// The language surface the interpreter actually provides, as the seed prints it.
@@ -387,27 +435,14 @@ impl Job {
         Ok(store)
     }
 
-    fn run(self) -> Result<(serde_json::Value, Stats), ToolError> {
-        let execution = self.execution;
-        let (result, exhausted) = self.run_charged();
-        if let Some(budget) = exhausted {
-            tracing::info!(execution, budget = %budget, "execution stopped: a budget ran out");
-        }
-        result
-    }
-
-    /// Runs the program; returns its outcome and the budget that ran out, if one did.
-    fn run_charged(
-        self,
-    ) -> (
-        Result<(serde_json::Value, Stats), ToolError>,
-        Option<Budget>,
-    ) {
+    /// Runs the program: its outcome, and its cost with the budget that ran out, if
+    /// one did.
+    fn run(self) -> Execution {
         let mut store = match self.store() {
             Ok(store) => store,
             Err(error) => {
                 tracing::error!(reason = %format!("{error:#}"), "cannot create the interpreter store");
-                return (Err(ToolError::Internal), None);
+                return Execution::refused(ToolError::Internal, None);
             }
         };
         let limits = RunnerLimits {
@@ -429,8 +464,11 @@ impl Job {
             intermediate_bytes: state.ledger.intermediate_bytes(),
             ..Stats::default()
         };
-        let result = self.conclude(state, outcome, &mut stats);
-        (result.map(|json| (json, stats)), state.ledger.exhausted())
+        let outcome = self.conclude(state, outcome, &mut stats);
+        if outcome.is_err() {
+            stats.limit = state.ledger.exhausted().map(Budget::flag);
+        }
+        Execution { outcome, stats }
     }
 
     /// The execution's value, or its error: a native call's retained failure first,
@@ -459,12 +497,14 @@ impl Job {
                 let detail = (detail.len() <= MAX_PROGRAM_DETAIL_BYTES).then_some(detail);
                 return Err(ToolError::InvalidProgram(detail));
             }
-            // The interpreter's own budgets: its steps, or the final value's depth or
-            // size (which of the two it does not say).
-            Err(Failure::ResourceLimit) if outcome.steps >= self.limits.max_execution_steps => {
-                return Err(state.ledger.exhaust(Budget::ExecutionSteps));
+            // The interpreter's own budgets.
+            Err(Failure::ResourceLimit(exceeded)) => {
+                return Err(state.ledger.exhaust(match exceeded {
+                    Exceeded::Steps => Budget::ExecutionSteps,
+                    Exceeded::ValueDepth => Budget::ValueDepth,
+                    Exceeded::ValueBytes => Budget::ValueBytes,
+                }));
             }
-            Err(Failure::ResourceLimit) => return Err(ToolError::ResourceLimit),
             Err(Failure::Aborted) => {
                 tracing::error!(
                     "the interpreter reported a failed native call the host did not see"
@@ -478,13 +518,6 @@ impl Job {
         state.ledger.check_final_value(stats.result_bytes)?;
         to_json(value).ok_or(ToolError::InvalidProgram(None))
     }
-}
-
-/// The error of an execution that ran out of `budget` before it had a ledger: its
-/// source was too large, or its time ran out waiting for a slot.
-fn exhausted_before_start(budget: Budget) -> ToolError {
-    tracing::info!(budget = %budget, "execution stopped: a budget ran out");
-    ToolError::ResourceLimit
 }
 
 /// Classifies a trap of the interpreter (or a plugin) that no native call explained:
@@ -582,7 +615,7 @@ mod tests {
     }
 
     /// Runs `source` with no capabilities: its outcome and the budget that ran out.
-    fn run(source: &str) -> (Result<serde_json::Value, ToolError>, Option<Budget>) {
+    fn run(source: &str) -> (Result<serde_json::Value, ToolError>, Option<&'static str>) {
         let executor = executor();
         let stop = Stop::new(
             Instant::now() + Duration::from_secs(30),
@@ -594,8 +627,8 @@ mod tests {
             source,
             stop,
         );
-        let (result, exhausted) = job.run_charged();
-        (result.map(|(value, _)| value), exhausted)
+        let execution = job.run();
+        (execution.outcome, execution.stats.limit)
     }
 
     #[test]
@@ -607,18 +640,20 @@ mod tests {
     }
 
     #[test]
-    fn budgets_that_run_out_are_named_where_the_host_can_tell() {
+    fn budgets_that_run_out_are_named() {
         assert_eq!(
             run(
                 "def main():\n    t = 0\n    for i in range(100000):\n        t += i\n    return t"
             ),
-            (Err(ToolError::ResourceLimit), Some(Budget::ExecutionSteps))
+            (Err(ToolError::ResourceLimit), Some("--max-execution-steps"))
         );
-        // The interpreter checks the final value itself and does not say which of
-        // its budgets it was (docs/architecture.md, known gaps).
         assert_eq!(
             run("def main():\n    return [[[[[1]]]]]"),
-            (Err(ToolError::ResourceLimit), None)
+            (Err(ToolError::ResourceLimit), Some("--max-value-depth"))
+        );
+        assert_eq!(
+            run(&format!("def main():\n    return '{}'", "a".repeat(120))),
+            (Err(ToolError::ResourceLimit), Some("--max-value-bytes"))
         );
     }
 
@@ -652,17 +687,20 @@ mod tests {
             .build()
             .expect("a runtime");
         let source = format!("def main():\n    return '{}'", "a".repeat(200));
-        let outcome = runtime.block_on(executor().execute(
+        let refused = runtime.block_on(executor().execute(
             Arc::new(Dispatch::default()),
             &Subject::new("test"),
             &source,
         ));
-        assert_eq!(outcome.map(|e| e.value), Err(ToolError::ResourceLimit));
-        let outcome = runtime.block_on(executor().execute(
+        assert_eq!(refused.outcome, Err(ToolError::ResourceLimit));
+        assert_eq!(refused.stats.limit, Some("--max-source-bytes"));
+        assert_eq!(refused.stats.steps, 0);
+        let ran = runtime.block_on(executor().execute(
             Arc::new(Dispatch::default()),
             &Subject::new("test"),
             "def main():\n    return 1",
         ));
-        assert_eq!(outcome.map(|e| e.value), Ok(serde_json::json!(1)));
+        assert_eq!(ran.outcome, Ok(serde_json::json!(1)));
+        assert_eq!(ran.stats.limit, None);
     }
 }

@@ -26,7 +26,9 @@ wasmtime::component::bindgen!({
     world: "runner",
 });
 
-pub(crate) use exports::codemode::runner::program::{Failure, Limits as RunnerLimits, Outcome};
+pub(crate) use exports::codemode::runner::program::{
+    Exceeded, Failure, Limits as RunnerLimits, Outcome,
+};
 
 /// The interpreter as built by `build.rs` (starlark-rust for wasm32-wasip2).
 const RUNNER_WASM: &[u8] = include_bytes!(env!("CODEMODE_RUNNER_WASM"));

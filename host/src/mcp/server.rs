@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::contract::{self, DESCRIBE_API, EXECUTE, SEARCH_API};
 use crate::authz::Subject;
 use crate::error::ToolError;
-use crate::execute::Executed;
+use crate::execute::Execution;
 use crate::service::Service;
 
 /// The `_meta` key of an execution's statistics (fuel, steps, native calls, bytes,
@@ -114,7 +114,7 @@ impl McpServer {
         Ok(match tool_name {
             SEARCH_API => project(self.service.search(input)),
             DESCRIBE_API => project(self.service.describe(input)),
-            _ => project_execution(self.service.execute(&subject, input).await),
+            _ => project_execution(self.service.run(&subject, input).await),
         })
     }
 }
@@ -149,20 +149,19 @@ fn project<T: Serialize>(outcome: Result<T, ToolError>) -> CallToolResult {
     }
 }
 
-/// `execute`'s success is exactly `{"result": value}`; its cost goes in `_meta`.
-fn project_execution(outcome: Result<Executed, ToolError>) -> CallToolResult {
-    match outcome {
-        Ok(executed) => {
-            let mut result = CallToolResult::structured(json!({ "result": executed.value }));
-            if let Ok(Value::Object(stats)) = serde_json::to_value(&executed.stats) {
-                let mut meta = MetaObject::new();
-                meta.0.insert(META_STATS.to_owned(), Value::Object(stats));
-                result.meta = Some(meta);
-            }
-            result
-        }
+/// `execute`'s success is exactly `{"result": value}`, its error the fixed text; its
+/// cost goes in `_meta` either way (with the budget that ran out, on a limit).
+fn project_execution(execution: Execution) -> CallToolResult {
+    let mut result = match execution.outcome {
+        Ok(value) => CallToolResult::structured(json!({ "result": value })),
         Err(error) => CallToolResult::error(vec![ContentBlock::text(error.to_string())]),
+    };
+    if let Ok(Value::Object(stats)) = serde_json::to_value(&execution.stats) {
+        let mut meta = MetaObject::new();
+        meta.0.insert(META_STATS.to_owned(), Value::Object(stats));
+        result.meta = Some(meta);
     }
+    result
 }
 
 impl ServerHandler for McpServer {

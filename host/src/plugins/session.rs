@@ -84,6 +84,16 @@ impl PluginSession {
         let fuel = grants
             .max_fuel_per_call
             .map_or(budget.fuel, |cap| cap.min(budget.fuel));
+        // Which budget a plugin that runs out answers to: its sidecar's, where that
+        // is the tighter one.
+        let caps = Caps {
+            fuel: grants
+                .max_fuel_per_call
+                .is_some_and(|cap| cap < budget.fuel),
+            memory: grants
+                .max_memory
+                .is_some_and(|cap| cap < budget.max_memory_bytes),
+        };
         let call_deadline = grants
             .timeout
             .map(|t| Instant::now() + t)
@@ -142,7 +152,7 @@ impl PluginSession {
             Some(Err(error)) => {
                 let memory_hit = store.data().limits.hit;
                 return failed(
-                    classify_plugin_trap(&error, memory_hit, name, explanation),
+                    classify_plugin_trap(&error, memory_hit, caps, name, explanation),
                     burned,
                 );
             }
@@ -162,6 +172,15 @@ impl PluginSession {
             fuel: burned,
         }
     }
+}
+
+/// Whether the plugin's own sidecar caps, not the execution's budgets, bound a call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Caps {
+    /// `max_fuel_per_call` is below the execution's remaining fuel.
+    fuel: bool,
+    /// `max_memory` is below `--max-memory`.
+    memory: bool,
 }
 
 fn failed(failure: CallFailure, fuel: u64) -> CallOutcome {
@@ -201,6 +220,7 @@ fn new_store(
 fn classify_plugin_trap(
     error: &wasmtime::Error,
     memory_hit: bool,
+    caps: Caps,
     name: &str,
     explanation: Option<String>,
 ) -> CallFailure {
@@ -212,13 +232,21 @@ fn classify_plugin_trap(
         };
     }
     if memory_hit {
-        return CallFailure::Exhausted(Budget::Memory);
+        return CallFailure::Exhausted(if caps.memory {
+            Budget::PluginMemory
+        } else {
+            Budget::Memory
+        });
     }
     if matches!(
         error.downcast_ref::<wasmtime::Trap>(),
         Some(wasmtime::Trap::OutOfFuel)
     ) {
-        return CallFailure::Exhausted(Budget::Fuel);
+        return CallFailure::Exhausted(if caps.fuel {
+            Budget::PluginFuel
+        } else {
+            Budget::Fuel
+        });
     }
     if error
         .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
@@ -263,7 +291,7 @@ mod tests {
             "{error:#}"
         );
         assert_eq!(
-            classify_plugin_trap(&error, false, "records.lookup", None),
+            classify_plugin_trap(&error, false, Caps::default(), "records.lookup", None),
             CallFailure::Exhausted(Budget::Capacity)
         );
         assert_eq!(
@@ -274,28 +302,41 @@ mod tests {
 
     #[test]
     fn budgets_that_stop_a_plugin_are_named() {
+        let global = Caps::default();
+        let own = Caps {
+            fuel: true,
+            memory: true,
+        };
         let deadline = wasmtime::Error::new(Interrupted::Deadline);
         assert_eq!(
-            classify_plugin_trap(&deadline, false, "n", None),
+            classify_plugin_trap(&deadline, false, own, "n", None),
             CallFailure::Exhausted(Budget::ExecutionTime)
         );
         let fuel = wasmtime::Error::new(wasmtime::Trap::OutOfFuel);
         assert_eq!(
-            classify_plugin_trap(&fuel, false, "n", None),
+            classify_plugin_trap(&fuel, false, global, "n", None),
             CallFailure::Exhausted(Budget::Fuel)
+        );
+        assert_eq!(
+            classify_plugin_trap(&fuel, false, own, "n", None),
+            CallFailure::Exhausted(Budget::PluginFuel)
         );
         let trap = wasmtime::Error::new(wasmtime::Trap::UnreachableCodeReached);
         assert_eq!(
-            classify_plugin_trap(&trap, true, "n", None),
+            classify_plugin_trap(&trap, true, global, "n", None),
             CallFailure::Exhausted(Budget::Memory)
+        );
+        assert_eq!(
+            classify_plugin_trap(&trap, true, own, "n", None),
+            CallFailure::Exhausted(Budget::PluginMemory)
         );
         let timeout = wasmtime::Error::new(Interrupted::CallTimeout);
         assert_eq!(
-            classify_plugin_trap(&timeout, false, "n", Some("why".into())),
+            classify_plugin_trap(&timeout, false, global, "n", Some("why".into())),
             CallFailure::Failed(Some("why".into()))
         );
         assert_eq!(
-            classify_plugin_trap(&trap, false, "n", None),
+            classify_plugin_trap(&trap, false, global, "n", None),
             CallFailure::Failed(None)
         );
     }

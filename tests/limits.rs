@@ -1,0 +1,166 @@
+//! Which limit fired: every `resource limit exceeded` answer of `execute` carries,
+//! in `_meta["codemode/stats"]["limit"]`, the flag of the budget that ran out (or
+//! the plugin's sidecar setting), never its value; the fixed text stays exactly as
+//! it is, and the error carries the same stats as a success. Driven over Streamable
+//! HTTP, one program per budget.
+
+use serde_json::{Value, json};
+
+use crate::support::{
+    HttpServer, call_tool, example_plugins, plugin_folder, test_plugin, wait_for_log,
+};
+
+/// `execute` of `source`: the error text (or `None` on success) and the stats.
+fn execute(server: &HttpServer, source: &str) -> (Option<String>, Value) {
+    let result = call_tool(server.port, "execute", json!({ "source": source }));
+    let text = (result["isError"] == true).then(|| {
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    });
+    (text, result["_meta"]["codemode/stats"].clone())
+}
+
+/// A server over the hostile, sleepy and text plugins with small budgets, and a
+/// sidecar giving `hostile.wasm` caps of its own when `capped`.
+fn server(label: &str, capped: bool) -> HttpServer {
+    let dir = plugin_folder(
+        label,
+        &[
+            test_plugin("hostile"),
+            test_plugin("sleepy"),
+            example_plugins().join("text.wasm"),
+        ],
+    );
+    if capped {
+        std::fs::write(
+            dir.join("hostile.toml"),
+            "max_fuel_per_call = 50000000\nmax_memory = \"8MiB\"\n",
+        )
+        .expect("write the sidecar");
+    }
+    HttpServer::start(&[
+        "--plugins",
+        dir.to_str().expect("utf-8 path"),
+        "--allow-all",
+        "--max-source-bytes",
+        "4096",
+        "--max-execution-steps",
+        "5000",
+        "--max-execution-time",
+        "2s",
+        "--max-native-calls",
+        "3",
+        "--max-value-depth",
+        "8",
+        "--max-value-bytes",
+        "2000",
+        "--max-intermediate-value-bytes",
+        "3000",
+        "--max-fuel",
+        "300000000",
+        "--max-memory",
+        "64MiB",
+    ])
+}
+
+#[test]
+fn every_resource_limit_names_its_budget() {
+    let server = server("limits-global", false);
+    let fill = "text.fill(template='x' * 1200, values={})";
+    let cases = [
+        (
+            "--max-source-bytes",
+            format!("def main():\n    return '{}'", "a".repeat(4100)),
+        ),
+        (
+            "--max-execution-steps",
+            "def main():\n    t = 0\n    for i in range(100000):\n        t += i\n    return t"
+                .to_owned(),
+        ),
+        (
+            "--max-execution-time",
+            "def main():\n    return sleepy.nap(ms=600000)".to_owned(),
+        ),
+        (
+            "--max-native-calls",
+            "def main():\n    for i in range(4):\n        sleepy.nap(ms=1)\n    return 1"
+                .to_owned(),
+        ),
+        (
+            "--max-value-depth",
+            format!(
+                "def main():\n    return {}1{}",
+                "[".repeat(9),
+                "]".repeat(9)
+            ),
+        ),
+        (
+            "--max-value-bytes",
+            "def main():\n    return 'a' * 2500".to_owned(),
+        ),
+        (
+            "--max-intermediate-value-bytes",
+            format!(
+                "def main():\n    n = 0\n    for i in range(3):\n        n += len({fill}['text'])\n    return n"
+            ),
+        ),
+        (
+            "--max-fuel",
+            "def main():\n    return hostile.spin()".to_owned(),
+        ),
+        (
+            "--max-memory",
+            "def main():\n    return hostile.hog()".to_owned(),
+        ),
+    ];
+    for (flag, source) in &cases {
+        let (error, stats) = execute(&server, source);
+        assert_eq!(
+            error.as_deref(),
+            Some("resource limit exceeded"),
+            "{flag}: {stats}"
+        );
+        assert_eq!(stats["limit"], json!(flag), "{flag}: {stats}");
+        // The same stats as a success, elapsed time included.
+        assert!(stats["elapsed_us"].as_u64().is_some(), "{flag}: {stats}");
+    }
+    // A success names no limit; other errors carry stats without one.
+    let (error, stats) = execute(
+        &server,
+        &format!("def main():\n    return len({fill}['text'])"),
+    );
+    assert_eq!(error, None);
+    assert_eq!(stats.get("limit"), None, "{stats}");
+    assert_eq!(stats["native_calls"], json!(1));
+    let (error, stats) = execute(&server, "def main():\n    return nope.nothing()");
+    assert_eq!(
+        error.as_deref(),
+        Some("invalid program: <codemode>:2:12: Variable `nope` not found, did you mean `None`?")
+    );
+    assert_eq!(stats.get("limit"), None, "{stats}");
+    // The operator learns it too: one line per failed execution.
+    wait_for_log(
+        &server,
+        "execution failed subject=local outcome=\"resource limit exceeded\" limit=\"--max-memory\"",
+        1,
+    );
+}
+
+#[test]
+fn a_plugin_s_own_caps_are_named_by_their_sidecar_setting() {
+    let server = server("limits-sidecar", true);
+    for (setting, program) in [
+        ("max_fuel_per_call", "hostile.spin()"),
+        ("max_memory", "hostile.hog()"),
+    ] {
+        let (error, stats) = execute(&server, &format!("def main():\n    return {program}"));
+        assert_eq!(
+            error.as_deref(),
+            Some("resource limit exceeded"),
+            "{program}"
+        );
+        assert_eq!(stats["limit"], json!(setting), "{program}: {stats}");
+    }
+}
