@@ -164,3 +164,48 @@ fn a_plugin_s_own_caps_are_named_by_their_sidecar_setting() {
         assert_eq!(stats["limit"], json!(setting), "{program}: {stats}");
     }
 }
+
+#[test]
+fn an_error_from_a_native_call_names_the_capability_and_where_it_was_called() {
+    let server = server("limits-calls", false);
+    let cases = [
+        (
+            "def main():\n    x = 1\n    return text.fill(template=x, values={})",
+            "invalid capability arguments: argument \"template\" must be a string",
+            json!({"capability": "text.fill", "line": 3, "column": 12}),
+        ),
+        (
+            "def helper(n):\n    return text.fill(template=n, values={})\n\ndef main():\n    return helper(1)",
+            "invalid capability arguments: argument \"template\" must be a string",
+            json!({"capability": "text.fill", "line": 2, "column": 12}),
+        ),
+        (
+            "def main():\n    for i in range(4):\n        sleepy.nap(ms=1)\n    return 1",
+            "resource limit exceeded",
+            json!({"capability": "sleepy.nap", "line": 3, "column": 9}),
+        ),
+        (
+            "def main():\n    return [hostile.spin()]",
+            "resource limit exceeded",
+            json!({"capability": "hostile.spin", "line": 2, "column": 13}),
+        ),
+    ];
+    for (source, text, call) in cases {
+        let result = call_tool(server.port, "execute", json!({ "source": source }));
+        assert_eq!(result["content"][0]["text"], json!(text), "{source}");
+        assert_eq!(result["_meta"]["codemode/error"], call, "{source}");
+    }
+    // An error of the program itself names no call.
+    let result = call_tool(
+        server.port,
+        "execute",
+        json!({ "source": "def main():\n    return 1 // 0" }),
+    );
+    assert_eq!(result["isError"], json!(true));
+    assert_eq!(result["_meta"].get("codemode/error"), None, "{result}");
+    wait_for_log(
+        &server,
+        "limit=\"--max-fuel\" capability=\"hostile.spin\"",
+        1,
+    );
+}

@@ -40,7 +40,9 @@ pub mod watch;
 
 pub use catalog::{Description, FieldShape, SearchResponse, SearchResult};
 pub use error::ToolError;
-pub use execute::{Executed, Execution, LimitError, Limits, RunnerError, Stats, default_cache_dir};
+pub use execute::{
+    Executed, Execution, FailedCall, LimitError, Limits, RunnerError, Stats, default_cache_dir,
+};
 pub use plugins::{FileError, LoadError, LoadLimits, TypeError};
 pub use service::{
     LOCAL_SUBJECT, Precompiled, Reloaded, Service, ServiceConfig, StartError, precompile,

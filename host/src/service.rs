@@ -20,8 +20,7 @@ use crate::catalog::{
 };
 use crate::error::ToolError;
 use crate::execute::{
-    Dispatch, Executed, Execution, Executor, ExecutorConfig, LimitError, Limits, Route,
-    RunnerError, Stats,
+    Dispatch, Executed, Execution, Executor, ExecutorConfig, LimitError, Limits, Route, RunnerError,
 };
 use crate::metrics::Metrics;
 use crate::plugins::{self, LoadLimits, LoadedPlugin, PluginFolder};
@@ -456,10 +455,7 @@ impl Service {
     /// the future cancels it.
     pub async fn run(&self, subject: &Subject, source: &str) -> Execution {
         if subject.id.is_empty() {
-            return Execution {
-                outcome: Err(ToolError::Unauthenticated),
-                stats: Stats::default(),
-            };
+            return Execution::refused(ToolError::Unauthenticated, None);
         }
         let dispatch = self.snapshot.load().dispatch.clone();
         self.executor.execute(dispatch, subject, source).await

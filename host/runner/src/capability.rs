@@ -6,7 +6,7 @@
 //! An attribute that names no capability still resolves (to an unknown name) so that
 //! calling it can fail with its full dotted name and the nearest catalog names.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
@@ -21,6 +21,9 @@ use starlark::{starlark_simple_value, values::starlark_value};
 
 use crate::convert;
 use crate::{Exceeded, RunError};
+
+/// A 1-based line and column in the program.
+pub(crate) type Position = (u32, u32);
 
 /// Where the run is: native calls are accepted only while `main()` runs.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -40,6 +43,10 @@ thread_local! {
     static ABORTED: Cell<bool> = const { Cell::new(false) };
     /// Set when a value crossing to the host exceeded the depth or node budget.
     static LIMITED: Cell<Option<Exceeded>> = const { Cell::new(None) };
+    /// The capability whose call ended the run, and where (once the error that
+    /// unwound the program is seen).
+    static FAILED_CALL: RefCell<Option<(String, Option<Position>)>> =
+        const { RefCell::new(None) };
 }
 
 /// Moves the run to `phase`.
@@ -48,7 +55,30 @@ pub(crate) fn set_phase(phase: Phase) {
     if phase == Phase::Loading {
         ABORTED.with(|a| a.set(false));
         LIMITED.with(|l| l.set(None));
+        FAILED_CALL.with(|f| f.replace(None));
     }
+}
+
+/// Records that the call of `capability` ends the run.
+fn call_failed(capability: &str) {
+    FAILED_CALL.with(|f| f.replace(Some((capability.to_owned(), None))));
+}
+
+/// Records where the failed call was made (1-based line and column), from the
+/// error that unwound the program.
+pub(crate) fn failed_at(position: Option<Position>) {
+    FAILED_CALL.with(|f| {
+        if let Some((_, at)) = f.borrow_mut().as_mut()
+            && at.is_none()
+        {
+            *at = position;
+        }
+    });
+}
+
+/// The capability whose call ended the run, and where it was called, if known.
+pub(crate) fn failed_call() -> Option<(String, Option<Position>)> {
+    FAILED_CALL.with(|f| f.borrow().clone())
 }
 
 /// What ended the run from inside a native call, if anything did.
@@ -193,10 +223,12 @@ impl<'v> StarlarkValue<'v> for Capability {
             Ok(arguments) => arguments,
             Err(convert::ConvertError::TooDeep) => {
                 LIMITED.with(|l| l.set(Some(Exceeded::ValueDepth)));
+                call_failed(&self.path);
                 return Err(fail("value budget exceeded".into()));
             }
             Err(convert::ConvertError::TooBig) => {
                 LIMITED.with(|l| l.set(Some(Exceeded::ValueBytes)));
+                call_failed(&self.path);
                 return Err(fail("value budget exceeded".into()));
             }
             Err(convert::ConvertError::Invalid(message)) => return Err(fail(message)),
@@ -205,10 +237,12 @@ impl<'v> StarlarkValue<'v> for Capability {
             Ok(result) => Ok(convert::from_wire(&result, eval.heap())),
             Err(RunError::Limit(exceeded)) => {
                 LIMITED.with(|l| l.set(Some(exceeded)));
+                call_failed(&self.path);
                 Err(fail("value budget exceeded".into()))
             }
             Err(_) => {
                 ABORTED.with(|a| a.set(true));
+                call_failed(&self.path);
                 Err(fail("capability call failed".into()))
             }
         }

@@ -95,6 +95,15 @@ pub(crate) fn diagnostic(error: &starlark::Error) -> String {
     } else {
         with_suggestion(message)
     };
+    match position(error) {
+        Some((line, column)) => format!("{FILE_NAME}:{line}:{column}: {message}"),
+        None => format!("{FILE_NAME}: {message}"),
+    }
+}
+
+/// Where `error` was raised in the program (1-based line and column): its own span,
+/// or else the innermost frame of its call stack with a location.
+fn position(error: &starlark::Error) -> Option<crate::capability::Position> {
     let span = error.span().map(|span| span.resolve_span()).or_else(|| {
         error
             .call_stack()
@@ -102,15 +111,10 @@ pub(crate) fn diagnostic(error: &starlark::Error) -> String {
             .iter()
             .rev()
             .find_map(|frame| frame.location.as_ref().map(|l| l.resolve_span()))
-    });
-    match span {
-        Some(span) => format!(
-            "{FILE_NAME}:{}:{}: {message}",
-            span.begin.line + 1,
-            span.begin.column + 1
-        ),
-        None => format!("{FILE_NAME}: {message}"),
-    }
+    })?;
+    let line = u32::try_from(span.begin.line + 1).ok()?;
+    let column = u32::try_from(span.begin.column + 1).ok()?;
+    Some((line, column))
 }
 
 /// Appends the nearest capability names to starlark-rust's "Variable `x` not found"
@@ -133,7 +137,14 @@ fn with_suggestion(message: String) -> String {
 /// Classifies an error raised while the program ran: a native call's own failure or
 /// budget wins over the text Starlark wrapped around it.
 pub(crate) fn runtime_error(error: &starlark::Error) -> RunError {
-    crate::capability::native_outcome().unwrap_or_else(|| RunError::Invalid(diagnostic(error)))
+    match crate::capability::native_outcome() {
+        Some(outcome) => {
+            // The error unwinding from a failed native call is raised at the call.
+            crate::capability::failed_at(position(error));
+            outcome
+        }
+        None => RunError::Invalid(diagnostic(error)),
+    }
 }
 
 fn at(ast: &AstModule, span: Span, message: String) -> RunError {

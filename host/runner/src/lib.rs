@@ -38,7 +38,7 @@ mod bindings {
 use bindings::Guest;
 use bindings::codemode::runner::host;
 use bindings::exports::codemode::runner::program::{
-    Exceeded, Failure, Guest as ProgramGuest, Limits, Outcome,
+    Exceeded, FailedCall, Failure, Guest as ProgramGuest, Limits, Outcome,
 };
 
 /// The file name diagnostics use: `<codemode>:line:col: message`.
@@ -101,6 +101,19 @@ impl ProgramGuest for Runner {
 
     fn run(source: String, limits: Limits) -> Outcome {
         let (result, steps) = run_program(&source, &limits);
+        // A failed call is reported only when it is what ended the run.
+        let failed_call = match &result {
+            Err(RunError::Aborted | RunError::Limit(_)) => capability::failed_call(),
+            Ok(_) | Err(RunError::Invalid(_)) => None,
+        }
+        .map(|(capability, at)| {
+            let (line, column) = at.unwrap_or((0, 0));
+            FailedCall {
+                capability,
+                line,
+                column,
+            }
+        });
         Outcome {
             value: result.map_err(|error| match error {
                 RunError::Invalid(detail) => Failure::InvalidProgram(detail),
@@ -108,6 +121,7 @@ impl ProgramGuest for Runner {
                 RunError::Aborted => Failure::Aborted,
             }),
             steps,
+            failed_call,
         }
     }
 }

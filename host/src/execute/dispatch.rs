@@ -5,8 +5,9 @@
 //! capability's shapes, authorized, run on its source's session for this execution
 //! (raced against the deadline), and its result charged. Every budget is charged in
 //! the execution's [`Ledger`](super::ledger::Ledger). Any failure is kept in the
-//! store as the execution's error and the interpreter is trapped: it cannot run
-//! another line of the program after a failed call.
+//! store as the execution's error and the call answers `err`: the interpreter
+//! unwinds the program from the call (a Starlark program cannot catch an error, so
+//! it runs no further line) and reports where the call was.
 
 use wasmtime::StoreContextMut;
 use wasmtime::component::Linker;
@@ -21,6 +22,10 @@ use crate::catalog::{self, BindError};
 use crate::error::ToolError;
 use crate::source::{CallBudget, CallFailure};
 use crate::wait::{self, Abandoned};
+
+/// Fuel the interpreter is given, if it has less, to unwind the program after a
+/// failed call and report where the call was.
+const UNWIND_FUEL: u64 = 20_000_000;
 
 /// Nearest names offered by `suggest`.
 const MAX_SUGGESTIONS: usize = 3;
@@ -50,10 +55,21 @@ pub(crate) fn add_to_linker(linker: &mut Linker<ExecState>) -> wasmtime::Result<
             match outcome {
                 Ok(bytes) => Ok((Ok::<Vec<u8>, ()>(bytes),)),
                 Err(error) => {
-                    store.data_mut().retained = Some(error.clone());
-                    // Trapping the interpreter ends the program here; the retained
-                    // error is what the execution reports.
-                    Err(wasmtime::Error::msg(format!("native call failed: {error}")))
+                    // A plugin may have burned the interpreter's last fuel: it gets
+                    // a little to unwind and say where the call was (no line of the
+                    // program runs on it).
+                    let left = store.get_fuel().unwrap_or(0);
+                    if left < UNWIND_FUEL && store.set_fuel(UNWIND_FUEL).is_ok() {
+                        store.data_mut().unwind_fuel += UNWIND_FUEL - left;
+                    }
+                    let state = store.data_mut();
+                    state.retained = Some(error);
+                    state.failed_capability = Some(name);
+                    // The interpreter unwinds the program from the call (Starlark
+                    // cannot catch an error, so no line of it runs after this) and
+                    // reports where the call was; the retained error is what the
+                    // execution reports.
+                    Ok((Err(()),))
                 }
             }
         },

@@ -98,6 +98,22 @@ pub struct Execution {
     pub outcome: Result<serde_json::Value, ToolError>,
     /// What it cost; on a resource limit, which budget ran out.
     pub stats: Stats,
+    /// When the error came from a native call: which capability, and where the
+    /// program called it. Reported in the tool result's `_meta`.
+    pub failed_call: Option<FailedCall>,
+}
+
+/// The native call an execution failed on.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FailedCall {
+    /// The capability's dotted name.
+    pub capability: String,
+    /// The call's line in the program (1-based), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    /// The call's column (1-based, in characters), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub column: Option<u32>,
 }
 
 impl Execution {
@@ -112,13 +128,14 @@ impl Execution {
     }
 
     /// An execution that ended before it ran, on `error`.
-    fn refused(error: ToolError, limit: Option<Budget>) -> Self {
+    pub(crate) fn refused(error: ToolError, limit: Option<Budget>) -> Self {
         Self {
             outcome: Err(error),
             stats: Stats {
                 limit: limit.map(Budget::flag),
                 ..Stats::default()
             },
+            failed_call: None,
         }
     }
 }
@@ -171,6 +188,10 @@ pub(crate) struct ExecState {
     sessions: HashMap<usize, Box<dyn Session>>,
     /// The failure of a native call: it decides the execution's error.
     retained: Option<ToolError>,
+    /// The capability whose call failed, when one did.
+    failed_capability: Option<String>,
+    /// Fuel granted past the budget to unwind after a failed call (not counted).
+    unwind_fuel: u64,
 }
 
 impl WasiView for ExecState {
@@ -271,6 +292,10 @@ impl Executor {
                     subject = %subject.id,
                     outcome = error.fixed_text(),
                     limit = execution.stats.limit.unwrap_or("-"),
+                    capability = execution
+                        .failed_call
+                        .as_ref()
+                        .map_or("-", |call| call.capability.as_str()),
                     elapsed_ms = format_args!("{:.1}", started.elapsed().as_secs_f64() * 1e3),
                     "execution failed"
                 );
@@ -427,6 +452,8 @@ impl Job {
             stop: self.stop.clone(),
             sessions: HashMap::new(),
             retained: None,
+            failed_capability: None,
+            unwind_fuel: 0,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.memory);
@@ -455,7 +482,14 @@ impl Job {
                 .codemode_runner_program()
                 .call_run(&mut store, &self.source, limits)
         });
-        let fuel = self.limits.max_fuel - store.get_fuel().unwrap_or(0);
+        // What was spent, not counting what unwinding after a failed call was given
+        // past the budget.
+        let fuel = self
+            .limits
+            .max_fuel
+            .saturating_add(store.data().unwind_fuel)
+            .saturating_sub(store.get_fuel().unwrap_or(0))
+            .min(self.limits.max_fuel);
         self.metrics.fuel(fuel);
         let state = store.data_mut();
         let mut stats = Stats {
@@ -464,11 +498,37 @@ impl Job {
             intermediate_bytes: state.ledger.intermediate_bytes(),
             ..Stats::default()
         };
+        let reported = outcome
+            .as_ref()
+            .ok()
+            .and_then(|outcome| outcome.failed_call.clone());
+        let failed_capability = state.failed_capability.take();
         let outcome = self.conclude(state, outcome, &mut stats);
         if outcome.is_err() {
             stats.limit = state.ledger.exhausted().map(Budget::flag);
         }
-        Execution { outcome, stats }
+        let failed_call = match (&outcome, reported, failed_capability) {
+            (Ok(_), _, _) => None,
+            // Where the interpreter saw the call fail; a position of 0 is unknown.
+            (Err(_), Some(call), _) => Some(FailedCall {
+                capability: call.capability,
+                line: (call.line > 0).then_some(call.line),
+                column: (call.column > 0).then_some(call.column),
+            }),
+            // The interpreter was stopped before it could say where (the deadline
+            // passed while it unwound): the host knows which call it was.
+            (Err(_), None, Some(capability)) => Some(FailedCall {
+                capability,
+                line: None,
+                column: None,
+            }),
+            (Err(_), None, None) => None,
+        };
+        Execution {
+            outcome,
+            stats,
+            failed_call,
+        }
     }
 
     /// The execution's value, or its error: a native call's retained failure first,

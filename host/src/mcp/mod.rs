@@ -15,4 +15,4 @@ pub use contract::{
     DESCRIBE_API, DESCRIBE_API_DESCRIPTION, EXECUTE, EXECUTE_DESCRIPTION, INSTRUCTIONS,
     LANGUAGE_SURFACE, SEARCH_API, SEARCH_API_DESCRIPTION,
 };
-pub use server::{META_STATS, McpServer, ServeError, SubjectSource, serve_stdio};
+pub use server::{META_ERROR, META_STATS, McpServer, ServeError, SubjectSource, serve_stdio};

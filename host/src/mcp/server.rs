@@ -21,6 +21,9 @@ use crate::service::Service;
 /// The `_meta` key of an execution's statistics (fuel, steps, native calls, bytes,
 /// elapsed microseconds).
 pub const META_STATS: &str = "codemode/stats";
+/// The `_meta` key of an `execute` error caused by a native call: the capability
+/// and the call's 1-based line and column in the program.
+pub const META_ERROR: &str = "codemode/error";
 
 /// The server name clients see at initialize.
 const SERVER_NAME: &str = "codemode-host";
@@ -156,11 +159,16 @@ fn project_execution(execution: Execution) -> CallToolResult {
         Ok(value) => CallToolResult::structured(json!({ "result": value })),
         Err(error) => CallToolResult::error(vec![ContentBlock::text(error.to_string())]),
     };
-    if let Ok(Value::Object(stats)) = serde_json::to_value(&execution.stats) {
-        let mut meta = MetaObject::new();
-        meta.0.insert(META_STATS.to_owned(), Value::Object(stats));
-        result.meta = Some(meta);
+    let mut meta = MetaObject::new();
+    if let Ok(stats @ Value::Object(_)) = serde_json::to_value(&execution.stats) {
+        meta.0.insert(META_STATS.to_owned(), stats);
     }
+    if let Some(call) = &execution.failed_call
+        && let Ok(call @ Value::Object(_)) = serde_json::to_value(call)
+    {
+        meta.0.insert(META_ERROR.to_owned(), call);
+    }
+    result.meta = Some(meta);
     result
 }
 
