@@ -98,6 +98,12 @@ fn hostile_programs() -> Vec<(&'static str, String, String)> {
         ("alias", "def main():\n    return [[[0] * 300] * 300] * 300".to_owned(), "resource limit exceeded".to_owned()),
         ("twomib", "def main():\n    return \"x\" * (2 * 1024 * 1024)".to_owned(), "resource limit exceeded".to_owned()),
         ("millionkeys", "def main():\n    return {str(i): i for i in range(1000000)}".to_owned(), "resource limit exceeded".to_owned()),
+        // Sizes past the interpreter's address space: once `internal failure`.
+        ("strrepeat", "def main():\n    return len('abc' * 1000000000)".to_owned(), "resource limit exceeded".to_owned()),
+        ("listrepeat", "def main():\n    return len([1, 2, 3] * 1000000000)".to_owned(), "resource limit exceeded".to_owned()),
+        ("onerepeat", "def main():\n    return len([1] * 600000000)".to_owned(), "resource limit exceeded".to_owned()),
+        // A JSON number no float holds: once `internal failure`.
+        ("json1e400", "def main():\n    return json.decode('[1, 1e400]')".to_owned(), "invalid program: <codemode>:2:12: json.decode: number out of range".to_owned()),
         ("toplevel", "x = records.lookup(key=\"bk-0001\")\n\ndef main():\n    return x".to_owned(), "invalid program: <codemode>:1:5: `records.lookup` called outside main(): capabilities can only be called while main() runs".to_owned()),
         ("closure", "def main():\n    return lambda: records.lookup(key=\"bk-0001\")".to_owned(), "invalid program: <codemode>: main() returned a value of type function; return None, bool, int, float, str, list, tuple or dict".to_owned()),
         ("load", "load(\"x.star\", \"y\")\n\ndef main():\n    return 1".to_owned(), "invalid program: <codemode>:1:1: `load` is not allowed in this dialect".to_owned()),

@@ -114,6 +114,11 @@ fn every_resource_limit_names_its_budget() {
             "--max-memory",
             "def main():\n    return hostile.hog()".to_owned(),
         ),
+        // Past the interpreter's address space: no allocation is even tried.
+        (
+            "--max-memory",
+            "def main():\n    return len('abc' * 1000000000)".to_owned(),
+        ),
     ];
     for (flag, source) in &cases {
         let (error, stats) = execute(&server, source);

@@ -82,6 +82,20 @@ struct Runner;
 
 impl Guest for Runner {
     fn init() {
+        // A size past wasm32's address space (`'abc' * 1000000000`) panics with
+        // "capacity overflow" before any allocation the memory cap could refuse: tell
+        // the host it is the memory budget, not a defect, before the abort.
+        std::panic::set_hook(Box::new(|info| {
+            let message = info
+                .payload()
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| info.payload().downcast_ref::<String>().map(String::as_str))
+                .unwrap_or_default();
+            if message.contains("capacity overflow") {
+                host::too_large();
+            }
+        }));
         let _ = globals();
         // Lazily initialised interpreter state (string interning, type tables, the
         // first heap chunks) lands in the snapshot instead of costing every run.

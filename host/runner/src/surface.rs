@@ -138,6 +138,7 @@ fn json_members(builder: &mut GlobalsBuilder) {
     ) -> starlark::Result<Value<'v>> {
         let value: serde_json::Value =
             serde_json::from_str(x).map_err(|e| error(format!("json.decode: {e}")))?;
+        check_numbers(&value).map_err(|()| error("json.decode: number out of range".into()))?;
         Ok(heap.alloc(value))
     }
 
@@ -150,6 +151,23 @@ fn json_members(builder: &mut GlobalsBuilder) {
         serde_json::from_str::<serde_json::Value>(x)
             .map_err(|e| error(format!("json.indent: {e}")))?;
         Ok(reindent(x, prefix, indent))
+    }
+}
+
+/// Refuses a number no int or float can hold (`1e400`), which a program could not
+/// represent.
+fn check_numbers(value: &serde_json::Value) -> Result<(), ()> {
+    match value {
+        serde_json::Value::Number(number) => {
+            let fits =
+                number.is_i64() || number.is_u64() || number.as_f64().is_some_and(f64::is_finite);
+            if fits { Ok(()) } else { Err(()) }
+        }
+        serde_json::Value::Array(items) => items.iter().try_for_each(check_numbers),
+        serde_json::Value::Object(entries) => entries.values().try_for_each(check_numbers),
+        serde_json::Value::Null | serde_json::Value::Bool(_) | serde_json::Value::String(_) => {
+            Ok(())
+        }
     }
 }
 

@@ -46,6 +46,14 @@ pub(crate) fn add_to_linker(linker: &mut Linker<ExecState>) -> wasmtime::Result<
         },
     )?;
     host.func_wrap(
+        "too-large",
+        |mut store: StoreContextMut<'_, ExecState>, (): ()| {
+            // The interpreter aborts next: its trap is this memory budget.
+            store.data_mut().too_large = true;
+            Ok(())
+        },
+    )?;
+    host.func_wrap(
         "call",
         |mut store: StoreContextMut<'_, ExecState>, (name, arguments): (String, Vec<u8>)| {
             let started = Instant::now();

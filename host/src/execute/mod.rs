@@ -192,6 +192,8 @@ pub(crate) struct ExecState {
     failed_capability: Option<String>,
     /// Fuel granted past the budget to unwind after a failed call (not counted).
     unwind_fuel: u64,
+    /// The interpreter reported a value too large to hold; its abort follows.
+    too_large: bool,
 }
 
 impl WasiView for ExecState {
@@ -454,6 +456,7 @@ impl Job {
             retained: None,
             failed_capability: None,
             unwind_fuel: 0,
+            too_large: false,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.memory);
@@ -544,10 +547,12 @@ impl Job {
             (_, Some(error)) => return Err(error),
             (Ok(outcome), None) => outcome,
             (Err(error), None) => {
-                return Err(match classify_trap(&error, state.memory.hit) {
-                    Ok(budget) => state.ledger.exhaust(budget),
-                    Err(error) => error,
-                });
+                return Err(
+                    match classify_trap(&error, state.memory.hit || state.too_large) {
+                        Ok(budget) => state.ledger.exhaust(budget),
+                        Err(error) => error,
+                    },
+                );
             }
         };
         stats.steps = outcome.steps;
