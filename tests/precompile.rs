@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use crate::support::{cache_dir, example_plugin_files, host_bin, plugin_folder, startup_log};
+use crate::support::{cache_dir, example_plugin_files, host_bin, plugin_folder, root, startup_log};
 
 fn precompile(plugins: &std::path::Path) -> (Option<i32>, String) {
     let out = Command::new(host_bin())
@@ -51,4 +51,54 @@ fn precompile_reports_a_plugin_that_cannot_load() {
             .any(|l| l.starts_with("broken.wasm: cannot load: ")),
         "{stdout}"
     );
+}
+
+#[cfg(unix)]
+#[test]
+fn a_cache_others_could_have_planted_is_never_trusted() {
+    use std::os::unix::fs::PermissionsExt;
+    let empty = plugin_folder("planted-cache-plugins", &[]);
+    // A folder anyone can write to, holding a key someone else could have put there.
+    let dir = root().join("target/test-cache/private/planted");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the folder");
+    std::fs::write(dir.join("cache.key"), [7u8; 32]).expect("plant a key");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let refusal = format!(
+        "the cache folder {} has mode 777; it must not be writable by group or others",
+        dir.display()
+    );
+    // precompile exists to fill the cache: it stops, naming the reason.
+    let out = Command::new(host_bin())
+        .args(["precompile", "--plugins"])
+        .arg(&empty)
+        .arg("--cache-dir")
+        .arg(&dir)
+        .output()
+        .expect("run codemode-host precompile");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&refusal), "{stderr}");
+    // A server goes on without the cache, and says so.
+    let (lines, _) = startup_log(&[
+        "--plugins",
+        empty.to_str().expect("utf-8 path"),
+        "--cache-dir",
+        dir.to_str().expect("utf-8 path"),
+    ]);
+    assert!(
+        lines.iter().any(
+            |l| l.contains("cannot use the cache folder; compiling everything")
+                && l.contains(&refusal)
+        ),
+        "{lines:#?}"
+    );
+    // Nothing was written into the folder.
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("list the folder")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["cache.key"]);
 }

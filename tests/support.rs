@@ -122,6 +122,7 @@ pub(crate) fn cache_dir() -> &'static str {
         let dir = root().join("target/test-cache");
         let dir = dir.to_str().expect("utf-8 path").to_owned();
         let empty = root().join("target/test-cache/no-plugins");
+        private_dir(&root().join("target/test-cache"));
         std::fs::create_dir_all(&empty).expect("create the cache folder");
         // With stdin at EOF the server prepares the interpreter, then ends.
         let out = Command::new(host_bin())
@@ -152,6 +153,23 @@ fn with_cache(args: &[&str]) -> Vec<String> {
     all
 }
 
+/// Creates `dir` (and its parents) as the server wants a cache folder: writable by
+/// its owner only, whatever the umask (the server refuses a folder others can
+/// write to).
+pub(crate) fn private_dir(dir: &Path) {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir).expect("create a cache folder");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .expect("make the cache folder private");
+    }
+}
+
 /// A cache folder `target/test-cache/private/LABEL` of its own, for a test whose
 /// server replaces or removes plugins (and so removes their cache entries, which
 /// other tests count on): the shared cache's key and interpreter copied in, so the
@@ -160,7 +178,7 @@ pub(crate) fn private_cache(label: &str) -> PathBuf {
     let shared = Path::new(cache_dir());
     let dir = root().join("target/test-cache/private").join(label);
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create the private cache");
+    private_dir(&dir);
     for entry in std::fs::read_dir(shared)
         .expect("list the shared cache")
         .flatten()

@@ -67,16 +67,16 @@ impl ArtifactCache {
     /// # Errors
     ///
     /// When the folder or the key cannot be created or read.
+    /// The folder must be ours and writable by nobody else, and an existing key
+    /// ours and readable by nobody else: whoever can write there could plant a key
+    /// and artifacts that this host would then load as its own native code.
     pub fn open(dir: &Path) -> std::io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
+        create_private_dir(dir)?;
+        check_private(dir, PRIVATE_DIR_BITS, "the cache folder")?;
         let key_path = dir.join(KEY_FILE);
-        let key = match std::fs::read(&key_path) {
-            Ok(bytes) if bytes.len() == 32 => {
-                let mut key = [0; 32];
-                key.copy_from_slice(&bytes);
-                key
-            }
-            _ => create_key(&key_path)?,
+        let key = match read_key(&key_path)? {
+            Some(key) => key,
+            None => create_key(&key_path)?,
         };
         Ok(Self {
             dir: dir.to_owned(),
@@ -115,13 +115,18 @@ impl ArtifactCache {
     /// The entry of the component compiled from `wasm` for `engine`:
     /// `prefix-<blake3 of wasm>-<engine hash>.cwasm` (the tag beside it: `.tag`).
     pub fn entry(&self, engine: &Engine, prefix: &str, wasm: &[u8]) -> PathBuf {
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        engine.precompile_compatibility_hash().hash(&mut hasher);
-        env!("CARGO_PKG_VERSION").hash(&mut hasher);
+        // BLAKE3 for the engine part too: its output is fixed by its specification,
+        // where `DefaultHasher`'s may change with any Rust release.
+        let mut engine_hash = Blake3Hasher(blake3::Hasher::new());
+        engine
+            .precompile_compatibility_hash()
+            .hash(&mut engine_hash);
+        env!("CARGO_PKG_VERSION").hash(&mut engine_hash);
+        let engine_hash = engine_hash.0.finalize().to_hex();
         self.dir.join(format!(
-            "{prefix}-{}-{:016x}.{ARTIFACT_EXT}",
+            "{prefix}-{}-{}.{ARTIFACT_EXT}",
             blake3::hash(wasm).to_hex(),
-            hasher.finish()
+            &engine_hash[..16]
         ))
     }
 
@@ -233,19 +238,116 @@ fn deserialize(engine: &Engine, file: &Path) -> wasmtime::Result<Component> {
     unsafe { Component::deserialize_file(engine, file) }
 }
 
-/// A new random key, written readable by its owner only (a temporary file is
-/// created with mode 0600 before the key is in it, then renamed into place).
+/// Feeds what a `Hash` implementation writes into BLAKE3.
+struct Blake3Hasher(blake3::Hasher);
+
+impl Hasher for Blake3Hasher {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    fn finish(&self) -> u64 {
+        let hash = self.0.finalize();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&hash.as_bytes()[..8]);
+        u64::from_le_bytes(first)
+    }
+}
+
+/// Mode bits the cache folder may not have: writable by group or others.
+const PRIVATE_DIR_BITS: u32 = 0o022;
+/// Mode bits the key file may not have: any access by group or others.
+const PRIVATE_KEY_BITS: u32 = 0o077;
+
+/// Creates `dir` (and missing parents) readable by its owner only; an existing
+/// folder keeps its mode (checked by [`check_private`]).
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(dir)
+}
+
+/// Refuses `path` unless it is owned by this process's user, is not a symbolic
+/// link, and has none of `forbidden` mode bits.
+fn check_private(path: &Path, forbidden: u32, what: &str) -> std::io::Result<()> {
+    let metadata = std::fs::symlink_metadata(path)?;
+    if metadata.file_type().is_symlink() {
+        return Err(std::io::Error::other(format!(
+            "{what} {} is a symbolic link",
+            path.display()
+        )));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        #[allow(unsafe_code)]
+        let user = unsafe { libc::geteuid() };
+        if metadata.uid() != user {
+            return Err(std::io::Error::other(format!(
+                "{what} {} belongs to another user (uid {}, this server runs as uid {user})",
+                path.display(),
+                metadata.uid()
+            )));
+        }
+        if metadata.mode() & forbidden != 0 {
+            return Err(std::io::Error::other(format!(
+                "{what} {} has mode {:o}; it must not be {} by group or others",
+                path.display(),
+                metadata.mode() & 0o777,
+                if forbidden == PRIVATE_KEY_BITS {
+                    "accessible"
+                } else {
+                    "writable"
+                }
+            )));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (forbidden, what);
+    Ok(())
+}
+
+/// The key in `path`, if there is one, after checking that only we can read it.
+fn read_key(path: &Path) -> std::io::Result<Option<[u8; 32]>> {
+    match std::fs::symlink_metadata(path) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error),
+        Ok(_) => check_private(path, PRIVATE_KEY_BITS, "the cache key")?,
+    }
+    let bytes = std::fs::read(path)?;
+    let key: [u8; 32] = bytes.as_slice().try_into().map_err(|_| {
+        std::io::Error::other(format!(
+            "the cache key {} is {} bytes long, not 32",
+            path.display(),
+            bytes.len()
+        ))
+    })?;
+    Ok(Some(key))
+}
+
+/// A new random key, created readable by its owner only: written to a temporary
+/// file made with mode 0600, then linked into place only if no key is there yet
+/// (another process starting at the same time may have made one: then that one
+/// is the key).
 fn create_key(path: &Path) -> std::io::Result<[u8; 32]> {
     let mut key = [0u8; 32];
     getrandom::fill(&mut key).map_err(std::io::Error::other)?;
-    write_atomically(path, &key)?;
-    // Another process may have created its key at the same time: whichever rename
-    // won is the key.
-    let written = std::fs::read(path)?;
-    if written.len() == 32 {
-        key.copy_from_slice(&written);
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut temp = tempfile::Builder::new().prefix(".tmp").tempfile_in(dir)?;
+    temp.write_all(&key)?;
+    match temp.persist_noclobber(path) {
+        Ok(_) => Ok(key),
+        Err(error) if error.error.kind() == std::io::ErrorKind::AlreadyExists => {
+            read_key(path)?.ok_or(error.error)
+        }
+        Err(error) => Err(error.error),
     }
-    Ok(key)
 }
 
 /// Writes `bytes` to a new temporary file beside `file` (unique, mode 0600) and
@@ -367,7 +469,92 @@ mod tests {
             use std::os::unix::fs::PermissionsExt;
             let mode = std::fs::metadata(dir.join(KEY_FILE))?.permissions().mode();
             assert_eq!(mode & 0o777, 0o600);
+            let mode = std::fs::metadata(&dir)?.permissions().mode();
+            assert_eq!(mode & 0o777, 0o700, "a new cache folder is private");
         }
         Ok(())
+    }
+
+    /// The message of a refused `open`.
+    fn refused(dir: &Path) -> String {
+        match ArtifactCache::open(dir) {
+            Ok(_) => panic!("{} was trusted", dir.display()),
+            Err(error) => error.to_string(),
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_key_or_folder_others_could_have_written_is_not_trusted() -> anyhow::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |path: &Path, mode: u32| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        };
+        // A key readable (or planted) by others.
+        let dir = scratch("planted-key");
+        std::fs::create_dir_all(&dir)?;
+        mode(&dir, 0o700)?;
+        std::fs::write(dir.join(KEY_FILE), [7u8; 32])?;
+        mode(&dir.join(KEY_FILE), 0o644)?;
+        assert_eq!(
+            refused(&dir),
+            format!(
+                "the cache key {} has mode 644; it must not be accessible by group or others",
+                dir.join(KEY_FILE).display()
+            )
+        );
+        // A key of the wrong length is not a key.
+        mode(&dir.join(KEY_FILE), 0o600)?;
+        std::fs::write(dir.join(KEY_FILE), [7u8; 5])?;
+        assert_eq!(
+            refused(&dir),
+            format!(
+                "the cache key {} is 5 bytes long, not 32",
+                dir.join(KEY_FILE).display()
+            )
+        );
+        // A key that is a link to somewhere else.
+        std::fs::remove_file(dir.join(KEY_FILE))?;
+        std::os::unix::fs::symlink("/dev/null", dir.join(KEY_FILE))?;
+        assert_eq!(
+            refused(&dir),
+            format!(
+                "the cache key {} is a symbolic link",
+                dir.join(KEY_FILE).display()
+            )
+        );
+        // A folder anyone can write to.
+        let open = scratch("world-writable");
+        std::fs::create_dir_all(&open)?;
+        mode(&open, 0o777)?;
+        assert_eq!(
+            refused(&open),
+            format!(
+                "the cache folder {} has mode 777; it must not be writable by group or others",
+                open.display()
+            )
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn entry_names_hash_the_engine_with_blake3() {
+        let engine = Engine::default();
+        let cache = ArtifactCache {
+            dir: PathBuf::from("/c"),
+            key: [0; 32],
+        };
+        let entry = cache.entry(&engine, "plugin", b"wasm");
+        let name = entry
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let parts: Vec<&str> = name.trim_end_matches(".cwasm").split('-').collect();
+        assert_eq!(parts.len(), 3, "{name}");
+        assert_eq!(parts[1], blake3::hash(b"wasm").to_hex().as_str());
+        assert_eq!(parts[2].len(), 16);
+        assert!(parts[2].chars().all(|c| c.is_ascii_hexdigit()), "{name}");
+        // The same engine and code name the same entry.
+        assert_eq!(entry, cache.entry(&engine, "plugin", b"wasm"));
     }
 }
