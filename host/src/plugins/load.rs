@@ -216,8 +216,7 @@ pub(crate) fn load_file(
     if !funcs.iter().any(|f| f.instance == METADATA_INTERFACE) {
         return Err(LoadError::NoMetadata);
     }
-    let pre =
-        sandbox::pre_instantiate(engine, &component, &file_label(path)).map_err(LoadError::Link)?;
+    let pre = sandbox::pre_instantiate(engine, &component).map_err(LoadError::Link)?;
     let entries =
         metadata::describe(engine, &pre, limits.load_timeout).map_err(LoadError::Describe)?;
     let (capabilities, ignored_exports) = assemble(funcs, entries)?;

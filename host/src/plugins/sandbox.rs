@@ -260,10 +260,9 @@ impl WasiHttpHooks for Outbound {
         if !self.grants.allows(&scheme, &host, port) {
             let origin = format!("{scheme}://{host}:{port}");
             tracing::warn!(plugin = %self.plugin, host = %origin, "outbound request refused: not in the plugin's allowed_outbound_hosts");
-            self.denied = Some(format!(
-                "outbound host {origin} is not allowed for plugin {}",
-                self.plugin
-            ));
+            // The agent gets the host it asked for (its own input), not which plugin
+            // file refused it: that is in the log line above.
+            self.denied = Some(format!("outbound host {origin} is not allowed"));
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }
         let remaining = self.deadline.saturating_duration_since(Instant::now());
@@ -307,7 +306,6 @@ type SendFuture = dyn Future<
 pub(crate) fn pre_instantiate(
     engine: &Engine,
     component: &Component,
-    plugin: &str,
 ) -> wasmtime::Result<InstancePre<PluginState>> {
     let mut linker: Linker<PluginState> = Linker::new(engine);
     // Asynchronous WASI: a plugin waiting in a host call is a pending future the
@@ -317,7 +315,7 @@ pub(crate) fn pre_instantiate(
     wasmtime_wasi_config::add_to_linker(&mut linker, |state: &mut PluginState| {
         WasiConfig::from(&state.config)
     })?;
-    stub_unprovided_imports(&mut linker, engine, component, plugin)?;
+    stub_unprovided_imports(&mut linker, engine, component)?;
     linker.instantiate_pre(component)
 }
 
@@ -366,10 +364,11 @@ fn stub_unprovided_imports(
     linker: &mut Linker<PluginState>,
     engine: &Engine,
     component: &Component,
-    plugin: &str,
 ) -> wasmtime::Result<()> {
     let stub = |name: String| {
-        let message = format!("plugin {plugin} called `{name}`, which this host does not provide");
+        // The agent gets the import; the plugin's file is logged beside it
+        // (`classify_plugin_trap`).
+        let message = format!("the capability called `{name}`, which this host does not provide");
         move |_: wasmtime::StoreContextMut<'_, PluginState>,
               _: wasmtime::component::types::ComponentFunc,
               _: &[wasmtime::component::Val],

@@ -152,7 +152,7 @@ impl PluginSession {
             Some(Err(error)) => {
                 let memory_hit = store.data().limits.hit;
                 return failed(
-                    classify_plugin_trap(&error, memory_hit, caps, name, explanation),
+                    classify_plugin_trap(&error, memory_hit, caps, name, &plugin.file, explanation),
                     burned,
                 );
             }
@@ -222,6 +222,7 @@ fn classify_plugin_trap(
     memory_hit: bool,
     caps: Caps,
     name: &str,
+    plugin: &str,
     explanation: Option<String>,
 ) -> CallFailure {
     if let Some(interrupted) = error.downcast_ref::<Interrupted>() {
@@ -258,7 +259,7 @@ fn classify_plugin_trap(
         return CallFailure::Exhausted(Budget::Capacity);
     }
     if let Some(unprovided) = error.downcast_ref::<Unprovided>() {
-        tracing::warn!(capability = %name, reason = %unprovided, "capability called an import the host does not provide");
+        tracing::warn!(capability = %name, plugin = %plugin, reason = %unprovided, "capability called an import the host does not provide");
         return CallFailure::Failed(Some(unprovided.to_string()));
     }
     tracing::warn!(capability = %name, reason = %format!("{error:#}"), "capability trapped");
@@ -291,7 +292,14 @@ mod tests {
             "{error:#}"
         );
         assert_eq!(
-            classify_plugin_trap(&error, false, Caps::default(), "records.lookup", None),
+            classify_plugin_trap(
+                &error,
+                false,
+                Caps::default(),
+                "records.lookup",
+                "records.wasm",
+                None
+            ),
             CallFailure::Exhausted(Budget::Capacity)
         );
         assert_eq!(
@@ -309,34 +317,34 @@ mod tests {
         };
         let deadline = wasmtime::Error::new(Interrupted::Deadline);
         assert_eq!(
-            classify_plugin_trap(&deadline, false, own, "n", None),
+            classify_plugin_trap(&deadline, false, own, "n", "n.wasm", None),
             CallFailure::Exhausted(Budget::ExecutionTime)
         );
         let fuel = wasmtime::Error::new(wasmtime::Trap::OutOfFuel);
         assert_eq!(
-            classify_plugin_trap(&fuel, false, global, "n", None),
+            classify_plugin_trap(&fuel, false, global, "n", "n.wasm", None),
             CallFailure::Exhausted(Budget::Fuel)
         );
         assert_eq!(
-            classify_plugin_trap(&fuel, false, own, "n", None),
+            classify_plugin_trap(&fuel, false, own, "n", "n.wasm", None),
             CallFailure::Exhausted(Budget::PluginFuel)
         );
         let trap = wasmtime::Error::new(wasmtime::Trap::UnreachableCodeReached);
         assert_eq!(
-            classify_plugin_trap(&trap, true, global, "n", None),
+            classify_plugin_trap(&trap, true, global, "n", "n.wasm", None),
             CallFailure::Exhausted(Budget::Memory)
         );
         assert_eq!(
-            classify_plugin_trap(&trap, true, own, "n", None),
+            classify_plugin_trap(&trap, true, own, "n", "n.wasm", None),
             CallFailure::Exhausted(Budget::PluginMemory)
         );
         let timeout = wasmtime::Error::new(Interrupted::CallTimeout);
         assert_eq!(
-            classify_plugin_trap(&timeout, false, global, "n", Some("why".into())),
+            classify_plugin_trap(&timeout, false, global, "n", "n.wasm", Some("why".into())),
             CallFailure::Failed(Some("why".into()))
         );
         assert_eq!(
-            classify_plugin_trap(&trap, false, global, "n", None),
+            classify_plugin_trap(&trap, false, global, "n", "n.wasm", None),
             CallFailure::Failed(None)
         );
     }

@@ -12,7 +12,7 @@ codemode_sdk::generate!({ world: "plugin", path: "wit" });
 use codemode_sdk::Capability;
 use exports::example::fetch::web::{Guest, Response};
 use wasip2::http::outgoing_handler;
-use wasip2::http::types::{Fields, Method, OutgoingRequest, RequestOptions, Scheme};
+use wasip2::http::types::{ErrorCode, Fields, Method, OutgoingRequest, RequestOptions, Scheme};
 use wasip2::io::streams::StreamError;
 
 /// Largest body returned; the host's default per-value budget.
@@ -21,6 +21,56 @@ const MAX_BODY_BYTES: usize = 1 << 20;
 const READ_CHUNK: u64 = 64 << 10;
 
 struct Fetch;
+
+/// A short, readable reason for a failed request, for the agent (the host's own
+/// debug text would show payload structs and field names).
+fn reason(code: &ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::DnsTimeout => "the host name lookup timed out",
+        ErrorCode::DnsError(_) => "the host name could not be resolved",
+        ErrorCode::DestinationNotFound => "the destination was not found",
+        ErrorCode::DestinationUnavailable => "the destination is unavailable",
+        ErrorCode::DestinationIpProhibited => "the destination address is prohibited",
+        ErrorCode::DestinationIpUnroutable => "the destination address is unroutable",
+        ErrorCode::ConnectionRefused => "the connection was refused",
+        ErrorCode::ConnectionTerminated => "the connection was closed",
+        ErrorCode::ConnectionTimeout => "connecting timed out",
+        ErrorCode::ConnectionReadTimeout => "timed out waiting for the response",
+        ErrorCode::ConnectionWriteTimeout => "timed out sending the request",
+        ErrorCode::ConnectionLimitReached => "too many connections",
+        ErrorCode::TlsProtocolError => "TLS failed",
+        ErrorCode::TlsCertificateError => "the TLS certificate was not accepted",
+        ErrorCode::TlsAlertReceived(_) => "the server ended TLS with an alert",
+        ErrorCode::HttpRequestDenied => "the request was denied",
+        ErrorCode::HttpRequestLengthRequired => "the request needs a length",
+        ErrorCode::HttpRequestBodySize(_) => "the request body is too large",
+        ErrorCode::HttpRequestMethodInvalid => "the request method is invalid",
+        ErrorCode::HttpRequestUriInvalid => "the URL is invalid",
+        ErrorCode::HttpRequestUriTooLong => "the URL is too long",
+        ErrorCode::HttpRequestHeaderSectionSize(_) | ErrorCode::HttpRequestHeaderSize(_) => {
+            "the request headers are too large"
+        }
+        ErrorCode::HttpRequestTrailerSectionSize(_) | ErrorCode::HttpRequestTrailerSize(_) => {
+            "the request trailers are too large"
+        }
+        ErrorCode::HttpResponseIncomplete => "the response was incomplete",
+        ErrorCode::HttpResponseHeaderSectionSize(_) | ErrorCode::HttpResponseHeaderSize(_) => {
+            "the response headers are too large"
+        }
+        ErrorCode::HttpResponseBodySize(_) => "the response body is too large",
+        ErrorCode::HttpResponseTrailerSectionSize(_) | ErrorCode::HttpResponseTrailerSize(_) => {
+            "the response trailers are too large"
+        }
+        ErrorCode::HttpResponseTransferCoding(_) => "the response transfer coding is not supported",
+        ErrorCode::HttpResponseContentCoding(_) => "the response content coding is not supported",
+        ErrorCode::HttpResponseTimeout => "the response timed out",
+        ErrorCode::HttpUpgradeFailed => "the protocol upgrade failed",
+        ErrorCode::HttpProtocolError => "the server broke the HTTP protocol",
+        ErrorCode::LoopDetected => "a request loop was detected",
+        ErrorCode::ConfigurationError => "the host's HTTP configuration is wrong",
+        ErrorCode::InternalError(_) => "the host failed internally",
+    }
+}
 
 impl Guest for Fetch {
     fn get(url: String, timeout_ms: Option<u32>) -> Result<Response, String> {
@@ -45,11 +95,11 @@ impl Guest for Fetch {
             let _ = options.set_between_bytes_timeout(Some(nanos));
         }
         let pending = outgoing_handler::handle(request, Some(options))
-            .map_err(|code| format!("GET {url} failed: {code:?}"))?;
+            .map_err(|code| format!("GET {url} failed: {}", reason(&code)))?;
         pending.subscribe().block();
         let response = match pending.get() {
             Some(Ok(Ok(response))) => response,
-            Some(Ok(Err(code))) => return Err(format!("GET {url} failed: {code:?}")),
+            Some(Ok(Err(code))) => return Err(format!("GET {url} failed: {}", reason(&code))),
             Some(Err(())) | None => return Err(format!("GET {url} failed: no response")),
         };
         let status = response.status();
