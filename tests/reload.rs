@@ -297,3 +297,53 @@ fn no_watch_serves_the_folder_as_it_was_at_start() {
     assert!(!log.contains("watching the plugins folder"), "{log}");
     assert!(!log.contains("catalog reloaded"), "{log}");
 }
+
+/// The name of every serving capability under `root`, from a search.
+fn serving_under(port: u16, root: &str) -> Vec<String> {
+    let mut names: Vec<String> = search(port, root)
+        .into_iter()
+        .filter(|name| name.starts_with(&format!("{root}.")))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_newcomer_claiming_served_names_is_refused_and_the_serving_plugin_keeps_them() {
+    let records = example_plugins().join("records.wasm");
+    let dir = plugin_folder("reload-impostor", std::slice::from_ref(&records));
+    let server = server(&dir, &[]);
+    let lookup = "def main():\n    return records.lookup(key=\"bk-0001\")";
+    let before = execute_http(server.port, lookup);
+    assert!(before.is_ok(), "{before:?}");
+
+    // A file sorting first, claiming the same names and IDs.
+    replace_atomically(&records, &dir.join("arecords.wasm"));
+    wait_for_log(&server, "catalog reloaded", 1);
+    assert_eq!(execute_http(server.port, lookup), before);
+    wait_for_log(
+        &server,
+        "WARN codemode_host::service: plugin refused plugin=arecords.wasm serving=records.wasm reason=capability ID `records.find` is already served by records.wasm",
+        1,
+    );
+    wait_for_log(&server, "catalog reloaded plugins=1 capabilities=", 1);
+    assert!(server.log().contains(" failed=1 "), "{}", server.log());
+}
+
+#[test]
+fn at_start_no_plugin_gets_a_contested_name() {
+    let records = example_plugins().join("records.wasm");
+    let dir = plugin_folder("start-impostor", std::slice::from_ref(&records));
+    std::fs::copy(&records, dir.join("arecords.wasm")).expect("copy the impostor");
+    let server = server(&dir, &[]);
+    assert_eq!(serving_under(server.port, "records"), Vec::<String>::new());
+    let log = server.log();
+    for file in ["arecords.wasm", "records.wasm"] {
+        assert!(
+            log.contains(&format!(
+                "ERROR codemode_host::service: plugin refused: no plugin gets a contested name plugin={file} reason=capability ID `records.find` is claimed by arecords.wasm and records.wasm"
+            )),
+            "{log}"
+        );
+    }
+}

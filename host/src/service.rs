@@ -4,7 +4,7 @@
 //! adapter decodes a request, calls one method here and projects the error; nothing
 //! in this module knows MCP.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -232,6 +232,66 @@ struct Assembled {
     catalog: Catalog,
     dispatch: Dispatch,
     build_time: std::time::Duration,
+    /// Plugins refused because another plugin claims the same name or ID.
+    refused: usize,
+}
+
+/// Which of `plugins` lose a claim on a capability name or ID that another one also
+/// makes: a plugin already serving (`incumbents`, by file) keeps what it has and
+/// every newcomer claiming it is refused; among newcomers (every plugin at start)
+/// none gets a contested name silently, so all of them are refused. Each refusal is
+/// logged naming the files and the name.
+fn contested(plugins: &[Arc<LoadedPlugin>], incumbents: &HashSet<String>) -> HashSet<usize> {
+    let mut claims: BTreeMap<(&str, &str), Vec<usize>> = BTreeMap::new();
+    for (p, plugin) in plugins.iter().enumerate() {
+        for capability in &plugin.capabilities {
+            let spec = &capability.spec;
+            claims.entry(("name", &spec.name)).or_default().push(p);
+            let id = spec.id.as_deref().unwrap_or(&spec.name);
+            claims.entry(("ID", id)).or_default().push(p);
+        }
+    }
+    let mut refused = HashSet::new();
+    for ((kind, key), mut claimants) in claims {
+        claimants.dedup();
+        if claimants.len() < 2 {
+            continue;
+        }
+        let files: Vec<&str> = claimants
+            .iter()
+            .map(|&p| plugins[p].file.as_str())
+            .collect();
+        let holder = claimants
+            .iter()
+            .copied()
+            .find(|&p| incumbents.contains(&plugins[p].file));
+        match holder {
+            Some(holder) => {
+                for &p in claimants.iter().filter(|&&p| p != holder) {
+                    if refused.insert(p) {
+                        tracing::warn!(
+                            plugin = %plugins[p].file,
+                            serving = %plugins[holder].file,
+                            reason = %format!("capability {kind} `{key}` is already served by {}", plugins[holder].file),
+                            "plugin refused"
+                        );
+                    }
+                }
+            }
+            None => {
+                for &p in &claimants {
+                    if refused.insert(p) {
+                        tracing::error!(
+                            plugin = %plugins[p].file,
+                            reason = %format!("capability {kind} `{key}` is claimed by {}", files.join(" and ")),
+                            "plugin refused: no plugin gets a contested name"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    refused
 }
 
 /// Builds the catalog from `plugins` (in order; a plugin whose capabilities conflict
@@ -240,13 +300,18 @@ struct Assembled {
 /// otherwise it is ignored (reload: the plugin that had it may be gone).
 fn assemble(
     plugins: Vec<Arc<LoadedPlugin>>,
+    incumbents: &HashSet<String>,
     disabled: &[String],
     strict: bool,
 ) -> Result<Assembled, SpecError> {
     let started = Instant::now();
+    let refused = contested(&plugins, incumbents);
     let mut builder = CatalogBuilder::new();
     let mut serving = Vec::new();
-    for plugin in plugins {
+    for (p, plugin) in plugins.into_iter().enumerate() {
+        if refused.contains(&p) {
+            continue;
+        }
         let specs: Vec<_> = plugin.capabilities.iter().map(|c| c.spec.clone()).collect();
         if let Err((index, error)) = builder.add_group(&specs) {
             let export = &plugin.capabilities[index].export;
@@ -295,6 +360,7 @@ fn assemble(
             sources,
         },
         build_time: started.elapsed(),
+        refused: refused.len(),
     })
 }
 
@@ -340,7 +406,8 @@ impl Service {
         if plugins.is_empty() {
             tracing::warn!(folder = %config.plugins_dir.display(), "no loadable *.wasm plugins found; serving no capabilities");
         }
-        let assembled = assemble(plugins, &config.disabled, true).map_err(StartError::Catalog)?;
+        let assembled = assemble(plugins, &HashSet::new(), &config.disabled, true)
+            .map_err(StartError::Catalog)?;
         let metrics = Arc::new(Metrics::default());
         metrics.catalog(assembled.dispatch.sources.len(), assembled.catalog.len());
         tracing::info!(
@@ -405,8 +472,22 @@ impl Service {
                 elapsed: started.elapsed(),
             });
         }
-        let assembled = assemble(reloader.folder.serving(), &reloader.disabled, false)
-            .map_err(StartError::Catalog)?;
+        let incumbents: HashSet<String> = self
+            .snapshot
+            .load()
+            .dispatch
+            .sources
+            .iter()
+            .map(|source| source.label().to_owned())
+            .collect();
+        let assembled = assemble(
+            reloader.folder.serving(),
+            &incumbents,
+            &reloader.disabled,
+            false,
+        )
+        .map_err(StartError::Catalog)?;
+        let failed = report.failed + assembled.refused;
         let plugins = assembled.dispatch.sources.len();
         let capabilities = assembled.catalog.len();
         self.snapshot.store(Arc::new(Snapshot::from(assembled)));
@@ -415,14 +496,14 @@ impl Service {
             swapped: true,
             plugins,
             capabilities,
-            failed: report.failed,
+            failed,
             retry: report.transient > 0,
             elapsed: started.elapsed(),
         };
         tracing::info!(
             plugins,
             capabilities,
-            failed = report.failed,
+            failed,
             reload_ms = format_args!("{:.1}", reloaded.elapsed.as_secs_f64() * 1e3),
             "catalog reloaded"
         );
