@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::support::{
     HttpServer, example_plugins, execute_http, plugin_folder, startup_log, test_plugin,
-    wait_for_log,
+    wait_for_audit, wait_for_log,
 };
 
 /// A tiny HTTP/1.1 server on 127.0.0.1: `/json` answers at once, `/slow` after 3 s,
@@ -276,9 +276,8 @@ fn per_plugin_fuel_and_memory_caps_narrow_the_global_budgets() {
             "{program}"
         );
     }
-    // The answers can arrive before the server's stderr is read: wait for the lines.
-    wait_for_log(&server, "\"capability\":\"hostile.hog\"", 1);
-    let log = server.log();
+    wait_for_audit(&server, "\"capability\":\"hostile.hog\"", 1);
+    let log = server.audit();
     // The endless loop burned exactly its per-call fuel, not the execution's 8 G.
     assert_eq!(audit_line(&log, "hostile.spin")["fuel"], json!(1_000_000));
     let capped = audit_line(&log, "hostile.hog")["fuel"]
@@ -292,8 +291,8 @@ fn per_plugin_fuel_and_memory_caps_narrow_the_global_budgets() {
         execute_http(uncapped.port, "def main():\n    return hostile.hog()"),
         Err("resource limit exceeded".to_owned())
     );
-    wait_for_log(&uncapped, "\"capability\":\"hostile.hog\"", 1);
-    let global = audit_line(&uncapped.log(), "hostile.hog")["fuel"]
+    wait_for_audit(&uncapped, "\"capability\":\"hostile.hog\"", 1);
+    let global = audit_line(&uncapped.audit(), "hostile.hog")["fuel"]
         .as_u64()
         .expect("fuel");
     assert!(

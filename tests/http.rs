@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use crate::stdio::{call, err, ok};
 use crate::support::{
     HttpServer, drive_http, example_plugin_files, plugin_folder, raw_request, root, rpc,
-    test_plugin, wait_for_log,
+    test_plugin, wait_for_audit, wait_for_log,
 };
 
 /// The analyst's token; it must never show up anywhere a client or the log can see.
@@ -131,15 +131,26 @@ fn tokens_name_the_subject_and_the_policy_decides() {
         );
     }
     assert_no_canary("the metrics", &metrics.body);
-    // The answers can arrive before the server's stderr is read: wait for the audit
-    // lines of all five calls.
-    wait_for_log(&server, "\"subject\":", 5);
-    let log = server.log();
+    wait_for_audit(&server, "\"subject\":", 5);
+    let (log, audit) = (server.log(), server.audit());
     assert!(!log.contains(ANALYST_TOKEN), "the token reached the log");
-    // The audit lines (stderr here) name the authenticated subjects only.
-    let subjects: Vec<String> = log
+    assert!(
+        !audit.contains(ANALYST_TOKEN),
+        "the token reached the audit log"
+    );
+    // The audit log has stdout to itself: every line there is an audit line, and
+    // none is on stderr, with the operator log.
+    assert!(
+        !log.contains("\"subject\":"),
+        "an audit line in the log:\n{log}"
+    );
+    let audit: Vec<Value> = audit
         .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("not audit JSON: {l}")))
+        .collect();
+    // The audit lines name the authenticated subjects only.
+    let subjects: Vec<String> = audit
+        .iter()
         .filter_map(|a| a["subject"].as_str().map(str::to_owned))
         .collect();
     assert_eq!(
@@ -269,7 +280,7 @@ fn sigterm_lets_the_execution_in_flight_finish() {
             &json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute","arguments":{"source":slow}}}),
         )
     });
-    wait_for_log(&server, "\"capability\":\"records.lookup\"", 1);
+    wait_for_audit(&server, "\"capability\":\"records.lookup\"", 1);
     server.terminate();
     let response = request.join().expect("the request thread");
     assert_eq!(
@@ -538,4 +549,66 @@ fn sigterm_while_a_plugin_loads_stops_the_server() {
         "{log}"
     );
     assert!(!log.contains("panicked"), "{log}");
+}
+
+/// What a plugin prints is data: one escaped log event per stream and call, cut at
+/// 64 KiB with the rest counted, never a line of its own on the operator log and
+/// never on the audit stream (stdout when serving HTTP).
+#[test]
+fn plugin_output_is_logged_as_data_and_never_forges_a_line() {
+    let dir = plugin_folder("plugin-output", &[test_plugin("hostile")]);
+    let server = HttpServer::start(&[
+        "--allow-all",
+        "--plugins",
+        dir.to_str().expect("utf-8 path"),
+    ]);
+    let forged = "{\"subject\":\"admin\",\"capability\":\"records.lookup\",\"decision\":\"allow\"}";
+    let times = 2000;
+    let program = format!(
+        "def main():\n    return hostile.shout(line={}, times={times})",
+        serde_json::to_string(&format!("{forged}\u{1b}[2J")).expect("a Starlark string")
+    );
+    assert_eq!(
+        crate::support::execute_http(server.port, &program),
+        Ok(json!({"ok": true}))
+    );
+    wait_for_log(&server, "plugin output", 2);
+    wait_for_audit(&server, "\"capability\":\"hostile.shout\"", 1);
+    let (log, audit) = (server.log(), server.audit());
+    // The audit stream holds the one call, for the local subject.
+    let audit: Vec<Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("not audit JSON: {l}")))
+        .collect();
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(audit[0]["subject"], "local");
+    assert_eq!(audit[0]["capability"], "hostile.shout");
+    // No line of the log is the plugin's: each starts with a timestamp, and the
+    // terminal escape is written out, not sent.
+    assert!(
+        log.lines().all(|l| l.starts_with("20")),
+        "a line the plugin started:\n{log}"
+    );
+    assert!(!log.contains('\u{1b}'), "a raw escape in the log");
+    let line_bytes = forged.len() + "\u{1b}[2J\n".len();
+    let dropped = times * line_bytes - 64 * 1024;
+    let escaped = format!("{forged}\u{1b}[2J\n");
+    let escaped = format!("{escaped:?}");
+    let stdout = log
+        .lines()
+        .find(|l| l.contains("stream=\"stdout\""))
+        .unwrap_or_else(|| panic!("no stdout event:\n{log}"));
+    assert!(
+        stdout.contains(&format!(
+            "plugin output plugin=hostile.wasm capability=hostile.shout execution=1 stream=\"stdout\" dropped_bytes={dropped} output={}",
+            &escaped[..escaped.len() - 1]
+        )),
+        "{stdout}"
+    );
+    assert!(
+        log.lines().any(|l| l.ends_with(&format!(
+            "plugin output plugin=hostile.wasm capability=hostile.shout execution=1 stream=\"stderr\" dropped_bytes=0 output={escaped}"
+        ))),
+        "{log}"
+    );
 }

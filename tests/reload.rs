@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::support::{
     HttpServer, call_tool, example_plugins, execute_http, plugin_folder, private_cache,
-    test_plugin, wait_for_log, wait_until,
+    test_plugin, wait_for_audit, wait_for_log, wait_until,
 };
 
 /// Returns the serving version after a little work (so that executions overlap the
@@ -82,7 +82,7 @@ fn replacing_a_plugin_under_load_fails_no_execute_and_the_new_version_answers() 
         })
     };
     // Its first call is the second one audited (after the check above).
-    wait_for_log(&server, "\"capability\":\"versioned.version\"", 2);
+    wait_for_audit(&server, "\"capability\":\"versioned.version\"", 2);
     // Four clients executing in a loop across the swap: each has been answered
     // before it, and each sees the new version before they stop.
     let stop = Arc::new(AtomicBool::new(false));

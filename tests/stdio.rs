@@ -2,7 +2,10 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{drive, example_plugins};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+use crate::support::{drive, example_plugins, host_bin, with_cache};
 
 fn serve_examples(steps: Value) -> Value {
     let dir = example_plugins();
@@ -196,4 +199,85 @@ fn malformed_arguments_are_rejected_before_any_work() {
         "describe_api: property \"name\" must be a string"
     );
     assert_eq!(protocol(&r[3]), "unknown tool \"no_such_tool\"");
+}
+
+/// Every line gets an answer over stdio: not JSON → `-32700`, JSON that is not a
+/// JSON-RPC message → `-32600` (with its id), a line over 16 MiB → `-32600` naming
+/// the limit; the session goes on after each. Arguments are checked before the
+/// subject: with an empty subject a malformed call is `-32602`, a valid one
+/// `unauthenticated`.
+#[test]
+fn every_line_gets_an_answer_and_arguments_come_before_the_subject() {
+    let plugins = example_plugins();
+    let mut child = Command::new(host_bin())
+        .args(with_cache(&[
+            "--plugins",
+            plugins.to_str().expect("utf-8 path"),
+            "--subject",
+            "",
+        ]))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn codemode-host");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    // One line out, one answer back (a notification gets none).
+    let mut exchange = |line: &[u8], answered: bool| -> Value {
+        stdin.write_all(line).expect("write a line");
+        stdin.write_all(b"\n").expect("write a line");
+        stdin.flush().expect("flush");
+        if !answered {
+            return Value::Null;
+        }
+        let mut answer = String::new();
+        stdout.read_line(&mut answer).expect("read an answer");
+        serde_json::from_str(&answer).unwrap_or_else(|_| panic!("not JSON: {answer:?}"))
+    };
+    let initialized = exchange(
+        br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
+        true,
+    );
+    assert_eq!(initialized["id"], 1, "{initialized}");
+    exchange(
+        br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        false,
+    );
+    assert_eq!(
+        exchange(b"{not json", true),
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "Parse error: a line must be one JSON-RPC message"}})
+    );
+    assert_eq!(
+        exchange(&vec![b'x'; 16 * 1024 * 1024 + 1], true),
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": "Invalid Request: a message line may be at most 16 MiB"}})
+    );
+    assert_eq!(
+        exchange(br#"{"jsonrpc":"2.0","id":"s","method":42}"#, true),
+        json!({"jsonrpc": "2.0", "id": "s", "error": {"code": -32600, "message": "Invalid Request: not a JSON-RPC 2.0 message"}})
+    );
+    let malformed = exchange(
+        br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"search_api","arguments":{"query":"x","extra":1}}}"#,
+        true,
+    );
+    assert_eq!(malformed["id"], 2);
+    assert_eq!(malformed["error"]["code"], -32602, "{malformed}");
+    assert_eq!(
+        malformed["error"]["message"],
+        "search_api: unexpected property \"extra\" (additionalProperties is false)"
+    );
+    let valid = exchange(
+        br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"search_api","arguments":{"query":"x"}}}"#,
+        true,
+    );
+    assert_eq!(valid["id"], 3);
+    assert_eq!(valid["result"]["isError"], true, "{valid}");
+    assert_eq!(valid["result"]["content"][0]["text"], "unauthenticated");
+    assert_eq!(
+        exchange(br#"{"jsonrpc":"2.0","id":4,"method":"ping"}"#, true),
+        json!({"jsonrpc": "2.0", "id": 4, "result": {}})
+    );
+    drop(stdin);
+    let status = child.wait().expect("wait for codemode-host");
+    assert!(status.success(), "{status}");
 }

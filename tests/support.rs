@@ -145,7 +145,7 @@ pub(crate) fn cache_dir() -> &'static str {
 }
 
 /// `args` plus the shared `--cache-dir`, unless they name one.
-fn with_cache(args: &[&str]) -> Vec<String> {
+pub(crate) fn with_cache(args: &[&str]) -> Vec<String> {
     let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     if !args.contains(&"--cache-dir") {
         all.extend(["--cache-dir".to_owned(), cache_dir().to_owned()]);
@@ -264,6 +264,8 @@ pub(crate) struct HttpServer {
     /// The port it listens on.
     pub port: u16,
     log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// Its stdout: the audit log, by default when serving HTTP.
+    audit: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     reader: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -276,10 +278,19 @@ impl HttpServer {
         let mut child = Command::new(host_bin())
             .args(with_cache(&all))
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn codemode-host");
+        let audit = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let audit_sink = audit.clone();
+        // Ends when the process does.
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                audit_sink.lock().expect("audit lock").push(line);
+            }
+        });
         let mut stderr = BufReader::new(child.stderr.take().expect("stderr")).lines();
         let mut seen = Vec::new();
         let mut port = None;
@@ -315,8 +326,14 @@ impl HttpServer {
             child,
             port,
             log,
+            audit,
             reader: Some(reader),
         }
+    }
+
+    /// What the server wrote to stdout so far: its audit lines.
+    pub(crate) fn audit(&self) -> String {
+        self.audit.lock().expect("audit lock").join("\n")
     }
 
     /// The MCP endpoint.
@@ -584,6 +601,16 @@ pub(crate) fn wait_for_log(server: &HttpServer, needle: &str, count: usize) {
         &format!("{count}x `{needle}` in the log"),
         || server.log().matches(needle).count() >= count,
         || server.log(),
+    );
+}
+
+/// Waits until `needle` appears `count` times in the audit log `server` writes to
+/// its stdout (the answers can arrive before the audit writer's lines).
+pub(crate) fn wait_for_audit(server: &HttpServer, needle: &str, count: usize) {
+    wait_until(
+        &format!("{count}x `{needle}` in the audit log"),
+        || server.audit().matches(needle).count() >= count,
+        || server.audit(),
     );
 }
 

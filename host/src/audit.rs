@@ -68,6 +68,12 @@ impl AuditLog {
         Self::to_writer(Box::new(std::io::stderr()))
     }
 
+    /// Audit lines to standard output (free when serving HTTP, where the operator
+    /// log has stderr to itself).
+    pub fn stdout() -> Self {
+        Self::to_writer(Box::new(std::io::stdout()))
+    }
+
     /// Audit lines appended to `path` (created if missing).
     ///
     /// # Errors

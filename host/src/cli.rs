@@ -87,11 +87,11 @@ pub struct Cli {
     #[arg(long, value_name = "ID", default_value = LOCAL_SUBJECT, hide_default_value = true)]
     pub subject: String,
 
-    /// Append the audit log to FILE instead of stderr
+    /// Append the audit log to FILE
     ///
     /// One JSON line per native call: time, execution, subject, capability_id,
     /// capability, decision, outcome, fuel, duration_us. Never argument values or
-    /// results.
+    /// results. Default: stdout with --listen (the log is on stderr), else stderr.
     #[arg(long, value_name = "FILE")]
     pub audit_log: Option<PathBuf>,
 
@@ -398,7 +398,9 @@ impl Cli {
         )))
     }
 
-    /// The audit log: `--audit-log FILE`, or stderr.
+    /// The audit log: `--audit-log FILE`; by default stdout when serving HTTP (so
+    /// that no other line shares its stream: the operator log is on stderr), and
+    /// stderr over stdio, where stdout is the protocol.
     ///
     /// # Errors
     ///
@@ -409,6 +411,7 @@ impl Cli {
                 path: path.clone(),
                 source,
             }),
+            None if self.listen.is_some() => Ok(AuditLog::stdout()),
             None => Ok(AuditLog::stderr()),
         }
     }

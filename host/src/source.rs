@@ -29,9 +29,10 @@ pub(crate) trait CapabilitySource: Send + Sync {
     /// in this list.
     fn capabilities(&self) -> Vec<&CapabilitySpec>;
 
-    /// A session for one execution: whatever state calls of that execution share
-    /// (a plugin's instance), made fresh for each execution.
-    fn session(self: Arc<Self>) -> Box<dyn Session>;
+    /// A session for execution number `execution` (the audit log's): whatever
+    /// state calls of that execution share (a plugin's instance), made fresh for
+    /// each execution.
+    fn session(self: Arc<Self>, execution: u64) -> Box<dyn Session>;
 }
 
 /// One execution's use of one source.

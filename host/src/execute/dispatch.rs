@@ -288,10 +288,11 @@ fn invoke(
         tracing::error!(capability_id = %route.id, "a route names a source that is not there");
         return Err(ToolError::Internal);
     };
+    let execution = state.execution;
     let session = state
         .sessions
         .entry(route.source)
-        .or_insert_with(|| source.clone().session());
+        .or_insert_with(|| source.clone().session(execution));
     let waited = wait::until(
         deadline,
         Some(&cancel),

@@ -10,6 +10,7 @@ mod contract;
 pub mod http;
 mod listener;
 mod server;
+mod stdio;
 
 pub use contract::{
     DESCRIBE_API, DESCRIBE_API_DESCRIPTION, EXECUTE, EXECUTE_DESCRIPTION, INSTRUCTIONS,

@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::contract::{self, DESCRIBE_API, EXECUTE, SEARCH_API};
+use super::stdio::StdioTransport;
 use crate::authz::Subject;
 use crate::error::ToolError;
 use crate::execute::Execution;
@@ -108,12 +109,14 @@ impl McpServer {
                 ));
             }
         };
-        let Some(subject) = subject else {
-            return Ok(project::<()>(Err(ToolError::Unauthenticated)));
-        };
+        // Arguments are checked before the subject: a malformed call is the
+        // client's protocol error whoever makes it.
         let property = contract::input_property(tool_name).unwrap_or_default();
         let input = contract::single_string(tool_name, property, arguments)
             .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        let Some(subject) = subject else {
+            return Ok(project::<()>(Err(ToolError::Unauthenticated)));
+        };
         Ok(match tool_name {
             SEARCH_API => project(self.service.search(input)),
             DESCRIBE_API => project(self.service.describe(input)),
@@ -221,6 +224,9 @@ pub enum ServeError {
     /// The server task ended abnormally.
     #[error("MCP server task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
+    /// The stdio transport could not start its threads.
+    #[error("cannot start the stdio transport: {0}")]
+    Transport(String),
 }
 
 /// Serves `server` on stdin/stdout until the client disconnects. Stdin closing
@@ -231,7 +237,9 @@ pub enum ServeError {
 ///
 /// [`ServeError`] when the handshake fails or the server task dies.
 pub async fn serve_stdio(server: McpServer) -> Result<(), ServeError> {
-    let running = match server.serve(rmcp::transport::stdio()).await {
+    let transport = StdioTransport::new(std::io::stdin(), std::io::stdout())
+        .map_err(|error| ServeError::Transport(error.to_string()))?;
+    let running = match server.serve(transport).await {
         Ok(running) => running,
         Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => {
             tracing::info!("stdin closed before a client initialized; exiting");

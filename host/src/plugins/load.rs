@@ -217,8 +217,8 @@ pub(crate) fn load_file(
         return Err(LoadError::NoMetadata);
     }
     let pre = sandbox::pre_instantiate(engine, &component).map_err(LoadError::Link)?;
-    let entries =
-        metadata::describe(engine, &pre, limits.load_timeout).map_err(LoadError::Describe)?;
+    let entries = metadata::describe(&file_label(path), engine, &pre, limits.load_timeout)
+        .map_err(LoadError::Describe)?;
     let (capabilities, ignored_exports) = assemble(funcs, entries)?;
     let targets = capabilities
         .iter()

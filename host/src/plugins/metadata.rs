@@ -7,6 +7,7 @@ use wasmtime::{Engine, Store};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::output::Output;
 use super::sandbox::PluginState;
 use crate::wait::{self, Abandoned};
 
@@ -44,12 +45,14 @@ pub(crate) struct MetadataEntry {
 /// Instantiation failures, a missing or mistyped `describe` export, traps (including
 /// running out of fuel or memory), running past `timeout`.
 pub(crate) fn describe(
+    plugin: &str,
     engine: &Engine,
     pre: &InstancePre<PluginState>,
     timeout: Duration,
 ) -> wasmtime::Result<Vec<MetadataEntry>> {
     // `describe()` gets no grants: metadata needs nothing from outside.
-    let state = PluginState::new("describe", &Arc::default(), DESCRIBE_MEMORY)
+    let output = Output::default();
+    let state = PluginState::new(plugin, &Arc::default(), DESCRIBE_MEMORY, &output)
         .map_err(wasmtime::Error::msg)?;
     let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.limits);
@@ -59,7 +62,9 @@ pub(crate) fn describe(
     // has advanced by the time a reload loads plugins.
     store.set_epoch_deadline(u64::MAX / 2);
     let deadline = Instant::now() + timeout;
-    match wait::until(deadline, None, describe_async(&mut store, pre)) {
+    let waited = wait::until(deadline, None, describe_async(&mut store, pre));
+    output.emit(plugin, "describe()", None);
+    match waited {
         Ok(described) => described,
         Err(Abandoned::Deadline) => Err(wasmtime::Error::msg(format!(
             "describe() did not return within {} ms (--load-timeout)",

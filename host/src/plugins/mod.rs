@@ -11,6 +11,7 @@ mod grants;
 mod invoke;
 mod load;
 mod metadata;
+mod output;
 mod plan;
 mod reflect;
 mod sandbox;

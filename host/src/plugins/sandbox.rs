@@ -1,8 +1,8 @@
 //! The engine and the per-store state every plugin instance runs with.
 //!
 //! WASI 0.2 is linked deny-by-default: no sockets, stdin closed, stdout and stderr
-//! both sent to the host's stderr (stdout belongs to the MCP protocol in stdio mode),
-//! and only what the plugin's sidecar grants ([`Grants`]): environment variables,
+//! captured as data ([`Output`]: bounded, logged as escaped events, never copied to
+//! the server's own streams), and only what the plugin's sidecar grants ([`Grants`]): environment variables,
 //! `wasi:config` values, preopened directories, outbound HTTP to listed hosts.
 //! Imports nobody provides are linked as traps, so a component that imports more
 //! than it uses still loads; only calling such an import fails.
@@ -24,6 +24,7 @@ use wasmtime_wasi_http::{
 };
 
 use super::grants::Grants;
+use super::output::Output;
 
 /// Fewest instances the pool holds, whatever the configuration: the fixed size it
 /// had before it followed the configuration (components of interpreted languages
@@ -165,8 +166,9 @@ pub(crate) struct PluginState {
 
 impl PluginState {
     /// The state of one instance of `plugin`: exactly what `grants` give (the
-    /// environment, config values, preopened directories, outbound hosts), and linear
-    /// memories that may not grow past `max_memory` bytes each.
+    /// environment, config values, preopened directories, outbound hosts), linear
+    /// memories that may not grow past `max_memory` bytes each, and stdout and stderr
+    /// written into `output`.
     ///
     /// # Errors
     ///
@@ -176,10 +178,11 @@ impl PluginState {
         plugin: &str,
         grants: &Arc<Grants>,
         max_memory: usize,
+        output: &Output,
     ) -> Result<Self, String> {
         let mut wasi = WasiCtx::builder();
-        wasi.stdout(wasmtime_wasi::cli::stderr())
-            .stderr(wasmtime_wasi::cli::stderr());
+        wasi.stdout(output.stdout.clone())
+            .stderr(output.stderr.clone());
         for (key, value) in &grants.env {
             wasi.env(key, value);
         }

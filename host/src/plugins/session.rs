@@ -19,6 +19,7 @@ use wasmtime::component::Instance;
 
 use super::invoke::{CallTarget, OutputError, output};
 use super::load::LoadedPlugin;
+use super::output::Output;
 use super::plan::{Mismatch, lower_all};
 use super::sandbox::{PluginState, Unprovided};
 use crate::budget::Budget;
@@ -36,10 +37,13 @@ impl CapabilitySource for LoadedPlugin {
         self.capabilities.iter().map(|c| &c.spec).collect()
     }
 
-    fn session(self: Arc<Self>) -> Box<dyn Session> {
+    fn session(self: Arc<Self>, execution: u64) -> Box<dyn Session> {
         Box::new(PluginSession {
             plugin: self,
+            execution,
             instance: None,
+            output: Output::default(),
+            last: None,
         })
     }
 }
@@ -47,18 +51,46 @@ impl CapabilitySource for LoadedPlugin {
 /// One execution's use of one plugin.
 struct PluginSession {
     plugin: Arc<LoadedPlugin>,
+    /// The execution's number, for the log.
+    execution: u64,
     /// The instance, once created and while it is fit for another call (an
     /// abandoned or trapped instance is dropped).
     instance: Option<(Store<PluginState>, Instance)>,
+    /// What the instances write to stdout and stderr.
+    output: Output,
+    /// The capability of the latest call, which any output left belongs to.
+    last: Option<usize>,
 }
 
 impl Session for PluginSession {
     fn call(&mut self, index: usize, arguments: Vec<Value>, budget: CallBudget) -> CallFuture<'_> {
-        Box::pin(self.run(index, arguments, budget))
+        Box::pin(async move {
+            self.last = Some(index);
+            let outcome = self.run(index, arguments, budget).await;
+            self.emit_output();
+            outcome
+        })
+    }
+}
+
+impl Drop for PluginSession {
+    /// Output of a call abandoned at the execution's deadline is still logged.
+    fn drop(&mut self) {
+        self.emit_output();
     }
 }
 
 impl PluginSession {
+    /// Logs what the plugin wrote during the latest call.
+    fn emit_output(&self) {
+        let capability = self
+            .last
+            .and_then(|index| self.plugin.capabilities.get(index))
+            .map_or("-", |c| c.spec.name.as_str());
+        self.output
+            .emit(&self.plugin.file, capability, Some(self.execution));
+    }
+
     async fn run(
         &mut self,
         index: usize,
@@ -107,7 +139,7 @@ impl PluginSession {
                 stop.install(&mut store);
                 (store, Some(instance))
             }
-            None => match new_store(&plugin, budget.max_memory_bytes, fuel, &stop) {
+            None => match new_store(&plugin, budget.max_memory_bytes, fuel, &stop, &self.output) {
                 Ok(store) => (store, None),
                 Err(failure) => return failed(failure, 0),
             },
@@ -198,12 +230,13 @@ fn new_store(
     max_memory_bytes: usize,
     fuel: u64,
     stop: &Stop,
+    output: &Output,
 ) -> Result<Store<PluginState>, CallFailure> {
     let max_memory = plugin
         .grants
         .max_memory
         .map_or(max_memory_bytes, |m| m.min(max_memory_bytes));
-    let state = PluginState::new(&plugin.file, &plugin.grants, max_memory).map_err(|reason| {
+    let state = PluginState::new(&plugin.file, &plugin.grants, max_memory, output).map_err(|reason| {
         tracing::warn!(plugin = %plugin.file, reason = %reason, "cannot prepare the plugin's instance");
         CallFailure::Failed(None)
     })?;

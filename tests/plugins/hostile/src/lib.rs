@@ -1,6 +1,8 @@
 //! Test plugin: `hostile.spin` loops forever, `hostile.hog` allocates until the memory
 //! cap stops it, `hostile.crash` panics. The host must end only the execution that
 //! called them, with `resource limit exceeded` or a bare `capability failed`.
+//! `hostile.shout` prints what the agent gives it: the host must keep it out of its
+//! own log and audit lines.
 
 // wit-bindgen's generated modules carry no docs.
 #![allow(missing_docs)]
@@ -33,6 +35,14 @@ impl Guest for Hostile {
     fn crash() -> Done {
         panic!("hostile.crash: CANARY-trap-5d2e81 /secret/host/path must never reach the model")
     }
+
+    fn shout(line: String, times: u32) -> Done {
+        for _ in 0..times {
+            println!("{line}");
+        }
+        eprintln!("{line}");
+        Done { ok: true }
+    }
 }
 
 export!(Hostile);
@@ -41,4 +51,5 @@ codemode_sdk::metadata![
     codemode_sdk::Capability::new("hostile.spin", "Loop forever."),
     codemode_sdk::Capability::new("hostile.hog", "Allocate memory without bound."),
     codemode_sdk::Capability::new("hostile.crash", "Trap."),
+    codemode_sdk::Capability::new("hostile.shout", "Print a line many times."),
 ];
