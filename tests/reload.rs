@@ -278,6 +278,12 @@ fn the_cache_entry_of_a_replaced_or_removed_version_is_removed() {
     std::fs::remove_file(&plugin).expect("remove the plugin");
     wait_for_log(&server, "catalog reloaded", 2);
     assert_eq!(entries(), Vec::<String>::new());
+
+    // A version that compiles but never loads (its export is outside the type
+    // mapping) would never be used again: its entry goes at once.
+    replace_atomically(&test_plugin("oddtypes"), &dir.join("oddtypes.wasm"));
+    wait_for_log(&server, "plugin skipped plugin=oddtypes.wasm", 1);
+    assert_eq!(entries(), Vec::<String>::new());
 }
 
 #[test]

@@ -17,7 +17,7 @@
 //! the file rather than read and copied.
 
 use std::hash::{Hash, Hasher};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -134,22 +134,31 @@ impl ArtifactCache {
     /// entry that is missing, foreign, damaged or unusable.
     fn load(&self, engine: &Engine, file: &Path) -> Option<Component> {
         let tag = std::fs::read(file.with_extension(TAG_EXT)).ok()?;
+        // One open of the path: the tag is checked over the file this handle has
+        // open, and that same file is deserialized, whatever the path names by then.
         let mut hasher = blake3::Hasher::new_keyed(&self.key);
-        if let Err(error) = hasher.update_mmap(file) {
-            if error.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(file = %file.display(), reason = %error, "unreadable cache entry; compiling afresh");
+        let opened = std::fs::File::open(file).and_then(|mut opened| {
+            hasher.update_reader(&mut opened)?;
+            Ok(opened)
+        });
+        let opened = match opened {
+            Ok(opened) => opened,
+            Err(error) => {
+                if error.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(file = %file.display(), reason = %error, "unreadable cache entry; compiling afresh");
+                }
+                return None;
             }
-            return None;
-        }
+        };
         // `blake3::Hash` compares in constant time.
         if tag.len() != TAG_LEN || hasher.finalize() != blake3::Hash::from_slice(&tag).ok()? {
             tracing::warn!(file = %file.display(), "cache entry not written by this host (or damaged); compiling afresh");
             return None;
         }
-        match deserialize(engine, file) {
+        match deserialize(engine, opened.try_clone()) {
             Ok(component) => {
                 // In use: not for `prune` to remove.
-                let _ = std::fs::File::open(file).and_then(|f| f.set_modified(SystemTime::now()));
+                let _ = opened.set_modified(SystemTime::now());
                 Some(component)
             }
             Err(error) => {
@@ -228,14 +237,38 @@ impl ArtifactCache {
     }
 }
 
+/// The component in the artifact `opened` has open (its tag checked).
+///
+/// On Linux the file is mapped, not copied, through `/proc/self/fd/N`, which
+/// opens the file the handle has open rather than whatever the entry's path names
+/// now; elsewhere (or without `/proc`) it is read into memory.
 #[allow(unsafe_code)]
-fn deserialize(engine: &Engine, file: &Path) -> wasmtime::Result<Component> {
-    // SAFETY: `Component::deserialize_file` trusts the file to be wasmtime's own
-    // output and to stay unchanged while mapped. It is ours: the tag under this
-    // cache's key proves this host wrote these exact bytes (`store`); entries are
-    // only ever replaced by rename, never written in place; and wasmtime still
-    // checks the header, version and engine settings.
-    unsafe { Component::deserialize_file(engine, file) }
+fn deserialize(
+    engine: &Engine,
+    opened: std::io::Result<std::fs::File>,
+) -> wasmtime::Result<Component> {
+    let mut opened = opened?;
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let same_file = PathBuf::from(format!("/proc/self/fd/{}", opened.as_raw_fd()));
+        if same_file.exists() {
+            // SAFETY: `Component::deserialize_file` trusts the file to be wasmtime's
+            // own output and to stay unchanged while mapped. It is ours: the tag
+            // under this cache's key proves this host wrote these bytes (`store`),
+            // and this is the file the tag was checked over; entries are only ever
+            // replaced by rename, never written in place; and wasmtime still checks
+            // the header, version and engine settings.
+            return unsafe { Component::deserialize_file(engine, same_file) };
+        }
+    }
+    use std::io::Seek;
+    let mut artifact = Vec::new();
+    opened.rewind()?;
+    opened.read_to_end(&mut artifact)?;
+    // SAFETY: as above; the bytes are in memory, read through the handle whose
+    // file the tag was checked over.
+    unsafe { Component::deserialize(engine, artifact) }
 }
 
 /// Feeds what a `Hash` implementation writes into BLAKE3.
@@ -376,6 +409,37 @@ mod tests {
     /// A component from its text form (the server itself reads binaries only).
     fn component(text: &str) -> Vec<u8> {
         wat::parse_str(text).expect("valid WAT")
+    }
+
+    #[test]
+    fn the_file_checked_is_the_file_deserialized() -> anyhow::Result<()> {
+        let engine = Engine::default();
+        let dir = scratch("same-file");
+        let cache = ArtifactCache::open(&dir)?;
+        let checked = Component::new(
+            &engine,
+            component("(component (import \"checked\" (func)))"),
+        )?;
+        let swapped = Component::new(
+            &engine,
+            component("(component (import \"swapped\" (func)))"),
+        )?;
+        let entry = dir.join("plugin-x.cwasm");
+        let other = dir.join("plugin-y.cwasm");
+        cache.store(&checked, &entry)?;
+        cache.store(&swapped, &other)?;
+        // The handle the tag was checked through, then another artifact renamed
+        // over the entry's path before deserializing.
+        let opened = std::fs::File::open(&entry);
+        std::fs::rename(&other, &entry)?;
+        let loaded = deserialize(&engine, opened)?;
+        let imports: Vec<String> = loaded
+            .component_type()
+            .imports(&engine)
+            .map(|(name, _)| name.to_owned())
+            .collect();
+        assert_eq!(imports, ["checked"]);
+        Ok(())
     }
 
     #[test]

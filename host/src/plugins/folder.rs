@@ -6,7 +6,8 @@
 //! changed file that fails to load (a half-copied file, a bad sidecar) keeps its
 //! last good version serving; the next change retries it. A removed file is dropped.
 //! The cache entry of a version that no longer serves (replaced or removed) is
-//! removed too, so that rebuilding a plugin again and again does not fill the disk.
+//! removed too, so that rebuilding a plugin again and again does not fill the disk
+//! (and `load_file` removes the entry it wrote for a version that failed to load).
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -212,27 +212,22 @@ pub(crate) fn load_file(
         Ok(CompileTimeout(limit)) => LoadError::CompileTimeout(limit),
         Err(error) => LoadError::Compile(error),
     })?;
-    let (funcs, _other) = reflect::exported_functions(engine, &component);
-    if !funcs.iter().any(|f| f.instance == METADATA_INTERFACE) {
-        return Err(LoadError::NoMetadata);
+    let loaded = prepare(engine, path, &component, limits);
+    // An entry this load wrote for a version that then failed would never serve,
+    // and nothing would remove it: a plugin rebuilt broken twenty times would leave
+    // twenty. (An entry that was there before may serve another version's load.)
+    if loaded.is_err()
+        && !cached
+        && let (Some(cache), Some(entry)) = (cache, &cache_entry)
+    {
+        cache.remove(entry);
     }
-    let pre = sandbox::pre_instantiate(engine, &component).map_err(LoadError::Link)?;
-    let entries = metadata::describe(&file_label(path), engine, &pre, limits.load_timeout)
-        .map_err(LoadError::Describe)?;
-    let (capabilities, ignored_exports) = assemble(funcs, entries)?;
-    let targets = capabilities
-        .iter()
-        .map(|c| {
-            CallTarget::resolve(&component, &c.instance, &c.function, c.plan.clone()).ok_or_else(
-                || {
-                    LoadError::Link(wasmtime::Error::msg(format!(
-                        "export `{}` cannot be resolved for calling",
-                        c.export
-                    )))
-                },
-            )
-        })
-        .collect::<Result<_, _>>()?;
+    let Prepared {
+        pre,
+        capabilities,
+        targets,
+        ignored_exports,
+    } = loaded?;
     Ok(LoadedPlugin {
         file: file_label(path),
         pre,
@@ -243,6 +238,51 @@ pub(crate) fn load_file(
         cached,
         cache_entry,
         load_time: started.elapsed(),
+    })
+}
+
+/// What loading makes of a compiled component.
+struct Prepared {
+    pre: InstancePre<PluginState>,
+    capabilities: Vec<PluginCapability>,
+    targets: Vec<CallTarget>,
+    ignored_exports: Vec<String>,
+}
+
+/// Links `component`, asks its `describe()` and matches the metadata to the
+/// exports, compiling each capability's call plan.
+fn prepare(
+    engine: &Engine,
+    path: &Path,
+    component: &Component,
+    limits: &LoadLimits,
+) -> Result<Prepared, LoadError> {
+    let (funcs, _other) = reflect::exported_functions(engine, component);
+    if !funcs.iter().any(|f| f.instance == METADATA_INTERFACE) {
+        return Err(LoadError::NoMetadata);
+    }
+    let pre = sandbox::pre_instantiate(engine, component).map_err(LoadError::Link)?;
+    let entries = metadata::describe(&file_label(path), engine, &pre, limits.load_timeout)
+        .map_err(LoadError::Describe)?;
+    let (capabilities, ignored_exports) = assemble(funcs, entries)?;
+    let targets = capabilities
+        .iter()
+        .map(|c| {
+            CallTarget::resolve(component, &c.instance, &c.function, c.plan.clone()).ok_or_else(
+                || {
+                    LoadError::Link(wasmtime::Error::msg(format!(
+                        "export `{}` cannot be resolved for calling",
+                        c.export
+                    )))
+                },
+            )
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Prepared {
+        pre,
+        capabilities,
+        targets,
+        ignored_exports,
     })
 }
 
