@@ -19,13 +19,13 @@ use crate::support::{
 /// A tiny HTTP/1.1 server on 127.0.0.1: `/json` answers at once, `/slow` after 3 s,
 /// `/drip` sends its headers at once and its 100-byte body one byte every 200 ms.
 /// Counts the requests it received.
-struct Upstream {
-    port: u16,
+pub(crate) struct Upstream {
+    pub(crate) port: u16,
     requests: Arc<AtomicUsize>,
 }
 
 impl Upstream {
-    fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the upstream");
         let port = listener.local_addr().expect("address").port();
         let requests = Arc::new(AtomicUsize::new(0));

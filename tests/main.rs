@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod authorize;
+mod canary;
 mod concurrency;
 mod conformance;
 mod deploy;
