@@ -29,9 +29,25 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace.join("target"))
         .join("runner");
-    ensure_target();
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    // A fuzz build (`cargo xtask fuzz`: `--cfg fuzzing`) runs on nightly, which may
+    // lack the wasm target: the interpreter is built by the toolchain the other
+    // builds here use (rustup's choice for this folder, through the `cargo` on
+    // PATH), into the same folder, so that neither rebuilds it for the other.
+    let fuzzing = std::env::var_os("CARGO_CFG_FUZZING").is_some();
+    let toolchain_vars: &[&str] = if fuzzing {
+        &["RUSTUP_TOOLCHAIN", "RUSTC", "RUSTDOC", "CARGO"]
+    } else {
+        &[]
+    };
+    ensure_target(toolchain_vars);
+    let cargo = match std::env::var_os("CARGO") {
+        Some(cargo) if !fuzzing => cargo,
+        _ => "cargo".into(),
+    };
     let mut cmd = Command::new(cargo);
+    for var in toolchain_vars {
+        cmd.env_remove(var);
+    }
     cmd.args(["build", "--release", "--quiet", "--target", TARGET])
         .arg("--manifest-path")
         .arg(runner.join("Cargo.toml"))
@@ -49,6 +65,12 @@ fn main() {
         "CARGO_PROFILE_RELEASE_DEBUG",
     ] {
         cmd.env_remove(var);
+    }
+    // Profile settings a tool set for the outer build (cargo-fuzz's) too.
+    for (var, _) in std::env::vars_os() {
+        if var.to_string_lossy().starts_with("CARGO_PROFILE_") {
+            cmd.env_remove(var);
+        }
     }
     let status = cmd.status().unwrap_or_else(|error| {
         panic!("cannot start cargo to build the interpreter (host/runner): {error}")
@@ -69,11 +91,15 @@ fn env_var(name: &str) -> String {
 
 /// Adds the wasm target when rustup manages the toolchain and lacks it (a fresh
 /// machine); without rustup the build fails with cargo's own message.
-fn ensure_target() {
-    let Ok(out) = Command::new("rustup")
-        .args(["target", "list", "--installed"])
-        .output()
-    else {
+fn ensure_target(toolchain_vars: &[&str]) {
+    let rustup = || {
+        let mut cmd = Command::new("rustup");
+        for var in toolchain_vars {
+            cmd.env_remove(var);
+        }
+        cmd
+    };
+    let Ok(out) = rustup().args(["target", "list", "--installed"]).output() else {
         return;
     };
     if String::from_utf8_lossy(&out.stdout)
@@ -82,7 +108,5 @@ fn ensure_target() {
     {
         return;
     }
-    let _ = Command::new("rustup")
-        .args(["target", "add", TARGET])
-        .status();
+    let _ = rustup().args(["target", "add", TARGET]).status();
 }

@@ -29,6 +29,9 @@ mod cache;
 mod catalog;
 mod error;
 mod execute;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod mcp;
 mod metrics;
 mod plugins;

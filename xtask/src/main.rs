@@ -62,7 +62,27 @@ tasks:
                  HTTP clients mixing ordinary and hostile programs, slow
                  connections, a plugin replaced every 2 s; checks answers,
                  deadlines, and that memory, threads and open files stay
-                 flat (the test command runs it for 10 s on the debug build)";
+                 flat (the test command runs it for 10 s on the debug build)
+  fuzz [SECONDS] [TARGET..]
+                 run each fuzz target (fuzz/, nightly and cargo-fuzz, both
+                 installed if missing) for SECONDS (default 60) from its
+                 checked-in corpus fuzz/corpus/TARGET; new inputs go to
+                 target/fuzz/corpus, crashes to fuzz/artifacts; prints the
+                 executions per target (the test command replays the
+                 corpora on stable)";
+
+/// How long `cargo xtask fuzz` runs each target without an argument, in seconds.
+const FUZZ_SECONDS: u64 = 60;
+
+/// The fuzz targets (`fuzz/fuzz_targets/*.rs`, `codemode_host::fuzzing::TARGETS`).
+const FUZZ_TARGETS: &[&str] = &[
+    "value_decode",
+    "bind",
+    "catalog",
+    "sidecar",
+    "host_pattern",
+    "tokens",
+];
 
 /// How long `cargo xtask soak` runs without an argument, in seconds.
 const SOAK_SECONDS: u64 = 60;
@@ -75,6 +95,7 @@ fn main() -> ExitCode {
         Some("test") => test(),
         Some("bench") => bench(),
         Some("soak") => soak(&args[1..]),
+        Some("fuzz") => fuzz(&args[1..]),
         Some("-h" | "--help") => {
             println!("{USAGE}");
             Ok(())
@@ -274,6 +295,97 @@ fn soak(args: &[String]) -> Result<()> {
         root().join("target/release/codemode-host"),
     );
     status(&mut cmd)
+}
+
+fn fuzz(args: &[String]) -> Result<()> {
+    let (seconds, targets) = match args.split_first() {
+        None => (FUZZ_SECONDS, &[][..]),
+        Some((seconds, targets)) => (
+            seconds
+                .parse()
+                .with_context(|| format!("SECONDS must be a whole number, not {seconds:?}"))?,
+            targets,
+        ),
+    };
+    for target in targets {
+        if !FUZZ_TARGETS.contains(&target.as_str()) {
+            bail!(
+                "no fuzz target {target:?} (targets: {})",
+                FUZZ_TARGETS.join(", ")
+            );
+        }
+    }
+    let targets: Vec<&str> = if targets.is_empty() {
+        FUZZ_TARGETS.to_vec()
+    } else {
+        targets.iter().map(String::as_str).collect()
+    };
+    // cargo-fuzz needs nightly (sanitizers); through rustup's `cargo +nightly`.
+    let has_fuzz = Command::new("cargo")
+        .args(["+nightly", "fuzz", "--version"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_fuzz {
+        status(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            "nightly",
+            "--profile",
+            "minimal",
+        ]))?;
+        status(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))?;
+    }
+    let mut report = Vec::new();
+    for target in targets {
+        let found = root().join("target/fuzz/corpus").join(target);
+        let artifacts = root().join("fuzz/artifacts").join(target);
+        std::fs::create_dir_all(&found)?;
+        std::fs::create_dir_all(&artifacts)?;
+        let output = Command::new("cargo")
+            .current_dir(root())
+            .args([
+                "+nightly",
+                "fuzz",
+                "run",
+                "--fuzz-dir",
+                "fuzz",
+                "--target-dir",
+                "target/fuzz/build",
+                target,
+            ])
+            .arg(&found)
+            .arg(root().join("fuzz/corpus").join(target))
+            .arg("--")
+            .arg(format!("-max_total_time={seconds}"))
+            .arg(format!("-artifact_prefix={}/", artifacts.display()))
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .with_context(|| format!("cannot run cargo fuzz for {target}"))?;
+        let log = String::from_utf8_lossy(&output.stderr);
+        // libFuzzer's last words: "Done 123456 runs in 60 second(s)".
+        let runs = log.lines().rev().find_map(|line| {
+            line.strip_prefix("Done ")?
+                .split(' ')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        });
+        if !output.status.success() {
+            eprintln!("{log}");
+            bail!(
+                "fuzz target {target} failed (its input is in {})",
+                artifacts.display()
+            );
+        }
+        report.push(format!(
+            "{target}: {} runs in {seconds} s",
+            runs.map_or("?".into(), |r| r.to_string())
+        ));
+    }
+    println!("{}", report.join("\n"));
+    Ok(())
 }
 
 fn test() -> Result<()> {

@@ -23,6 +23,8 @@ pub use reflect::TypeError;
 
 pub(crate) use folder::PluginFolder;
 pub(crate) use grants::SIDECAR_EXTENSION;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use grants::{Grants, HostPattern};
 pub(crate) use load::{LoadedPlugin, PLUGIN_PREFIX, file_label, load_file};
 pub(crate) use sandbox::{MemoryCap, engine, pool_instances};
 
