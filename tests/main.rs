@@ -9,6 +9,7 @@
 mod authorize;
 mod canary;
 mod concurrency;
+mod config;
 mod conformance;
 mod deploy;
 mod execute;
@@ -22,4 +23,5 @@ mod precompile;
 mod reload;
 mod stdio;
 mod support;
+mod upstream;
 mod waits;

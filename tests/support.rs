@@ -83,35 +83,36 @@ pub(crate) fn python() -> &'static Path {
                 .is_ok_and(|s| s.success())
         };
         if !ready(&python) {
-            let ok = Command::new("python3")
-                .args(["-m", "venv"])
-                .arg(&venv)
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(
-                ok,
-                "cannot create a Python venv at {}: is python3 with venv installed?",
-                venv.display()
-            );
-            let ok = Command::new(&python)
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                ])
-                .args(PYTHON_PACKAGES)
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(
-                ok,
-                "cannot install {PYTHON_PACKAGES:?} into {}",
-                venv.display()
-            );
+            install_venv(&venv, &PYTHON_PACKAGES);
         }
         python
     })
+}
+
+/// Creates the Python venv `venv` and installs `packages` into it.
+pub(crate) fn install_venv(venv: &Path, packages: &[&str]) {
+    let ok = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(venv)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "cannot create a Python venv at {}: is python3 with venv installed?",
+        venv.display()
+    );
+    let ok = Command::new(venv.join("bin/python"))
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .args(packages)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "cannot install {packages:?} into {}", venv.display());
 }
 
 /// The interpreter cache every test server shares (`--cache-dir`), prepared once per
@@ -194,9 +195,18 @@ pub(crate) fn private_cache(label: &str) -> PathBuf {
 /// Runs the Python MCP client against `codemode-host ARGS` over stdio and returns its
 /// JSON report (see tests/clients/mcp_driver.py).
 pub(crate) fn drive(args: &[&str], steps: Value) -> Value {
-    run_driver(
-        &serde_json::json!({ "command": host_bin(), "args": with_cache(args), "mode": "legacy", "steps": steps }),
-    )
+    drive_with_env(args, &serde_json::json!({}), steps)
+}
+
+/// [`drive`], the server getting the variables of `env` too.
+pub(crate) fn drive_with_env(args: &[&str], env: &Value, steps: Value) -> Value {
+    run_driver(&serde_json::json!({
+        "command": host_bin(),
+        "args": with_cache(args),
+        "env": env,
+        "mode": "legacy",
+        "steps": steps,
+    }))
 }
 
 /// Runs the Python MCP client against the Streamable HTTP endpoint `url`, sending
@@ -658,6 +668,7 @@ pub(crate) fn library_service(
         cache_dir: Some(cache_dir().into()),
         authorizer: std::sync::Arc::new(codemode_host::authz::AllowAll),
         audit: None,
+        upstreams: Vec::new(),
     };
     std::sync::Arc::new(codemode_host::Service::load(&config).expect("load the service"))
 }

@@ -23,12 +23,25 @@ use codemode_host::{LOCAL_SUBJECT, Limits, LoadLimits};
 /// Drop plugin components (`*.wasm`) in a folder and point --plugins at it. The
 /// server speaks MCP over stdio, or Streamable HTTP with --listen; logs go to
 /// stderr.
+///
+/// Every flag can also be set by its environment variable (CODEMODE_ and the
+/// flag's name, shown with each flag) or by a key in the --config file.
 #[derive(Debug, Parser)]
-#[command(name = "codemode-host", version)]
+#[command(name = "codemode-host", version, max_term_width = 79)]
 pub struct Cli {
     /// What to do instead of serving
     #[command(subcommand)]
     pub command: Option<Command>,
+
+    /// Read settings from FILE (TOML); its keys are the long flag names
+    ///
+    /// For example `max-execution-time = "10s"`, `policy = ["authz.rego"]`,
+    /// `allow-all = true`. A flag on the command line wins over its environment
+    /// variable, which wins over the file, which wins over the default. Relative
+    /// paths in the file are relative to the file's folder. An unknown key or a
+    /// bad value stops startup, naming the key's line.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
 
     /// Folder of plugin components (*.wasm)
     ///
@@ -221,6 +234,11 @@ pub struct Cli {
     /// compiles belong there, ahead of serving.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, global = true)]
     pub load_timeout: Option<Duration>,
+
+    /// The upstream MCP servers of the config file's `[[upstream]]` tables (no flag
+    /// sets them).
+    #[arg(skip)]
+    pub upstreams: Vec<codemode_host::UpstreamConfig>,
 }
 
 /// Subcommands; without one the server runs.

@@ -31,6 +31,9 @@ pub const INTERNAL_FAILURE: &str = "internal failure";
 /// What follows a capability's name in the detail of a call that ran past its
 /// plugin's `timeout` grant: `capability failed: weather.now timed out`.
 pub const TIMED_OUT: &str = "timed out";
+/// What follows `upstream <name>` in the detail of a call whose upstream MCP server
+/// cannot answer: `capability failed: upstream git is unavailable`.
+pub const UNAVAILABLE: &str = "is unavailable";
 
 /// A failure of one of the three operations, as the model will see it.
 ///
@@ -101,6 +104,13 @@ impl ToolError {
 /// host details: the agent gets neither.
 pub(crate) fn timed_out_detail(capability: &str) -> String {
     format!("{capability} {TIMED_OUT}")
+}
+
+/// The detail of the [`ToolError::CapabilityFailed`] of a call whose upstream MCP
+/// server is down or broke the protocol: `upstream git is unavailable`. Why is a host
+/// detail (logged), never the agent's.
+pub(crate) fn unavailable_detail(upstream: &str) -> String {
+    format!("upstream {upstream} {UNAVAILABLE}")
 }
 
 /// Renders `prefix` or `prefix: detail`: the only place a detail form is built.

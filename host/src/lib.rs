@@ -38,6 +38,7 @@ mod plugins;
 mod service;
 mod source;
 pub mod units;
+mod upstream;
 mod wait;
 pub mod watch;
 
@@ -50,3 +51,4 @@ pub use plugins::{FileError, LoadError, LoadLimits, TypeError};
 pub use service::{
     LOCAL_SUBJECT, Precompiled, Reloaded, Service, ServiceConfig, StartError, precompile,
 };
+pub use upstream::UpstreamConfig;

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Parser;
 use cli::{Cli, Command};
 use codemode_host::authz::Subject;
 use codemode_host::default_cache_dir;
@@ -19,13 +18,17 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, filter::FilterExt};
 
 mod cli;
+mod config;
 
 /// How long exiting waits for work still running on blocking threads (executions
 /// end by their own deadlines; their results have nobody to go to).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match config::parse(std::env::args_os().collect()) {
+        Ok(cli) => cli,
+        Err(error) => error.exit(),
+    };
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&cli.log))
         .unwrap_or_else(|_| EnvFilter::new("info"));
@@ -113,6 +116,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         disabled: cli.disable.clone(),
         authorizer: authorization.authorizer,
         audit: Some(audit.clone()),
+        upstreams: cli.upstreams.clone(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

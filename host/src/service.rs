@@ -25,6 +25,7 @@ use crate::execute::{
 use crate::metrics::Metrics;
 use crate::plugins::{self, LoadLimits, LoadedPlugin, PluginFolder};
 use crate::source::CapabilitySource;
+use crate::upstream::{Upstream, UpstreamConfig};
 
 /// What the service is built from.
 ///
@@ -49,6 +50,9 @@ pub struct ServiceConfig {
     /// Where compiled components (the interpreter and the plugins) are cached; `None`
     /// compiles them at every start.
     pub cache_dir: Option<PathBuf>,
+    /// MCP servers whose tools are capabilities too, connected while the plugins
+    /// load.
+    pub upstreams: Vec<UpstreamConfig>,
 }
 
 impl ServiceConfig {
@@ -64,6 +68,7 @@ impl ServiceConfig {
             limits: Limits::default(),
             loading: LoadLimits::default(),
             cache_dir: None,
+            upstreams: Vec::new(),
         }
     }
 }
@@ -207,6 +212,8 @@ struct Reloader {
     cache: Option<ArtifactCache>,
     folder: PluginFolder,
     disabled: Vec<String>,
+    /// The upstreams that answered, in the order configured.
+    upstreams: Vec<Arc<Upstream>>,
 }
 
 /// What one [`Service::reload`] did.
@@ -234,6 +241,15 @@ struct Assembled {
     build_time: std::time::Duration,
     /// Plugins refused because another plugin claims the same name or ID.
     refused: usize,
+    /// How many of the sources are upstreams (they come after the plugins).
+    upstreams: usize,
+}
+
+impl Assembled {
+    /// How many plugins serve.
+    fn plugins(&self) -> usize {
+        self.dispatch.sources.len() - self.upstreams
+    }
 }
 
 /// Which of `plugins` lose a claim on a capability name or ID that another one also
@@ -295,11 +311,14 @@ fn contested(plugins: &[Arc<LoadedPlugin>], incumbents: &HashSet<String>) -> Has
 }
 
 /// Builds the catalog from `plugins` (in order; a plugin whose capabilities conflict
-/// with an earlier one's is logged and skipped) and routes every enabled capability.
-/// With `strict`, a `disabled` ID that names no capability is an error (start);
-/// otherwise it is ignored (reload: the plugin that had it may be gone).
+/// with an earlier one's is logged and skipped) and then `upstreams` (one whose name
+/// is the root of a plugin's capability is refused: the plugin keeps it), and routes
+/// every enabled capability. With `strict`, a `disabled` ID that names no capability
+/// is an error (start); otherwise it is ignored (reload: the plugin that had it may
+/// be gone).
 fn assemble(
     plugins: Vec<Arc<LoadedPlugin>>,
+    upstreams: &[Arc<Upstream>],
     incumbents: &HashSet<String>,
     disabled: &[String],
     strict: bool,
@@ -307,7 +326,9 @@ fn assemble(
     let started = Instant::now();
     let refused = contested(&plugins, incumbents);
     let mut builder = CatalogBuilder::new();
-    let mut serving = Vec::new();
+    let mut serving: Vec<Arc<dyn CapabilitySource>> = Vec::new();
+    let mut upstreams_serving = 0;
+    let mut roots: BTreeMap<String, String> = BTreeMap::new();
     for (p, plugin) in plugins.into_iter().enumerate() {
         if refused.contains(&p) {
             continue;
@@ -318,7 +339,31 @@ fn assemble(
             tracing::warn!(plugin = %plugin.file, reason = %format!("export `{export}`: {error}"), "plugin skipped");
             continue;
         }
+        for spec in &specs {
+            let root = spec.name.split('.').next().unwrap_or_default();
+            roots
+                .entry(root.to_owned())
+                .or_insert_with(|| plugin.file.clone());
+        }
         serving.push(plugin);
+    }
+    for upstream in upstreams {
+        if let Some(file) = roots.get(upstream.name()) {
+            tracing::error!(
+                upstream = %upstream.name(),
+                reason = %format!("`{}` is the root of capabilities of plugin {file}", upstream.name()),
+                "upstream refused"
+            );
+            continue;
+        }
+        let specs: Vec<_> = upstream.capabilities().into_iter().cloned().collect();
+        if let Err((index, error)) = builder.add_group(&specs) {
+            let name = specs.get(index).map_or("", |s| s.name.as_str());
+            tracing::error!(upstream = %upstream.name(), reason = %format!("`{name}`: {error}"), "upstream refused");
+            continue;
+        }
+        serving.push(upstream.clone());
+        upstreams_serving += 1;
     }
     let disabled: Vec<String> = if strict {
         disabled.to_vec()
@@ -330,10 +375,7 @@ fn assemble(
             .collect()
     };
     let catalog = builder.build(&disabled)?;
-    let sources: Vec<Arc<dyn CapabilitySource>> = serving
-        .into_iter()
-        .map(|plugin| plugin as Arc<dyn CapabilitySource>)
-        .collect();
+    let sources = serving;
     let mut routes = HashMap::new();
     for (s, source) in sources.iter().enumerate() {
         for (index, spec) in source.capabilities().into_iter().enumerate() {
@@ -361,6 +403,7 @@ fn assemble(
         },
         build_time: started.elapsed(),
         refused: refused.len(),
+        upstreams: upstreams_serving,
     })
 }
 
@@ -375,6 +418,8 @@ impl Service {
     /// a `--disable` ID names no capability.
     pub fn load(config: &ServiceConfig) -> Result<Self, StartError> {
         config.limits.validate().map_err(StartError::Limits)?;
+        // Upstreams connect in the background while the plugins load.
+        let connecting = crate::upstream::connect_all(&config.upstreams);
         // The folder is listed once more here to size the pool (plugins added later
         // fit if there is room; past it, executions fail with a resource limit).
         let plugin_count = plugins::plugin_files(&config.plugins_dir).map_or(0, |f| f.len());
@@ -406,13 +451,15 @@ impl Service {
         if plugins.is_empty() {
             tracing::warn!(folder = %config.plugins_dir.display(), "no loadable *.wasm plugins found; serving no capabilities");
         }
-        let assembled = assemble(plugins, &HashSet::new(), &config.disabled, true)
+        let upstreams = connecting.finish();
+        let assembled = assemble(plugins, &upstreams, &HashSet::new(), &config.disabled, true)
             .map_err(StartError::Catalog)?;
         let metrics = Arc::new(Metrics::default());
-        metrics.catalog(assembled.dispatch.sources.len(), assembled.catalog.len());
+        metrics.catalog(assembled.plugins(), assembled.catalog.len());
         tracing::info!(
-            plugins = assembled.dispatch.sources.len(),
+            plugins = assembled.plugins(),
             capabilities = assembled.catalog.len(),
+            upstreams = assembled.upstreams,
             build_us = assembled.build_time.as_micros() as u64,
             "catalog ready"
         );
@@ -433,6 +480,7 @@ impl Service {
                 cache,
                 folder,
                 disabled: config.disabled.clone(),
+                upstreams,
             }),
         })
     }
@@ -482,13 +530,14 @@ impl Service {
             .collect();
         let assembled = assemble(
             reloader.folder.serving(),
+            &reloader.upstreams,
             &incumbents,
             &reloader.disabled,
             false,
         )
         .map_err(StartError::Catalog)?;
         let failed = report.failed + assembled.refused;
-        let plugins = assembled.dispatch.sources.len();
+        let plugins = assembled.plugins();
         let capabilities = assembled.catalog.len();
         self.snapshot.store(Arc::new(Snapshot::from(assembled)));
         self.metrics().catalog(plugins, capabilities);

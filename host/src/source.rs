@@ -17,7 +17,7 @@ use std::time::Instant;
 use codemode_value::Value;
 
 use crate::budget::Budget;
-use crate::catalog::CapabilitySpec;
+use crate::catalog::{CapabilitySpec, is_printable};
 use crate::wait::Cancel;
 
 /// A set of capabilities served from one place (one plugin file, one upstream).
@@ -84,4 +84,56 @@ pub(crate) enum CallFailure {
     Canceled,
     /// A defect of the host (already logged).
     Internal,
+}
+
+/// Longest capability failure message passed on, in bytes, `...` included.
+pub const MAX_FAILURE_MESSAGE_BYTES: usize = 256;
+
+/// A capability's failure message as a model may see it, whichever source it came
+/// from: non-printable characters become spaces; longer than
+/// [`MAX_FAILURE_MESSAGE_BYTES`] it is cut on a character boundary and ends in `...`;
+/// empty means no detail.
+pub(crate) fn sanitize_message(message: &str) -> Option<String> {
+    let clean: String = message
+        .chars()
+        .map(|c| if is_printable(c) { c } else { ' ' })
+        .collect();
+    if clean.is_empty() {
+        return None;
+    }
+    if clean.len() <= MAX_FAILURE_MESSAGE_BYTES {
+        return Some(clean);
+    }
+    let mut end = MAX_FAILURE_MESSAGE_BYTES - 3;
+    while !clean.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(format!("{}...", &clean[..end]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_messages_are_sanitized_and_bounded() {
+        assert_eq!(sanitize_message("no\tbook\n"), Some("no book ".into()));
+        assert_eq!(sanitize_message(""), None);
+        let long = "é".repeat(200);
+        let cut = sanitize_message(&long).unwrap();
+        assert!(cut.len() <= MAX_FAILURE_MESSAGE_BYTES, "{}", cut.len());
+        assert!(cut.ends_with("..."));
+        assert_eq!(
+            cut.len(),
+            253 + 3 - 1,
+            "cut on a char boundary: 126 × 2 bytes + ..."
+        );
+        let exact = "a".repeat(256);
+        assert_eq!(sanitize_message(&exact), Some(exact.clone()));
+        let over = "a".repeat(257);
+        assert_eq!(
+            sanitize_message(&over),
+            Some(format!("{}...", "a".repeat(253)))
+        );
+    }
 }

@@ -123,6 +123,17 @@ pub(crate) fn until<F: Future>(
     })
 }
 
+/// Runs `work` in the background on the runtime for host waits (connections that
+/// outlive any one call: an upstream's MCP session, its child's stderr). `None` when
+/// that runtime could not be started.
+pub(crate) fn spawn<F>(work: F) -> Option<tokio::task::JoinHandle<F::Output>>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    Some(runtime()?.spawn(work))
+}
+
 /// Why the interrupt callback stopped a store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Interrupted {

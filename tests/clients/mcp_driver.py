@@ -1,7 +1,8 @@
 """Drive codemode-host with the official Python MCP SDK client (PyPI `mcp`).
 
 Reads a JSON script on stdin:
-    {"command": "...", "args": [...], "mode": "legacy", "steps": [STEP, ...]}
+    {"command": "...", "args": [...], "env": {...}, "mode": "legacy", "steps": [STEP, ...]}
+(env optional: variables the server gets besides the SDK's default few)
 or, for Streamable HTTP, {"url": "http://.../mcp", "headers": {...}, ...} instead of
 command and args. A failed connection prints {"connect_error": MESSAGE}.
 with steps {"op": "list_tools"} or {"op": "call", "tool": NAME, "arguments": {...},
@@ -24,7 +25,7 @@ def target(script):
     if "url" in script:
         http = create_mcp_http_client(headers=script.get("headers") or {})
         return streamable_http_client(script["url"], http_client=http)
-    return StdioServerParameters(command=script["command"], args=script["args"])
+    return StdioServerParameters(command=script["command"], args=script["args"], env=script.get("env"))
 
 
 async def run(script):

@@ -19,6 +19,8 @@ pub use name::{CapabilityId, DottedName, NameError};
 pub use search::{
     MAX_SEARCH_RESPONSE_BYTES, MAX_SEARCH_RESULTS, SearchError, SearchResponse, SearchResult,
 };
+#[cfg(test)]
+pub(crate) use shape::signature;
 pub use shape::{Field, FieldShape, FloatKind, IntKind, Shape, snake_case};
 
 use name::check_parameter_name;

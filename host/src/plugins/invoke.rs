@@ -10,10 +10,7 @@ use wasmtime::component::{Component, ComponentExportIndex, Val};
 
 use super::plan::{CallPlan, ErrorKind, LiftError, lift};
 use crate::budget::Budget;
-use crate::catalog::is_printable;
-
-/// Longest capability failure message passed on, in bytes, `...` included.
-pub const MAX_FAILURE_MESSAGE_BYTES: usize = 256;
+use crate::source::sanitize_message;
 
 /// Where and how to call one capability's export.
 #[derive(Debug, Clone)]
@@ -107,52 +104,4 @@ fn failure_message(kind: &ErrorKind, payload: Option<Box<Val>>) -> Option<String
         _ => return None,
     };
     sanitize_message(&message)
-}
-
-/// A capability's failure message as a model may see it: non-printable characters
-/// become spaces; longer than [`MAX_FAILURE_MESSAGE_BYTES`] it is cut on a character
-/// boundary and ends in `...`; empty means no detail.
-pub(crate) fn sanitize_message(message: &str) -> Option<String> {
-    let clean: String = message
-        .chars()
-        .map(|c| if is_printable(c) { c } else { ' ' })
-        .collect();
-    if clean.is_empty() {
-        return None;
-    }
-    if clean.len() <= MAX_FAILURE_MESSAGE_BYTES {
-        return Some(clean);
-    }
-    let mut end = MAX_FAILURE_MESSAGE_BYTES - 3;
-    while !clean.is_char_boundary(end) {
-        end -= 1;
-    }
-    Some(format!("{}...", &clean[..end]))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn failure_messages_are_sanitized_and_bounded() {
-        assert_eq!(sanitize_message("no\tbook\n"), Some("no book ".into()));
-        assert_eq!(sanitize_message(""), None);
-        let long = "é".repeat(200);
-        let cut = sanitize_message(&long).unwrap();
-        assert!(cut.len() <= MAX_FAILURE_MESSAGE_BYTES, "{}", cut.len());
-        assert!(cut.ends_with("..."));
-        assert_eq!(
-            cut.len(),
-            253 + 3 - 1,
-            "cut on a char boundary: 126 × 2 bytes + ..."
-        );
-        let exact = "a".repeat(256);
-        assert_eq!(sanitize_message(&exact), Some(exact.clone()));
-        let over = "a".repeat(257);
-        assert_eq!(
-            sanitize_message(&over),
-            Some(format!("{}...", "a".repeat(253)))
-        );
-    }
 }

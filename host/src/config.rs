@@ -1,0 +1,658 @@
+//! The config file (`--config FILE`) and the environment (`CODEMODE_<FLAG>`): two
+//! more sources of every flag's value, below the command line.
+//!
+//! Order: a flag on the command line, then its environment variable, then its key in
+//! the config file, then its default. The file's keys are the long flag names. It is
+//! applied by turning each key that neither the command line nor the environment set
+//! into a `--key=value` argument ahead of the real ones, so every value goes through
+//! the flag's own parser and checks, and the flag list in `cli.rs` stays the one
+//! definition of what can be set.
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use clap::builder::BoolishValueParser;
+use clap::error::ErrorKind;
+use clap::parser::ValueSource;
+use clap::{Arg, ArgAction, ArgMatches, Command, CommandFactory, FromArgMatches, ValueHint};
+use codemode_host::UpstreamConfig;
+use codemode_host::units::parse_duration;
+use serde::Deserialize;
+use toml::de::{DeTable, DeValue};
+
+use crate::cli::Cli;
+
+/// What every flag's environment variable starts with: `CODEMODE_` and then the long
+/// flag in upper case, `-` as `_` (`--max-execution-time`:
+/// `CODEMODE_MAX_EXECUTION_TIME`).
+pub const ENV_PREFIX: &str = "CODEMODE_";
+
+/// The flag naming the config file, which is therefore not a key of it.
+const CONFIG_FLAG: &str = "config";
+
+/// The key of the tables that configure upstream MCP servers (`[[upstream]]`).
+const UPSTREAM_KEY: &str = "upstream";
+
+/// Largest config file read: settings are a few lines; this only stops a huge file.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// How close (Jaro similarity) an unknown key must be to a flag to be suggested.
+const SUGGEST_SIMILARITY: f64 = 0.8;
+
+/// The environment variable of the flag `--long`.
+pub fn env_name(long: &str) -> String {
+    format!(
+        "{ENV_PREFIX}{}",
+        long.to_ascii_uppercase().replace('-', "_")
+    )
+}
+
+/// The command line definition: the flags of [`Cli`], each also read from its
+/// environment variable (shown in `--help`, its value never: a variable may be set
+/// for another reason). A switch's variable takes `true`/`false`, `1`/`0`,
+/// `yes`/`no` or `on`/`off`.
+pub fn command() -> Command {
+    Cli::command().mut_args(|arg| {
+        let Some(variable) = arg.get_long().map(env_name) else {
+            return arg;
+        };
+        let arg = arg.env(variable).hide_env_values(true);
+        match arg.get_action() {
+            ArgAction::SetTrue => arg.value_parser(BoolishValueParser::new()),
+            _ => arg,
+        }
+    })
+}
+
+/// The settings from the command line `args` (the program name first), the
+/// environment and the config file `--config` names, if any.
+///
+/// # Errors
+///
+/// A [`clap::Error`] (its `exit` prints it and ends with status 2) for a bad flag or
+/// variable, and for a config file that cannot be read, is not TOML, has an unknown
+/// key or a value of the wrong type: those name the file and the key's line.
+pub fn parse(args: Vec<OsString>) -> Result<Cli, clap::Error> {
+    let mut command = command();
+    // A first pass learns the file and which flags the command line or the
+    // environment set. It checks nothing between flags, because the file may
+    // complete a pair (`--tokens` on the command line, `listen` in the file).
+    let first = command
+        .clone()
+        .ignore_errors(true)
+        .try_get_matches_from(&args)?;
+    let Some(path) = first.get_one::<PathBuf>(CONFIG_FLAG) else {
+        return finish(&mut command, args);
+    };
+    // The file's own errors name the file and line: the usage would not help.
+    let file = read_file(path, &command, &first)
+        .map_err(|message| clap::Error::raw(ErrorKind::InvalidValue, format!("{message}\n")))?;
+    let mut all = Vec::with_capacity(args.len() + file.args.len());
+    let mut given = args.into_iter();
+    all.extend(given.next());
+    all.extend(file.args);
+    all.extend(given);
+    let mut cli = finish(&mut command, all)?;
+    cli.upstreams = file.upstreams;
+    Ok(cli)
+}
+
+/// What a config file adds to the command line.
+struct FileSettings {
+    /// `--key=value` arguments for the flags it sets.
+    args: Vec<OsString>,
+    /// Its `[[upstream]]` tables.
+    upstreams: Vec<UpstreamConfig>,
+}
+
+/// Reads the config file at `path`: its flag keys and its upstreams.
+fn read_file(path: &Path, command: &Command, given: &ArgMatches) -> Result<FileSettings, String> {
+    let label = path.display();
+    let text = read(path).map_err(|error| format!("config file `{label}`: {error}"))?;
+    let base = path.parent().unwrap_or(Path::new(""));
+    let at = |offset: usize, message: &str| {
+        let line = line_of(&text, offset);
+        format!("config file `{label}`, line {line}: {message}")
+    };
+    let args = file_args(&text, base, command, given).map_err(|(offset, m)| at(offset, &m))?;
+    let upstreams = upstreams(&text, base).map_err(|(offset, m)| at(offset, &m))?;
+    Ok(FileSettings { args, upstreams })
+}
+
+/// Parses `args` in full, with every check.
+fn finish(command: &mut Command, args: Vec<OsString>) -> Result<Cli, clap::Error> {
+    let matches = command.try_get_matches_from_mut(args)?;
+    Cli::from_arg_matches(&matches).map_err(|error| error.format(command))
+}
+
+/// The `--key=value` arguments of the config file `text`: one per value of each key
+/// that the command line and the environment left unset, in the file's order.
+///
+/// # Errors
+///
+/// The byte offset of the fault and what it is.
+fn file_args(
+    text: &str,
+    base: &Path,
+    command: &Command,
+    given: &ArgMatches,
+) -> Result<Vec<OsString>, (usize, String)> {
+    let table = DeTable::parse(text).map_err(|error| {
+        let offset = error.span().map_or(0, |span| span.start);
+        (offset, error.message().to_owned())
+    })?;
+    let mut entries: Vec<_> = table.get_ref().iter().collect();
+    entries.sort_by_key(|(key, _)| key.span().start);
+    let mut args = Vec::new();
+    for (key, value) in entries {
+        let name: &str = key.get_ref();
+        if name == UPSTREAM_KEY {
+            continue;
+        }
+        let at = |message: String| (key.span().start, message);
+        let arg = settable(command)
+            .find(|arg| arg.get_long() == Some(name))
+            .ok_or_else(|| at(unknown_key(command, name)))?;
+        if set_outside_the_file(given, arg) {
+            continue;
+        }
+        args.extend(values(arg, name, value.get_ref(), base).map_err(at)?);
+    }
+    Ok(args)
+}
+
+/// The file's `[[upstream]]` tables.
+#[derive(Debug, Deserialize)]
+struct Upstreams {
+    #[serde(default)]
+    upstream: Vec<toml::Spanned<UpstreamTable>>,
+}
+
+/// One `[[upstream]]` table as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct UpstreamTable {
+    name: String,
+    command: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    cwd: Option<PathBuf>,
+    timeout: Option<String>,
+    tools: Option<Vec<String>>,
+}
+
+/// The upstreams of the config file `text`; relative paths (`cwd`, a program path
+/// with a `/`) are relative to `base`.
+///
+/// # Errors
+///
+/// The byte offset of the fault and what it is.
+fn upstreams(text: &str, base: &Path) -> Result<Vec<UpstreamConfig>, (usize, String)> {
+    let parsed: Upstreams = toml::from_str(text).map_err(|error| {
+        let offset = error.span().map_or(0, |span| span.start);
+        (offset, format!("[[{UPSTREAM_KEY}]]: {}", error.message()))
+    })?;
+    let mut out: Vec<UpstreamConfig> = Vec::with_capacity(parsed.upstream.len());
+    for table in parsed.upstream {
+        let offset = table.span().start;
+        let table = table.into_inner();
+        let at = |message: String| (offset, format!("upstream `{}`: {message}", table.name));
+        if out.iter().any(|u| u.name == table.name) {
+            return Err(at("the name is given twice".to_owned()));
+        }
+        let Some(program) = table.command.first() else {
+            return Err(at("`command` needs at least the program".to_owned()));
+        };
+        let mut command = table.command.clone();
+        if program.contains('/') && Path::new(program).is_relative() {
+            command[0] = base.join(program).display().to_string();
+        }
+        let timeout = table
+            .timeout
+            .as_deref()
+            .map(parse_duration)
+            .transpose()
+            .map_err(|message| at(format!("timeout: {message}")))?;
+        if timeout.is_some_and(|t| t.is_zero()) {
+            return Err(at("timeout must be positive".to_owned()));
+        }
+        out.push(UpstreamConfig {
+            name: table.name.clone(),
+            command,
+            env: table.env.clone(),
+            cwd: table.cwd.as_ref().map(|cwd| base.join(cwd)),
+            timeout,
+            tools: table.tools.clone(),
+        });
+    }
+    Ok(out)
+}
+
+/// The file's text, at most [`MAX_CONFIG_BYTES`].
+fn read(path: &Path) -> std::io::Result<String> {
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(std::io::Error::other(
+            "larger than 1 MiB, the most a config file may hold",
+        ));
+    }
+    Ok(text)
+}
+
+/// The 1-based line of byte `offset` in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    let before = text.get(..offset).unwrap_or(text);
+    before.bytes().filter(|b| *b == b'\n').count() + 1
+}
+
+/// The flags a config file may set: all but `--config`, `--help` and `--version`.
+fn settable(command: &Command) -> impl Iterator<Item = &Arg> {
+    command.get_arguments().filter(|arg| {
+        arg.get_long()
+            .is_some_and(|long| !matches!(long, CONFIG_FLAG | "help" | "version"))
+    })
+}
+
+/// Why `name` is not a key, with the closest flag if one is close.
+fn unknown_key(command: &Command, name: &str) -> String {
+    if name == CONFIG_FLAG {
+        return format!("`{CONFIG_FLAG}` cannot name another file from inside one");
+    }
+    let closest = settable(command)
+        .filter_map(Arg::get_long)
+        .map(|long| (strsim::jaro(name, long), long))
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    match closest {
+        Some((similarity, long)) if similarity >= SUGGEST_SIMILARITY => {
+            format!("unknown key `{name}` (did you mean `{long}`?)")
+        }
+        Some(_) | None => format!(
+            "unknown key `{name}`: the keys are the long flag names without `--` (see --help)"
+        ),
+    }
+}
+
+/// Whether the command line or the environment already gave `arg` a value, which
+/// then wins over the file.
+fn set_outside_the_file(given: &ArgMatches, arg: &Arg) -> bool {
+    let id = arg.get_id().as_str();
+    let mut matches = std::iter::successors(Some(given), |m| m.subcommand().map(|(_, sub)| sub));
+    // A subcommand's matches know only its own and the global flags.
+    matches.any(|m| {
+        m.ids().any(|known| known == id)
+            && matches!(
+                m.value_source(id),
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+            )
+    })
+}
+
+/// The arguments the key `name` = `value` stands for.
+fn values(arg: &Arg, name: &str, value: &DeValue, base: &Path) -> Result<Vec<OsString>, String> {
+    match arg.get_action() {
+        ArgAction::SetTrue => match value {
+            DeValue::Boolean(true) => Ok(vec![OsString::from(format!("--{name}"))]),
+            DeValue::Boolean(false) => Ok(Vec::new()),
+            DeValue::String(_)
+            | DeValue::Integer(_)
+            | DeValue::Float(_)
+            | DeValue::Datetime(_)
+            | DeValue::Array(_)
+            | DeValue::Table(_) => Err(format!(
+                "`{name}` must be true or false, not {}",
+                an(value.type_str())
+            )),
+        },
+        ArgAction::Append => match value {
+            DeValue::Array(items) => items
+                .iter()
+                .map(|item| one(arg, name, item.get_ref(), base))
+                .collect(),
+            DeValue::String(_)
+            | DeValue::Integer(_)
+            | DeValue::Float(_)
+            | DeValue::Boolean(_)
+            | DeValue::Datetime(_)
+            | DeValue::Table(_) => Ok(vec![one(arg, name, value, base)?]),
+        },
+        ArgAction::Set => match value {
+            DeValue::Array(_) => Err(format!("`{name}` takes one value, not an array")),
+            DeValue::String(_)
+            | DeValue::Integer(_)
+            | DeValue::Float(_)
+            | DeValue::Boolean(_)
+            | DeValue::Datetime(_)
+            | DeValue::Table(_) => Ok(vec![one(arg, name, value, base)?]),
+        },
+        // The flags of `Cli` are switches, single values and repeated values; any
+        // other action (counters, help) is not a setting.
+        _ => Err(format!("`{name}` cannot be set in a config file")),
+    }
+}
+
+/// The argument `--name=VALUE` for one value, checked by the flag's own parser so
+/// that a bad value is reported at its line. A relative path is made relative to the
+/// file's folder.
+fn one(arg: &Arg, name: &str, value: &DeValue, base: &Path) -> Result<OsString, String> {
+    let text = match value {
+        DeValue::String(text) => text.to_string(),
+        DeValue::Integer(integer) => i128::from_str_radix(integer.as_str(), integer.radix())
+            .map_err(|_| format!("`{name}`: {integer} is out of range"))?
+            .to_string(),
+        DeValue::Float(_)
+        | DeValue::Boolean(_)
+        | DeValue::Datetime(_)
+        | DeValue::Array(_)
+        | DeValue::Table(_) => {
+            return Err(format!(
+                "`{name}` must be a string or an integer, not {}",
+                an(value.type_str())
+            ));
+        }
+    };
+    let value = match arg.get_value_hint() {
+        ValueHint::AnyPath if Path::new(&text).is_relative() => base.join(&text).into_os_string(),
+        _ => OsString::from(text),
+    };
+    check(arg, name, &value)?;
+    let mut argument = OsString::from(format!("--{name}="));
+    argument.push(&value);
+    Ok(argument)
+}
+
+/// Runs `value` through the value parser of `arg` alone, for an error that names the
+/// key instead of the flag.
+fn check(arg: &Arg, name: &str, value: &OsStr) -> Result<(), String> {
+    let probe = Arg::new("value")
+        .long("value")
+        .action(ArgAction::Set)
+        .allow_hyphen_values(true)
+        .value_parser(arg.get_value_parser().clone());
+    let mut argument = OsString::from("--value=");
+    argument.push(value);
+    match Command::new(CONFIG_FLAG)
+        .no_binary_name(true)
+        .arg(probe)
+        .try_get_matches_from([argument])
+    {
+        Ok(_) => Ok(()),
+        Err(error) => match std::error::Error::source(&error) {
+            Some(reason) => Err(format!("`{name}`: {reason}")),
+            None => Err(format!(
+                "`{name}`: invalid value {:?}",
+                value.to_string_lossy()
+            )),
+        },
+    }
+}
+
+/// A TOML type name with its article: "an array", "a string".
+fn an(type_name: &str) -> String {
+    match type_name.chars().next() {
+        Some('a' | 'e' | 'i' | 'o' | 'u') => format!("an {type_name}"),
+        Some(_) | None => format!("a {type_name}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A config file with `text` in a fresh folder; the folder is returned too.
+    fn config_file(label: &str, text: &str) -> anyhow::Result<(PathBuf, PathBuf)> {
+        let dir =
+            std::env::temp_dir().join(format!("codemode-config-{label}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join("codemode.toml");
+        std::fs::write(&path, text)?;
+        Ok((dir, path))
+    }
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        std::iter::once("codemode-host")
+            .chain(list.iter().copied())
+            .map(OsString::from)
+            .collect()
+    }
+
+    /// Checks that each config file `(label, text, expected)` fails to parse with
+    /// the error `expected` after the file's name.
+    fn assert_file_errors(cases: &[(&str, &str, &str)]) -> anyhow::Result<()> {
+        for (label, text, expected) in cases {
+            let (_, path) = config_file(label, text)?;
+            let config = path.display().to_string();
+            assert_eq!(
+                parse_error(&["--config", &config]),
+                format!("error: config file `{config}`, {expected}\n"),
+                "{label}"
+            );
+        }
+        Ok(())
+    }
+
+    fn parse_error(list: &[&str]) -> String {
+        match parse(args(list)) {
+            Ok(cli) => format!("parsed: {cli:?}"),
+            Err(error) => error.to_string(),
+        }
+    }
+
+    #[test]
+    fn the_file_sets_flags_and_the_command_line_wins() -> anyhow::Result<()> {
+        let (dir, path) = config_file(
+            "sets",
+            r#"
+plugins = "my-plugins"
+max-execution-time = "250ms"
+max-fuel = 1_000
+max-native-calls = 0x10
+policy = ["authz.rego", "/etc/codemode/extra.rego"]
+no-watch = true
+allow-all = false
+log = "debug"
+"#,
+        )?;
+        let config = path.display().to_string();
+        let cli = parse(args(&["--config", &config, "--max-fuel", "5"]))?;
+        assert_eq!(cli.plugins, dir.join("my-plugins"));
+        assert_eq!(cli.max_execution_time, Some(Duration::from_millis(250)));
+        assert_eq!(cli.max_fuel, Some(5));
+        assert_eq!(cli.max_native_calls, Some(16));
+        assert_eq!(
+            cli.policy,
+            vec![
+                dir.join("authz.rego"),
+                PathBuf::from("/etc/codemode/extra.rego")
+            ]
+        );
+        assert!(cli.no_watch);
+        assert!(!cli.allow_all);
+        assert_eq!(cli.log, "debug");
+        // A repeatable flag given on the command line replaces the file's list.
+        let cli = parse(args(&["--policy", "p.rego", "--config", &config]))?;
+        assert_eq!(cli.policy, vec![PathBuf::from("p.rego")]);
+        Ok(())
+    }
+
+    #[test]
+    fn the_file_may_complete_a_pair_of_flags() -> anyhow::Result<()> {
+        let (_, path) = config_file("pair", "listen = \"127.0.0.1:0\"\n")?;
+        let config = path.display().to_string();
+        let cli = parse(args(&["--tokens", "tokens.txt", "--config", &config]))?;
+        assert_eq!(cli.tokens, Some(PathBuf::from("tokens.txt")));
+        assert!(cli.listen.is_some());
+        // The subcommand and its global flags still work with a file.
+        let cli = parse(args(&["--config", &config, "precompile", "--plugins", "p"]))?;
+        assert_eq!(cli.command, Some(crate::cli::Command::Precompile));
+        assert_eq!(cli.plugins, PathBuf::from("p"));
+        Ok(())
+    }
+
+    #[test]
+    fn every_bad_file_names_the_key_and_its_line() -> anyhow::Result<()> {
+        let cases = [
+            (
+                "unknown",
+                "plugins = \"p\"\nmax-exec-time = \"5s\"\n",
+                "line 2: unknown key `max-exec-time` (did you mean `max-execution-time`?)",
+            ),
+            (
+                "far",
+                "\n\ncolour = \"red\"\n",
+                "line 3: unknown key `colour`: the keys are the long flag names without `--` (see --help)",
+            ),
+            (
+                "switch",
+                "no-watch = \"yes\"\n",
+                "line 1: `no-watch` must be true or false, not a string",
+            ),
+            (
+                "float",
+                "max-fuel = 1.5\n",
+                "line 1: `max-fuel` must be a string or an integer, not a float",
+            ),
+            (
+                "array",
+                "plugins = [\"a\", \"b\"]\n",
+                "line 1: `plugins` takes one value, not an array",
+            ),
+            (
+                "unit",
+                "# budgets\nmax-execution-time = \"5\"\n",
+                "line 2: `max-execution-time`: `5` needs a unit: ms, s, m or h (e.g. 5s)",
+            ),
+            (
+                "element",
+                "disable = [\"a.b\", 3.0]\n",
+                "line 1: `disable` must be a string or an integer, not a float",
+            ),
+            (
+                "itself",
+                "config = \"other.toml\"\n",
+                "line 1: `config` cannot name another file from inside one",
+            ),
+            (
+                "syntax",
+                "plugins = \"p\"\nlisten = \n",
+                "line 2: string values must be quoted, expected literal string",
+            ),
+        ];
+        assert_file_errors(&cases)?;
+        let missing = std::env::temp_dir().join("codemode-config-missing.toml");
+        let error = parse_error(&["--config", &missing.display().to_string()]);
+        assert_eq!(
+            error,
+            format!(
+                "error: config file `{}`: No such file or directory (os error 2)\n",
+                missing.display()
+            )
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn upstream_tables_become_upstreams() -> anyhow::Result<()> {
+        let (dir, path) = config_file(
+            "upstreams",
+            r#"
+plugins = "p"
+
+[[upstream]]
+name = "git"
+command = ["mcp-server-git", "--repository", "/srv/repo"]
+env = { GIT_AUTHOR_NAME = "agent" }
+cwd = "work"
+timeout = "30s"
+tools = ["git_status", "git_log"]
+
+[[upstream]]
+name = "local"
+command = ["./servers/local.py"]
+"#,
+        )?;
+        let cli = parse(args(&["--config", &path.display().to_string()]))?;
+        assert_eq!(
+            cli.upstreams,
+            vec![
+                UpstreamConfig {
+                    name: "git".into(),
+                    command: vec![
+                        "mcp-server-git".into(),
+                        "--repository".into(),
+                        "/srv/repo".into()
+                    ],
+                    env: BTreeMap::from([("GIT_AUTHOR_NAME".into(), "agent".into())]),
+                    cwd: Some(dir.join("work")),
+                    timeout: Some(Duration::from_secs(30)),
+                    tools: Some(vec!["git_status".into(), "git_log".into()]),
+                },
+                UpstreamConfig {
+                    name: "local".into(),
+                    command: vec![dir.join("./servers/local.py").display().to_string()],
+                    env: BTreeMap::new(),
+                    cwd: None,
+                    timeout: None,
+                    tools: None,
+                },
+            ]
+        );
+        let cases = [
+            (
+                "up-unknown",
+                "[[upstream]]\nname = \"a\"\ncommand = [\"x\"]\nretries = 3\n",
+                "line 4: [[upstream]]: unknown field `retries`, expected one of `name`, `command`, `env`, `cwd`, `timeout`, `tools`",
+            ),
+            (
+                "up-twice",
+                "[[upstream]]\nname = \"a\"\ncommand = [\"x\"]\n\n[[upstream]]\nname = \"a\"\ncommand = [\"y\"]\n",
+                "line 5: upstream `a`: the name is given twice",
+            ),
+            (
+                "up-timeout",
+                "[[upstream]]\nname = \"a\"\ncommand = [\"x\"]\ntimeout = \"30\"\n",
+                "line 1: upstream `a`: timeout: `30` needs a unit: ms, s, m or h (e.g. 5s)",
+            ),
+            (
+                "up-empty",
+                "[[upstream]]\nname = \"a\"\ncommand = []\n",
+                "line 1: upstream `a`: `command` needs at least the program",
+            ),
+        ];
+        assert_file_errors(&cases)?;
+        Ok(())
+    }
+
+    #[test]
+    fn help_names_each_flags_variable_and_fits_79_columns() {
+        let help = command().render_long_help().to_string();
+        let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        for name in [
+            "CODEMODE_CONFIG",
+            "CODEMODE_PLUGINS",
+            "CODEMODE_MAX_EXECUTION_TIME",
+            "CODEMODE_ALLOW_ALL",
+        ] {
+            assert!(flat.contains(&format!("[env: {name}]")), "{help}");
+        }
+        for help in [help, command().render_help().to_string()] {
+            for line in help.lines() {
+                assert!(line.chars().count() <= 79, "too long: {line:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn variable_names_follow_the_long_flag() {
+        assert_eq!(
+            env_name("max-intermediate-value-bytes"),
+            "CODEMODE_MAX_INTERMEDIATE_VALUE_BYTES"
+        );
+        assert_eq!(env_name("plugins"), "CODEMODE_PLUGINS");
+    }
+}

@@ -1,0 +1,396 @@
+//! Upstream MCP servers as a capability source: every tool of an upstream is a
+//! capability `<upstream>.<tool>`, described from its JSON Schemas in the notation of
+//! WIT-derived signatures, and called with `tools/call` over one MCP session that all
+//! executions share.
+//!
+//! This is the second adapter of the capability-source port ([`crate::source`]):
+//! execute binds, authorizes, audits and budgets an upstream call exactly as a
+//! plugin call; only the call itself differs. A call is a future that waits on the
+//! upstream's answer, so the executor abandons it at the execution's deadline (and
+//! dropping it sends `notifications/cancelled` upstream); no fuel burns meanwhile.
+
+mod json;
+mod names;
+mod schema;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use codemode_value::Value;
+use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Tool};
+use rmcp::service::RunningService;
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
+use tokio::io::AsyncReadExt;
+use tokio::task::JoinHandle;
+
+use crate::catalog::{CapabilitySpec, Field, validate_spec};
+use crate::error::{timed_out_detail, unavailable_detail};
+use crate::source::{
+    CallBudget, CallFailure, CallFuture, CallOutcome, CapabilitySource, Session, sanitize_message,
+};
+use crate::wait;
+
+/// One upstream MCP server as the operator configured it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamConfig {
+    /// The root of its capability names (`git` → `git.git_log`), and its name in
+    /// logs and messages.
+    pub name: String,
+    /// The program and its arguments, started as a child speaking MCP on stdio.
+    pub command: Vec<String>,
+    /// The child's environment: these variables plus the host's `PATH` and `HOME`,
+    /// nothing else of the host's.
+    pub env: BTreeMap<String, String>,
+    /// The child's working folder; `None` is the server's.
+    pub cwd: Option<PathBuf>,
+    /// Wall time one call may take (also capped by the execution's remaining time);
+    /// `None` is the execution's remaining time.
+    pub timeout: Option<Duration>,
+    /// The tools offered (by their upstream names); `None` offers all.
+    pub tools: Option<Vec<String>>,
+}
+
+/// How long starting an upstream, its `initialize` and its `tools/list` may take.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The host's environment variables an upstream child gets besides its `env`.
+const INHERITED_ENV: [&str; 2] = ["PATH", "HOME"];
+
+/// Longest line of a child's stderr logged; the rest of the line is counted.
+const MAX_STDERR_LINE: usize = 4096;
+
+/// Upstreams connecting in the background ([`connect_all`]).
+pub(crate) struct Connecting {
+    started: Instant,
+    pending: Vec<(String, Option<Attempt>)>,
+}
+
+/// One upstream's first connection attempt: the upstream, or why it cannot serve.
+type Attempt = JoinHandle<Result<Upstream, String>>;
+
+/// Starts connecting every upstream at once, each within [`CONNECT_TIMEOUT`], on the
+/// runtime that drives host waits (so their sessions outlive whoever asked).
+pub(crate) fn connect_all(configs: &[UpstreamConfig]) -> Connecting {
+    let pending = configs
+        .iter()
+        .map(|config| {
+            let config = config.clone();
+            let name = config.name.clone();
+            let handle = wait::spawn(async move {
+                match tokio::time::timeout(CONNECT_TIMEOUT, Upstream::connect(&config)).await {
+                    Ok(connected) => connected,
+                    Err(_) => Err(format!("no answer within {}s", CONNECT_TIMEOUT.as_secs())),
+                }
+            });
+            (name, handle)
+        })
+        .collect();
+    Connecting {
+        started: Instant::now(),
+        pending,
+    }
+}
+
+impl Connecting {
+    /// Waits for every upstream's first attempt; those that failed are logged with
+    /// the reason and left out.
+    pub(crate) fn finish(self) -> Vec<Arc<Upstream>> {
+        // Each attempt ends by its own timeout; this only guards against a task that
+        // never ends.
+        let deadline = self.started + CONNECT_TIMEOUT + Duration::from_secs(1);
+        let mut connected = Vec::new();
+        for (name, handle) in self.pending {
+            let outcome = match handle {
+                Some(handle) => match wait::until(deadline, None, handle) {
+                    Ok(Ok(outcome)) => outcome,
+                    Ok(Err(error)) => Err(format!("the connecting task failed: {error}")),
+                    Err(_) => Err("no answer in time".to_owned()),
+                },
+                None => Err("no runtime to connect on".to_owned()),
+            };
+            match outcome {
+                Ok(upstream) => {
+                    tracing::info!(upstream = %name, capabilities = upstream.tools.len(), "upstream connected");
+                    connected.push(Arc::new(upstream));
+                }
+                Err(reason) => {
+                    tracing::error!(upstream = %name, reason = %reason, "upstream unavailable");
+                }
+            }
+        }
+        connected
+    }
+}
+
+/// A connected upstream: its MCP session and the capabilities its tools became.
+pub(crate) struct Upstream {
+    name: String,
+    label: String,
+    timeout: Option<Duration>,
+    /// The session; dropping it closes the connection and ends the child.
+    client: RunningService<RoleClient, ()>,
+    tools: Vec<UpstreamTool>,
+}
+
+/// One tool served as a capability.
+struct UpstreamTool {
+    /// Its name upstream, as `tools/call` needs it.
+    tool: String,
+    spec: CapabilitySpec,
+    /// The fields of its structured result; `None`: the result is its text.
+    structured: Option<Vec<Field>>,
+}
+
+impl Upstream {
+    /// Starts the upstream's child, initializes the MCP session and lists its tools
+    /// (every page). Tools that cannot be capabilities (a name that is not valid
+    /// after the mapping, a parameter that cannot be a keyword argument, a name given
+    /// twice) are logged and left out; so are tools outside `config.tools`.
+    ///
+    /// # Errors
+    ///
+    /// Why the upstream cannot serve (for the log; never shown to an agent).
+    pub(crate) async fn connect(config: &UpstreamConfig) -> Result<Self, String> {
+        let (program, arguments) = config
+            .command
+            .split_first()
+            .ok_or_else(|| "`command` is empty".to_owned())?;
+        let mut command = tokio::process::Command::new(program);
+        command.args(arguments).env_clear();
+        for key in INHERITED_ENV {
+            if let Some(value) = std::env::var_os(key) {
+                command.env(key, value);
+            }
+        }
+        command.envs(&config.env).kill_on_drop(true);
+        if let Some(cwd) = &config.cwd {
+            command.current_dir(cwd);
+        }
+        let (transport, stderr) = TokioChildProcess::builder(command)
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|error| format!("cannot start `{program}`: {error}"))?;
+        if let Some(stderr) = stderr {
+            tokio::spawn(log_stderr(config.name.clone(), stderr));
+        }
+        let client = ().serve(transport).await.map_err(|error| format!("initialize: {error}"))?;
+        let listed = client
+            .list_all_tools()
+            .await
+            .map_err(|error| format!("tools/list: {error}"))?;
+        let tools = capabilities(config, listed);
+        Ok(Self {
+            name: config.name.clone(),
+            label: format!("upstream {}", config.name),
+            timeout: config.timeout,
+            client,
+            tools,
+        })
+    }
+
+    /// The upstream's name, the root of its capabilities.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Calls tool `index` with `bound` arguments.
+    async fn call(&self, index: usize, bound: Vec<Value>, budget: CallBudget) -> CallOutcome {
+        let Some(tool) = self.tools.get(index) else {
+            tracing::error!(upstream = %self.name, index, "a call names a tool that is not there");
+            return outcome(Err(CallFailure::Internal));
+        };
+        let mut params = CallToolRequestParams::new(tool.tool.clone());
+        params.arguments = Some(json::arguments(&tool.spec.params, bound));
+        // Dropping this future (the execution's deadline, a cancelled request, the
+        // upstream's own timeout below) sends `notifications/cancelled` upstream.
+        let call = self.client.call_tool_once(params);
+        let answered = match self.timeout {
+            Some(timeout) => match tokio::time::timeout(timeout, call).await {
+                Ok(answered) => answered,
+                Err(_) => {
+                    tracing::info!(upstream = %self.name, tool = %tool.tool, "call abandoned at the upstream's timeout");
+                    let detail = timed_out_detail(&tool.spec.name);
+                    return outcome(Err(CallFailure::Failed(Some(detail))));
+                }
+            },
+            None => call.await,
+        };
+        let result = match answered {
+            Ok(CallToolResponse::Complete(result)) => result,
+            Ok(_) => {
+                tracing::warn!(upstream = %self.name, tool = %tool.tool, "the tool asked for input or started a task, which code mode cannot give");
+                return outcome(Err(CallFailure::Failed(None)));
+            }
+            Err(error) => {
+                tracing::warn!(upstream = %self.name, tool = %tool.tool, reason = %error, "upstream call failed");
+                let detail = unavailable_detail(&self.name);
+                return outcome(Err(CallFailure::Failed(Some(detail))));
+            }
+        };
+        outcome(self.project(tool, result, &budget))
+    }
+
+    /// A tool's answer as the program's value, or its failure.
+    fn project(
+        &self,
+        tool: &UpstreamTool,
+        result: CallToolResult,
+        budget: &CallBudget,
+    ) -> Result<Value, CallFailure> {
+        if result.is_error == Some(true) {
+            return Err(CallFailure::Failed(sanitize_message(&text_of(
+                &result.content,
+            ))));
+        }
+        let projected = match (&tool.structured, result.structured_content) {
+            (Some(fields), Some(serde_json::Value::Object(structured))) => {
+                json::result(fields, structured, budget.max_depth, budget.max_nodes)
+            }
+            (Some(_), _) => {
+                tracing::warn!(upstream = %self.name, tool = %tool.tool, "the tool declared structured output but its result has no object in structuredContent");
+                return Err(CallFailure::Failed(None));
+            }
+            (None, _) => json::text_result(text_of(&result.content), budget.max_nodes),
+        };
+        projected.map_err(CallFailure::Exhausted)
+    }
+}
+
+impl CapabilitySource for Upstream {
+    fn label(&self) -> &str {
+        &self.label
+    }
+
+    fn capabilities(&self) -> Vec<&CapabilitySpec> {
+        self.tools.iter().map(|tool| &tool.spec).collect()
+    }
+
+    fn session(self: Arc<Self>, _execution: u64) -> Box<dyn Session> {
+        Box::new(UpstreamSession { upstream: self })
+    }
+}
+
+/// One execution's use of an upstream: the shared MCP session, nothing of its own.
+struct UpstreamSession {
+    upstream: Arc<Upstream>,
+}
+
+impl Session for UpstreamSession {
+    fn call(&mut self, index: usize, arguments: Vec<Value>, budget: CallBudget) -> CallFuture<'_> {
+        Box::pin(self.upstream.call(index, arguments, budget))
+    }
+}
+
+/// A call's outcome: an upstream call burns no fuel.
+fn outcome(result: Result<Value, CallFailure>) -> CallOutcome {
+    CallOutcome { result, fuel: 0 }
+}
+
+/// The text blocks of a tool's content, joined with newlines.
+fn text_of(content: &[ContentBlock]) -> String {
+    let texts: Vec<&str> = content
+        .iter()
+        .filter_map(ContentBlock::as_text)
+        .map(|text| text.text.as_str())
+        .collect();
+    texts.join("\n")
+}
+
+/// The capabilities of the `listed` tools of upstream `config`: those in its
+/// allow-list whose mapped name, parameters and texts the catalog accepts.
+fn capabilities(config: &UpstreamConfig, listed: Vec<Tool>) -> Vec<UpstreamTool> {
+    let mut tools: Vec<UpstreamTool> = Vec::new();
+    for tool in listed {
+        let original = tool.name.to_string();
+        if let Some(allowed) = &config.tools
+            && !allowed.contains(&original)
+        {
+            continue;
+        }
+        let name = format!("{}.{}", config.name, names::segment(&original));
+        let (summary, description) = names::texts(
+            &original,
+            tool.title.as_deref(),
+            tool.description.as_deref(),
+        );
+        let structured = tool
+            .output_schema
+            .as_deref()
+            .and_then(schema::output_fields);
+        let output = structured
+            .clone()
+            .unwrap_or_else(|| vec![Field::new("text", crate::catalog::Shape::Str)]);
+        let spec = CapabilitySpec {
+            name,
+            id: Some(names::id(&config.name, &original)),
+            summary,
+            description,
+            search_terms: tool.title.iter().cloned().collect(),
+            params: schema::parameters(&tool.input_schema),
+            output,
+        };
+        let refused = match validate_spec(&spec) {
+            Err(error) => Some(error.to_string()),
+            Ok(_) if tools.iter().any(|t| t.spec.name == spec.name) => Some(format!(
+                "capability name `{}` is taken by another of its tools",
+                spec.name
+            )),
+            Ok(_) => None,
+        };
+        if let Some(reason) = refused {
+            tracing::warn!(upstream = %config.name, tool = %original, reason = %reason, "upstream tool skipped");
+            continue;
+        }
+        tools.push(UpstreamTool {
+            tool: original,
+            spec,
+            structured,
+        });
+    }
+    if let Some(allowed) = &config.tools {
+        for missing in allowed
+            .iter()
+            .filter(|a| !tools.iter().any(|t| t.tool == **a))
+        {
+            tracing::warn!(upstream = %config.name, tool = %missing, "a tool of the allow-list is not served");
+        }
+    }
+    tools
+}
+
+/// Logs a child's stderr, one event per line, each cut at [`MAX_STDERR_LINE`] and
+/// quoted (control characters escaped), so a child cannot forge log lines.
+async fn log_stderr(upstream: String, mut stderr: tokio::process::ChildStderr) {
+    let mut line: Vec<u8> = Vec::new();
+    let mut dropped = 0u64;
+    let mut chunk = [0u8; 4096];
+    loop {
+        let read = match stderr.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(read) => read,
+        };
+        for &byte in &chunk[..read] {
+            if byte == b'\n' {
+                emit_line(&upstream, &line, dropped);
+                line.clear();
+                dropped = 0;
+            } else if line.len() < MAX_STDERR_LINE {
+                line.push(byte);
+            } else {
+                dropped += 1;
+            }
+        }
+    }
+    if !line.is_empty() {
+        emit_line(&upstream, &line, dropped);
+    }
+}
+
+fn emit_line(upstream: &str, line: &[u8], dropped: u64) {
+    let text = String::from_utf8_lossy(line);
+    tracing::info!(upstream = %upstream, dropped_bytes = dropped, line = ?text, "upstream stderr");
+}

@@ -1,0 +1,380 @@
+//! A tool's JSON Schemas as the catalog's shapes: `inputSchema` gives the
+//! parameters, `outputSchema` the result fields, so an upstream tool is described and
+//! bound exactly like a WebAssembly capability (one notation, one binder).
+//!
+//! The mapping: string → `str`, integer → `int`, number → `float`, boolean → `bool`,
+//! array → `list[T]`, object with properties → `{a: T, b: U}` (a property not in
+//! `required` is `T | None`), object with only `additionalProperties` →
+//! `dict[str, T]`, a string `enum` (or `const`) → its values, `anyOf`/`oneOf`/a type
+//! list with `null` → `T | None`, a local `$ref` into `$defs`/`definitions`
+//! followed (a cycle is `any`), anything else → `any`.
+
+use serde_json::{Map, Value as Json};
+
+use crate::catalog::{Field, FloatKind, IntKind, Shape};
+
+/// Deepest schema nesting followed; below it a shape is `any`. A schema comes from an
+/// upstream server, so its depth is not trusted.
+const MAX_SCHEMA_DEPTH: usize = 32;
+
+/// The parameters an `inputSchema` describes: its properties in name order (JSON
+/// objects are read into sorted maps), optional when not `required`. A schema that is not an object with properties has
+/// none.
+pub(crate) fn parameters(input_schema: &Map<String, Json>) -> Vec<Field> {
+    let mut walk = Walk::new(input_schema);
+    walk.fields(input_schema, 0)
+}
+
+/// The result fields an `outputSchema` describes, or `None` when it does not
+/// describe an object with properties (the result is then the tool's text).
+pub(crate) fn output_fields(output_schema: &Map<String, Json>) -> Option<Vec<Field>> {
+    let mut walk = Walk::new(output_schema);
+    let fields = walk.fields(output_schema, 0);
+    (!fields.is_empty()).then_some(fields)
+}
+
+/// One walk over a schema: its root (for `$ref`) and the references being followed
+/// (for cycles).
+struct Walk<'a> {
+    root: &'a Map<String, Json>,
+    following: Vec<&'a str>,
+}
+
+impl<'a> Walk<'a> {
+    fn new(root: &'a Map<String, Json>) -> Self {
+        Self {
+            root,
+            following: Vec::new(),
+        }
+    }
+
+    /// The fields of an object schema's `properties`.
+    fn fields(&mut self, schema: &'a Map<String, Json>, depth: usize) -> Vec<Field> {
+        let Some(Json::Object(properties)) = schema.get("properties") else {
+            return Vec::new();
+        };
+        let required: Vec<&str> = match schema.get("required") {
+            Some(Json::Array(names)) => names.iter().filter_map(Json::as_str).collect(),
+            _ => Vec::new(),
+        };
+        properties
+            .iter()
+            .map(|(name, property)| {
+                let shape = self.shape(property, depth + 1);
+                let shape = if required.contains(&name.as_str()) {
+                    shape
+                } else {
+                    optional(shape)
+                };
+                Field::new(name.clone(), shape)
+            })
+            .collect()
+    }
+
+    /// The shape of one schema.
+    fn shape(&mut self, schema: &'a Json, depth: usize) -> Shape {
+        let schema = match schema {
+            Json::Object(schema) if depth < MAX_SCHEMA_DEPTH => schema,
+            // `true`, `false`, a malformed schema, or one too deep.
+            _ => return Shape::Any,
+        };
+        if let Some(Json::String(reference)) = schema.get("$ref") {
+            return self.reference(reference, depth);
+        }
+        if let Some(Json::Array(values)) = schema.get("enum") {
+            return literals(values);
+        }
+        if let Some(Json::String(value)) = schema.get("const") {
+            return Shape::Enum(vec![value.clone()]);
+        }
+        for key in ["anyOf", "oneOf"] {
+            if let Some(Json::Array(branches)) = schema.get(key) {
+                return self.union(branches, depth);
+            }
+        }
+        if let Some(Json::Array(all)) = schema.get("allOf")
+            && let [only] = all.as_slice()
+        {
+            return self.shape(only, depth + 1);
+        }
+        match schema.get("type") {
+            Some(Json::String(name)) => self.typed(name, schema, depth),
+            Some(Json::Array(names)) => {
+                let nullable = names.iter().any(|n| n.as_str() == Some("null"));
+                let others: Vec<&str> = names
+                    .iter()
+                    .filter_map(Json::as_str)
+                    .filter(|n| *n != "null")
+                    .collect();
+                match (others.as_slice(), nullable) {
+                    ([one], true) => optional(self.typed(one, schema, depth)),
+                    ([one], false) => self.typed(one, schema, depth),
+                    _ => Shape::Any,
+                }
+            }
+            // No type: the keywords present say what it is.
+            _ if schema.contains_key("properties") => self.typed("object", schema, depth),
+            _ if schema.contains_key("items") => self.typed("array", schema, depth),
+            _ => Shape::Any,
+        }
+    }
+
+    /// The shape of a schema of JSON type `name`.
+    fn typed(&mut self, name: &str, schema: &'a Map<String, Json>, depth: usize) -> Shape {
+        match name {
+            "string" => Shape::Str,
+            "integer" => Shape::Int(IntKind::S64),
+            "number" => Shape::Float(FloatKind::F64),
+            "boolean" => Shape::Bool,
+            "array" => match schema.get("items") {
+                Some(items) => Shape::List(Box::new(self.shape(items, depth + 1))),
+                None => Shape::List(Box::new(Shape::Any)),
+            },
+            "object" => {
+                if matches!(schema.get("properties"), Some(Json::Object(p)) if !p.is_empty()) {
+                    return Shape::Record(self.fields(schema, depth));
+                }
+                match schema.get("additionalProperties") {
+                    Some(Json::Bool(false)) => Shape::Record(Vec::new()),
+                    Some(values @ Json::Object(_)) => {
+                        Shape::Dict(Box::new(self.shape(values, depth + 1)))
+                    }
+                    _ => Shape::Dict(Box::new(Shape::Any)),
+                }
+            }
+            // "null" alone, or a name JSON Schema does not have.
+            _ => Shape::Any,
+        }
+    }
+
+    /// `anyOf`/`oneOf`: one branch besides `null` is that branch, optional if `null`
+    /// is a branch; several are `any`.
+    fn union(&mut self, branches: &'a [Json], depth: usize) -> Shape {
+        let is_null = |b: &Json| b.get("type").and_then(Json::as_str) == Some("null");
+        let nullable = branches.iter().any(is_null);
+        let others: Vec<&Json> = branches.iter().filter(|b| !is_null(b)).collect();
+        match (others.as_slice(), nullable) {
+            ([one], true) => optional(self.shape(one, depth + 1)),
+            ([one], false) => self.shape(one, depth + 1),
+            _ => Shape::Any,
+        }
+    }
+
+    /// A `$ref`: only local ones into `$defs` or `definitions`; one already being
+    /// followed (a recursive type) is `any`.
+    fn reference(&mut self, reference: &'a str, depth: usize) -> Shape {
+        let target = ["#/$defs/", "#/definitions/"].iter().find_map(|prefix| {
+            let name = reference.strip_prefix(prefix)?;
+            let section = prefix.trim_start_matches("#/").trim_end_matches('/');
+            let name = name.replace("~1", "/").replace("~0", "~");
+            self.root.get(section)?.as_object()?.get(&name)
+        });
+        let Some(target) = target else {
+            return Shape::Any;
+        };
+        if self.following.contains(&reference) {
+            return Shape::Any;
+        }
+        self.following.push(reference);
+        let shape = self.shape(target, depth + 1);
+        self.following.pop();
+        shape
+    }
+}
+
+/// `enum`: string values are the literal values, optional when `null` is one of
+/// them; any other value makes it `any`.
+fn literals(values: &[Json]) -> Shape {
+    let mut strings = Vec::with_capacity(values.len());
+    let mut nullable = false;
+    for value in values {
+        match value {
+            Json::String(s) => strings.push(s.clone()),
+            Json::Null => nullable = true,
+            Json::Bool(_) | Json::Number(_) | Json::Array(_) | Json::Object(_) => {
+                return Shape::Any;
+            }
+        }
+    }
+    match (strings.is_empty(), nullable) {
+        (true, _) => Shape::Any,
+        (false, true) => optional(Shape::Enum(strings)),
+        (false, false) => Shape::Enum(strings),
+    }
+}
+
+/// `shape | None`, once.
+fn optional(shape: Shape) -> Shape {
+    match shape {
+        Shape::Option(_) => shape,
+        other => Shape::Option(Box::new(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::signature;
+    use serde_json::json;
+
+    fn object(value: Json) -> Map<String, Json> {
+        match value {
+            Json::Object(map) => map,
+            _ => Map::new(),
+        }
+    }
+
+    fn sig(schema: Json) -> String {
+        signature("t.tool", &parameters(&object(schema)))
+    }
+
+    #[test]
+    fn every_json_type_has_its_notation() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "format": "uri"},
+                "count": {"type": "integer"},
+                "ratio": {"type": "number"},
+                "flag": {"type": "boolean"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "rows": {"type": "array"},
+                "point": {
+                    "type": "object",
+                    "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+                    "required": ["x"]
+                },
+                "labels": {"type": "object", "additionalProperties": {"type": "integer"}},
+                "meta": {"type": "object"},
+                "closed": {"type": "object", "additionalProperties": false},
+                "mode": {"type": "string", "enum": ["fast", "slow"]},
+                "fixed": {"const": "v1"},
+                "maybe": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                "either": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+                "pair": {"type": ["integer", "null"]},
+                "whatever": {},
+                "numbers": {"enum": [1, 2]}
+            },
+            "required": ["name", "count", "ratio", "flag", "tags", "rows", "point", "labels",
+                         "meta", "closed", "mode", "fixed", "maybe", "either", "pair",
+                         "whatever", "numbers"]
+        });
+        assert_eq!(
+            sig(schema),
+            "t.tool(*, closed: {}, count: int, either: any, fixed: str, flag: bool, \
+             labels: dict[str, int], maybe: str | None, meta: dict[str, any], mode: str, \
+             name: str, numbers: any, pair: int | None, point: {x: float, y: float | None}, \
+             ratio: float, rows: list[any], tags: list[str], whatever: any)"
+        );
+    }
+
+    #[test]
+    fn properties_not_required_are_optional_in_name_order() {
+        let params = parameters(&object(json!({
+            "type": "object",
+            "properties": {
+                "zone": {"type": "string"},
+                "at": {"type": "string"},
+                "extra": {}
+            },
+            "required": ["zone"]
+        })));
+        let names: Vec<(&str, bool)> = params
+            .iter()
+            .map(|p| (p.name.as_str(), p.is_optional()))
+            .collect();
+        assert_eq!(names, [("at", true), ("extra", true), ("zone", false)]);
+        assert_eq!(
+            signature("t.tool", &params),
+            "t.tool(*, at: str | None, extra: any | None, zone: str)"
+        );
+        assert_eq!(
+            params.last().map(|p| &p.ty),
+            Some(&Shape::Str),
+            "required stays plain"
+        );
+    }
+
+    #[test]
+    fn enums_keep_their_values_for_binding() {
+        let params = parameters(&object(json!({
+            "properties": {
+                "mode": {"enum": ["a", "b", null]},
+                "kind": {"type": "string", "enum": ["x"]}
+            },
+            "required": ["mode", "kind"]
+        })));
+        let shapes: Vec<&Shape> = params.iter().map(|p| &p.ty).collect();
+        assert_eq!(
+            shapes,
+            [
+                &Shape::Enum(vec!["x".into()]),
+                &Shape::Option(Box::new(Shape::Enum(vec!["a".into(), "b".into()]))),
+            ]
+        );
+    }
+
+    #[test]
+    fn local_references_are_followed_and_cycles_are_any() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "owner": {"$ref": "#/$defs/Person"},
+                "old": {"$ref": "#/definitions/Legacy"},
+                "remote": {"$ref": "https://example.com/schema.json"},
+                "missing": {"$ref": "#/$defs/Nobody"}
+            },
+            "required": ["owner", "old", "remote", "missing"],
+            "$defs": {
+                "Person": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "friends": {"type": "array", "items": {"$ref": "#/$defs/Person"}}
+                    },
+                    "required": ["name", "friends"]
+                }
+            },
+            "definitions": {"Legacy": {"type": "integer"}}
+        });
+        assert_eq!(
+            sig(schema),
+            "t.tool(*, missing: any, old: int, owner: {friends: list[any], name: str}, remote: any)"
+        );
+    }
+
+    #[test]
+    fn a_schema_too_deep_ends_in_any() {
+        let mut inner = json!({"type": "string"});
+        for _ in 0..200 {
+            inner = json!({"type": "array", "items": inner});
+        }
+        let params = parameters(&object(json!({
+            "properties": {"deep": inner},
+            "required": ["deep"]
+        })));
+        let notation = params.first().map(|p| p.ty.notation()).unwrap_or_default();
+        assert!(notation.contains("list[any]]"), "{notation}");
+        assert!(!notation.contains("str"), "{notation}");
+        assert_eq!(notation.matches("list[").count(), MAX_SCHEMA_DEPTH - 1);
+    }
+
+    #[test]
+    fn output_fields_only_for_an_object_with_properties() {
+        let fields = output_fields(&object(json!({
+            "type": "object",
+            "properties": {"time": {"type": "string"}, "dst": {"type": "boolean"}},
+            "required": ["time"]
+        })));
+        assert_eq!(
+            fields,
+            Some(vec![
+                Field::new("dst", Shape::Option(Box::new(Shape::Bool))),
+                Field::new("time", Shape::Str),
+            ])
+        );
+        assert_eq!(output_fields(&object(json!({"type": "object"}))), None);
+        assert_eq!(output_fields(&object(json!({"type": "array"}))), None);
+        assert!(parameters(&object(json!({"type": "object"}))).is_empty());
+    }
+}

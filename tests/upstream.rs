@@ -1,0 +1,243 @@
+//! Upstream MCP servers as capabilities, end to end: the real binary with a config
+//! file naming real MCP servers as `[[upstream]]` children (PyPI `mcp-server-time`,
+//! and `tests/upstreams/double.py`, which misbehaves on request), driven by the
+//! Python MCP client.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde_json::{Value, json};
+
+use crate::stdio::{call, err, ok};
+use crate::support::{
+    drive, drive_with_env, example_plugins, install_venv, python, root, wait_until,
+};
+
+/// The third-party upstream servers, pinned.
+const UPSTREAM_PACKAGES: [&str; 1] = ["mcp-server-time==2026.10.19"];
+
+/// The bin folder of `target/e2e-upstreams-venv`, which holds the upstream servers
+/// (a venv of their own: their dependencies need not agree with the client's).
+fn upstream_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let venv = root().join("target/e2e-upstreams-venv");
+        let bin = venv.join("bin");
+        if !bin.join("mcp-server-time").exists() {
+            install_venv(&venv, &UPSTREAM_PACKAGES);
+        }
+        bin
+    })
+}
+
+/// A config file `codemode.toml` with `text` in a fresh folder of the test `label`.
+fn config(label: &str, text: &str) -> PathBuf {
+    let dir = root().join("target/e2e-upstream").join(label);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the config folder");
+    let path = dir.join("codemode.toml");
+    std::fs::write(&path, text).expect("write the config");
+    path
+}
+
+/// The examples plus the time server as upstream `time`.
+fn time_config(label: &str, extra: &str) -> PathBuf {
+    config(
+        label,
+        &format!(
+            "plugins = {:?}\n\n[[upstream]]\nname = \"time\"\ncommand = [{:?}]\ntimeout = \"20s\"\n{extra}",
+            example_plugins().display().to_string(),
+            upstream_bin().join("mcp-server-time").display().to_string(),
+        ),
+    )
+}
+
+fn execute(source: &str) -> Value {
+    call("execute", json!({ "source": source }))
+}
+
+fn main_returning(body: &str) -> Value {
+    execute(&format!("def main():\n    return {body}"))
+}
+
+#[test]
+fn upstream_tools_are_found_described_and_called_beside_plugins() {
+    let path = time_config("time", "");
+    let out = drive(
+        &["--config", path.to_str().expect("utf-8")],
+        json!([
+            call("search_api", json!({"query": "current time in a timezone"})),
+            call("describe_api", json!({"name": "time.convert_time"})),
+            execute(
+                "def main():\n    book = records.lookup(key=\"bk-0042\")\n    t = time.convert_time(source_timezone=\"Etc/UTC\", time=\"12:00\", target_timezone=\"Asia/Tokyo\")\n    return {\"key\": book[\"key\"], \"tokyo\": t[\"target\"][\"datetime\"][11:16], \"diff\": t[\"time_difference\"], \"zone\": t[\"target\"][\"timezone\"], \"dst\": t[\"target\"][\"is_dst\"]}"
+            ),
+            main_returning("time.get_current_time(zone=\"UTC\")"),
+            main_returning("time.get_current_time()"),
+            main_returning("time.get_current_time(timezone=5)"),
+            main_returning("time.get_current_time(timezone=\"Not/AZone\")"),
+            main_returning("time.get_current_time(\"UTC\")"),
+        ]),
+    );
+    let results = &out["results"];
+    let found = ok(&results[0]);
+    assert_eq!(
+        found["results"][0]["name"], "time.get_current_time",
+        "{found}"
+    );
+    let timezone_record = "{datetime: str, day_of_week: str, is_dst: bool, timezone: str}";
+    assert_eq!(
+        ok(&results[1]),
+        &json!({
+            "name": "time.convert_time",
+            "signature": "time.convert_time(*, source_timezone: str, target_timezone: str, time: str)",
+            "summary": "Convert time between timezones",
+            "description": "Convert time between timezones",
+            "input": [
+                {"name": "source_timezone", "type": "str", "required": true},
+                {"name": "target_timezone", "type": "str", "required": true},
+                {"name": "time", "type": "str", "required": true},
+            ],
+            "output": [
+                {"name": "source", "type": timezone_record, "required": true},
+                {"name": "target", "type": timezone_record, "required": true},
+                {"name": "time_difference", "type": "str", "required": true},
+            ],
+        })
+    );
+    assert_eq!(
+        ok(&results[2])["result"],
+        json!({"key": "bk-0042", "tokyo": "21:00", "diff": "+9.0h", "zone": "Asia/Tokyo", "dst": false})
+    );
+    assert_eq!(
+        results[2]["meta"]["codemode/stats"]["native_calls"],
+        json!(2),
+        "{}",
+        results[2]
+    );
+    let failures: Vec<&str> = (3..8).map(|i| err(&results[i])).collect();
+    assert_eq!(
+        failures,
+        [
+            "invalid capability arguments: unknown argument \"zone\"",
+            "invalid capability arguments: missing required argument \"timezone\"",
+            "invalid capability arguments: argument \"timezone\" must be a string",
+            "capability failed: Error executing tool get_current_time: Invalid timezone: 'No time zone found with key Not/AZone'",
+            "invalid capability arguments: positional arguments are not accepted",
+        ]
+    );
+}
+
+#[test]
+fn the_allow_list_and_disable_remove_upstream_tools() {
+    let path = time_config("allow", "tools = [\"convert_time\", \"no_such_tool\"]\n");
+    let out = drive(
+        &["--config", path.to_str().expect("utf-8")],
+        json!([
+            call("describe_api", json!({"name": "time.get_current_time"})),
+            call("describe_api", json!({"name": "time.convert_time"})),
+        ]),
+    );
+    assert_eq!(err(&out["results"][0]), "capability not found");
+    assert_eq!(ok(&out["results"][1])["name"], "time.convert_time");
+    let path = time_config("disable", "");
+    let out = drive(
+        &[
+            "--config",
+            path.to_str().expect("utf-8"),
+            "--disable",
+            "mcp:time/convert_time",
+        ],
+        json!([
+            call("describe_api", json!({"name": "time.convert_time"})),
+            call("describe_api", json!({"name": "time.get_current_time"})),
+        ]),
+    );
+    assert_eq!(err(&out["results"][0]), "capability not found");
+    assert_eq!(
+        ok(&out["results"][1])["signature"],
+        "time.get_current_time(*, timezone: str)"
+    );
+}
+
+#[test]
+fn a_misbehaving_upstream_stays_contained() {
+    let dir = root().join("target/e2e-upstream/double");
+    let log = dir.join("double.log");
+    let double = root().join("tests/upstreams/double.py");
+    let upstream = |name: &str, timeout: &str| {
+        format!(
+            "[[upstream]]\nname = {name:?}\ncommand = [{:?}, {:?}]\nenv = {{ DOUBLE_LOG = {:?} }}\ntimeout = {timeout:?}\n",
+            python().display().to_string(),
+            double.display().to_string(),
+            log.display().to_string(),
+        )
+    };
+    let path = config(
+        "double",
+        &format!(
+            "plugins = \"plugins\"\nmax-execution-time = \"3s\"\n\n{}\n{}",
+            upstream("double", "30s"),
+            upstream("quick", "500ms")
+        ),
+    );
+    // No plugins: the upstreams are all it serves.
+    std::fs::create_dir_all(dir.join("plugins")).expect("create the plugins folder");
+    let out = drive_with_env(
+        &["--config", path.to_str().expect("utf-8")],
+        &json!({"CODEMODE_TEST_SECRET": "s3cret"}),
+        json!([
+            main_returning(
+                "[double.env(name=n)[\"result\"] for n in [\"DOUBLE_LOG\", \"CODEMODE_TEST_SECRET\"]]"
+            ),
+            main_returning("double.env(name=\"PATH\")[\"result\"] != \"<unset>\""),
+            main_returning("double.wait(seconds=30)"),
+            main_returning("quick.wait(seconds=30)"),
+            main_returning("double.wait(seconds=0)"),
+            main_returning("double.refuse(reason=\"no\\tway\")"),
+            main_returning("double.list_files(pattern=\"*.rs\", limit=2)"),
+            call("describe_api", json!({"name": "double.list_files"})),
+            main_returning("double.crash()"),
+        ]),
+    );
+    let results = &out["results"];
+    assert_eq!(
+        ok(&results[0])["result"],
+        json!([log.display().to_string(), "<unset>"]),
+        "the child sees its env, PATH and HOME, nothing else of the host's"
+    );
+    assert_eq!(ok(&results[1])["result"], json!(true));
+    assert_eq!(err(&results[2]), "resource limit exceeded");
+    assert_eq!(
+        results[2]["meta"]["codemode/stats"]["limit"],
+        "--max-execution-time"
+    );
+    assert_eq!(err(&results[3]), "capability failed: quick.wait timed out");
+    assert_eq!(
+        ok(&results[4])["result"],
+        json!({"result": "done"}),
+        "the upstream still serves after a call was abandoned"
+    );
+    assert_eq!(
+        err(&results[5]),
+        "capability failed: Error executing tool refuse: no way",
+        "the tool's text, its tab made a space"
+    );
+    assert_eq!(ok(&results[6])["result"], json!({"result": "*.rs 2 file"}));
+    assert_eq!(
+        ok(&results[7])["signature"],
+        "double.list_files(*, kind: str | None, limit: int | None, pattern: str)"
+    );
+    assert_eq!(
+        err(&results[8]),
+        "capability failed: upstream double is unavailable"
+    );
+    // Both abandoned waits were cancelled upstream, not left running.
+    wait_until(
+        "the upstreams to log both cancellations",
+        || {
+            std::fs::read_to_string(&log)
+                .is_ok_and(|text| text.matches("cancelled wait 30").count() == 2)
+        },
+        || std::fs::read_to_string(&log).unwrap_or_default(),
+    );
+}

@@ -1,0 +1,63 @@
+"""An upstream MCP server for codemode-host's tests, misbehaving on request.
+
+Run by codemode-host as a `[[upstream]]` child over stdio. Its tools report what the
+child sees (its environment), wait (to be cancelled at a deadline: a cancellation is
+written to the file named by DOUBLE_LOG, one line per cancelled call), fail with
+`isError`, or end the process in the middle of a call.
+"""
+
+import asyncio
+import os
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+server = MCPServer("double")
+
+
+def log(line):
+    path = os.environ.get("DOUBLE_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+
+
+@server.tool()
+def env(name: str) -> str:
+    """The value of an environment variable of the server. Answers <unset> when absent."""
+    return os.environ.get(name, "<unset>")
+
+
+@server.tool()
+async def wait(seconds: float) -> str:
+    """Waits, then answers done."""
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        log(f"cancelled wait {seconds}")
+        raise
+    return "done"
+
+
+@server.tool()
+def refuse(reason: str) -> str:
+    """Fails with the reason given."""
+    raise ToolError(reason)
+
+
+@server.tool()
+def crash() -> str:
+    """Ends the server in the middle of the call."""
+    log("crash")
+    os._exit(3)
+
+
+@server.tool(name="listFiles")
+def list_files(pattern: str, limit: int | None = None, kind: str = "file") -> str:
+    """Lists files. A camelCase name, an optional integer and a default."""
+    return f"{pattern} {limit} {kind}"
+
+
+if __name__ == "__main__":
+    log("started")
+    server.run()
