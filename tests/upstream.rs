@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::stdio::{call, err, ok};
 use crate::support::{
-    drive, drive_with_env, example_plugins, install_venv, python, root, wait_until,
+    HttpServer, drive, drive_with_env, example_plugins, install_venv, python, root, wait_until,
 };
 
 /// The third-party upstream servers, pinned.
@@ -54,6 +54,13 @@ fn time_config(label: &str, extra: &str) -> PathBuf {
 
 fn execute(source: &str) -> Value {
     call("execute", json!({ "source": source }))
+}
+
+/// `step` repeated until it succeeds, for at most 30 s.
+fn until(mut step: Value) -> Value {
+    step["op"] = json!("call_until");
+    step["seconds"] = json!(30);
+    step
 }
 
 fn main_returning(body: &str) -> Value {
@@ -197,6 +204,12 @@ fn a_misbehaving_upstream_stays_contained() {
             main_returning("double.list_files(pattern=\"*.rs\", limit=2)"),
             call("describe_api", json!({"name": "double.list_files"})),
             main_returning("double.crash()"),
+            until(main_returning(
+                "double.env(name=\"PATH\")[\"result\"] != \"<unset>\""
+            )),
+            main_returning("double.grow()"),
+            until(call("describe_api", json!({"name": "double.extra"}))),
+            main_returning("double.extra()"),
         ]),
     );
     let results = &out["results"];
@@ -231,6 +244,24 @@ fn a_misbehaving_upstream_stays_contained() {
         err(&results[8]),
         "capability failed: upstream double is unavailable"
     );
+    assert_eq!(
+        ok(&results[9])["result"],
+        json!(true),
+        "the child is started again and serves"
+    );
+    assert_eq!(ok(&results[10])["result"], json!({"result": "grown"}));
+    assert_eq!(
+        ok(&results[11])["signature"],
+        "double.extra()",
+        "a tool added upstream becomes a capability"
+    );
+    assert_eq!(ok(&results[12])["result"], json!({"result": "extra"}));
+    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(
+        log_text.matches("started ").count(),
+        3,
+        "double, quick, and double once more: {log_text}"
+    );
     // Both abandoned waits were cancelled upstream, not left running.
     wait_until(
         "the upstreams to log both cancellations",
@@ -239,5 +270,47 @@ fn a_misbehaving_upstream_stays_contained() {
                 .is_ok_and(|text| text.matches("cancelled wait 30").count() == 2)
         },
         || std::fs::read_to_string(&log).unwrap_or_default(),
+    );
+}
+
+#[test]
+fn no_upstream_child_outlives_the_server() {
+    let dir = root().join("target/e2e-upstream/shutdown");
+    let log = dir.join("double.log");
+    let path = config(
+        "shutdown",
+        &format!(
+            "plugins = \"plugins\"\nallow-all = true\n\n[[upstream]]\nname = \"double\"\ncommand = [{:?}, {:?}]\nenv = {{ DOUBLE_LOG = {:?} }}\n",
+            python().display().to_string(),
+            root()
+                .join("tests/upstreams/double.py")
+                .display()
+                .to_string(),
+            log.display().to_string(),
+        ),
+    );
+    std::fs::create_dir_all(dir.join("plugins")).expect("create the plugins folder");
+    let server = HttpServer::start(&["--config", path.to_str().expect("utf-8")]);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let pid: u32 = text
+        .lines()
+        .find_map(|line| line.strip_prefix("started ")?.parse().ok())
+        .unwrap_or_else(|| panic!("the double logged no pid: {text}"));
+    // Running: its /proc entry exists and is not a zombie's.
+    let alive = move || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit(") ")
+                .next()
+                .is_some_and(|rest| !rest.starts_with('Z'))
+        })
+    };
+    assert!(alive(), "the child runs while the server serves");
+    server.terminate();
+    let (code, server_log) = server.wait();
+    assert_eq!(code, Some(0), "{server_log}");
+    wait_until(
+        "the upstream child to exit",
+        || !alive(),
+        || server_log.clone(),
     );
 }

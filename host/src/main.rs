@@ -126,9 +126,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let service = Arc::new(Service::load(&config)?);
             let _watch = start_watch(&cli, &service)?;
             let subjects = SubjectSource::Fixed(Subject::new(cli.subject.clone()));
-            runtime
-                .block_on(serve_stdio(McpServer::new(service, subjects)))
-                .map_err(anyhow::Error::from)
+            let served = runtime
+                .block_on(serve_stdio(McpServer::new(service.clone(), subjects)))
+                .map_err(anyhow::Error::from);
+            service.close_upstreams();
+            served
         }
         Some((address, http)) => runtime.block_on(serve_http(address, http, config, &cli)),
     };
@@ -186,12 +188,14 @@ async fn serve_http(
         }
     };
     let _watch = start_watch(cli, &service)?;
-    readiness.set(service);
+    readiness.set(service.clone());
     tracing::info!("ready to serve");
     server.await??;
     if let Some(probes) = probes {
         probes.await??;
     }
+    // No upstream child outlives the server.
+    tokio::task::spawn_blocking(move || service.close_upstreams()).await?;
     Ok(())
 }
 

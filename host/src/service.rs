@@ -25,7 +25,7 @@ use crate::execute::{
 use crate::metrics::Metrics;
 use crate::plugins::{self, LoadLimits, LoadedPlugin, PluginFolder};
 use crate::source::CapabilitySource;
-use crate::upstream::{Upstream, UpstreamConfig};
+use crate::upstream::{Publish, Upstream, UpstreamConfig};
 
 /// What the service is built from.
 ///
@@ -184,9 +184,20 @@ pub const LOCAL_SUBJECT: &str = "local";
 /// replaced whole on [`Service::reload`]; an execution keeps the plugin set it
 /// started with.
 pub struct Service {
-    snapshot: ArcSwap<Snapshot>,
+    shared: Arc<Shared>,
     executor: Executor,
+    /// Tells the upstreams' supervisors to close their sessions and stop.
+    stop_upstreams: tokio::sync::watch::Sender<bool>,
+    /// The supervisors, one per configured upstream.
+    supervisors: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+/// What the service and its upstreams' supervisors share: the serving snapshot and
+/// what rebuilds it.
+struct Shared {
+    snapshot: ArcSwap<Snapshot>,
     reloader: Mutex<Reloader>,
+    metrics: Arc<Metrics>,
 }
 
 /// One plugin set as it serves: the catalog that searches and describes read and the
@@ -212,8 +223,15 @@ struct Reloader {
     cache: Option<ArtifactCache>,
     folder: PluginFolder,
     disabled: Vec<String>,
-    /// The upstreams that answered, in the order configured.
-    upstreams: Vec<Arc<Upstream>>,
+    /// Each configured upstream, in order, while it serves.
+    upstreams: Vec<Option<Arc<Upstream>>>,
+}
+
+impl Reloader {
+    /// The upstreams serving now.
+    fn serving_upstreams(&self) -> Vec<Arc<Upstream>> {
+        self.upstreams.iter().flatten().cloned().collect()
+    }
 }
 
 /// What one [`Service::reload`] did.
@@ -407,6 +425,126 @@ fn assemble(
     })
 }
 
+/// The publisher of the upstream in slot `index`: each new version (or `None`)
+/// replaces the slot and rebuilds the catalog, while the service lives.
+fn publisher(shared: &Arc<Shared>, index: usize) -> Publish {
+    let shared = Arc::downgrade(shared);
+    Arc::new(move |upstream| match shared.upgrade() {
+        Some(shared) => {
+            shared.set_upstream(index, upstream);
+            true
+        }
+        None => false,
+    })
+}
+
+impl Shared {
+    /// The labels of the sources serving now: who keeps a contested name.
+    fn incumbents(&self) -> HashSet<String> {
+        self.snapshot
+            .load()
+            .dispatch
+            .sources
+            .iter()
+            .map(|source| source.label().to_owned())
+            .collect()
+    }
+
+    /// The catalog of the plugins serving and the upstreams now; the sources serving
+    /// now keep contested names.
+    fn reassemble(&self, reloader: &Reloader) -> Result<Assembled, SpecError> {
+        assemble(
+            reloader.folder.serving(),
+            &reloader.serving_upstreams(),
+            &self.incumbents(),
+            &reloader.disabled,
+            false,
+        )
+    }
+
+    /// Puts `upstream` in slot `index` (`None`: it is down) and swaps in the catalog
+    /// built from the plugins serving and the upstreams now, as a reload does.
+    fn set_upstream(&self, index: usize, upstream: Option<Arc<Upstream>>) {
+        let started = Instant::now();
+        let mut reloader = self
+            .reloader
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(slot) = reloader.upstreams.get_mut(index) {
+            *slot = upstream;
+        }
+        let assembled = self.reassemble(&reloader);
+        match assembled {
+            Ok(assembled) => {
+                let plugins = assembled.plugins();
+                let upstreams = assembled.upstreams;
+                let capabilities = assembled.catalog.len();
+                self.snapshot.store(Arc::new(Snapshot::from(assembled)));
+                self.metrics.catalog(plugins, capabilities);
+                tracing::info!(
+                    plugins,
+                    capabilities,
+                    upstreams,
+                    build_ms = format_args!("{:.1}", started.elapsed().as_secs_f64() * 1e3),
+                    "catalog updated for an upstream"
+                );
+            }
+            Err(error) => {
+                tracing::error!(reason = %error, "the catalog could not be rebuilt; the last one serves");
+            }
+        }
+    }
+
+    /// [`Service::reload`].
+    fn reload(&self) -> Result<Reloaded, StartError> {
+        let started = Instant::now();
+        let mut reloader = self
+            .reloader
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let reloader = &mut *reloader;
+        let report = reloader
+            .folder
+            .scan(&reloader.engine, reloader.cache.as_ref())
+            .map_err(|source| StartError::PluginsDir {
+                path: reloader.folder.dir().to_owned(),
+                source,
+            })?;
+        if !report.changed() {
+            return Ok(Reloaded {
+                swapped: false,
+                plugins: self.metrics.plugins_loaded(),
+                capabilities: self.snapshot.load().catalog.len(),
+                failed: report.failed,
+                retry: report.transient > 0,
+                elapsed: started.elapsed(),
+            });
+        }
+        let assembled = self.reassemble(reloader).map_err(StartError::Catalog)?;
+        let failed = report.failed + assembled.refused;
+        let plugins = assembled.plugins();
+        let capabilities = assembled.catalog.len();
+        self.snapshot.store(Arc::new(Snapshot::from(assembled)));
+        self.metrics.catalog(plugins, capabilities);
+        let reloaded = Reloaded {
+            swapped: true,
+            plugins,
+            capabilities,
+            failed,
+            retry: report.transient > 0,
+            elapsed: started.elapsed(),
+        };
+        tracing::info!(
+            plugins,
+            capabilities,
+            failed,
+            reload_ms = format_args!("{:.1}", reloaded.elapsed.as_secs_f64() * 1e3),
+            "catalog reloaded"
+        );
+        Ok(reloaded)
+    }
+}
+
 impl Service {
     /// Loads every plugin in `config.plugins_dir` and builds the catalog. A plugin that
     /// fails to load, or whose capabilities conflict with an earlier plugin's (files
@@ -451,9 +589,19 @@ impl Service {
         if plugins.is_empty() {
             tracing::warn!(folder = %config.plugins_dir.display(), "no loadable *.wasm plugins found; serving no capabilities");
         }
-        let upstreams = connecting.finish();
-        let assembled = assemble(plugins, &upstreams, &HashSet::new(), &config.disabled, true)
-            .map_err(StartError::Catalog)?;
+        let slots = connecting.finish();
+        let upstreams: Vec<Option<Arc<Upstream>>> = slots
+            .iter()
+            .map(|slot| slot.first.as_ref().map(|c| c.upstream.clone()))
+            .collect();
+        let assembled = assemble(
+            plugins,
+            &upstreams.iter().flatten().cloned().collect::<Vec<_>>(),
+            &HashSet::new(),
+            &config.disabled,
+            true,
+        )
+        .map_err(StartError::Catalog)?;
         let metrics = Arc::new(Metrics::default());
         metrics.catalog(assembled.plugins(), assembled.catalog.len());
         tracing::info!(
@@ -472,9 +620,8 @@ impl Service {
             cache: cache.as_ref(),
         })
         .map_err(StartError::Runner)?;
-        Ok(Self {
+        let shared = Arc::new(Shared {
             snapshot: ArcSwap::from_pointee(Snapshot::from(assembled)),
-            executor,
             reloader: Mutex::new(Reloader {
                 engine,
                 cache,
@@ -482,7 +629,44 @@ impl Service {
                 disabled: config.disabled.clone(),
                 upstreams,
             }),
+            metrics,
+        });
+        let (stop_upstreams, stop) = tokio::sync::watch::channel(false);
+        let supervisors = slots
+            .into_iter()
+            .enumerate()
+            .filter_map(|(index, slot)| {
+                crate::wait::spawn(crate::upstream::supervise(
+                    slot,
+                    publisher(&shared, index),
+                    stop.clone(),
+                ))
+            })
+            .collect();
+        Ok(Self {
+            shared,
+            executor,
+            stop_upstreams,
+            supervisors: Mutex::new(supervisors),
         })
+    }
+
+    /// Closes every upstream's session and waits (a few seconds at most) for their
+    /// children to exit; calls of their capabilities then fail as unavailable. For
+    /// the end of serving.
+    pub fn close_upstreams(&self) {
+        let _ = self.stop_upstreams.send(true);
+        let supervisors = std::mem::take(
+            &mut *self
+                .supervisors
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let deadline =
+            Instant::now() + crate::upstream::STOP_GRACE + std::time::Duration::from_secs(1);
+        for supervisor in supervisors {
+            let _ = crate::wait::until(deadline, None, supervisor);
+        }
     }
 
     /// Rescans the plugins folder: loads new and changed files (a changed file that
@@ -496,72 +680,13 @@ impl Service {
     /// [`StartError::PluginsDir`] when the folder cannot be listed (the current
     /// catalog keeps serving).
     pub fn reload(&self) -> Result<Reloaded, StartError> {
-        let started = Instant::now();
-        let mut reloader = self
-            .reloader
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let reloader = &mut *reloader;
-        let report = reloader
-            .folder
-            .scan(&reloader.engine, reloader.cache.as_ref())
-            .map_err(|source| StartError::PluginsDir {
-                path: reloader.folder.dir().to_owned(),
-                source,
-            })?;
-        if !report.changed() {
-            let catalog = self.catalog();
-            return Ok(Reloaded {
-                swapped: false,
-                plugins: self.metrics().plugins_loaded(),
-                capabilities: catalog.len(),
-                failed: report.failed,
-                retry: report.transient > 0,
-                elapsed: started.elapsed(),
-            });
-        }
-        let incumbents: HashSet<String> = self
-            .snapshot
-            .load()
-            .dispatch
-            .sources
-            .iter()
-            .map(|source| source.label().to_owned())
-            .collect();
-        let assembled = assemble(
-            reloader.folder.serving(),
-            &reloader.upstreams,
-            &incumbents,
-            &reloader.disabled,
-            false,
-        )
-        .map_err(StartError::Catalog)?;
-        let failed = report.failed + assembled.refused;
-        let plugins = assembled.plugins();
-        let capabilities = assembled.catalog.len();
-        self.snapshot.store(Arc::new(Snapshot::from(assembled)));
-        self.metrics().catalog(plugins, capabilities);
-        let reloaded = Reloaded {
-            swapped: true,
-            plugins,
-            capabilities,
-            failed,
-            retry: report.transient > 0,
-            elapsed: started.elapsed(),
-        };
-        tracing::info!(
-            plugins,
-            capabilities,
-            failed,
-            reload_ms = format_args!("{:.1}", reloaded.elapsed.as_secs_f64() * 1e3),
-            "catalog reloaded"
-        );
-        Ok(reloaded)
+        self.shared.reload()
     }
 
     /// The plugins folder this service serves.
     pub fn plugins_dir(&self) -> PathBuf {
-        self.reloader
+        self.shared
+            .reloader
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .folder
@@ -587,13 +712,13 @@ impl Service {
         if subject.id.is_empty() {
             return Execution::refused(ToolError::Unauthenticated, None);
         }
-        let dispatch = self.snapshot.load().dispatch.clone();
+        let dispatch = self.shared.snapshot.load().dispatch.clone();
         self.executor.execute(dispatch, subject, source).await
     }
 
     /// What the service counts, for `/metrics`.
     pub(crate) fn metrics(&self) -> &Metrics {
-        self.executor.metrics()
+        &self.shared.metrics
     }
 
     /// How many executions got a slot and started running (queued ones that were
@@ -639,7 +764,15 @@ impl Service {
 
     /// The catalog this service answers from now.
     pub(crate) fn catalog(&self) -> Arc<Catalog> {
-        self.snapshot.load().catalog.clone()
+        self.shared.snapshot.load().catalog.clone()
+    }
+}
+
+impl Drop for Service {
+    /// Tells the upstreams' supervisors to close their sessions (their children then
+    /// exit in the background); [`Service::close_upstreams`] also waits for that.
+    fn drop(&mut self) {
+        let _ = self.stop_upstreams.send(true);
     }
 }
 

@@ -6,7 +6,9 @@ Reads a JSON script on stdin:
 or, for Streamable HTTP, {"url": "http://.../mcp", "headers": {...}, ...} instead of
 command and args. A failed connection prints {"connect_error": MESSAGE}.
 with steps {"op": "list_tools"} or {"op": "call", "tool": NAME, "arguments": {...},
-"meta": {...}} (meta optional: the request's `_meta`),
+"meta": {...}} (meta optional: the request's `_meta`), or {"op": "call_until", ...
+"seconds": S} (a call repeated every 0.2 s until it succeeds, for at most S
+seconds; its RESULT is the last one),
 and prints one JSON document: {"server_info": ..., "instructions": ...,
 "results": [RESULT, ...]}. A call's RESULT is {"is_error", "structured", "text",
 "meta"} or {"protocol_error": MESSAGE}. The Rust end-to-end tests assert on it exactly.
@@ -37,13 +39,14 @@ async def run(script):
                 listed = await client.list_tools()
                 results.append([t.model_dump(by_alias=True, exclude_none=True) for t in listed.tools])
             elif step["op"] == "call":
-                try:
-                    r = await client.call_tool(step["tool"], step.get("arguments"), meta=step.get("meta"))
-                except mcp.MCPError as e:
-                    results.append({"protocol_error": str(e)})
-                    continue
-                text = [c.text for c in r.content if getattr(c, "type", None) == "text"]
-                results.append({"is_error": bool(r.is_error), "structured": r.structured_content, "text": text, "meta": r.meta})
+                results.append(await call(client, step))
+            elif step["op"] == "call_until":
+                deadline = asyncio.get_running_loop().time() + step["seconds"]
+                result = await call(client, step)
+                while result.get("is_error") is not False and asyncio.get_running_loop().time() < deadline:
+                    await asyncio.sleep(0.2)
+                    result = await call(client, step)
+                results.append(result)
             else:
                 raise ValueError(f"unknown op {step['op']!r}")
         return {
@@ -52,6 +55,15 @@ async def run(script):
             "protocol_version": client.protocol_version,
             "results": results,
         }
+
+
+async def call(client, step):
+    try:
+        r = await client.call_tool(step["tool"], step.get("arguments"), meta=step.get("meta"))
+    except mcp.MCPError as e:
+        return {"protocol_error": str(e)}
+    text = [c.text for c in r.content if getattr(c, "type", None) == "text"]
+    return {"is_error": bool(r.is_error), "structured": r.structured_content, "text": text, "meta": r.meta}
 
 
 def describe(error):

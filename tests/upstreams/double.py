@@ -3,13 +3,14 @@
 Run by codemode-host as a `[[upstream]]` child over stdio. Its tools report what the
 child sees (its environment), wait (to be cancelled at a deadline: a cancellation is
 written to the file named by DOUBLE_LOG, one line per cancelled call), fail with
-`isError`, or end the process in the middle of a call.
+`isError`, end the process in the middle of a call, or add a tool while serving.
+Each start writes `started PID` to that file.
 """
 
 import asyncio
 import os
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("double")
@@ -52,6 +53,19 @@ def crash() -> str:
     os._exit(3)
 
 
+def extra() -> str:
+    """A tool added while serving."""
+    return "extra"
+
+
+@server.tool()
+async def grow(ctx: Context) -> str:
+    """Adds the tool extra and tells the client its tool list changed."""
+    server.add_tool(extra)
+    await ctx.session.send_tool_list_changed()
+    return "grown"
+
+
 @server.tool(name="listFiles")
 def list_files(pattern: str, limit: int | None = None, kind: str = "file") -> str:
     """Lists files. A camelCase name, an optional integer and a default."""
@@ -59,5 +73,5 @@ def list_files(pattern: str, limit: int | None = None, kind: str = "file") -> st
 
 
 if __name__ == "__main__":
-    log("started")
+    log(f"started {os.getpid()}")
     server.run()

@@ -308,11 +308,6 @@ impl Executor {
         execution
     }
 
-    /// The metrics this executor records into.
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
-    }
-
     async fn execute_timed(
         &self,
         dispatch: Arc<Dispatch>,

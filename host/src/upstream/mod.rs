@@ -12,27 +12,30 @@
 mod json;
 mod names;
 mod schema;
+mod supervise;
+
+pub(crate) use supervise::{Connected, Publish, STOP_GRACE, connect_all, supervise};
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use codemode_value::Value;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Tool};
-use rmcp::service::RunningService;
+use rmcp::service::{NotificationContext, RunningServiceCancellationToken};
 use rmcp::transport::TokioChildProcess;
-use rmcp::{RoleClient, ServiceExt};
+use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::io::AsyncReadExt;
-use tokio::task::JoinHandle;
+use tokio::sync::{Notify, oneshot};
 
 use crate::catalog::{CapabilitySpec, Field, validate_spec};
 use crate::error::{timed_out_detail, unavailable_detail};
 use crate::source::{
     CallBudget, CallFailure, CallFuture, CallOutcome, CapabilitySource, Session, sanitize_message,
 };
-use crate::wait;
 
 /// One upstream MCP server as the operator configured it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,77 +66,60 @@ const INHERITED_ENV: [&str; 2] = ["PATH", "HOME"];
 /// Longest line of a child's stderr logged; the rest of the line is counted.
 const MAX_STDERR_LINE: usize = 4096;
 
-/// Upstreams connecting in the background ([`connect_all`]).
-pub(crate) struct Connecting {
-    started: Instant,
-    pending: Vec<(String, Option<Attempt>)>,
-}
-
-/// One upstream's first connection attempt: the upstream, or why it cannot serve.
-type Attempt = JoinHandle<Result<Upstream, String>>;
-
-/// Starts connecting every upstream at once, each within [`CONNECT_TIMEOUT`], on the
-/// runtime that drives host waits (so their sessions outlive whoever asked).
-pub(crate) fn connect_all(configs: &[UpstreamConfig]) -> Connecting {
-    let pending = configs
-        .iter()
-        .map(|config| {
-            let config = config.clone();
-            let name = config.name.clone();
-            let handle = wait::spawn(async move {
-                match tokio::time::timeout(CONNECT_TIMEOUT, Upstream::connect(&config)).await {
-                    Ok(connected) => connected,
-                    Err(_) => Err(format!("no answer within {}s", CONNECT_TIMEOUT.as_secs())),
-                }
-            });
-            (name, handle)
-        })
-        .collect();
-    Connecting {
-        started: Instant::now(),
-        pending,
-    }
-}
-
-impl Connecting {
-    /// Waits for every upstream's first attempt; those that failed are logged with
-    /// the reason and left out.
-    pub(crate) fn finish(self) -> Vec<Arc<Upstream>> {
-        // Each attempt ends by its own timeout; this only guards against a task that
-        // never ends.
-        let deadline = self.started + CONNECT_TIMEOUT + Duration::from_secs(1);
-        let mut connected = Vec::new();
-        for (name, handle) in self.pending {
-            let outcome = match handle {
-                Some(handle) => match wait::until(deadline, None, handle) {
-                    Ok(Ok(outcome)) => outcome,
-                    Ok(Err(error)) => Err(format!("the connecting task failed: {error}")),
-                    Err(_) => Err("no answer in time".to_owned()),
-                },
-                None => Err("no runtime to connect on".to_owned()),
-            };
-            match outcome {
-                Ok(upstream) => {
-                    tracing::info!(upstream = %name, capabilities = upstream.tools.len(), "upstream connected");
-                    connected.push(Arc::new(upstream));
-                }
-                Err(reason) => {
-                    tracing::error!(upstream = %name, reason = %reason, "upstream unavailable");
-                }
-            }
-        }
-        connected
-    }
-}
-
 /// A connected upstream: its MCP session and the capabilities its tools became.
+/// When its tools change, a new `Upstream` shares the session of the old one.
 pub(crate) struct Upstream {
     name: String,
     label: String,
     timeout: Option<Duration>,
-    /// The session; dropping it closes the connection and ends the child.
-    client: RunningService<RoleClient, ()>,
+    /// Requests go here.
+    peer: Peer<RoleClient>,
+    /// Keeps the session open while any version of this upstream serves.
+    link: Arc<Link>,
     tools: Vec<UpstreamTool>,
+}
+
+/// An upstream's MCP session, open until the last [`Upstream`] sharing it is
+/// dropped or [`Link::close`] is called; closing it closes the child's stdin, then
+/// the child gets SIGTERM and, if it lingers, SIGKILL (rmcp's graceful shutdown).
+struct Link {
+    stop: std::sync::Mutex<Option<RunningServiceCancellationToken>>,
+}
+
+impl Link {
+    /// Closes the session now.
+    fn close(&self) {
+        let token = self
+            .stop
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(token) = token {
+            token.cancel();
+        }
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// What the upstream tells the client: that its tool list changed.
+#[derive(Clone)]
+struct Events {
+    tools_changed: Arc<Notify>,
+}
+
+impl ClientHandler for Events {
+    fn on_tool_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        self.tools_changed.notify_one();
+        std::future::ready(())
+    }
 }
 
 /// One tool served as a capability.
@@ -154,7 +140,7 @@ impl Upstream {
     /// # Errors
     ///
     /// Why the upstream cannot serve (for the log; never shown to an agent).
-    pub(crate) async fn connect(config: &UpstreamConfig) -> Result<Self, String> {
+    pub(crate) async fn connect(config: &UpstreamConfig) -> Result<Connected, String> {
         let (program, arguments) = config
             .command
             .split_first()
@@ -177,19 +163,67 @@ impl Upstream {
         if let Some(stderr) = stderr {
             tokio::spawn(log_stderr(config.name.clone(), stderr));
         }
-        let client = ().serve(transport).await.map_err(|error| format!("initialize: {error}"))?;
-        let listed = client
+        let tools_changed = Arc::new(Notify::new());
+        let events = Events {
+            tools_changed: tools_changed.clone(),
+        };
+        let client = events
+            .serve(transport)
+            .await
+            .map_err(|error| format!("initialize: {error}"))?;
+        let peer = client.peer().clone();
+        let link = Arc::new(Link {
+            stop: std::sync::Mutex::new(Some(client.cancellation_token())),
+        });
+        // The session runs until the child goes away or the link closes it.
+        let (ended, closed) = oneshot::channel();
+        tokio::spawn(async move {
+            let _ = client.waiting().await;
+            let _ = ended.send(());
+        });
+        let listed = peer
             .list_all_tools()
             .await
             .map_err(|error| format!("tools/list: {error}"))?;
-        let tools = capabilities(config, listed);
-        Ok(Self {
+        let upstream = Self {
             name: config.name.clone(),
             label: format!("upstream {}", config.name),
             timeout: config.timeout,
-            client,
-            tools,
+            peer,
+            link,
+            tools: capabilities(config, listed),
+        };
+        Ok(Connected {
+            upstream: Arc::new(upstream),
+            closed,
+            tools_changed,
         })
+    }
+
+    /// This upstream with its tools listed again, on the same session.
+    ///
+    /// # Errors
+    ///
+    /// Why the list could not be had.
+    async fn relisted(&self, config: &UpstreamConfig) -> Result<Self, String> {
+        let listed = self
+            .peer
+            .list_all_tools()
+            .await
+            .map_err(|error| format!("tools/list: {error}"))?;
+        Ok(Self {
+            name: self.name.clone(),
+            label: self.label.clone(),
+            timeout: self.timeout,
+            peer: self.peer.clone(),
+            link: self.link.clone(),
+            tools: capabilities(config, listed),
+        })
+    }
+
+    /// How many capabilities its tools became.
+    pub(crate) fn capability_count(&self) -> usize {
+        self.tools.len()
     }
 
     /// The upstream's name, the root of its capabilities.
@@ -207,7 +241,7 @@ impl Upstream {
         params.arguments = Some(json::arguments(&tool.spec.params, bound));
         // Dropping this future (the execution's deadline, a cancelled request, the
         // upstream's own timeout below) sends `notifications/cancelled` upstream.
-        let call = self.client.call_tool_once(params);
+        let call = self.peer.call_tool_once(params);
         let answered = match self.timeout {
             Some(timeout) => match tokio::time::timeout(timeout, call).await {
                 Ok(answered) => answered,
