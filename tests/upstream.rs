@@ -10,7 +10,8 @@ use serde_json::{Value, json};
 
 use crate::stdio::{call, err, ok};
 use crate::support::{
-    HttpServer, drive, drive_with_env, example_plugins, install_venv, python, root, wait_until,
+    HttpServer, drive, drive_with_env, example_plugins, install_venv, python, raw_request, root,
+    wait_until,
 };
 
 /// The third-party upstream servers, pinned.
@@ -297,6 +298,15 @@ fn no_upstream_child_outlives_the_server() {
         .find_map(|line| line.strip_prefix("started ")?.parse().ok())
         .unwrap_or_else(|| panic!("the double logged no pid: {text}"));
     // Running: its /proc entry exists and is not a zombie's.
+    let metrics = raw_request(server.port, "GET", "/metrics", &[], "");
+    assert!(
+        metrics
+            .body
+            .lines()
+            .any(|l| l == "codemode_upstream_up{upstream=\"double\"} 1"),
+        "{}",
+        metrics.body
+    );
     let alive = move || {
         std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
             stat.rsplit(") ")
@@ -312,5 +322,56 @@ fn no_upstream_child_outlives_the_server() {
         "the upstream child to exit",
         || !alive(),
         || server_log.clone(),
+    );
+}
+
+#[test]
+fn a_policy_decides_upstream_calls_by_their_ids() {
+    let dir = root().join("target/e2e-upstream/policy");
+    let path = config(
+        "policy",
+        &format!(
+            "plugins = {:?}\npolicy = [\"deny.rego\"]\naudit-log = \"audit.log\"\n\n[[upstream]]\nname = \"time\"\ncommand = [{:?}]\n",
+            example_plugins().display().to_string(),
+            upstream_bin().join("mcp-server-time").display().to_string(),
+        ),
+    );
+    std::fs::write(
+        dir.join("deny.rego"),
+        "package codemode.authz\n\ndefault allow := false\n\nallow if input.capability.id != \"mcp:time/convert_time\"\n",
+    )
+    .expect("write the policy");
+    let out = drive(
+        &["--config", path.to_str().expect("utf-8")],
+        json!([
+            main_returning("time.get_current_time(timezone=\"Etc/UTC\")[\"timezone\"]"),
+            main_returning(
+                "time.convert_time(source_timezone=\"Etc/UTC\", time=\"12:00\", target_timezone=\"Asia/Tokyo\")"
+            ),
+        ]),
+    );
+    assert_eq!(ok(&out["results"][0])["result"], json!("Etc/UTC"));
+    assert_eq!(err(&out["results"][1]), "permission denied");
+    let audit = std::fs::read_to_string(dir.join("audit.log")).expect("the audit log");
+    let lines: Vec<Value> = audit
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("an audit line is JSON"))
+        .collect();
+    let seen: Vec<(&str, &str, &str)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["capability_id"].as_str().unwrap_or_default(),
+                l["decision"].as_str().unwrap_or_default(),
+                l["outcome"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("mcp:time/get_current_time", "allow", "ok"),
+            ("mcp:time/convert_time", "deny", "permission denied"),
+        ]
     );
 }

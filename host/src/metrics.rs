@@ -71,6 +71,7 @@ pub struct Metrics {
     fuel: Histogram,
     plugins_loaded: AtomicU64,
     capabilities: AtomicU64,
+    upstreams: Mutex<BTreeMap<String, bool>>,
 }
 
 impl Default for Metrics {
@@ -82,6 +83,7 @@ impl Default for Metrics {
             fuel: Histogram::new(&FUEL_BUCKETS),
             plugins_loaded: AtomicU64::new(0),
             capabilities: AtomicU64::new(0),
+            upstreams: Mutex::new(BTreeMap::new()),
         }
     }
 }
@@ -117,6 +119,13 @@ impl Metrics {
         self.plugins_loaded.store(plugins as u64, Ordering::Relaxed);
         self.capabilities
             .store(capabilities as u64, Ordering::Relaxed);
+    }
+
+    /// Whether upstream `name` serves now (the `codemode_upstream_up` gauge).
+    pub fn upstream(&self, name: &str, up: bool) {
+        if let Ok(mut upstreams) = self.upstreams.lock() {
+            upstreams.insert(name.to_owned(), up);
+        }
     }
 
     /// Plugins serving now (the `codemode_plugins_loaded` gauge).
@@ -190,6 +199,22 @@ impl Metrics {
             header(&mut out, name, "gauge", help);
             let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
         }
+        header(
+            &mut out,
+            "codemode_upstream_up",
+            "gauge",
+            "Whether an upstream MCP server is serving (1) or not (0).",
+        );
+        if let Ok(upstreams) = self.upstreams.lock() {
+            for (upstream, up) in upstreams.iter() {
+                let _ = writeln!(
+                    out,
+                    "codemode_upstream_up{{upstream=\"{}\"}} {}",
+                    escape(upstream),
+                    u8::from(*up)
+                );
+            }
+        }
         out
     }
 }
@@ -223,6 +248,9 @@ mod tests {
         metrics.native_call("records.lookup", "ok");
         metrics.native_call("records.lookup", "ok");
         metrics.native_call("records.query", "permission denied");
+        metrics.upstream("time", true);
+        metrics.upstream("git", true);
+        metrics.upstream("git", false);
         let text = metrics.render();
         let expected = [
             "codemode_executes_total{outcome=\"ok\"} 2",
@@ -241,6 +269,9 @@ mod tests {
             "codemode_capabilities 9",
             "# TYPE codemode_execute_fuel histogram",
             "# HELP codemode_plugins_loaded Plugins being served.",
+            "codemode_upstream_up{upstream=\"git\"} 0",
+            "codemode_upstream_up{upstream=\"time\"} 1",
+            "# TYPE codemode_upstream_up gauge",
         ];
         for line in expected {
             assert!(

@@ -223,14 +223,17 @@ struct Reloader {
     cache: Option<ArtifactCache>,
     folder: PluginFolder,
     disabled: Vec<String>,
-    /// Each configured upstream, in order, while it serves.
-    upstreams: Vec<Option<Arc<Upstream>>>,
+    /// Each configured upstream, in order: its name, and itself while it serves.
+    upstreams: Vec<(String, Option<Arc<Upstream>>)>,
 }
 
 impl Reloader {
     /// The upstreams serving now.
     fn serving_upstreams(&self) -> Vec<Arc<Upstream>> {
-        self.upstreams.iter().flatten().cloned().collect()
+        self.upstreams
+            .iter()
+            .filter_map(|(_, upstream)| upstream.clone())
+            .collect()
     }
 }
 
@@ -470,7 +473,8 @@ impl Shared {
             .reloader
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(slot) = reloader.upstreams.get_mut(index) {
+        if let Some((name, slot)) = reloader.upstreams.get_mut(index) {
+            self.metrics.upstream(name, upstream.is_some());
             *slot = upstream;
         }
         let assembled = self.reassemble(&reloader);
@@ -590,13 +594,19 @@ impl Service {
             tracing::warn!(folder = %config.plugins_dir.display(), "no loadable *.wasm plugins found; serving no capabilities");
         }
         let slots = connecting.finish();
-        let upstreams: Vec<Option<Arc<Upstream>>> = slots
+        let upstreams: Vec<(String, Option<Arc<Upstream>>)> = slots
             .iter()
-            .map(|slot| slot.first.as_ref().map(|c| c.upstream.clone()))
+            .map(|slot| {
+                let first = slot.first.as_ref().map(|c| c.upstream.clone());
+                (slot.config.name.clone(), first)
+            })
             .collect();
         let assembled = assemble(
             plugins,
-            &upstreams.iter().flatten().cloned().collect::<Vec<_>>(),
+            &upstreams
+                .iter()
+                .filter_map(|(_, upstream)| upstream.clone())
+                .collect::<Vec<_>>(),
             &HashSet::new(),
             &config.disabled,
             true,
@@ -604,6 +614,9 @@ impl Service {
         .map_err(StartError::Catalog)?;
         let metrics = Arc::new(Metrics::default());
         metrics.catalog(assembled.plugins(), assembled.catalog.len());
+        for (name, upstream) in &upstreams {
+            metrics.upstream(name, upstream.is_some());
+        }
         tracing::info!(
             plugins = assembled.plugins(),
             capabilities = assembled.catalog.len(),
