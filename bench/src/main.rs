@@ -3,7 +3,8 @@
 //! calls with and without a policy, the sandboxed interpreter against native
 //! starlark-rust, a 1 MiB value through a plugin), then the real server binary
 //! (cold and warm start with 10 plugins, HTTP throughput of 8 clients, resident
-//! memory). Ends with one table: each measurement, its target, and the ratio.
+//! memory), and an upstream MCP server's tool called directly and from a program.
+//! Ends with one table: each measurement, its target, and the ratio.
 //!
 //! Built with the release profile (`cargo xtask bench`); the server binary it starts
 //! is the one beside it. Numbers are wall time on whatever else the machine is
@@ -12,6 +13,7 @@
 // Shared with the soak (tests/soak.rs), which uses parts the bench does not.
 #[allow(dead_code)]
 mod server;
+mod upstream;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -99,6 +101,12 @@ fn main() {
     );
     let mut rows = Vec::new();
     if let Some(only) = std::env::args().nth(1) {
+        if only == "upstream" {
+            // `codemode-bench upstream`: the gateway's measurement alone.
+            upstream::measure(&root, &plugins, &mut rows);
+            print_table(&rows);
+            return;
+        }
         // For profilers: `codemode-bench trivial|call|loop` repeats one program.
         profile(&root, &plugins, &only);
         return;
@@ -108,6 +116,7 @@ fn main() {
     let folder = ten_plugins(&target);
     start(&target, &folder, &mut rows);
     http(&target, &folder, &mut rows);
+    upstream::measure(&root, &plugins, &mut rows);
     print_table(&rows);
     if let (Some((total_a, steal_a)), Some((total_b, steal_b))) = (before, cpu_times()) {
         let total = total_b.saturating_sub(total_a).max(1);
