@@ -106,6 +106,11 @@ fn a_missing_plugins_folder_stops_startup_with_its_path() {
         log.contains("plugins folder `/nonexistent/codemode-plugins`: No such file or directory"),
         "{log}"
     );
+    assert_eq!(
+        log.matches("No such file or directory").count(),
+        1,
+        "the reason is said once: {log}"
+    );
 }
 
 #[test]

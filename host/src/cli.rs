@@ -260,17 +260,18 @@ const HTTP_DRAIN_MARGIN: Duration = Duration::from_secs(1);
 /// compile costs nobody a request.
 pub const PRECOMPILE_LOAD_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Why the flags cannot make a server.
+/// Why the flags cannot make a server. A cause is a `reason` (part of the message),
+/// not an error `source`, so that a printer of error chains says it once.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
     /// A policy file could not be read.
-    #[error("policy file `{path}`: {source}")]
+    #[error("policy file `{path}`: {reason}")]
     PolicyFile {
         /// The file.
         path: PathBuf,
         /// Why it could not be read.
-        source: std::io::Error,
+        reason: std::io::Error,
     },
     /// The policy does not compile.
     #[error(transparent)]
@@ -281,20 +282,20 @@ pub enum ConfigError {
     )]
     NoAuthorization,
     /// The tokens file could not be read.
-    #[error("tokens file `{path}`: {source}")]
+    #[error("tokens file `{path}`: {reason}")]
     TokensFile {
         /// The file.
         path: PathBuf,
         /// Why it could not be read.
-        source: std::io::Error,
+        reason: std::io::Error,
     },
     /// The tokens file is malformed.
-    #[error("tokens file `{path}`: {source}")]
+    #[error("tokens file `{path}`: {reason}")]
     Tokens {
         /// The file.
         path: PathBuf,
         /// What is wrong.
-        source: TokensError,
+        reason: TokensError,
     },
     /// A non-loopback address without authentication.
     #[error(
@@ -302,12 +303,12 @@ pub enum ConfigError {
     )]
     Exposed(SocketAddr),
     /// The audit log file could not be opened.
-    #[error("audit log `{path}`: {source}")]
+    #[error("audit log `{path}`: {reason}")]
     AuditLog {
         /// The file.
         path: PathBuf,
         /// Why it could not be opened.
-        source: std::io::Error,
+        reason: std::io::Error,
     },
 }
 
@@ -336,7 +337,7 @@ impl Cli {
                 let source =
                     std::fs::read_to_string(path).map_err(|source| ConfigError::PolicyFile {
                         path: path.clone(),
-                        source,
+                        reason: source,
                     })?;
                 modules.push((path.display().to_string(), source));
             }
@@ -383,11 +384,11 @@ impl Cli {
                 let text =
                     std::fs::read_to_string(path).map_err(|source| ConfigError::TokensFile {
                         path: path.clone(),
-                        source,
+                        reason: source,
                     })?;
                 let tokens = Tokens::parse(&text).map_err(|source| ConfigError::Tokens {
                     path: path.clone(),
-                    source,
+                    reason: source,
                 })?;
                 Authentication::Tokens(Arc::new(tokens))
             }
@@ -427,7 +428,7 @@ impl Cli {
         match &self.audit_log {
             Some(path) => AuditLog::file(path).map_err(|source| ConfigError::AuditLog {
                 path: path.clone(),
-                source,
+                reason: source,
             }),
             None if self.listen.is_some() => Ok(AuditLog::stdout()),
             None => Ok(AuditLog::stderr()),

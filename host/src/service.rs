@@ -75,16 +75,19 @@ impl ServiceConfig {
 
 /// Why the service could not start. Problems of single plugins are not start errors:
 /// those plugins are logged and skipped.
+///
+/// An I/O cause is a `reason`, not an error `source`: the message already says it,
+/// and a printer of error chains (`{:#}`) would say it twice.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartError {
     /// The plugins folder could not be listed.
-    #[error("plugins folder `{path}`: {source}")]
+    #[error("plugins folder `{path}`: {reason}")]
     PluginsDir {
         /// The folder.
         path: PathBuf,
         /// Why it could not be listed.
-        source: std::io::Error,
+        reason: std::io::Error,
     },
     /// The wasmtime engine could not be configured.
     #[error("cannot configure the WebAssembly engine: {0:#}")]
@@ -96,12 +99,12 @@ pub enum StartError {
     #[error("{0}")]
     Limits(LimitError),
     /// The cache folder cannot be used (`precompile` needs it).
-    #[error("cache folder `{path}`: {source}")]
+    #[error("cache folder `{path}`: {reason}")]
     Cache {
         /// The folder.
         path: PathBuf,
         /// Why it cannot be used.
-        source: std::io::Error,
+        reason: std::io::Error,
     },
     /// The interpreter could not be prepared.
     #[error("{0}")]
@@ -136,11 +139,11 @@ pub fn precompile(
     let engine = plugins::engine(plugins::pool_instances(1, 1)).map_err(StartError::Engine)?;
     let cache = ArtifactCache::open(cache_dir).map_err(|source| StartError::Cache {
         path: cache_dir.to_owned(),
-        source,
+        reason: source,
     })?;
     let files = plugins::plugin_files(plugins_dir).map_err(|source| StartError::PluginsDir {
         path: plugins_dir.to_owned(),
-        source,
+        reason: source,
     })?;
     let prepared = crate::execute::prepare_runner(&engine, &cache).map_err(StartError::Runner)?;
     let mut report = vec![Precompiled {
@@ -512,7 +515,7 @@ impl Shared {
             .scan(&reloader.engine, reloader.cache.as_ref())
             .map_err(|source| StartError::PluginsDir {
                 path: reloader.folder.dir().to_owned(),
-                source,
+                reason: source,
             })?;
         if !report.changed() {
             return Ok(Reloaded {
@@ -575,7 +578,7 @@ impl Service {
             .scan(&engine, cache.as_ref())
             .map_err(|source| StartError::PluginsDir {
                 path: config.plugins_dir.clone(),
-                source,
+                reason: source,
             })?;
         if let Some(cache) = &cache {
             // After the scan, which marked the entries it loaded as used.
