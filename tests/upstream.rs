@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::stdio::{call, err, ok};
 use crate::support::{
     HttpServer, drive, drive_with_env, example_plugins, install_venv, python, raw_request, root,
-    wait_until,
+    wait_for_audit, wait_until,
 };
 
 /// The third-party upstream servers, pinned.
@@ -508,4 +508,55 @@ fn third_party_servers_combine_with_plugins_in_one_program() {
         Some(&"everything.get_structured_content"),
         "{found:?}"
     );
+}
+
+#[test]
+fn a_streamable_http_upstream_is_reached_with_its_bearer_token() {
+    let dir = root().join("target/e2e-upstream/http");
+    let path = config("http", "");
+    let tokens = dir.join("inner.tokens");
+    std::fs::write(
+        &tokens,
+        format!(
+            "gateway {}\n",
+            codemode_host::authz::token_hash("inner-secret")
+        ),
+    )
+    .expect("write the tokens file");
+    let examples = example_plugins();
+    let inner = HttpServer::start(&[
+        "--plugins",
+        examples.to_str().expect("utf-8"),
+        "--allow-all",
+        "--tokens",
+        tokens.to_str().expect("utf-8"),
+    ]);
+    std::fs::write(
+        &path,
+        format!(
+            "plugins = \"plugins\"\n\n[[upstream]]\nname = \"inner\"\nurl = \"{}\"\nbearer-token-env = \"INNER_TOKEN\"\nheaders = {{ \"X-Org\" = \"acme\" }}\ntimeout = \"20s\"\n",
+            inner.url()
+        ),
+    )
+    .expect("write the config");
+    std::fs::create_dir_all(dir.join("plugins")).expect("create the plugins folder");
+    let out = drive_with_env(
+        &["--config", path.to_str().expect("utf-8")],
+        &json!({"INNER_TOKEN": "inner-secret"}),
+        json!([
+            call("describe_api", json!({"name": "inner.execute"})),
+            main_returning(
+                "inner.execute(source=\"def main():\\n    return records.lookup(key='bk-0042')['key']\")"
+            ),
+        ]),
+    );
+    let described = ok(&out["results"][0]);
+    assert_eq!(
+        described["signature"], "inner.execute(*, source: str)",
+        "{described}"
+    );
+    let result = &ok(&out["results"][1])["result"];
+    assert_eq!(result["result"], json!("bk-0042"), "{result}");
+    // The inner server saw the gateway's token: its subject is in its audit log.
+    wait_for_audit(&inner, "\"subject\":\"gateway\"", 1);
 }

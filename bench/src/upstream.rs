@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use codemode_host::{Service, UpstreamConfig};
+use codemode_host::{Service, UpstreamConfig, UpstreamTransport};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::TokioChildProcess;
@@ -77,9 +77,11 @@ fn through_execute(root: &Path, plugins: &Path) -> (Duration, Duration) {
     let config = codemode_host::ServiceConfig {
         upstreams: vec![UpstreamConfig {
             name: "inner".to_owned(),
-            command: command(root, plugins),
-            env: std::collections::BTreeMap::new(),
-            cwd: None,
+            transport: UpstreamTransport::Command {
+                command: command(root, plugins),
+                env: std::collections::BTreeMap::new(),
+                cwd: None,
+            },
             timeout: None,
             tools: None,
         }],

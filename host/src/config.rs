@@ -17,8 +17,8 @@ use clap::builder::BoolishValueParser;
 use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Command, CommandFactory, FromArgMatches, ValueHint};
-use codemode_host::UpstreamConfig;
 use codemode_host::units::parse_duration;
+use codemode_host::{Secret, UpstreamConfig, UpstreamTransport};
 use serde::Deserialize;
 use toml::de::{DeTable, DeValue};
 
@@ -175,12 +175,73 @@ struct Upstreams {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct UpstreamTable {
     name: String,
-    command: Vec<String>,
-    #[serde(default)]
-    env: BTreeMap<String, String>,
+    command: Option<Vec<String>>,
+    env: Option<BTreeMap<String, String>>,
     cwd: Option<PathBuf>,
+    url: Option<String>,
+    bearer_token_env: Option<String>,
+    headers: Option<BTreeMap<String, String>>,
     timeout: Option<String>,
     tools: Option<Vec<String>>,
+}
+
+impl UpstreamTable {
+    /// How to reach it: `command` (with `env`, `cwd`) or `url` (with
+    /// `bearer-token-env`, `headers`), never both. A relative program path with a
+    /// `/`, and a relative `cwd`, are relative to `base`.
+    fn transport(&self, base: &Path) -> Result<UpstreamTransport, String> {
+        let http_only = self.bearer_token_env.is_some() || self.headers.is_some();
+        let command_only = self.env.is_some() || self.cwd.is_some();
+        match (&self.command, &self.url) {
+            (Some(_), Some(_)) => Err("give `command` or `url`, not both".to_owned()),
+            (None, None) => {
+                Err("needs `command` (a child on stdio) or `url` (Streamable HTTP)".to_owned())
+            }
+            (Some(_), None) if http_only => {
+                Err("`bearer-token-env` and `headers` go with `url`, not `command`".to_owned())
+            }
+            (None, Some(_)) if command_only => {
+                Err("`env` and `cwd` go with `command`, not `url`".to_owned())
+            }
+            (Some(command), None) => {
+                let Some(program) = command.first() else {
+                    return Err("`command` needs at least the program".to_owned());
+                };
+                let mut command = command.clone();
+                if program.contains('/') && Path::new(program).is_relative() {
+                    command[0] = base.join(program).display().to_string();
+                }
+                Ok(UpstreamTransport::Command {
+                    command,
+                    env: self.env.clone().unwrap_or_default(),
+                    cwd: self.cwd.as_ref().map(|cwd| base.join(cwd)),
+                })
+            }
+            (None, Some(url)) => {
+                if !(url.starts_with("https://") || url.starts_with("http://")) {
+                    return Err(format!(
+                        "`url` must start with https:// or http://, not `{url}`"
+                    ));
+                }
+                let bearer_token = match &self.bearer_token_env {
+                    Some(variable) => match std::env::var(variable) {
+                        Ok(token) if !token.is_empty() => Some(Secret::new(token)),
+                        Ok(_) | Err(_) => {
+                            return Err(format!(
+                                "bearer-token-env: the variable {variable} is not set"
+                            ));
+                        }
+                    },
+                    None => None,
+                };
+                Ok(UpstreamTransport::Http {
+                    url: url.clone(),
+                    bearer_token,
+                    headers: self.headers.clone().unwrap_or_default(),
+                })
+            }
+        }
+    }
 }
 
 /// The upstreams of the config file `text`; relative paths (`cwd`, a program path
@@ -202,13 +263,7 @@ fn upstreams(text: &str, base: &Path) -> Result<Vec<UpstreamConfig>, (usize, Str
         if out.iter().any(|u| u.name == table.name) {
             return Err(at("the name is given twice".to_owned()));
         }
-        let Some(program) = table.command.first() else {
-            return Err(at("`command` needs at least the program".to_owned()));
-        };
-        let mut command = table.command.clone();
-        if program.contains('/') && Path::new(program).is_relative() {
-            command[0] = base.join(program).display().to_string();
-        }
+        let transport = table.transport(base).map_err(at)?;
         let timeout = table
             .timeout
             .as_deref()
@@ -220,9 +275,7 @@ fn upstreams(text: &str, base: &Path) -> Result<Vec<UpstreamConfig>, (usize, Str
         }
         out.push(UpstreamConfig {
             name: table.name.clone(),
-            command,
-            env: table.env.clone(),
-            cwd: table.cwd.as_ref().map(|cwd| base.join(cwd)),
+            transport,
             timeout,
             tools: table.tools.clone(),
         });
@@ -574,6 +627,11 @@ tools = ["git_status", "git_log"]
 [[upstream]]
 name = "local"
 command = ["./servers/local.py"]
+
+[[upstream]]
+name = "docs"
+url = "https://mcp.example.com/mcp"
+headers = { "X-Org" = "acme" }
 "#,
         )?;
         let cli = parse(args(&["--config", &path.display().to_string()]))?;
@@ -582,21 +640,35 @@ command = ["./servers/local.py"]
             vec![
                 UpstreamConfig {
                     name: "git".into(),
-                    command: vec![
-                        "mcp-server-git".into(),
-                        "--repository".into(),
-                        "/srv/repo".into()
-                    ],
-                    env: BTreeMap::from([("GIT_AUTHOR_NAME".into(), "agent".into())]),
-                    cwd: Some(dir.join("work")),
+                    transport: UpstreamTransport::Command {
+                        command: vec![
+                            "mcp-server-git".into(),
+                            "--repository".into(),
+                            "/srv/repo".into()
+                        ],
+                        env: BTreeMap::from([("GIT_AUTHOR_NAME".into(), "agent".into())]),
+                        cwd: Some(dir.join("work")),
+                    },
                     timeout: Some(Duration::from_secs(30)),
                     tools: Some(vec!["git_status".into(), "git_log".into()]),
                 },
                 UpstreamConfig {
                     name: "local".into(),
-                    command: vec![dir.join("./servers/local.py").display().to_string()],
-                    env: BTreeMap::new(),
-                    cwd: None,
+                    transport: UpstreamTransport::Command {
+                        command: vec![dir.join("./servers/local.py").display().to_string()],
+                        env: BTreeMap::new(),
+                        cwd: None,
+                    },
+                    timeout: None,
+                    tools: None,
+                },
+                UpstreamConfig {
+                    name: "docs".into(),
+                    transport: UpstreamTransport::Http {
+                        url: "https://mcp.example.com/mcp".into(),
+                        bearer_token: None,
+                        headers: BTreeMap::from([("X-Org".into(), "acme".into())]),
+                    },
                     timeout: None,
                     tools: None,
                 },
@@ -606,7 +678,7 @@ command = ["./servers/local.py"]
             (
                 "up-unknown",
                 "[[upstream]]\nname = \"a\"\ncommand = [\"x\"]\nretries = 3\n",
-                "line 4: [[upstream]]: unknown field `retries`, expected one of `name`, `command`, `env`, `cwd`, `timeout`, `tools`",
+                "line 4: [[upstream]]: unknown field `retries`, expected one of `name`, `command`, `env`, `cwd`, `url`, `bearer-token-env`, `headers`, `timeout`, `tools`",
             ),
             (
                 "up-twice",
@@ -617,6 +689,31 @@ command = ["./servers/local.py"]
                 "up-timeout",
                 "[[upstream]]\nname = \"a\"\ncommand = [\"x\"]\ntimeout = \"30\"\n",
                 "line 1: upstream `a`: timeout: `30` needs a unit: ms, s, m or h (e.g. 5s)",
+            ),
+            (
+                "up-both",
+                "[[upstream]]\nname = \"a\"\ncommand = [\"x\"]\nurl = \"https://a/mcp\"\n",
+                "line 1: upstream `a`: give `command` or `url`, not both",
+            ),
+            (
+                "up-neither",
+                "[[upstream]]\nname = \"a\"\n",
+                "line 1: upstream `a`: needs `command` (a child on stdio) or `url` (Streamable HTTP)",
+            ),
+            (
+                "up-mixed",
+                "[[upstream]]\nname = \"a\"\nurl = \"https://a/mcp\"\ncwd = \"/srv\"\n",
+                "line 1: upstream `a`: `env` and `cwd` go with `command`, not `url`",
+            ),
+            (
+                "up-scheme",
+                "[[upstream]]\nname = \"a\"\nurl = \"ftp://a/mcp\"\n",
+                "line 1: upstream `a`: `url` must start with https:// or http://, not `ftp://a/mcp`",
+            ),
+            (
+                "up-token",
+                "[[upstream]]\nname = \"a\"\nurl = \"https://a/mcp\"\nbearer-token-env = \"CODEMODE_TEST_UNSET_TOKEN\"\n",
+                "line 1: upstream `a`: bearer-token-env: the variable CODEMODE_TEST_UNSET_TOKEN is not set",
             ),
             (
                 "up-empty",

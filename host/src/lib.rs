@@ -51,4 +51,4 @@ pub use plugins::{FileError, LoadError, LoadLimits, TypeError};
 pub use service::{
     LOCAL_SUBJECT, Precompiled, Reloaded, Service, ServiceConfig, StartError, precompile,
 };
-pub use upstream::UpstreamConfig;
+pub use upstream::{Secret, UpstreamConfig, UpstreamTransport};

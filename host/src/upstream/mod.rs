@@ -24,9 +24,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use codemode_value::Value;
+use http::{HeaderName, HeaderValue};
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Tool};
 use rmcp::service::{NotificationContext, RunningServiceCancellationToken};
-use rmcp::transport::TokioChildProcess;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::io::AsyncReadExt;
 use tokio::sync::{Notify, oneshot};
@@ -43,18 +45,55 @@ pub struct UpstreamConfig {
     /// The root of its capability names (`git` → `git.git_log`), and its name in
     /// logs and messages.
     pub name: String,
-    /// The program and its arguments, started as a child speaking MCP on stdio.
-    pub command: Vec<String>,
-    /// The child's environment: these variables plus the host's `PATH` and `HOME`,
-    /// nothing else of the host's.
-    pub env: BTreeMap<String, String>,
-    /// The child's working folder; `None` is the server's.
-    pub cwd: Option<PathBuf>,
+    /// How to reach it.
+    pub transport: UpstreamTransport,
     /// Wall time one call may take (also capped by the execution's remaining time);
     /// `None` is the execution's remaining time.
     pub timeout: Option<Duration>,
     /// The tools offered (by their upstream names); `None` offers all.
     pub tools: Option<Vec<String>>,
+}
+
+/// How to reach an upstream MCP server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UpstreamTransport {
+    /// A child process speaking MCP on its stdin and stdout.
+    Command {
+        /// The program and its arguments.
+        command: Vec<String>,
+        /// The child's environment: these variables plus the host's `PATH` and
+        /// `HOME`, nothing else of the host's.
+        env: BTreeMap<String, String>,
+        /// The child's working folder; `None` is the server's.
+        cwd: Option<PathBuf>,
+    },
+    /// A Streamable HTTP endpoint (`https://…/mcp`; TLS with the WebPKI roots).
+    Http {
+        /// The endpoint.
+        url: String,
+        /// Sent as `Authorization: Bearer …` with every request.
+        bearer_token: Option<Secret>,
+        /// Sent with every request.
+        headers: BTreeMap<String, String>,
+    },
+}
+
+/// A value that must not reach a log: its `Debug` form is redacted.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps `value`.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
 }
 
 /// How long starting an upstream, its `initialize` and its `tools/list` may take.
@@ -141,36 +180,25 @@ impl Upstream {
     ///
     /// Why the upstream cannot serve (for the log; never shown to an agent).
     pub(crate) async fn connect(config: &UpstreamConfig) -> Result<Connected, String> {
-        let (program, arguments) = config
-            .command
-            .split_first()
-            .ok_or_else(|| "`command` is empty".to_owned())?;
-        let mut command = tokio::process::Command::new(program);
-        command.args(arguments).env_clear();
-        for key in INHERITED_ENV {
-            if let Some(value) = std::env::var_os(key) {
-                command.env(key, value);
-            }
-        }
-        command.envs(&config.env).kill_on_drop(true);
-        if let Some(cwd) = &config.cwd {
-            command.current_dir(cwd);
-        }
-        let (transport, stderr) = TokioChildProcess::builder(command)
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|error| format!("cannot start `{program}`: {error}"))?;
-        if let Some(stderr) = stderr {
-            tokio::spawn(log_stderr(config.name.clone(), stderr));
-        }
         let tools_changed = Arc::new(Notify::new());
         let events = Events {
             tools_changed: tools_changed.clone(),
         };
-        let client = events
-            .serve(transport)
-            .await
-            .map_err(|error| format!("initialize: {error}"))?;
+        let client = match &config.transport {
+            UpstreamTransport::Command { command, env, cwd } => {
+                let transport = child(&config.name, command, env, cwd.as_deref())?;
+                events.serve(transport).await
+            }
+            UpstreamTransport::Http {
+                url,
+                bearer_token,
+                headers,
+            } => {
+                let transport = http(url, bearer_token.as_ref(), headers)?;
+                events.serve(transport).await
+            }
+        }
+        .map_err(|error| format!("initialize: {error}"))?;
         let peer = client.peer().clone();
         let link = Arc::new(Link {
             stop: std::sync::Mutex::new(Some(client.cancellation_token())),
@@ -322,6 +350,79 @@ impl Session for UpstreamSession {
 /// A call's outcome: an upstream call burns no fuel.
 fn outcome(result: Result<Value, CallFailure>) -> CallOutcome {
     CallOutcome { result, fuel: 0 }
+}
+
+/// Starts `command` as a child with `env` (plus `PATH` and `HOME`) in `cwd`; its
+/// stderr is logged as upstream `name`'s.
+///
+/// # Errors
+///
+/// Why it cannot be started.
+fn child(
+    name: &str,
+    command: &[String],
+    env: &BTreeMap<String, String>,
+    cwd: Option<&std::path::Path>,
+) -> Result<TokioChildProcess, String> {
+    let (program, arguments) = command
+        .split_first()
+        .ok_or_else(|| "`command` is empty".to_owned())?;
+    let mut child = tokio::process::Command::new(program);
+    child.args(arguments).env_clear();
+    for key in INHERITED_ENV {
+        if let Some(value) = std::env::var_os(key) {
+            child.env(key, value);
+        }
+    }
+    child.envs(env).kill_on_drop(true);
+    if let Some(cwd) = cwd {
+        child.current_dir(cwd);
+    }
+    let (transport, stderr) = TokioChildProcess::builder(child)
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|error| format!("cannot start `{program}`: {error}"))?;
+    if let Some(stderr) = stderr {
+        tokio::spawn(log_stderr(name.to_owned(), stderr));
+    }
+    Ok(transport)
+}
+
+/// A Streamable HTTP client of `url`: TLS through rustls with the WebPKI roots,
+/// `bearer_token` and `headers` on every request.
+///
+/// # Errors
+///
+/// A header that is not a valid HTTP header, or a client that cannot be built.
+fn http(
+    url: &str,
+    bearer_token: Option<&Secret>,
+    headers: &BTreeMap<String, String>,
+) -> Result<StreamableHttpClientTransport<reqwest::Client>, String> {
+    let roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|error| format!("TLS: {error}"))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let client = reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .build()
+        .map_err(|error| format!("HTTP client: {error}"))?;
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url);
+    config.auth_header = bearer_token.map(|token| token.0.clone());
+    for (name, value) in headers {
+        let header = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("header `{name}` is not a valid header name"))?;
+        let value = HeaderValue::from_str(value)
+            .map_err(|_| format!("header `{name}` has a value that cannot be sent"))?;
+        config.custom_headers.insert(header, value);
+    }
+    Ok(StreamableHttpClientTransport::with_client(client, config))
 }
 
 /// The text blocks of a tool's content, joined with newlines.
