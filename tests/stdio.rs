@@ -140,17 +140,17 @@ fn describe_shows_signatures_and_field_shapes() {
         ok(&r[0]),
         &json!({
             "name": "records.query",
-            "signature": "records.query(*, filter: {genre: str | None, author: str | None, min_score: float | None, published: {from: int, until: int} | None}, tags: list[str], limit: int | None)",
+            "signature": "records.query(*, filter: {genre: \"fiction\" | \"mystery\" | \"science-fiction\" | \"fantasy\" | \"history\" | \"biography\" | \"poetry\" | \"science\" | None, author: str | None, min_score: float | None, published: {from: int, until: int} | None}, tags: list[str], limit: int | None)",
             "summary": "Query books by genre, author, minimum score, publication years and tags.",
             "description": "Returns the books matching every given filter field (genre, author substring, min_score, published {from, until} inclusive) and carrying all the given tags, in key order; total counts all matches, items holds at most limit (default 20, at most 500).",
             "input": [
-                {"name": "filter", "type": "{genre: str | None, author: str | None, min_score: float | None, published: {from: int, until: int} | None}", "required": true},
+                {"name": "filter", "type": "{genre: \"fiction\" | \"mystery\" | \"science-fiction\" | \"fantasy\" | \"history\" | \"biography\" | \"poetry\" | \"science\" | None, author: str | None, min_score: float | None, published: {from: int, until: int} | None}", "required": true},
                 {"name": "tags", "type": "list[str]", "required": true},
                 {"name": "limit", "type": "int | None", "required": false}
             ],
             "output": [
                 {"name": "total", "type": "int", "required": true},
-                {"name": "items", "type": "list[{key: str, title: str, author: {name: str, country: str, born: int | None}, year: int, genre: str, tags: list[str], score: float, pages: int}]", "required": true}
+                {"name": "items", "type": "list[{key: str, title: str, author: {name: str, country: str, born: int | None}, year: int, genre: \"fiction\" | \"mystery\" | \"science-fiction\" | \"fantasy\" | \"history\" | \"biography\" | \"poetry\" | \"science\", tags: list[str], score: float, pages: int}]", "required": true}
             ]
         })
     );

@@ -471,7 +471,7 @@ fn third_party_servers_combine_with_plugins_in_one_program() {
     let structured = ok(&results[2]);
     assert_eq!(
         structured["signature"],
-        "everything.get_structured_content(*, location: str)"
+        "everything.get_structured_content(*, location: \"New York\" | \"Chicago\" | \"Los Angeles\")"
     );
     assert_eq!(
         structured["output"],
@@ -483,7 +483,7 @@ fn third_party_servers_combine_with_plugins_in_one_program() {
     );
     assert_eq!(
         ok(&results[3])["signature"],
-        "everything.get_annotated_message(*, includeImage: bool | None, messageType: str)"
+        "everything.get_annotated_message(*, includeImage: bool | None, messageType: \"error\" | \"success\" | \"debug\")"
     );
     assert_eq!(
         ok(&results[4])["result"],

@@ -126,12 +126,17 @@ impl Shape {
 
     fn write_notation(&self, out: &mut String) {
         match self {
-            Shape::Str | Shape::Char | Shape::Enum(_) => out.push_str("str"),
+            Shape::Str | Shape::Char => out.push_str("str"),
+            Shape::Enum(cases) => write_literals(cases, out),
             Shape::Bool => out.push_str("bool"),
             Shape::Any => out.push_str("any"),
             Shape::Int(_) => out.push_str("int"),
             Shape::Float(_) => out.push_str("float"),
-            Shape::Flags(_) => out.push_str("list[str]"),
+            Shape::Flags(flags) => {
+                out.push_str("list[");
+                write_literals(flags, out);
+                out.push(']');
+            }
             Shape::List(elem) => {
                 out.push_str("list[");
                 elem.write_notation(out);
@@ -165,6 +170,28 @@ impl Shape {
                 out.push_str(" | None");
             }
         }
+    }
+}
+
+/// Most values of an enum or flags written out; past it the notation ends in `...`
+/// (binding's message still lists them all), so one huge enum cannot crowd out a
+/// search response.
+pub const MAX_LITERALS_SHOWN: usize = 32;
+
+/// The values a string may take, as literals: `"open" | "closed"`.
+fn write_literals(values: &[String], out: &mut String) {
+    if values.is_empty() {
+        out.push_str("str");
+        return;
+    }
+    for (i, value) in values.iter().take(MAX_LITERALS_SHOWN).enumerate() {
+        if i > 0 {
+            out.push_str(" | ");
+        }
+        out.push_str(&super::bind::go_quote(value));
+    }
+    if values.len() > MAX_LITERALS_SHOWN {
+        out.push_str(" | ...");
     }
 }
 
@@ -243,9 +270,23 @@ mod tests {
             (
                 "enum",
                 Shape::Enum(vec!["open".into(), "closed".into()]),
-                "str",
+                "\"open\" | \"closed\"",
             ),
-            ("flags", Shape::Flags(vec!["read".into()]), "list[str]"),
+            (
+                "optional enum",
+                opt(Shape::Enum(vec!["in-progress".into(), "done".into()])),
+                "\"in-progress\" | \"done\" | None",
+            ),
+            (
+                "flags",
+                Shape::Flags(vec!["read".into(), "write".into()]),
+                "list[\"read\" | \"write\"]",
+            ),
+            (
+                "a value that needs escaping",
+                Shape::Enum(vec!["say \"hi\"".into()]),
+                "\"say \\\"hi\\\"\"",
+            ),
             ("list", Shape::List(Box::new(Shape::Str)), "list[str]"),
             (
                 "dict",
@@ -280,6 +321,15 @@ mod tests {
         for (case, ty, want) in cases {
             assert_eq!(ty.notation(), want, "{case}");
         }
+    }
+
+    #[test]
+    fn a_long_enum_is_cut_in_the_notation() {
+        let cases: Vec<String> = (0..40).map(|i| format!("v{i}")).collect();
+        let notation = Shape::Enum(cases).notation();
+        assert!(notation.starts_with("\"v0\" | \"v1\""), "{notation}");
+        assert!(notation.ends_with("\"v31\" | ..."), "{notation}");
+        assert_eq!(notation.matches(" | ").count(), MAX_LITERALS_SHOWN);
     }
 
     #[test]

@@ -261,8 +261,9 @@ mod tests {
         });
         assert_eq!(
             sig(schema),
-            "t.tool(*, closed: {}, count: int, either: any, fixed: str, flag: bool, \
-             labels: dict[str, int], maybe: str | None, meta: dict[str, any], mode: str, \
+            "t.tool(*, closed: {}, count: int, either: any, fixed: \"v1\", flag: bool, \
+             labels: dict[str, int], maybe: str | None, meta: dict[str, any], \
+             mode: \"fast\" | \"slow\", \
              name: str, numbers: any, pair: int | None, point: {x: float, y: float | None}, \
              ratio: float, rows: list[any], tags: list[str], whatever: any)"
         );
