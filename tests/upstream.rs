@@ -560,3 +560,74 @@ fn a_streamable_http_upstream_is_reached_with_its_bearer_token() {
     // The inner server saw the gateway's token: its subject is in its audit log.
     wait_for_audit(&inner, "\"subject\":\"gateway\"", 1);
 }
+
+/// The runnable config of the README's section "Existing MCP servers": its first
+/// TOML block.
+fn readme_gateway_config() -> String {
+    let readme = include_str!("../README.md");
+    let section = readme
+        .split("## Existing MCP servers")
+        .nth(1)
+        .expect("the README has the section");
+    let block = section
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the section has a TOML block");
+    block.to_owned()
+}
+
+#[test]
+fn the_readme_gateway_example_works_with_the_python_client_and_the_inspector() {
+    let path = config("readme", &readme_gateway_config());
+    let dir = path.parent().expect("a folder").to_path_buf();
+    std::os::unix::fs::symlink(example_plugins(), dir.join("plugins")).expect("link the plugins");
+    let repo = git_repository("readme");
+    std::fs::rename(&repo, dir.join("repo")).expect("move the repository in place");
+    let search_path = format!(
+        "{}:{}",
+        upstream_bin().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let program = "def main():\n    book = records.lookup(key=\"bk-0042\")\n    t = time.convert_time(source_timezone=\"Etc/UTC\", time=\"06:00\", target_timezone=\"Asia/Tokyo\")\n    log = git.git_log(repo_path=\".\", max_count=1)\n    return [book[\"key\"], t[\"target\"][\"datetime\"][11:16], \"Add the first notes\" in log[\"text\"]]";
+    let out = drive_with_env(
+        &["--config", path.to_str().expect("utf-8")],
+        &json!({"PATH": search_path}),
+        json!([execute(program)]),
+    );
+    assert_eq!(
+        ok(&out["results"][0])["result"],
+        json!(["bk-0042", "15:00", true])
+    );
+    let node = crate::support::node_tools();
+    let inspected = std::process::Command::new(&node.node)
+        .arg(&node.inspector)
+        .args(["--cli", "--format", "json", "-q", "-e"])
+        .arg(format!("PATH={search_path}"))
+        .args([
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "execute",
+            "--tool-arg",
+        ])
+        .arg(format!("source={program}"))
+        .arg("--")
+        .arg(crate::support::host_bin())
+        .args(["--config", path.to_str().expect("utf-8")])
+        .args(["--cache-dir", crate::support::cache_dir()])
+        .output()
+        .expect("run the MCP Inspector");
+    let printed = String::from_utf8_lossy(&inspected.stdout);
+    assert!(
+        inspected.status.success(),
+        "{printed}\n{}",
+        String::from_utf8_lossy(&inspected.stderr)
+    );
+    let answer: Value = serde_json::from_str(&printed).expect("the Inspector prints JSON");
+    assert_eq!(
+        answer["result"]["structuredContent"]["result"],
+        json!(["bk-0042", "15:00", true]),
+        "{answer}"
+    );
+}
