@@ -18,7 +18,7 @@ use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Command, CommandFactory, FromArgMatches, ValueHint};
 use codemode_host::units::parse_duration;
-use codemode_host::{Secret, UpstreamConfig, UpstreamTransport};
+use codemode_host::{Secret, UpstreamConfig, UpstreamTransport, check_upstream_name};
 use serde::Deserialize;
 use toml::de::{DeTable, DeValue};
 
@@ -260,6 +260,7 @@ fn upstreams(text: &str, base: &Path) -> Result<Vec<UpstreamConfig>, (usize, Str
         let offset = table.span().start;
         let table = table.into_inner();
         let at = |message: String| (offset, format!("upstream `{}`: {message}", table.name));
+        check_upstream_name(&table.name).map_err(|reason| (offset, reason))?;
         if out.iter().any(|u| u.name == table.name) {
             return Err(at("the name is given twice".to_owned()));
         }
@@ -689,6 +690,16 @@ headers = { "X-Org" = "acme" }
                 "up-timeout",
                 "[[upstream]]\nname = \"a\"\ncommand = [\"x\"]\ntimeout = \"30\"\n",
                 "line 1: upstream `a`: timeout: `30` needs a unit: ms, s, m or h (e.g. 5s)",
+            ),
+            (
+                "up-name",
+                "[[upstream]]\nname = \"my-server\"\ncommand = [\"x\"]\n",
+                "line 1: `my-server` cannot be the root of capability names: it must be an identifier (letters, digits, `_`), not a Starlark keyword or builtin",
+            ),
+            (
+                "up-builtin",
+                "[[upstream]]\nname = \"json\"\ncommand = [\"x\"]\n",
+                "line 1: `json` cannot be the root of capability names: it must be an identifier (letters, digits, `_`), not a Starlark keyword or builtin",
             ),
             (
                 "up-both",

@@ -51,4 +51,4 @@ pub use plugins::{FileError, LoadError, LoadLimits, TypeError};
 pub use service::{
     LOCAL_SUBJECT, Precompiled, Reloaded, Service, ServiceConfig, StartError, precompile,
 };
-pub use upstream::{Secret, UpstreamConfig, UpstreamTransport};
+pub use upstream::{Secret, UpstreamConfig, UpstreamTransport, check_name as check_upstream_name};

@@ -33,7 +33,7 @@ use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::io::AsyncReadExt;
 use tokio::sync::{Notify, oneshot};
 
-use crate::catalog::{CapabilitySpec, Field, validate_spec};
+use crate::catalog::{CapabilitySpec, DottedName, Field, validate_spec};
 use crate::error::{timed_out_detail, unavailable_detail};
 use crate::source::{
     CallBudget, CallFailure, CallFuture, CallOutcome, CapabilitySource, Session, sanitize_message,
@@ -52,6 +52,22 @@ pub struct UpstreamConfig {
     pub timeout: Option<Duration>,
     /// The tools offered (by their upstream names); `None` offers all.
     pub tools: Option<Vec<String>>,
+}
+
+/// Checks that `name` can be the root of capability names: a Starlark identifier,
+/// not a keyword, not a builtin's name (`json`, `len`, ...).
+///
+/// # Errors
+///
+/// What is wrong with it.
+pub fn check_name(name: &str) -> Result<(), String> {
+    DottedName::parse(&format!("{name}.tool"))
+        .map(drop)
+        .map_err(|_| {
+            format!(
+                "`{name}` cannot be the root of capability names: it must be an identifier (letters, digits, `_`), not a Starlark keyword or builtin"
+            )
+        })
 }
 
 /// How to reach an upstream MCP server.
