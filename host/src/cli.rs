@@ -110,11 +110,12 @@ pub struct Cli {
 
     /// Serve Streamable HTTP on ADDR instead of stdio, e.g. 127.0.0.1:8080
     ///
+    /// A port alone, or localhost:PORT, means 127.0.0.1 (this machine only).
     /// MCP is at /mcp (stateless: replicas need no session affinity); /healthz,
     /// /readyz (200 once plugins are loaded) and /metrics (Prometheus) beside it.
     /// Needs --policy or --allow-all. A non-loopback address needs --tokens, or
     /// --insecure. SIGTERM stops accepting and lets executions in flight finish.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = listen_address)]
     pub listen: Option<SocketAddr>,
 
     /// Bearer tokens for HTTP: one `subject-id sha256-hex-of-token` per line
@@ -149,7 +150,7 @@ pub struct Cli {
     /// On --listen every path checks the Host header (DNS-rebinding
     /// protection), so probes that name the pod's address as the host (as
     /// Kubernetes' do) fail there: point them at this address instead.
-    #[arg(long, value_name = "ADDR", requires = "listen")]
+    #[arg(long, value_name = "ADDR", requires = "listen", value_parser = listen_address)]
     pub metrics_listen: Option<SocketAddr>,
 
     /// Log filter, e.g. `debug`
@@ -182,7 +183,7 @@ pub struct Cli {
     /// Wall time per execution, e.g. 5s or 500ms [default: 5s]
     ///
     /// Waiting for a free execution slot counts.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
     pub max_execution_time: Option<Duration>,
 
     /// Native calls a program may attempt [default: 100]
@@ -232,13 +233,45 @@ pub struct Cli {
     /// A plugin past it is skipped with the reason; startup and reloading go on
     /// with the others. `precompile` allows 10m unless this is given: slow
     /// compiles belong there, ahead of serving.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, global = true)]
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, global = true)]
     pub load_timeout: Option<Duration>,
 
     /// The upstream MCP servers of the config file's `[[upstream]]` tables (no flag
     /// sets them).
     #[arg(skip)]
     pub upstreams: Vec<codemode_host::UpstreamConfig>,
+}
+
+/// A duration that must be positive: zero, with a unit or without, says so at once
+/// (rather than "needs a unit" and then "must be positive").
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    let trimmed = text.trim();
+    let zero = !trimmed.is_empty() && trimmed.chars().all(|c| c == '0' || c == '.');
+    let duration = if zero {
+        Duration::ZERO
+    } else {
+        parse_duration(text)?
+    };
+    if duration.is_zero() {
+        return Err("must be positive (e.g. 5s, 500ms)".to_owned());
+    }
+    Ok(duration)
+}
+
+/// A listening address: `IP:PORT`, `localhost:PORT` or a port alone (both meaning
+/// 127.0.0.1, this machine only).
+fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    let text = text.trim();
+    if let Ok(address) = text.parse::<SocketAddr>() {
+        return Ok(address);
+    }
+    let port = text.strip_prefix("localhost:").unwrap_or(text);
+    match port.parse::<u16>() {
+        Ok(port) => Ok(SocketAddr::from(([127, 0, 0, 1], port))),
+        Err(_) => Err(format!(
+            "`{text}` is not an address: give IP:PORT, e.g. 127.0.0.1:8080 (this machine only) or 0.0.0.0:8080 (every interface), or a port alone for 127.0.0.1"
+        )),
+    }
 }
 
 /// Subcommands; without one the server runs.
@@ -692,6 +725,43 @@ mod tests {
             ))
         );
         assert!(Cli::try_parse_from(["codemode-host", "--tokens", "t"]).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn zero_durations_and_short_addresses_get_one_clear_answer() -> anyhow::Result<()> {
+        for zero in ["0", "0s", "0ms", "0.0"] {
+            let error = Cli::try_parse_from(["codemode-host", "--max-execution-time", zero])
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                error.starts_with(&format!(
+                    "error: invalid value '{zero}' for '--max-execution-time <DURATION>': must be positive (e.g. 5s, 500ms)\n"
+                )),
+                "{error}"
+            );
+        }
+        assert!(Cli::try_parse_from(["codemode-host", "--load-timeout", "0"]).is_err());
+        for (given, wanted) in [
+            ("8080", "127.0.0.1:8080"),
+            ("localhost:8080", "127.0.0.1:8080"),
+            ("0.0.0.0:9000", "0.0.0.0:9000"),
+            ("[::1]:80", "[::1]:80"),
+        ] {
+            let cli = Cli::try_parse_from(["codemode-host", "--listen", given])?;
+            assert_eq!(cli.listen.map(|a| a.to_string()).as_deref(), Some(wanted));
+        }
+        let error = Cli::try_parse_from(["codemode-host", "--listen", "example.com:80"])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            error.contains(
+                "`example.com:80` is not an address: give IP:PORT, e.g. 127.0.0.1:8080 (this machine only) or 0.0.0.0:8080 (every interface), or a port alone for 127.0.0.1"
+            ),
+            "{error}"
+        );
         Ok(())
     }
 
