@@ -249,8 +249,29 @@ fn run(args: &[String]) -> Result<()> {
     cmd.args(["run", "--quiet", "-p", "codemode-host", "--", "--plugins"])
         .arg(examples)
         .args(args);
-    eprintln!("xtask: serving MCP on stdio with the example plugins (Ctrl-D or Ctrl-C to stop)");
+    eprintln!("xtask: {}", serving_line(args));
     status(&mut cmd)
+}
+
+/// What `cargo xtask run ARGS` says before starting the server: where it serves.
+fn serving_line(args: &[String]) -> String {
+    let listen = args.iter().enumerate().find_map(|(i, arg)| {
+        arg.strip_prefix("--listen=")
+            .map(str::to_owned)
+            .or_else(|| {
+                (arg == "--listen")
+                    .then(|| args.get(i + 1).cloned())
+                    .flatten()
+            })
+    });
+    match listen {
+        Some(address) => format!(
+            "serving MCP over Streamable HTTP on {address} with the example plugins (Ctrl-C to stop)"
+        ),
+        None => {
+            "serving MCP on stdio with the example plugins (Ctrl-D or Ctrl-C to stop)".to_owned()
+        }
+    }
 }
 
 fn bench() -> Result<()> {
@@ -450,4 +471,27 @@ fn test() -> Result<()> {
     status(&mut precompile)?;
     // The default members: host (unit + end-to-end), sdk, xtask.
     status(cargo().arg("test"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_says_where_it_serves() {
+        let args = |list: &[&str]| list.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            serving_line(&args(&[])),
+            "serving MCP on stdio with the example plugins (Ctrl-D or Ctrl-C to stop)"
+        );
+        for given in [
+            &["--listen", "127.0.0.1:8080", "--allow-all"][..],
+            &["--allow-all", "--listen=127.0.0.1:8080"],
+        ] {
+            assert_eq!(
+                serving_line(&args(given)),
+                "serving MCP over Streamable HTTP on 127.0.0.1:8080 with the example plugins (Ctrl-C to stop)"
+            );
+        }
+    }
 }
