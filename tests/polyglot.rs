@@ -77,3 +77,18 @@ fn python_javascript_and_rust_capabilities_combine_in_one_program() {
         "invalid capability arguments: argument \"a.lat\" must be a float"
     );
 }
+
+#[test]
+fn a_python_plugin_starts_without_a_warning_about_its_toolchain_export() {
+    let Some(geo) = foreign_plugin("python_geo") else {
+        return;
+    };
+    let folder = crate::support::plugin_folder("python-quiet", &[geo]);
+    let (log, _) = crate::support::startup_log(&["--plugins", folder.to_str().expect("utf-8")]);
+    let log = log.join("\n");
+    assert!(
+        log.contains("plugin loaded plugin=python_geo.wasm"),
+        "{log}"
+    );
+    assert!(!log.contains("WARN"), "{log}");
+}

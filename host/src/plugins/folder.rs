@@ -21,6 +21,11 @@ use super::load::{LoadLimits, LoadedPlugin, file_label, load_file};
 use crate::cache::ArtifactCache;
 use crate::catalog::CatalogBuilder;
 
+/// Exports that component toolchains add for themselves, never capabilities:
+/// componentize-py's pre-initialization entry point. Ignored without a warning,
+/// which would otherwise greet every start of every Python plugin.
+const TOOLCHAIN_EXPORTS: [&str; 1] = ["exports.init"];
+
 /// The files of one folder and the version of each that serves.
 pub(crate) struct PluginFolder {
     dir: PathBuf,
@@ -154,6 +159,10 @@ impl PluginFolder {
                         "plugin loaded"
                     );
                     for export in &plugin.ignored_exports {
+                        if TOOLCHAIN_EXPORTS.contains(&export.as_str()) {
+                            tracing::debug!(plugin = %plugin.file, export = %export, "toolchain export; ignored");
+                            continue;
+                        }
                         tracing::warn!(plugin = %plugin.file, export = %export, "export not named by metadata; ignored");
                     }
                     report.loaded += 1;
