@@ -88,6 +88,11 @@ fn records_query_feeds_stats_summary_with_the_right_numbers() {
 fn hostile_programs() -> Vec<(&'static str, String, String)> {
     vec![
         ("parens", format!("def main():\n    return {}1{}", "(".repeat(10_000), ")".repeat(10_000)), "invalid program: <codemode>:2:112: brackets nest deeper than 100 levels".to_owned()),
+        // Operators without brackets: refused after parsing, at the first node past
+        // 200 levels (once `--max-memory`), and past what the parser's stack takes
+        // a resource limit (`_meta` names the interpreter's stack).
+        ("chain", format!("def main():\n    return {}", vec!["1"; 1200].join(" + ")), "invalid program: <codemode>:2:12: statements and expressions nest deeper than 200 levels".to_owned()),
+        ("unarychain", format!("def main():\n    return {}1", "-".repeat(30_000)), "resource limit exceeded".to_owned()),
         ("xrepeat", "def main():\n    return len(\"x\" * (1 << 32))".to_owned(), "invalid program: <codemode>:2:16: Integer value is too big to fit in i32: 4294967296".to_owned()),
         ("biglist", "def main():\n    return len(list(range(100000000)))".to_owned(), "resource limit exceeded".to_owned()),
         ("range62", "def main():\n    for x in range(1 << 62):\n        pass\n    return 1".to_owned(), "invalid program: <codemode>:2:14: Error unpacking value for parameter `a1` of type `int".to_owned()),

@@ -119,6 +119,12 @@ fn every_resource_limit_names_its_budget() {
             "--max-memory",
             "def main():\n    return len('abc' * 1000000000)".to_owned(),
         ),
+        // Nested too deeply for the parser, before the depth check can refuse it:
+        // no flag raises that.
+        (
+            "interpreter stack",
+            format!("def main():\n    return {}1", "-".repeat(3000)),
+        ),
     ];
     for (flag, source) in &cases {
         let (error, stats) = execute(&server, source);

@@ -34,7 +34,13 @@ pub(crate) enum Budget {
     /// Capacity of the server (every instance slot of the pool taken), not a budget
     /// an execution can be given more of.
     Capacity,
+    /// The interpreter's stack: a program (or a value it builds) nested too deeply
+    /// for it. Fixed; no flag raises it.
+    Stack,
 }
+
+/// How [`Budget::Stack`] is named where the other budgets name their flag.
+pub(crate) const STACK_LIMIT: &str = "interpreter stack";
 
 impl Budget {
     /// The flag that sets this budget, as operators write it (a sidecar setting for
@@ -53,6 +59,7 @@ impl Budget {
             Budget::PluginFuel => "max_fuel_per_call",
             Budget::PluginMemory => "max_memory",
             Budget::Capacity => "--max-concurrent-executions",
+            Budget::Stack => STACK_LIMIT,
         }
     }
 }

@@ -63,10 +63,11 @@ tasks:
                  connections, a plugin replaced every 2 s; checks answers,
                  deadlines, and that memory, threads and open files stay
                  flat (the test command runs it for 10 s on the debug build)
-  fuzz [SECONDS] [TARGET..]
-                 run each fuzz target (fuzz/, nightly and cargo-fuzz, both
-                 installed if missing) for SECONDS (default 60) from its
-                 checked-in corpus fuzz/corpus/TARGET; new inputs go to
+  fuzz [SECONDS] [--runs N] [TARGET..]
+                 run each fuzz target (fuzz/ and fuzz/runner/, nightly and
+                 cargo-fuzz, both installed if missing) for SECONDS (default
+                 60), or until N executions if sooner, from its checked-in
+                 corpus fuzz/corpus/TARGET; new inputs go to
                  target/fuzz/corpus, crashes to fuzz/artifacts; prints the
                  executions per target (the test command replays the
                  corpora on stable)";
@@ -74,14 +75,18 @@ tasks:
 /// How long `cargo xtask fuzz` runs each target without an argument, in seconds.
 const FUZZ_SECONDS: u64 = 60;
 
-/// The fuzz targets (`fuzz/fuzz_targets/*.rs`, `codemode_host::fuzzing::TARGETS`).
-const FUZZ_TARGETS: &[&str] = &[
-    "value_decode",
-    "bind",
-    "catalog",
-    "sidecar",
-    "host_pattern",
-    "tokens",
+/// The fuzz targets and the cargo-fuzz folder of each: the host's (`fuzz/`,
+/// `codemode_host::fuzzing::TARGETS`) and the interpreter's (`fuzz/runner/`,
+/// `codemode_runner::fuzzing::TARGETS`).
+const FUZZ_TARGETS: &[(&str, &str)] = &[
+    ("value_decode", "fuzz"),
+    ("bind", "fuzz"),
+    ("catalog", "fuzz"),
+    ("sidecar", "fuzz"),
+    ("host_pattern", "fuzz"),
+    ("tokens", "fuzz"),
+    ("source_checks", "fuzz/runner"),
+    ("json_decode", "fuzz/runner"),
 ];
 
 /// How long `cargo xtask soak` runs without an argument, in seconds.
@@ -319,28 +324,32 @@ fn soak(args: &[String]) -> Result<()> {
 }
 
 fn fuzz(args: &[String]) -> Result<()> {
-    let (seconds, targets) = match args.split_first() {
-        None => (FUZZ_SECONDS, &[][..]),
-        Some((seconds, targets)) => (
-            seconds
-                .parse()
-                .with_context(|| format!("SECONDS must be a whole number, not {seconds:?}"))?,
-            targets,
-        ),
-    };
-    for target in targets {
-        if !FUZZ_TARGETS.contains(&target.as_str()) {
-            bail!(
-                "no fuzz target {target:?} (targets: {})",
-                FUZZ_TARGETS.join(", ")
+    let mut seconds = FUZZ_SECONDS;
+    let mut runs = None;
+    let mut targets = Vec::new();
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        if arg == "--runs" {
+            let value = rest.next().context("--runs needs a number")?;
+            runs = Some(
+                value
+                    .parse::<u64>()
+                    .with_context(|| format!("--runs must be a whole number, not {value:?}"))?,
             );
+        } else if let Some(&target) = FUZZ_TARGETS.iter().find(|(name, ..)| name == arg) {
+            targets.push(target);
+        } else if targets.is_empty() && arg.bytes().all(|b| b.is_ascii_digit()) {
+            seconds = arg
+                .parse()
+                .with_context(|| format!("SECONDS must be a whole number, not {arg:?}"))?;
+        } else {
+            let names: Vec<&str> = FUZZ_TARGETS.iter().map(|(name, ..)| *name).collect();
+            bail!("no fuzz target {arg:?} (targets: {})", names.join(", "));
         }
     }
-    let targets: Vec<&str> = if targets.is_empty() {
-        FUZZ_TARGETS.to_vec()
-    } else {
-        targets.iter().map(String::as_str).collect()
-    };
+    if targets.is_empty() {
+        targets = FUZZ_TARGETS.to_vec();
+    }
     // cargo-fuzz needs nightly (sanitizers); through rustup's `cargo +nightly`.
     let has_fuzz = Command::new("cargo")
         .args(["+nightly", "fuzz", "--version"])
@@ -359,7 +368,7 @@ fn fuzz(args: &[String]) -> Result<()> {
         status(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))?;
     }
     let mut report = Vec::new();
-    for target in targets {
+    for (target, dir) in targets {
         let found = root().join("target/fuzz/corpus").join(target);
         let artifacts = root().join("fuzz/artifacts").join(target);
         std::fs::create_dir_all(&found)?;
@@ -371,7 +380,7 @@ fn fuzz(args: &[String]) -> Result<()> {
                 "fuzz",
                 "run",
                 "--fuzz-dir",
-                "fuzz",
+                dir,
                 "--target-dir",
                 "target/fuzz/build",
                 target,
@@ -380,19 +389,12 @@ fn fuzz(args: &[String]) -> Result<()> {
             .arg(root().join("fuzz/corpus").join(target))
             .arg("--")
             .arg(format!("-max_total_time={seconds}"))
+            .args(runs.map(|runs| format!("-runs={runs}")))
             .arg(format!("-artifact_prefix={}/", artifacts.display()))
             .stderr(std::process::Stdio::piped())
             .output()
             .with_context(|| format!("cannot run cargo fuzz for {target}"))?;
         let log = String::from_utf8_lossy(&output.stderr);
-        // libFuzzer's last words: "Done 123456 runs in 60 second(s)".
-        let runs = log.lines().rev().find_map(|line| {
-            line.strip_prefix("Done ")?
-                .split(' ')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        });
         if !output.status.success() {
             eprintln!("{log}");
             bail!(
@@ -400,10 +402,13 @@ fn fuzz(args: &[String]) -> Result<()> {
                 artifacts.display()
             );
         }
-        report.push(format!(
-            "{target}: {} runs in {seconds} s",
-            runs.map_or("?".into(), |r| r.to_string())
-        ));
+        // "Done 123456 runs in 60 second(s)": the runs and the time they took.
+        let done = log
+            .lines()
+            .rev()
+            .find_map(|line| line.strip_prefix("Done "))
+            .unwrap_or("? runs");
+        report.push(format!("{target}: {done}"));
     }
     println!("{}", report.join("\n"));
     Ok(())

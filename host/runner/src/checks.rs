@@ -3,9 +3,10 @@
 //!
 //! starlark-rust has no switch against recursion and parses recursively; the seed's
 //! dialect forbids recursion and a deeply nested program must fail cleanly. So: a
-//! bracket-depth pre-scan before parsing, a call-graph check over the `def`s (and
-//! lambdas bound to names) after parsing, and a small call-stack limit at run time for
-//! what a static check cannot see.
+//! bracket-depth pre-scan before parsing, a depth check over the syntax tree after
+//! parsing (before anything walks it recursively), a call-graph check over the `def`s
+//! (and lambdas bound to names), and a small call-stack limit at run time for what a
+//! static check cannot see.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -74,6 +75,37 @@ pub(crate) fn nesting(source: &str) -> Result<(), RunError> {
             _ => {}
         }
         i += 1;
+    }
+    Ok(())
+}
+
+/// Statements and expressions may nest this deep. starlark-rust compiles a program
+/// recursively, about 7 KiB of the interpreter's 8 MiB stack per level, so a chain
+/// of operators without brackets (`-----x`, `1 + 1 + ... + 1`) ran out of stack
+/// past about 1,100 levels, which the host could only report as memory.
+pub(crate) const MAX_DEPTH: usize = 200;
+
+/// Refuses a syntax tree deeper than [`MAX_DEPTH`], at the first node too deep in
+/// source order. The walk keeps its own stack: the tree being checked is the one
+/// too deep to recurse over.
+pub(crate) fn depth(ast: &AstModule) -> Result<(), RunError> {
+    let mut pending = vec![(Visit::<AstNoPayload>::Stmt(ast.statement()), 0usize)];
+    let mut children = Vec::new();
+    while let Some((node, level)) = pending.pop() {
+        if level > MAX_DEPTH {
+            let span = match node {
+                Visit::Stmt(stmt) => stmt.span,
+                Visit::Expr(expr) => expr.span,
+            };
+            return Err(at(
+                ast,
+                span,
+                format!("statements and expressions nest deeper than {MAX_DEPTH} levels"),
+            ));
+        }
+        node.visit_children(|child| children.push((child, level + 1)));
+        // Reversed, so that the first child is the next one visited.
+        pending.extend(children.drain(..).rev());
     }
     Ok(())
 }
@@ -378,6 +410,35 @@ mod tests {
             refused(nesting(&after)),
             "<codemode>:1:111: brackets nest deeper than 100 levels"
         );
+    }
+
+    #[test]
+    fn the_tree_nests_at_most_200_deep_and_the_first_node_too_deep_is_named() {
+        // The def (level 0, the module's only statement) and the return are two
+        // levels above the expression: `n` signs and the literal reach level 2 + n.
+        let chain = |n: usize| format!("def main():\n    return {}1\n", "-".repeat(n));
+        assert!(depth(&parse(&chain(198))).is_ok());
+        assert_eq!(
+            refused(depth(&parse(&chain(199)))),
+            "<codemode>:2:211: statements and expressions nest deeper than 200 levels"
+        );
+        // Siblings do not add up: a long list and a long sum of bracketed terms.
+        let wide = format!(
+            "x = [{}]\ny = {}",
+            "1, ".repeat(5000),
+            "(1) + ".repeat(150) + "1"
+        );
+        assert!(depth(&parse(&wide)).is_ok());
+        // Far past the limit, the walk itself stays off the stack. (Not much
+        // farther: starlark-rust's parser recurses too, and a test thread has a
+        // 2 MiB stack.)
+        let far = parse(&format!("x = {}\n", vec!["1"; 2_000].join(" + ")));
+        assert_eq!(
+            refused(depth(&far)),
+            "<codemode>:1:5: statements and expressions nest deeper than 200 levels"
+        );
+        // Dropping it would recurse as deep as it is.
+        std::mem::forget(far);
     }
 
     #[test]

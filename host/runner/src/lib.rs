@@ -17,6 +17,8 @@
 mod capability;
 mod checks;
 mod convert;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 mod surface;
 
 use std::sync::OnceLock;
@@ -78,6 +80,10 @@ pub(crate) enum RunError {
     Aborted,
 }
 
+/// The component's exports. Exported only on wasm: the symbols' names
+/// (`codemode:runner/program@0.1.0#run`) are not valid in a native shared
+/// library, which the fuzz crate's native build links.
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 struct Runner;
 
 impl Guest for Runner {
@@ -140,6 +146,7 @@ impl ProgramGuest for Runner {
     }
 }
 
+#[cfg(target_arch = "wasm32")]
 bindings::export!(Runner with_types_in bindings);
 
 /// Parses, checks and runs `source`; returns `main()`'s value in wire form and the
@@ -152,6 +159,12 @@ fn run_program(source: &str, limits: &Limits) -> (Result<Vec<u8>, RunError>, u64
         Ok(ast) => ast,
         Err(error) => return (Err(RunError::Invalid(checks::diagnostic(&error))), 0),
     };
+    if let Err(error) = checks::depth(&ast) {
+        // Dropping a tree too deep would recurse as deep as it is; the instance
+        // ends with this run and its memory with it.
+        std::mem::forget(ast);
+        return (Err(error), 0);
+    }
     if let Err(error) = checks::no_recursion(&ast).and_then(|()| checks::main_signature(&ast)) {
         return (Err(error), 0);
     }

@@ -9,6 +9,7 @@ use starlark_derive::starlark_module;
 
 /// A program run once inside `init`, touching the common paths (comprehensions,
 /// dicts, strings, sorting, json, math, sum) so their lazy setup lands in the snapshot.
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 pub(crate) const WARM_UP: &str = r#"
 def helper(item):
     return {"id": "x%d" % item, "score": item * 1.5, "tags": ["a", "b"]}
@@ -136,10 +137,7 @@ fn json_members(builder: &mut GlobalsBuilder) {
         #[starlark(require = pos)] x: &str,
         heap: Heap<'v>,
     ) -> starlark::Result<Value<'v>> {
-        let value: serde_json::Value =
-            serde_json::from_str(x).map_err(|e| error(format!("json.decode: {e}")))?;
-        check_numbers(&value).map_err(|()| error("json.decode: number out of range".into()))?;
-        Ok(heap.alloc(value))
+        Ok(heap.alloc(decode_json(x).map_err(error)?))
     }
 
     /// `json.indent(str, *, prefix="", indent="\t")`: the JSON text re-indented.
@@ -152,6 +150,15 @@ fn json_members(builder: &mut GlobalsBuilder) {
             .map_err(|e| error(format!("json.indent: {e}")))?;
         Ok(reindent(x, prefix, indent))
     }
+}
+
+/// `json.decode`'s parse: the JSON value of `text`, or the message the program
+/// gets (`json.decode: ...`).
+pub(crate) fn decode_json(text: &str) -> Result<serde_json::Value, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("json.decode: {e}"))?;
+    check_numbers(&value).map_err(|()| "json.decode: number out of range".to_owned())?;
+    Ok(value)
 }
 
 /// Refuses a number no int or float can hold (`1e400`), which a program could not
@@ -173,7 +180,7 @@ fn check_numbers(value: &serde_json::Value) -> Result<(), ()> {
 
 /// Go's `json.Indent`: every element on its own line, `prefix` then `indent` repeated
 /// per level at the start of each new line, empty containers kept as `[]` / `{}`.
-fn reindent(text: &str, prefix: &str, indent: &str) -> String {
+pub(crate) fn reindent(text: &str, prefix: &str, indent: &str) -> String {
     let mut out = String::with_capacity(text.len() * 2);
     let mut depth = 0usize;
     let mut in_string = false;

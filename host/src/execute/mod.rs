@@ -604,11 +604,13 @@ pub(crate) fn classify_trap(
     }
     match error.downcast_ref::<wasmtime::Trap>() {
         Some(wasmtime::Trap::OutOfFuel) => Ok(Budget::Fuel),
-        // The interpreter's stack: a program nested too deeply for the parser
-        // overflows the host stack or, the interpreter being stack-first, its 8 MiB
-        // stack (an access below address 0). Neither has a flag; memory is closest.
+        // The interpreter's stack: a program nested too deeply for the parser (past
+        // the depth check, which runs after parsing) overflows the host stack or,
+        // the interpreter being stack-first, its 8 MiB stack (an access below
+        // address 0). No flag raises it, and naming --max-memory would send the
+        // operator raising the wrong budget.
         Some(wasmtime::Trap::StackOverflow | wasmtime::Trap::MemoryOutOfBounds) => {
-            Ok(Budget::Memory)
+            Ok(Budget::Stack)
         }
         _ => {
             tracing::error!(reason = %format!("{error:#}"), "the interpreter trapped");
