@@ -74,6 +74,75 @@ fn a_flag_beats_its_variable_which_beats_the_file() {
 }
 
 #[test]
+fn a_missing_plugins_folder_says_so_once_with_a_hint() {
+    // From the checkout, whose target/plugins holds the examples.
+    let from_checkout = |args: &[&str]| {
+        let out = Command::new(host_bin())
+            .current_dir(root())
+            .env_remove("CODEMODE_PLUGINS")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run codemode-host");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, log) = from_checkout(&["--plugins", "plugin"]);
+    assert_eq!(code, Some(1), "{log}");
+    assert!(
+        log.ends_with(&format!(
+            "ERROR codemode_host: {}; the example plugins are in target/plugins: --plugins target/plugins\n",
+            missing_folder("plugin")
+        )),
+        "{log}"
+    );
+    // The default, `plugins`, is the folder of the examples' sources there.
+    let (code, log) = from_checkout(&[]);
+    assert_eq!(code, Some(0), "{log}");
+    assert!(
+        log.contains(
+            "WARN codemode_host::service: no plugin loaded; serving no capabilities folder=plugins reason=the folder holds sources (fetch/Cargo.toml) but no built components (*.wasm): build them and put the .wasm files here; in a checkout, `cargo xtask plugins` builds the examples into target/plugins\n"
+        ),
+        "{log}"
+    );
+    // Elsewhere: what to do instead.
+    let (code, log) = run(&["--plugins", "/nonexistent/plugins"], &[]);
+    assert_eq!(code, Some(1), "{log}");
+    assert!(
+        log.ends_with(&format!(
+            "ERROR codemode_host: {}; create it, or name the folder with --plugins\n",
+            missing_folder("/nonexistent/plugins")
+        )),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_policy_without_the_decision_names_it_and_the_flag() {
+    let (dir, _) = config("policy-package", "");
+    let policy = dir.join("acme.rego");
+    std::fs::write(&policy, "package acme.mcp\n\nallow if { true }\n").expect("write the policy");
+    let (code, log) = run(
+        &[
+            "--plugins",
+            "/nonexistent/plugins",
+            "--policy",
+            policy.to_str().expect("utf-8 path"),
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(1), "{log}");
+    assert!(
+        log.ends_with(
+            "ERROR codemode_host: rego: no rule defines the decision `data.codemode.authz.allow` (the modules' packages: data.acme.mcp); define it, or name the rule that decides with --policy-decision\n"
+        ),
+        "{log}"
+    );
+}
+
+#[test]
 fn a_bad_setting_stops_startup_naming_its_source() {
     let (_, path) = config("bad", "plugins = \"p\"\nmax-exec-time = \"5s\"\n");
     let (code, log) = run(&["--config", &path], &[]);

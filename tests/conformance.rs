@@ -29,14 +29,11 @@ fn examples_over_http(label: &str, extra: &[&str]) -> HttpServer {
 fn the_conformance_suite_passes_the_scenarios_that_apply() {
     let tools = node_tools();
     let server = examples_over_http("conformance", &["--allow-all"]);
-    let baseline = root().join("tests/conformance/baseline.yml");
     let results = root().join("target/test-cache/conformance");
     for scenario in SCENARIOS {
         let out = Command::new(&tools.node)
             .arg(&tools.conformance)
             .args(["server", "--url", &server.url(), "--scenario", scenario])
-            .arg("--expected-failures")
-            .arg(&baseline)
             .arg("-o")
             .arg(&results)
             .output()

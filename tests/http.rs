@@ -194,6 +194,16 @@ fn requests_without_a_valid_token_get_401_with_a_challenge() {
     assert_eq!((health.status, health.body.as_str()), (200, "ok\n"));
     let ready = raw_request(server.port, "GET", "/readyz", &[], "");
     assert_eq!((ready.status, ready.body.as_str()), (200, "ready\n"));
+    // The two refusals are counted; the accepted request is not.
+    let metrics = raw_request(server.port, "GET", "/metrics", &[], "");
+    assert!(
+        metrics
+            .body
+            .lines()
+            .any(|l| l == "codemode_http_unauthenticated_total 2"),
+        "{}",
+        metrics.body
+    );
 }
 
 #[test]

@@ -235,3 +235,79 @@ fn files_that_would_hang_or_flood_loading_are_skipped_with_the_reason() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_folder_that_serves_nothing_says_why_and_what_to_do() {
+    let build = "in a checkout, `cargo xtask plugins` builds the examples into target/plugins";
+    let empty = temp_dir("empty-folder");
+    let sources = temp_dir("sources-folder");
+    std::fs::write(sources.join("Cargo.toml"), "[package]\n").expect("write");
+    std::fs::create_dir_all(sources.join("src")).expect("mkdir");
+    let broken = temp_dir("broken-folder");
+    std::fs::write(broken.join("notes.wasm"), "not wasm at all").expect("write");
+    let cases = [
+        (
+            &empty,
+            format!("the folder is empty: put plugin components (*.wasm) in it; {build}"),
+        ),
+        (
+            &sources,
+            format!(
+                "the folder holds sources (Cargo.toml) but no built components (*.wasm): build them and put the .wasm files here; {build}"
+            ),
+        ),
+        (
+            &broken,
+            "every *.wasm file failed to load (each is named above with its reason)".to_owned(),
+        ),
+    ];
+    for (dir, reason) in cases {
+        let d = dir.to_str().expect("utf-8");
+        let (log, _) = startup_log(&["--plugins", d]);
+        let want = format!(
+            "WARN codemode_host::service: no plugin loaded; serving no capabilities folder={d} reason={reason}"
+        );
+        assert!(
+            log.iter().any(|line| line.ends_with(&want)),
+            "missing {want:?} in:\n{}",
+            log.join("\n")
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[test]
+fn a_sidecar_no_plugin_reads_or_a_limit_above_the_global_one_is_warned_about() {
+    let dir = temp_dir("sidecars");
+    copy(
+        &example_plugins().join("records.wasm"),
+        &dir.join("records.wasm"),
+    );
+    copy(
+        &example_plugins().join("stats.wasm"),
+        &dir.join("stats.wasm"),
+    );
+    std::fs::write(
+        dir.join("records.toml"),
+        "max_memory = \"1GiB\"\nmax_fuel_per_call = 9000000000\ntimeout = \"1m\"\n",
+    )
+    .expect("write");
+    for orphan in ["orphan.toml", "stats.wasm.toml", "Records.toml"] {
+        std::fs::write(dir.join(orphan), "env = { A = \"b\" }\n").expect("write");
+    }
+    let d = dir.to_str().expect("utf-8");
+    let (log, _) = startup_log(&["--plugins", d, "--max-memory", "64MiB"]);
+    let log = log.join("\n");
+    for want in [
+        "WARN codemode_host::plugins::folder: sidecar matches no plugin; its grants are not given sidecar=Records.toml reason=the sidecar of records.wasm is records.toml",
+        "WARN codemode_host::plugins::folder: sidecar matches no plugin; its grants are not given sidecar=orphan.toml reason=there is no orphan.wasm; the sidecar of a plugin NAME.wasm is NAME.toml",
+        "WARN codemode_host::plugins::folder: sidecar matches no plugin; its grants are not given sidecar=stats.wasm.toml reason=the sidecar of stats.wasm is stats.toml",
+        "WARN codemode_host::plugins::folder: sidecar limit capped by the global budget plugin=records.wasm reason=max_memory = 1073741824 bytes is above --max-memory (67108864 bytes)",
+        "WARN codemode_host::plugins::folder: sidecar limit capped by the global budget plugin=records.wasm reason=max_fuel_per_call = 9000000000 is above --max-fuel (8000000000)",
+        "WARN codemode_host::plugins::folder: sidecar limit capped by the global budget plugin=records.wasm reason=timeout = 1m is above --max-execution-time (5s)",
+        "catalog ready plugins=2",
+    ] {
+        assert!(log.contains(want), "missing {want:?} in:\n{log}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

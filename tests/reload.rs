@@ -11,8 +11,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::{
-    HttpServer, call_tool, example_plugins, execute_http, plugin_folder, private_cache,
-    test_plugin, wait_for_audit, wait_for_log, wait_until,
+    HttpServer, call_tool, example_plugins, execute_http, host_bin, plugin_folder, private_cache,
+    raw_request, test_plugin, wait_for_audit, wait_for_log, wait_until, with_cache,
 };
 
 /// Returns the serving version after a little work (so that executions overlap the
@@ -175,16 +175,56 @@ fn a_half_written_plugin_keeps_the_last_good_version_until_the_copy_completes() 
         1,
     );
     assert_eq!(execute_http(server.port, VERSION), Ok(json!(1)));
+    // Ready, naming the file whose new version failed, with the logged reason.
+    let failure =
+        "plugin reload failed; its last good version keeps serving plugin=versioned.wasm reason=";
+    let log = server.log();
+    let reason = log
+        .lines()
+        .rev()
+        .find_map(|line| Some(&line[line.find(failure)? + failure.len()..]))
+        .expect("the failure's log line");
+    assert!(reason.starts_with("invalid component:"), "{log}");
+    assert_eq!(
+        readyz(server.port),
+        (
+            200,
+            format!(
+                "ready\nplugins left out:\n  versioned.wasm: {reason} (an earlier version serves)\n"
+            )
+        )
+    );
+    let failures = log.matches(failure).count() as u64;
+    assert_eq!(
+        metric(
+            server.port,
+            "codemode_plugin_load_failures_total{plugin=\"versioned.wasm\"}"
+        ),
+        Some(failures)
+    );
+    assert!(metric(server.port, "codemode_reloads_total{outcome=\"failed\"}") >= Some(1));
 
     file.write_all(tail).expect("write the rest");
     drop(file);
     wait_for_log(&server, "catalog reloaded", 1);
     assert_eq!(execute_http(server.port, VERSION), Ok(json!(2)));
-    let log = server.log();
-    assert!(
-        log.contains("plugin=versioned.wasm reason=invalid component:"),
-        "{log}"
-    );
+    assert_eq!(readyz(server.port), (200, "ready\n".to_owned()));
+    assert!(metric(server.port, "codemode_reloads_total{outcome=\"ok\"}") >= Some(1));
+}
+
+/// `/readyz`'s status and body.
+fn readyz(port: u16) -> (u16, String) {
+    let ready = raw_request(port, "GET", "/readyz", &[], "");
+    (ready.status, ready.body)
+}
+
+/// The value of the `/metrics` line for `series` (name and labels), if there is one.
+fn metric(port: u16, series: &str) -> Option<u64> {
+    let metrics = raw_request(port, "GET", "/metrics", &[], "");
+    metrics
+        .body
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
 /// `search_api` names, in rank order.
@@ -344,12 +384,85 @@ fn at_start_no_plugin_gets_a_contested_name() {
     let server = server(&dir, &[]);
     assert_eq!(serving_under(server.port, "records"), Vec::<String>::new());
     let log = server.log();
+    let reason = "capability ID `records.find` is claimed by arecords.wasm and records.wasm";
     for file in ["arecords.wasm", "records.wasm"] {
         assert!(
             log.contains(&format!(
-                "ERROR codemode_host::service: plugin refused: no plugin gets a contested name plugin={file} reason=capability ID `records.find` is claimed by arecords.wasm and records.wasm"
+                "ERROR codemode_host::service: plugin refused: no plugin gets a contested name plugin={file} reason={reason}"
             )),
             "{log}"
         );
+        assert_eq!(
+            metric(
+                server.port,
+                &format!("codemode_plugin_load_failures_total{{plugin=\"{file}\"}}")
+            ),
+            Some(1)
+        );
     }
+    assert_eq!(
+        readyz(server.port),
+        (
+            200,
+            format!(
+                "ready\nplugins left out:\n  arecords.wasm: {reason}\n  records.wasm: {reason}\n"
+            )
+        )
+    );
+
+    // Every plugin required: the same folder stops startup, naming both.
+    let out = std::process::Command::new(host_bin())
+        .args(with_cache(&[
+            "--plugins",
+            dir.to_str().expect("utf-8 path"),
+            "--allow-all",
+            "--require-all-plugins",
+        ]))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run codemode-host");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "ERROR codemode_host: every plugin must load, and 2 plugins did not:\n  arecords.wasm: {reason}\n  records.wasm: {reason}\n"
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn with_every_plugin_required_a_file_that_fails_to_load_turns_readyz_503() {
+    let dir = plugin_folder(
+        "reload-require-all",
+        &[example_plugins().join("records.wasm")],
+    );
+    let server = server(&dir, &["--require-all-plugins"]);
+    assert_eq!(readyz(server.port), (200, "ready\n".to_owned()));
+
+    std::fs::write(dir.join("notes.wasm"), "not a component\n").expect("write notes.wasm");
+    let not_ready = format!(
+        "not ready: every plugin must load (--require-all-plugins)\nplugins left out:\n  notes.wasm: {}\n",
+        "not a WebAssembly file (no `\\0asm` header); only components are loaded"
+    );
+    wait_until(
+        "readyz to turn 503",
+        || readyz(server.port) == (503, not_ready.clone()),
+        || format!("{:?}\n{}", readyz(server.port), server.log()),
+    );
+    // The catalog it had keeps serving.
+    assert_eq!(
+        execute_http(
+            server.port,
+            "def main():\n    return records.lookup(key=\"bk-0001\")[\"title\"]"
+        ),
+        Ok(json!("The Burning Tide"))
+    );
+
+    std::fs::remove_file(dir.join("notes.wasm")).expect("remove notes.wasm");
+    wait_until(
+        "readyz to turn 200",
+        || readyz(server.port) == (200, "ready\n".to_owned()),
+        || format!("{:?}\n{}", readyz(server.port), server.log()),
+    );
 }

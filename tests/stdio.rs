@@ -57,7 +57,7 @@ fn initialize_and_tools_list_follow_the_contract() {
     );
     assert_eq!(
         tools[2]["outputSchema"],
-        json!({"type": "object", "required": ["result"], "additionalProperties": false, "properties": {"result": true}})
+        json!({"type": "object", "required": ["result"], "additionalProperties": false, "properties": {"result": {}}})
     );
     assert_eq!(
         tools[0]["description"],

@@ -676,6 +676,7 @@ pub(crate) fn library_service(
         authorizer: std::sync::Arc::new(codemode_host::authz::AllowAll),
         audit: None,
         upstreams: Vec::new(),
+        require_all_plugins: false,
     };
     std::sync::Arc::new(codemode_host::Service::load(&config).expect("load the service"))
 }

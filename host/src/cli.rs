@@ -61,6 +61,16 @@ pub struct Cli {
     #[arg(long)]
     pub no_watch: bool,
 
+    /// Refuse to serve unless every plugin file loads
+    ///
+    /// A plugin that fails to load, or is refused because another plugin claims
+    /// its names, stops startup with every reason. Later, while such a file is in
+    /// the folder, /readyz answers 503 naming it (the last good catalog keeps
+    /// serving). Without this switch /readyz answers 200 and lists the files left
+    /// out.
+    #[arg(long)]
+    pub require_all_plugins: bool,
+
     /// Remove a capability by its stable ID (repeatable)
     ///
     /// The capability disappears from search_api, describe_api and execute. An ID

@@ -47,7 +47,7 @@ pub use error::ToolError;
 pub use execute::{
     Executed, Execution, FailedCall, LimitError, Limits, RunnerError, Stats, default_cache_dir,
 };
-pub use plugins::{FileError, LoadError, LoadLimits, TypeError};
+pub use plugins::{FileError, LoadError, LoadLimits, Skipped, TypeError};
 pub use service::{
     LOCAL_SUBJECT, Precompiled, Reloaded, Service, ServiceConfig, StartError, precompile,
 };

@@ -11,7 +11,7 @@ use codemode_host::authz::Subject;
 use codemode_host::default_cache_dir;
 use codemode_host::mcp::http::{self, HttpConfig, Readiness};
 use codemode_host::mcp::{McpServer, SubjectSource, serve_stdio};
-use codemode_host::{Service, ServiceConfig, watch};
+use codemode_host::{Service, ServiceConfig, StartError, watch};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::{self, Filter, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
@@ -117,13 +117,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         authorizer: authorization.authorizer,
         audit: Some(audit.clone()),
         upstreams: cli.upstreams.clone(),
+        require_all_plugins: cli.require_all_plugins,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     let served = match http {
         None => {
-            let service = Arc::new(Service::load(&config)?);
+            let service = Arc::new(load(&config)?);
             let _watch = start_watch(&cli, &service)?;
             let subjects = SubjectSource::Fixed(Subject::new(cli.subject.clone()));
             let served = runtime
@@ -139,6 +140,31 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     runtime.shutdown_timeout(SHUTDOWN_GRACE);
     audit.close();
     served
+}
+
+/// Where `cargo xtask plugins` puts the example plugins, relative to a checkout.
+const EXAMPLE_PLUGINS: &str = "target/plugins";
+
+/// [`Service::load`], with a hint when the plugins folder does not exist.
+fn load(config: &ServiceConfig) -> anyhow::Result<Service> {
+    match Service::load(config) {
+        Ok(service) => Ok(service),
+        Err(StartError::PluginsDir { path, reason })
+            if reason.kind() == std::io::ErrorKind::NotFound =>
+        {
+            let examples = std::path::Path::new(EXAMPLE_PLUGINS);
+            let hint = if examples.is_dir() && path != examples {
+                format!("the example plugins are in {EXAMPLE_PLUGINS}: --plugins {EXAMPLE_PLUGINS}")
+            } else {
+                "create it, or name the folder with --plugins".to_owned()
+            };
+            Err(anyhow::anyhow!(
+                "{}; {hint}",
+                StartError::PluginsDir { path, reason }
+            ))
+        }
+        Err(error) => Err(error.into()),
+    }
 }
 
 /// Binds first, so probes answer while plugins load; then loads and serves until
@@ -179,7 +205,7 @@ async fn serve_http(
         None => None,
     };
     // A shutdown signal while plugins load ends the server too.
-    let loading = tokio::task::spawn_blocking(move || Service::load(&config));
+    let loading = tokio::task::spawn_blocking(move || load(&config));
     let service = tokio::select! {
         loaded = loading => Arc::new(loaded??),
         served = &mut server => {

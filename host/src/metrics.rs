@@ -11,6 +11,15 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+/// `codemode_reloads_total{outcome}`: every changed file loaded.
+pub const RELOAD_OK: &str = "ok";
+/// `codemode_reloads_total{outcome}`: some file failed to load or was refused;
+/// the rest was applied.
+pub const RELOAD_FAILED: &str = "failed";
+/// `codemode_reloads_total{outcome}`: nothing was applied (the folder could not be
+/// listed, or the catalog not built).
+pub const RELOAD_ERROR: &str = "error";
+
 /// Upper bounds of the execution latency histogram, in seconds.
 const LATENCY_BUCKETS: [f64; 12] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0,
@@ -72,6 +81,9 @@ pub struct Metrics {
     plugins_loaded: AtomicU64,
     capabilities: AtomicU64,
     upstreams: Mutex<BTreeMap<String, bool>>,
+    plugin_load_failures: Mutex<BTreeMap<String, u64>>,
+    reloads: Mutex<BTreeMap<&'static str, u64>>,
+    http_unauthenticated: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -84,6 +96,9 @@ impl Default for Metrics {
             plugins_loaded: AtomicU64::new(0),
             capabilities: AtomicU64::new(0),
             upstreams: Mutex::new(BTreeMap::new()),
+            plugin_load_failures: Mutex::new(BTreeMap::new()),
+            reloads: Mutex::new(BTreeMap::new()),
+            http_unauthenticated: AtomicU64::new(0),
         }
     }
 }
@@ -128,6 +143,27 @@ impl Metrics {
         }
     }
 
+    /// Plugin file `plugin` failed to load, or loaded and was refused (at start or
+    /// on a reload).
+    pub fn plugin_load_failure(&self, plugin: &str) {
+        if let Ok(mut failures) = self.plugin_load_failures.lock() {
+            *failures.entry(plugin.to_owned()).or_default() += 1;
+        }
+    }
+
+    /// One reload of the plugins folder and its outcome ([`RELOAD_OK`],
+    /// [`RELOAD_FAILED`], [`RELOAD_ERROR`]).
+    pub fn reload(&self, outcome: &'static str) {
+        if let Ok(mut reloads) = self.reloads.lock() {
+            *reloads.entry(outcome).or_default() += 1;
+        }
+    }
+
+    /// One HTTP request refused for want of a valid bearer token.
+    pub fn http_unauthenticated(&self) {
+        self.http_unauthenticated.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Plugins serving now (the `codemode_plugins_loaded` gauge).
     pub fn plugins_loaded(&self) -> usize {
         self.plugins_loaded.load(Ordering::Relaxed) as usize
@@ -167,6 +203,47 @@ impl Metrics {
                 );
             }
         }
+        header(
+            &mut out,
+            "codemode_plugin_load_failures_total",
+            "counter",
+            "Plugin files that failed to load or were refused, at start or on a reload.",
+        );
+        if let Ok(failures) = self.plugin_load_failures.lock() {
+            for (plugin, count) in failures.iter() {
+                let _ = writeln!(
+                    out,
+                    "codemode_plugin_load_failures_total{{plugin=\"{}\"}} {count}",
+                    escape(plugin)
+                );
+            }
+        }
+        header(
+            &mut out,
+            "codemode_reloads_total",
+            "counter",
+            "Reloads of the plugins folder by outcome (ok, failed: some file did not load, error: nothing applied).",
+        );
+        if let Ok(reloads) = self.reloads.lock() {
+            for (outcome, count) in reloads.iter() {
+                let _ = writeln!(
+                    out,
+                    "codemode_reloads_total{{outcome=\"{}\"}} {count}",
+                    escape(outcome)
+                );
+            }
+        }
+        header(
+            &mut out,
+            "codemode_http_unauthenticated_total",
+            "counter",
+            "HTTP requests refused without a valid bearer token.",
+        );
+        let _ = writeln!(
+            out,
+            "codemode_http_unauthenticated_total {}",
+            self.http_unauthenticated.load(Ordering::Relaxed)
+        );
         let histograms = [
             (
                 "codemode_execute_duration_seconds",
@@ -251,6 +328,12 @@ mod tests {
         metrics.upstream("time", true);
         metrics.upstream("git", true);
         metrics.upstream("git", false);
+        metrics.plugin_load_failure("broken.wasm");
+        metrics.plugin_load_failure("broken.wasm");
+        metrics.reload(RELOAD_OK);
+        metrics.reload(RELOAD_FAILED);
+        metrics.reload(RELOAD_OK);
+        metrics.http_unauthenticated();
         let text = metrics.render();
         let expected = [
             "codemode_executes_total{outcome=\"ok\"} 2",
@@ -272,6 +355,11 @@ mod tests {
             "codemode_upstream_up{upstream=\"git\"} 0",
             "codemode_upstream_up{upstream=\"time\"} 1",
             "# TYPE codemode_upstream_up gauge",
+            "codemode_plugin_load_failures_total{plugin=\"broken.wasm\"} 2",
+            "# TYPE codemode_plugin_load_failures_total counter",
+            "codemode_reloads_total{outcome=\"failed\"} 1",
+            "codemode_reloads_total{outcome=\"ok\"} 2",
+            "codemode_http_unauthenticated_total 1",
         ];
         for line in expected {
             assert!(

@@ -4,7 +4,7 @@
 //! adapter decodes a request, calls one method here and projects the error; nothing
 //! in this module knows MCP.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, btree_map};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -22,8 +22,8 @@ use crate::error::ToolError;
 use crate::execute::{
     Dispatch, Executed, Execution, Executor, ExecutorConfig, LimitError, Limits, Route, RunnerError,
 };
-use crate::metrics::Metrics;
-use crate::plugins::{self, LoadLimits, LoadedPlugin, PluginFolder};
+use crate::metrics::{Metrics, RELOAD_ERROR, RELOAD_FAILED, RELOAD_OK};
+use crate::plugins::{self, GlobalCaps, LoadLimits, LoadedPlugin, PluginFolder, Skipped};
 use crate::source::CapabilitySource;
 use crate::upstream::{Publish, Upstream, UpstreamConfig};
 
@@ -53,6 +53,9 @@ pub struct ServiceConfig {
     /// MCP servers whose tools are capabilities too, connected while the plugins
     /// load.
     pub upstreams: Vec<UpstreamConfig>,
+    /// Whether every plugin file must load: one that does not is a start error, and
+    /// after a reload it makes [`Service::ready`] false.
+    pub require_all_plugins: bool,
 }
 
 impl ServiceConfig {
@@ -69,6 +72,7 @@ impl ServiceConfig {
             loading: LoadLimits::default(),
             cache_dir: None,
             upstreams: Vec::new(),
+            require_all_plugins: false,
         }
     }
 }
@@ -109,6 +113,26 @@ pub enum StartError {
     /// The interpreter could not be prepared.
     #[error("{0}")]
     Runner(RunnerError),
+    /// Every plugin must load ([`ServiceConfig::require_all_plugins`]) and these
+    /// did not.
+    #[error("{}", required_message(.0))]
+    PluginsRequired(Vec<Skipped>),
+}
+
+/// The message of [`StartError::PluginsRequired`]: each file and its reason.
+fn required_message(skipped: &[Skipped]) -> String {
+    let mut message = format!(
+        "every plugin must load, and {} did not:",
+        if skipped.len() == 1 {
+            "1 plugin".to_owned()
+        } else {
+            format!("{} plugins", skipped.len())
+        }
+    );
+    for s in skipped {
+        message.push_str(&format!("\n  {}: {}", s.plugin, s.reason));
+    }
+    message
 }
 
 /// What `precompile` did with one component.
@@ -189,6 +213,8 @@ pub const LOCAL_SUBJECT: &str = "local";
 pub struct Service {
     shared: Arc<Shared>,
     executor: Executor,
+    /// [`ServiceConfig::require_all_plugins`].
+    require_all_plugins: bool,
     /// Tells the upstreams' supervisors to close their sessions and stop.
     stop_upstreams: tokio::sync::watch::Sender<bool>,
     /// The supervisors, one per configured upstream.
@@ -209,14 +235,43 @@ struct Shared {
 struct Snapshot {
     catalog: Arc<Catalog>,
     dispatch: Arc<Dispatch>,
+    /// Plugins that loaded but were left out of this set.
+    refusals: Vec<Skipped>,
+    /// Plugin files whose latest version failed to load.
+    failures: Vec<Skipped>,
 }
 
-impl From<Assembled> for Snapshot {
-    fn from(assembled: Assembled) -> Self {
+impl Snapshot {
+    /// The snapshot of `assembled`, whose folder could not load `failures`.
+    fn new(assembled: Assembled, failures: Vec<Skipped>) -> Self {
         Self {
             catalog: Arc::new(assembled.catalog),
             dispatch: Arc::new(assembled.dispatch),
+            refusals: assembled.refusals,
+            failures,
         }
+    }
+
+    /// The same set, after a scan that loaded nothing new found `failures`.
+    fn with_failures(&self, failures: Vec<Skipped>) -> Self {
+        Self {
+            catalog: self.catalog.clone(),
+            dispatch: self.dispatch.clone(),
+            refusals: self.refusals.clone(),
+            failures,
+        }
+    }
+
+    /// Every plugin file left out, by file name.
+    fn skipped(&self) -> Vec<Skipped> {
+        let mut skipped: Vec<Skipped> = self
+            .failures
+            .iter()
+            .chain(&self.refusals)
+            .cloned()
+            .collect();
+        skipped.sort_by(|a, b| a.plugin.cmp(&b.plugin));
+        skipped
     }
 }
 
@@ -263,8 +318,9 @@ struct Assembled {
     catalog: Catalog,
     dispatch: Dispatch,
     build_time: std::time::Duration,
-    /// Plugins refused because another plugin claims the same name or ID.
-    refused: usize,
+    /// Plugins that loaded but were left out: another plugin claims the same name
+    /// or ID, or their capabilities do not fit the catalog.
+    refusals: Vec<Skipped>,
     /// How many of the sources are upstreams (they come after the plugins).
     upstreams: usize,
 }
@@ -281,7 +337,10 @@ impl Assembled {
 /// every newcomer claiming it is refused; among newcomers (every plugin at start)
 /// none gets a contested name silently, so all of them are refused. Each refusal is
 /// logged naming the files and the name.
-fn contested(plugins: &[Arc<LoadedPlugin>], incumbents: &HashSet<String>) -> HashSet<usize> {
+fn contested(
+    plugins: &[Arc<LoadedPlugin>],
+    incumbents: &HashSet<String>,
+) -> BTreeMap<usize, String> {
     let mut claims: BTreeMap<(&str, &str), Vec<usize>> = BTreeMap::new();
     for (p, plugin) in plugins.iter().enumerate() {
         for capability in &plugin.capabilities {
@@ -291,7 +350,7 @@ fn contested(plugins: &[Arc<LoadedPlugin>], incumbents: &HashSet<String>) -> Has
             claims.entry(("ID", id)).or_default().push(p);
         }
     }
-    let mut refused = HashSet::new();
+    let mut refused = BTreeMap::new();
     for ((kind, key), mut claimants) in claims {
         claimants.dedup();
         if claimants.len() < 2 {
@@ -308,24 +367,34 @@ fn contested(plugins: &[Arc<LoadedPlugin>], incumbents: &HashSet<String>) -> Has
         match holder {
             Some(holder) => {
                 for &p in claimants.iter().filter(|&&p| p != holder) {
-                    if refused.insert(p) {
+                    if let btree_map::Entry::Vacant(entry) = refused.entry(p) {
+                        let reason = format!(
+                            "capability {kind} `{key}` is already served by {}",
+                            plugins[holder].file
+                        );
                         tracing::warn!(
                             plugin = %plugins[p].file,
                             serving = %plugins[holder].file,
-                            reason = %format!("capability {kind} `{key}` is already served by {}", plugins[holder].file),
+                            reason = %reason,
                             "plugin refused"
                         );
+                        entry.insert(reason);
                     }
                 }
             }
             None => {
                 for &p in &claimants {
-                    if refused.insert(p) {
+                    if let btree_map::Entry::Vacant(entry) = refused.entry(p) {
+                        let reason = format!(
+                            "capability {kind} `{key}` is claimed by {}",
+                            files.join(" and ")
+                        );
                         tracing::error!(
                             plugin = %plugins[p].file,
-                            reason = %format!("capability {kind} `{key}` is claimed by {}", files.join(" and ")),
+                            reason = %reason,
                             "plugin refused: no plugin gets a contested name"
                         );
+                        entry.insert(reason);
                     }
                 }
             }
@@ -348,19 +417,31 @@ fn assemble(
     strict: bool,
 ) -> Result<Assembled, SpecError> {
     let started = Instant::now();
-    let refused = contested(&plugins, incumbents);
+    let mut refused = contested(&plugins, incumbents);
+    let mut refusals = Vec::new();
     let mut builder = CatalogBuilder::new();
     let mut serving: Vec<Arc<dyn CapabilitySource>> = Vec::new();
     let mut upstreams_serving = 0;
     let mut roots: BTreeMap<String, String> = BTreeMap::new();
     for (p, plugin) in plugins.into_iter().enumerate() {
-        if refused.contains(&p) {
+        if let Some(reason) = refused.remove(&p) {
+            refusals.push(Skipped {
+                plugin: plugin.file.clone(),
+                reason,
+                earlier_serves: false,
+            });
             continue;
         }
         let specs: Vec<_> = plugin.capabilities.iter().map(|c| c.spec.clone()).collect();
         if let Err((index, error)) = builder.add_group(&specs) {
             let export = &plugin.capabilities[index].export;
-            tracing::warn!(plugin = %plugin.file, reason = %format!("export `{export}`: {error}"), "plugin skipped");
+            let reason = format!("export `{export}`: {error}");
+            tracing::warn!(plugin = %plugin.file, reason = %reason, "plugin skipped");
+            refusals.push(Skipped {
+                plugin: plugin.file.clone(),
+                reason,
+                earlier_serves: false,
+            });
             continue;
         }
         for spec in &specs {
@@ -426,9 +507,68 @@ fn assemble(
             sources,
         },
         build_time: started.elapsed(),
-        refused: refused.len(),
+        refusals,
         upstreams: upstreams_serving,
     })
+}
+
+/// File names that say a folder holds a plugin's sources rather than its component.
+const SOURCE_MARKERS: [&str; 5] = ["Cargo.toml", "pyproject.toml", "package.json", "wit", "src"];
+/// Extensions of plugin sources.
+const SOURCE_EXTENSIONS: [&str; 6] = ["rs", "py", "js", "ts", "wit", "go"];
+
+/// Why a plugins folder from which nothing loaded serves nothing, and what to do:
+/// it is empty, it holds sources (or folders of sources, as the checkout's
+/// `plugins/` does) but no components, or its components failed (named in the log
+/// lines before).
+fn empty_folder_reason(dir: &Path) -> String {
+    const BUILD: &str =
+        "in a checkout, `cargo xtask plugins` builds the examples into target/plugins";
+    let names = |dir: &Path| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|entry| {
+                        Some(entry.ok()?.file_name().to_string_lossy().into_owned())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let is_source = |name: &str| {
+        SOURCE_MARKERS.contains(&name)
+            || Path::new(name)
+                .extension()
+                .is_some_and(|e| SOURCE_EXTENSIONS.iter().any(|s| e == *s))
+    };
+    let names = names(dir);
+    if names.iter().any(|n| n.ends_with(".wasm")) {
+        return "every *.wasm file failed to load (each is named above with its reason)".to_owned();
+    }
+    let mut sources: Vec<String> = names.iter().filter(|n| is_source(n)).cloned().collect();
+    // A folder of plugin projects: `records/Cargo.toml`. Only the first level, and
+    // only a bounded number of folders.
+    for sub in names.iter().filter(|n| dir.join(n).is_dir()).take(64) {
+        if let Some(marker) = std::fs::read_dir(dir.join(sub))
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| Some(entry.ok()?.file_name().to_string_lossy().into_owned()))
+            .filter(|n| SOURCE_MARKERS.contains(&n.as_str()))
+            .min()
+        {
+            sources.push(format!("{sub}/{marker}"));
+        }
+    }
+    if let Some(source) = sources.iter().min() {
+        return format!(
+            "the folder holds sources ({source}) but no built components (*.wasm): build them and put the .wasm files here; {BUILD}"
+        );
+    }
+    if names.is_empty() {
+        format!("the folder is empty: put plugin components (*.wasm) in it; {BUILD}")
+    } else {
+        format!("the folder holds no *.wasm files; {BUILD}")
+    }
 }
 
 /// The publisher of the upstream in slot `index`: each new version (or `None`)
@@ -486,7 +626,9 @@ impl Shared {
                 let plugins = assembled.plugins();
                 let upstreams = assembled.upstreams;
                 let capabilities = assembled.catalog.len();
-                self.snapshot.store(Arc::new(Snapshot::from(assembled)));
+                let failures = reloader.folder.failures();
+                self.snapshot
+                    .store(Arc::new(Snapshot::new(assembled, failures)));
                 self.metrics.catalog(plugins, capabilities);
                 tracing::info!(
                     plugins,
@@ -513,11 +655,27 @@ impl Shared {
         let report = reloader
             .folder
             .scan(&reloader.engine, reloader.cache.as_ref())
-            .map_err(|source| StartError::PluginsDir {
-                path: reloader.folder.dir().to_owned(),
-                reason: source,
+            .map_err(|source| {
+                self.metrics.reload(RELOAD_ERROR);
+                StartError::PluginsDir {
+                    path: reloader.folder.dir().to_owned(),
+                    reason: source,
+                }
             })?;
+        for plugin in &report.failures {
+            self.metrics.plugin_load_failure(plugin);
+        }
         if !report.changed() {
+            if report.failed > 0 {
+                let failures = reloader.folder.failures();
+                self.snapshot
+                    .store(Arc::new(self.snapshot.load().with_failures(failures)));
+            }
+            self.metrics.reload(if report.failed > 0 {
+                RELOAD_FAILED
+            } else {
+                RELOAD_OK
+            });
             return Ok(Reloaded {
                 swapped: false,
                 plugins: self.metrics.plugins_loaded(),
@@ -527,12 +685,22 @@ impl Shared {
                 elapsed: started.elapsed(),
             });
         }
-        let assembled = self.reassemble(reloader).map_err(StartError::Catalog)?;
-        let failed = report.failed + assembled.refused;
+        let assembled = self.reassemble(reloader).map_err(|error| {
+            self.metrics.reload(RELOAD_ERROR);
+            StartError::Catalog(error)
+        })?;
+        for refused in &assembled.refusals {
+            self.metrics.plugin_load_failure(&refused.plugin);
+        }
+        let failed = report.failed + assembled.refusals.len();
         let plugins = assembled.plugins();
         let capabilities = assembled.catalog.len();
-        self.snapshot.store(Arc::new(Snapshot::from(assembled)));
+        let failures = reloader.folder.failures();
+        self.snapshot
+            .store(Arc::new(Snapshot::new(assembled, failures)));
         self.metrics.catalog(plugins, capabilities);
+        self.metrics
+            .reload(if failed > 0 { RELOAD_FAILED } else { RELOAD_OK });
         let reloaded = Reloaded {
             swapped: true,
             plugins,
@@ -573,13 +741,20 @@ impl Service {
         let engine = plugins::engine(instances).map_err(StartError::Engine)?;
         tracing::debug!(instances, "instance pool sized");
         let cache = open_cache(config.cache_dir.as_deref());
-        let mut folder = PluginFolder::new(config.plugins_dir.clone(), config.loading.clone());
-        folder
-            .scan(&engine, cache.as_ref())
-            .map_err(|source| StartError::PluginsDir {
-                path: config.plugins_dir.clone(),
-                reason: source,
-            })?;
+        let caps = GlobalCaps {
+            max_memory: config.limits.max_memory_bytes,
+            max_fuel: config.limits.max_fuel,
+            max_execution_time: config.limits.max_execution_time,
+        };
+        let mut folder =
+            PluginFolder::new(config.plugins_dir.clone(), config.loading.clone(), caps);
+        let report =
+            folder
+                .scan(&engine, cache.as_ref())
+                .map_err(|source| StartError::PluginsDir {
+                    path: config.plugins_dir.clone(),
+                    reason: source,
+                })?;
         if let Some(cache) = &cache {
             // After the scan, which marked the entries it loaded as used.
             let pruned = cache.prune(plugins::PLUGIN_PREFIX, UNUSED_ENTRY_AGE);
@@ -594,7 +769,12 @@ impl Service {
         }
         let plugins = folder.serving();
         if plugins.is_empty() {
-            tracing::warn!(folder = %config.plugins_dir.display(), "no loadable *.wasm plugins found; serving no capabilities");
+            let reason = empty_folder_reason(&config.plugins_dir);
+            if config.upstreams.is_empty() {
+                tracing::warn!(folder = %config.plugins_dir.display(), reason = %reason, "no plugin loaded; serving no capabilities");
+            } else {
+                tracing::info!(folder = %config.plugins_dir.display(), reason = %reason, "no plugin loaded; serving the upstreams' capabilities only");
+            }
         }
         let slots = connecting.finish();
         let upstreams: Vec<(String, Option<Arc<Upstream>>)> = slots
@@ -615,7 +795,21 @@ impl Service {
             true,
         )
         .map_err(StartError::Catalog)?;
+        let failures = folder.failures();
+        if config.require_all_plugins && (!failures.is_empty() || !assembled.refusals.is_empty()) {
+            let mut skipped: Vec<Skipped> =
+                failures.into_iter().chain(assembled.refusals).collect();
+            skipped.sort_by(|a, b| a.plugin.cmp(&b.plugin));
+            return Err(StartError::PluginsRequired(skipped));
+        }
         let metrics = Arc::new(Metrics::default());
+        for plugin in report
+            .failures
+            .iter()
+            .chain(assembled.refusals.iter().map(|r| &r.plugin))
+        {
+            metrics.plugin_load_failure(plugin);
+        }
         metrics.catalog(assembled.plugins(), assembled.catalog.len());
         for (name, upstream) in &upstreams {
             metrics.upstream(name, upstream.is_some());
@@ -637,7 +831,7 @@ impl Service {
         })
         .map_err(StartError::Runner)?;
         let shared = Arc::new(Shared {
-            snapshot: ArcSwap::from_pointee(Snapshot::from(assembled)),
+            snapshot: ArcSwap::from_pointee(Snapshot::new(assembled, failures)),
             reloader: Mutex::new(Reloader {
                 engine,
                 cache,
@@ -662,6 +856,7 @@ impl Service {
         Ok(Self {
             shared,
             executor,
+            require_all_plugins: config.require_all_plugins,
             stop_upstreams,
             supervisors: Mutex::new(supervisors),
         })
@@ -697,6 +892,24 @@ impl Service {
     /// catalog keeps serving).
     pub fn reload(&self) -> Result<Reloaded, StartError> {
         self.shared.reload()
+    }
+
+    /// The plugin files left out of the catalog now (failed to load, or refused),
+    /// by file name. A file whose new version failed while an earlier one serves is
+    /// listed too ([`Skipped::earlier_serves`]).
+    pub fn skipped(&self) -> Vec<Skipped> {
+        self.shared.snapshot.load().skipped()
+    }
+
+    /// Whether the service is fit to serve: always, unless every plugin is required
+    /// ([`ServiceConfig::require_all_plugins`]) and [`Service::skipped`] lists one.
+    pub fn ready(&self) -> bool {
+        !self.require_all_plugins || self.shared.snapshot.load().skipped().is_empty()
+    }
+
+    /// Whether every plugin file must load ([`ServiceConfig::require_all_plugins`]).
+    pub fn requires_all_plugins(&self) -> bool {
+        self.require_all_plugins
     }
 
     /// The plugins folder this service serves.

@@ -99,7 +99,18 @@ pub enum RegoError {
         /// 1-based column.
         col: u32,
     },
-    /// The decision cannot be compiled against the modules (e.g. no such rule).
+    /// No module defines the decision's rule.
+    #[error(
+        "rego: no rule defines the decision `{decision}` (the modules' packages: {}); define it, or name the rule that decides with --policy-decision",
+        packages.join(", ")
+    )]
+    Undefined {
+        /// The decision asked for.
+        decision: String,
+        /// The packages the modules declare (`data.a.b`), in file-name order.
+        packages: Vec<String>,
+    },
+    /// The decision cannot be compiled against the modules.
     #[error("rego: prepare decision: {0}")]
     Prepare(String),
 }
@@ -161,9 +172,17 @@ impl RegoAuthorizer {
         }
         // Compiling against the entry point checks that the decision names a rule,
         // and leaves the engine analyzed: every clone evaluates without redoing it.
-        engine
-            .compile_with_entrypoint(&regorus::Rc::<str>::from(decision))
-            .map_err(|error| RegoError::Prepare(format!("{error:#}")))?;
+        if let Err(error) = engine.compile_with_entrypoint(&regorus::Rc::<str>::from(decision)) {
+            let reason = format!("{error:#}");
+            // regorus's words for a path that names no rule.
+            if reason.contains("not a valid rule path") {
+                return Err(RegoError::Undefined {
+                    decision: decision.to_owned(),
+                    packages: engine.get_packages().unwrap_or_default(),
+                });
+            }
+            return Err(RegoError::Prepare(reason));
+        }
         Ok(Self {
             engine,
             decision: decision.to_owned(),
@@ -555,10 +574,25 @@ allow if {
 
     #[test]
     fn a_missing_rule_or_a_syntax_error_fails_at_start() {
-        assert!(matches!(
-            RegoAuthorizer::new("data.codemode.authz.permit", &modules(POLICY)),
-            Err(RegoError::Prepare(_))
-        ));
+        let missing = RegoAuthorizer::new("data.codemode.authz.permit", &modules(POLICY)).err();
+        assert_eq!(
+            missing.map(|e| e.to_string()).as_deref(),
+            Some(
+                "rego: no rule defines the decision `data.codemode.authz.permit` (the modules' packages: data.codemode.authz); define it, or name the rule that decides with --policy-decision"
+            )
+        );
+        let other_package = RegoAuthorizer::new(
+            DEFAULT_DECISION,
+            &modules("package acme.mcp\n\nallow if { true }\n"),
+        )
+        .err();
+        assert_eq!(
+            other_package,
+            Some(RegoError::Undefined {
+                decision: DEFAULT_DECISION.to_owned(),
+                packages: vec!["data.acme.mcp".to_owned()],
+            })
+        );
         assert!(matches!(
             RegoAuthorizer::new(
                 DEFAULT_DECISION,

@@ -104,13 +104,16 @@ pub(crate) fn describe_output_schema() -> Value {
     })
 }
 
-/// `execute`'s output schema: `result` may be any JSON value.
+/// `execute`'s output schema: `result` may be any JSON value. The seed writes that
+/// as the boolean subschema `true`; we write the empty schema `{}`, which means the
+/// same and which clients' schema checks accept (the conformance suite's tools-list
+/// check rejects a boolean subschema there).
 pub(crate) fn execute_output_schema() -> Value {
     json!({
         "type": "object",
         "required": ["result"],
         "additionalProperties": false,
-        "properties": { "result": true }
+        "properties": { "result": {} }
     })
 }
 
@@ -230,7 +233,7 @@ mod tests {
         );
         assert_eq!(
             execute_output_schema().to_string(),
-            r#"{"additionalProperties":false,"properties":{"result":true},"required":["result"],"type":"object"}"#
+            r#"{"additionalProperties":false,"properties":{"result":{}},"required":["result"],"type":"object"}"#
         );
     }
 

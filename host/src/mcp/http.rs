@@ -182,11 +182,35 @@ struct Gate {
     readiness: Readiness,
 }
 
+/// `/readyz`: 503 `loading` until the catalog is in place; then 200 `ready`,
+/// followed by the plugin files left out and why, or 503 when every plugin is
+/// required and one is left out.
 async fn ready(State(readiness): State<Readiness>) -> Response {
-    match readiness.service() {
-        Some(_) => (StatusCode::OK, "ready\n").into_response(),
-        None => (StatusCode::SERVICE_UNAVAILABLE, "loading\n").into_response(),
+    let Some(service) = readiness.service() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "loading\n").into_response();
+    };
+    let skipped = service.skipped();
+    let (status, mut body) = if service.ready() {
+        (StatusCode::OK, "ready\n".to_owned())
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: every plugin must load (--require-all-plugins)\n".to_owned(),
+        )
+    };
+    if !skipped.is_empty() {
+        body.push_str("plugins left out:\n");
+        for s in &skipped {
+            let earlier = if s.earlier_serves {
+                " (an earlier version serves)"
+            } else {
+                ""
+            };
+            let reason = s.reason.replace('\n', " ");
+            body.push_str(&format!("  {}: {reason}{earlier}\n", s.plugin));
+        }
     }
+    (status, body).into_response()
 }
 
 async fn metrics(State(readiness): State<Readiness>) -> Response {
@@ -206,9 +230,9 @@ async fn metrics(State(readiness): State<Readiness>) -> Response {
 
 /// Puts the request's [`Subject`] in its extensions, or answers 401 / 503.
 async fn authenticate(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
-    if gate.readiness.service().is_none() {
+    let Some(service) = gate.readiness.service() else {
         return (StatusCode::SERVICE_UNAVAILABLE, "loading\n").into_response();
-    }
+    };
     // Whatever a client sent is not trusted; only what is inserted here is.
     request.extensions_mut().remove::<Subject>();
     let subject = match &gate.authentication {
@@ -220,11 +244,15 @@ async fn authenticate(State(gate): State<Gate>, mut request: Request, next: Next
                 .and_then(|value| value.to_str().ok())
                 .and_then(bearer);
             let Some(token) = presented else {
+                service.metrics().http_unauthenticated();
                 return unauthorized(None);
             };
             match tokens.resolve(token) {
                 Some(subject) => subject,
-                None => return unauthorized(Some("invalid_token")),
+                None => {
+                    service.metrics().http_unauthenticated();
+                    return unauthorized(Some("invalid_token"));
+                }
             }
         }
     };

@@ -9,14 +9,14 @@
 //! removed too, so that rebuilding a plugin again and again does not fill the disk
 //! (and `load_file` removes the entry it wrote for a version that failed to load).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use wasmtime::Engine;
 
-use super::grants::Grants;
+use super::grants::{GlobalCaps, Grants, SIDECAR_EXTENSION};
 use super::load::{LoadLimits, LoadedPlugin, file_label, load_file};
 use crate::cache::ArtifactCache;
 use crate::catalog::CatalogBuilder;
@@ -31,6 +31,27 @@ pub(crate) struct PluginFolder {
     dir: PathBuf,
     limits: LoadLimits,
     files: BTreeMap<PathBuf, Tracked>,
+    /// Files whose latest version failed to load, with the reason (an earlier
+    /// version may still serve).
+    failures: BTreeMap<PathBuf, String>,
+    /// What caps a sidecar's own limits, for the warning that one is above.
+    caps: GlobalCaps,
+    /// Sidecars that match no plugin, as of the last scan (each is warned about
+    /// once, when it appears).
+    orphans: BTreeSet<PathBuf>,
+}
+
+/// A plugin file left out of the catalog, and why: what `/readyz` lists and
+/// `--require-all-plugins` refuses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The file's name in the plugins folder.
+    pub plugin: String,
+    /// Why it does not serve (or, when `earlier_serves`, why its new version does
+    /// not).
+    pub reason: String,
+    /// Whether an earlier version of the file still serves.
+    pub earlier_serves: bool,
 }
 
 /// One file as of the last scan.
@@ -87,6 +108,8 @@ pub(crate) struct ScanReport {
     /// Of the failed files, those that failed for a reason that may pass (out of
     /// file descriptors): the next scan tries them again even if unchanged.
     pub transient: usize,
+    /// The names of the files that failed to load in this scan.
+    pub failures: Vec<String>,
 }
 
 impl ScanReport {
@@ -97,12 +120,16 @@ impl ScanReport {
 }
 
 impl PluginFolder {
-    /// A folder nothing has been scanned from yet.
-    pub(crate) fn new(dir: PathBuf, limits: LoadLimits) -> Self {
+    /// A folder nothing has been scanned from yet, whose sidecars' limits `caps`
+    /// caps.
+    pub(crate) fn new(dir: PathBuf, limits: LoadLimits, caps: GlobalCaps) -> Self {
         Self {
             dir,
             limits,
             files: BTreeMap::new(),
+            failures: BTreeMap::new(),
+            caps,
+            orphans: BTreeSet::new(),
         }
     }
 
@@ -136,6 +163,8 @@ impl PluginFolder {
             keep
         });
         report.removed = before - self.files.len();
+        self.failures.retain(|path, _| paths.contains(path));
+        self.warn_orphans(&paths);
         for path in paths {
             let Some(wasm) = FileStamp::of(&path) else {
                 continue;
@@ -158,6 +187,13 @@ impl PluginFolder {
                         load_ms = format_args!("{:.1}", plugin.load_time.as_secs_f64() * 1e3),
                         "plugin loaded"
                     );
+                    for (setting, asks, cap) in plugin.grants.above(&self.caps) {
+                        tracing::warn!(
+                            plugin = %plugin.file,
+                            reason = %format!("{setting} = {asks} is above {cap}"),
+                            "sidecar limit capped by the global budget"
+                        );
+                    }
                     for export in &plugin.ignored_exports {
                         if TOOLCHAIN_EXPORTS.contains(&export.as_str()) {
                             tracing::debug!(plugin = %plugin.file, export = %export, "toolchain export; ignored");
@@ -166,12 +202,15 @@ impl PluginFolder {
                         tracing::warn!(plugin = %plugin.file, export = %export, "export not named by metadata; ignored");
                     }
                     report.loaded += 1;
+                    self.failures.remove(&path);
                     released.extend(last_good.and_then(|old| old.cache_entry.clone()));
                     Some(Arc::new(plugin))
                 }
                 Err((reason, transient)) => {
                     report.failed += 1;
                     let plugin = file_label(&path);
+                    report.failures.push(plugin.clone());
+                    self.failures.insert(path.clone(), reason.clone());
                     if last_good.is_some() {
                         tracing::warn!(plugin = %plugin, reason = %reason, "plugin reload failed; its last good version keeps serving");
                     } else {
@@ -212,6 +251,43 @@ impl PluginFolder {
         Ok(report)
     }
 
+    /// Warns once about each sidecar (`*.toml`) that no plugin of `plugins` reads,
+    /// with the name it probably meant: a grant in it is silently not granted.
+    fn warn_orphans(&mut self, plugins: &[PathBuf]) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let read: HashSet<PathBuf> = plugins.iter().map(|p| Grants::sidecar_path(p)).collect();
+        let orphans: BTreeSet<PathBuf> = entries
+            .filter_map(|entry| Some(entry.ok()?.path()))
+            .filter(|path| {
+                path.extension().is_some_and(|e| e == SIDECAR_EXTENSION)
+                    && !read.contains(path)
+                    && !path.is_dir()
+            })
+            .collect();
+        for orphan in orphans.difference(&self.orphans) {
+            tracing::warn!(
+                sidecar = %file_label(orphan),
+                reason = %orphan_reason(orphan, plugins),
+                "sidecar matches no plugin; its grants are not given"
+            );
+        }
+        self.orphans = orphans;
+    }
+
+    /// The files whose latest version failed to load, in file-name order.
+    pub(crate) fn failures(&self) -> Vec<Skipped> {
+        self.failures
+            .iter()
+            .map(|(path, reason)| Skipped {
+                plugin: file_label(path),
+                reason: reason.clone(),
+                earlier_serves: self.files.get(path).is_some_and(|t| t.serving.is_some()),
+            })
+            .collect()
+    }
+
     /// The plugins to serve, in file-name order.
     pub(crate) fn serving(&self) -> Vec<Arc<LoadedPlugin>> {
         self.files
@@ -239,4 +315,25 @@ fn load_valid(
         return Err((format!("export `{export}`: {error}"), false));
     }
     Ok(plugin)
+}
+
+/// Why `sidecar` matches none of `plugins`, and the name it probably meant.
+fn orphan_reason(sidecar: &Path, plugins: &[PathBuf]) -> String {
+    let name = file_label(sidecar);
+    let stem = name.strip_suffix(".toml").unwrap_or(&name);
+    let stems: Vec<String> = plugins
+        .iter()
+        .filter_map(|p| Some(p.file_stem()?.to_string_lossy().into_owned()))
+        .collect();
+    // `fetch.wasm.toml`: the plugin's file name with `.toml` added.
+    if let Some(base) = stem.strip_suffix(".wasm")
+        && stems.iter().any(|s| s == base)
+    {
+        return format!("the sidecar of {base}.wasm is {base}.toml");
+    }
+    // `Fetch.toml`: names are case-sensitive.
+    if let Some(plugin) = stems.iter().find(|s| s.eq_ignore_ascii_case(stem)) {
+        return format!("the sidecar of {plugin}.wasm is {plugin}.toml");
+    }
+    format!("there is no {stem}.wasm; the sidecar of a plugin NAME.wasm is NAME.toml")
 }

@@ -91,7 +91,51 @@ enum SizeOrText {
     Text(String),
 }
 
+/// The global budgets a sidecar's own limits are capped by (what `--max-memory`,
+/// `--max-fuel` and `--max-execution-time` set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GlobalCaps {
+    /// `--max-memory`, in bytes.
+    pub max_memory: usize,
+    /// `--max-fuel`.
+    pub max_fuel: u64,
+    /// `--max-execution-time`.
+    pub max_execution_time: Duration,
+}
+
 impl Grants {
+    /// The sidecar limits above the global budget that caps them, each as
+    /// `(setting, what it asks, the flag and its value)`: they have no effect
+    /// beyond the global value, which an operator should know.
+    pub(crate) fn above(&self, caps: &GlobalCaps) -> Vec<(&'static str, String, String)> {
+        let mut above = Vec::new();
+        if let Some(memory) = self.max_memory.filter(|&m| m > caps.max_memory) {
+            above.push((
+                "max_memory",
+                format!("{memory} bytes"),
+                format!("--max-memory ({} bytes)", caps.max_memory),
+            ));
+        }
+        if let Some(fuel) = self.max_fuel_per_call.filter(|&f| f > caps.max_fuel) {
+            above.push((
+                "max_fuel_per_call",
+                fuel.to_string(),
+                format!("--max-fuel ({})", caps.max_fuel),
+            ));
+        }
+        if let Some(timeout) = self.timeout.filter(|&t| t > caps.max_execution_time) {
+            above.push((
+                "timeout",
+                humantime::format_duration(timeout).to_string(),
+                format!(
+                    "--max-execution-time ({})",
+                    humantime::format_duration(caps.max_execution_time)
+                ),
+            ));
+        }
+        above
+    }
+
     /// The sidecar path of the plugin at `wasm`: same name, `.toml`.
     pub(crate) fn sidecar_path(wasm: &Path) -> PathBuf {
         wasm.with_extension(SIDECAR_EXTENSION)

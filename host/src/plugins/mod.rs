@@ -22,7 +22,8 @@ pub use load::{LoadError, LoadLimits};
 pub use reflect::TypeError;
 
 pub(crate) use folder::PluginFolder;
-pub(crate) use grants::SIDECAR_EXTENSION;
+pub use folder::Skipped;
+pub(crate) use grants::{GlobalCaps, SIDECAR_EXTENSION};
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use grants::{Grants, HostPattern};
 pub(crate) use load::{LoadedPlugin, PLUGIN_PREFIX, file_label, load_file};
