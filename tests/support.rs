@@ -358,11 +358,16 @@ impl HttpServer {
 
     /// Sends SIGTERM.
     pub(crate) fn terminate(&self) {
+        self.signal("TERM");
+    }
+
+    /// Sends the signal `name` (`TERM`, `HUP`, ...).
+    pub(crate) fn signal(&self, name: &str) {
         let ok = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([&format!("-{name}"), &self.child.id().to_string()])
             .status()
             .is_ok_and(|s| s.success());
-        assert!(ok, "cannot send SIGTERM");
+        assert!(ok, "cannot send SIG{name}");
     }
 
     /// Waits for the process to exit; returns its exit code and its whole log.

@@ -1,6 +1,6 @@
 //! Command-line flags: one definition each, whose doc comment is the help text.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use std::net::SocketAddr;
@@ -10,7 +10,8 @@ use clap::Parser;
 
 use codemode_host::audit::AuditLog;
 use codemode_host::authz::{
-    AllowAll, Authorizer, DEFAULT_DECISION, RegoAuthorizer, RegoError, Subject, Tokens, TokensError,
+    AllowAll, Authorizer, DEFAULT_DECISION, RegoAuthorizer, RegoError, Replaceable, Subject,
+    Tokens, TokensError,
 };
 use codemode_host::mcp::http::{Authentication, ConnectionLimits, HttpConfig, LOOPBACK_HOSTS};
 use codemode_host::units::{parse_bytes, parse_duration};
@@ -81,12 +82,14 @@ pub struct Cli {
 
     /// Authorize native calls with a Rego policy module (repeatable)
     ///
-    /// Modules are parsed once at start, in file-name order (Rego v1). Each native
+    /// Modules are parsed at start, in file-name order (Rego v1). Each native
     /// call is decided by --policy-decision with the input
     /// {"subject":{"id"},"capability":{"id","name"},"arguments":{...}}: only `true`
     /// allows; `false` is `permission denied`; undefined, another value or an
     /// error is `authorization policy failure`. Builtins that read the clock,
-    /// randomness or the network, and print, are refused at start.
+    /// randomness or the network, and print, are refused at start. The modules are
+    /// read again when one changes and on SIGHUP; a version that does not compile
+    /// is logged and the policy in force keeps deciding.
     #[arg(long = "policy", value_name = "FILE", conflicts_with = "allow_all")]
     pub policy: Vec<PathBuf>,
 
@@ -132,7 +135,9 @@ pub struct Cli {
     ///
     /// A request's `Authorization: Bearer TOKEN` is hashed and looked up; its
     /// subject is what the policy sees. No token or an unknown one is a 401.
-    /// Without --tokens every HTTP request acts for --subject.
+    /// Without --tokens every HTTP request acts for --subject. The file is read
+    /// again when it changes and on SIGHUP; a version that does not parse is
+    /// logged and the tokens in force stay.
     #[arg(long, value_name = "FILE", requires = "listen")]
     pub tokens: Option<PathBuf>,
 
@@ -362,6 +367,42 @@ pub struct Authorization {
     pub authorizer: Arc<dyn Authorizer>,
     /// One line for the startup log saying what decides.
     pub summary: String,
+    /// With --policy: where a reloaded policy goes (the authorizer above is it).
+    pub policy: Option<Arc<Replaceable>>,
+}
+
+/// Reads and parses the tokens file at `path`.
+///
+/// # Errors
+///
+/// [`ConfigError`] naming the file when it cannot be read or is malformed.
+pub fn read_tokens(path: &Path) -> Result<Tokens, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::TokensFile {
+        path: path.to_owned(),
+        reason: source,
+    })?;
+    Tokens::parse(&text).map_err(|source| ConfigError::Tokens {
+        path: path.to_owned(),
+        reason: source,
+    })
+}
+
+/// Reads the policy modules at `paths` and compiles them for `decision`.
+///
+/// # Errors
+///
+/// [`ConfigError`] naming the file that cannot be read, or why the modules do not
+/// compile.
+pub fn compile_policy(paths: &[PathBuf], decision: &str) -> Result<RegoAuthorizer, ConfigError> {
+    let mut modules = Vec::with_capacity(paths.len());
+    for path in paths {
+        let source = std::fs::read_to_string(path).map_err(|source| ConfigError::PolicyFile {
+            path: path.clone(),
+            reason: source,
+        })?;
+        modules.push((path.display().to_string(), source));
+    }
+    Ok(RegoAuthorizer::new(decision, &modules)?)
 }
 
 impl Cli {
@@ -375,29 +416,23 @@ impl Cli {
     /// decision.
     pub fn authorization(&self, http: bool) -> Result<Authorization, ConfigError> {
         if !self.policy.is_empty() {
-            let mut modules = Vec::with_capacity(self.policy.len());
-            for path in &self.policy {
-                let source =
-                    std::fs::read_to_string(path).map_err(|source| ConfigError::PolicyFile {
-                        path: path.clone(),
-                        reason: source,
-                    })?;
-                modules.push((path.display().to_string(), source));
-            }
-            let authorizer = RegoAuthorizer::new(&self.policy_decision, &modules)?;
+            let authorizer = compile_policy(&self.policy, &self.policy_decision)?;
+            let policy = Arc::new(Replaceable::new(Box::new(authorizer)));
             return Ok(Authorization {
-                authorizer: Arc::new(authorizer),
+                authorizer: policy.clone(),
                 summary: format!(
                     "native calls are decided by {} with {} policy module(s)",
                     self.policy_decision,
-                    modules.len()
+                    self.policy.len()
                 ),
+                policy: Some(policy),
             });
         }
         if self.allow_all {
             return Ok(Authorization {
                 authorizer: Arc::new(AllowAll),
                 summary: "every native call is allowed (--allow-all)".to_owned(),
+                policy: None,
             });
         }
         if http {
@@ -409,6 +444,7 @@ impl Cli {
                 "no --policy given: every native call is allowed for the single stdio subject {:?}",
                 self.subject
             ),
+            policy: None,
         })
     }
 
@@ -423,18 +459,9 @@ impl Cli {
             return Ok(None);
         };
         let authentication = match &self.tokens {
-            Some(path) => {
-                let text =
-                    std::fs::read_to_string(path).map_err(|source| ConfigError::TokensFile {
-                        path: path.clone(),
-                        reason: source,
-                    })?;
-                let tokens = Tokens::parse(&text).map_err(|source| ConfigError::Tokens {
-                    path: path.clone(),
-                    reason: source,
-                })?;
-                Authentication::Tokens(Arc::new(tokens))
-            }
+            Some(path) => Authentication::Tokens(Arc::new(arc_swap::ArcSwap::from_pointee(
+                read_tokens(path)?,
+            ))),
             None if address.ip().is_loopback() || self.insecure => {
                 Authentication::Fixed(Subject::new(self.subject.clone()))
             }

@@ -9,7 +9,7 @@ use anyhow::Context;
 use cli::{Cli, Command};
 use codemode_host::authz::Subject;
 use codemode_host::default_cache_dir;
-use codemode_host::mcp::http::{self, HttpConfig, Readiness};
+use codemode_host::mcp::http::{self, Authentication, HttpConfig, Readiness};
 use codemode_host::mcp::{McpServer, SubjectSource, serve_stdio};
 use codemode_host::{Service, ServiceConfig, StartError, watch};
 use tracing_subscriber::EnvFilter;
@@ -19,6 +19,7 @@ use tracing_subscriber::{Layer, filter::FilterExt};
 
 mod cli;
 mod config;
+mod secrets;
 
 /// How long exiting waits for work still running on blocking threads (executions
 /// end by their own deadlines; their results have nobody to go to).
@@ -108,6 +109,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let authorization = cli.authorization(http.is_some())?;
     tracing::info!("authorization: {}", authorization.summary);
     let audit = Arc::new(cli.audit()?);
+    let reloadable = secrets::Reloadable {
+        tokens: match (&cli.tokens, http.as_ref().map(|(_, h)| &h.authentication)) {
+            (Some(path), Some(Authentication::Tokens(tokens))) => {
+                Some((path.clone(), tokens.clone()))
+            }
+            _ => None,
+        },
+        policy: authorization
+            .policy
+            .clone()
+            .map(|policy| (cli.policy.clone(), cli.policy_decision.clone(), policy)),
+    };
     let config = ServiceConfig {
         limits: cli.limits(),
         loading: cli.loading(),
@@ -122,6 +135,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    // Before serving: from here on SIGHUP reloads instead of ending the server.
+    let _reloading = secrets::start(reloadable, runtime.handle())
+        .context("cannot watch the tokens and policy files for changes")?;
     let served = match http {
         None => {
             let service = Arc::new(load(&config)?);

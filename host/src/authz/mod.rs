@@ -73,6 +73,40 @@ pub trait Authorizer: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// An authorizer that can be replaced while serving (a policy reloaded on SIGHUP or
+/// when its files change). Each decision is made whole by the authorizer in place
+/// when it is asked; a replacement never changes a decision under way.
+#[derive(Debug)]
+pub struct Replaceable {
+    current: arc_swap::ArcSwap<Box<dyn Authorizer>>,
+}
+
+impl Replaceable {
+    /// Starts with `authorizer`.
+    pub fn new(authorizer: Box<dyn Authorizer>) -> Self {
+        Self {
+            current: arc_swap::ArcSwap::from_pointee(authorizer),
+        }
+    }
+
+    /// Puts `authorizer` in place for every decision asked from now on.
+    pub fn replace(&self, authorizer: Box<dyn Authorizer>) {
+        self.current.store(std::sync::Arc::new(authorizer));
+    }
+}
+
+impl Authorizer for Replaceable {
+    fn authorize(&self, input: &AuthorizationInput<'_>) -> Result<(), AuthzError> {
+        self.current.load().authorize(input)
+    }
+
+    /// Always: the authorizer in place when the arguments are built may not be the
+    /// one that decides.
+    fn wants_arguments(&self) -> bool {
+        true
+    }
+}
+
 /// Allows every call: the single local subject of a stdio server.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AllowAll;

@@ -68,8 +68,10 @@ pub struct HttpConfig {
 /// How an HTTP request's subject is found.
 #[derive(Debug, Clone)]
 pub enum Authentication {
-    /// `Authorization: Bearer <token>`, looked up in a tokens file.
-    Tokens(Arc<Tokens>),
+    /// `Authorization: Bearer <token>`, looked up in a tokens file; replaced whole
+    /// when the file is reloaded (a request is resolved against the set in place
+    /// when it arrives).
+    Tokens(Arc<arc_swap::ArcSwap<Tokens>>),
     /// Every request acts for this subject (loopback or `--insecure`, no tokens).
     Fixed(Subject),
 }
@@ -247,7 +249,7 @@ async fn authenticate(State(gate): State<Gate>, mut request: Request, next: Next
                 service.metrics().http_unauthenticated();
                 return unauthorized(None);
             };
-            match tokens.resolve(token) {
+            match tokens.load().resolve(token) {
                 Some(subject) => subject,
                 None => {
                     service.metrics().http_unauthenticated();

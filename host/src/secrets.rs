@@ -1,0 +1,265 @@
+//! Reloading the tokens file and the policy while serving, without a restart: on
+//! SIGHUP, and when one of their files changes.
+//!
+//! A reload reads and parses (or compiles) the whole new set first and swaps it in
+//! only when that succeeded; otherwise the set in force stays and the reason is
+//! logged. A request is resolved against the tokens in place when it arrives, and
+//! each native call is decided whole by the policy in place when it is asked
+//! (`Replaceable`), so nothing under way sees half of a set.
+//!
+//! Files are watched through their folders (editors and secret managers replace a
+//! file by renaming a new one over it, which a watch on the file itself would
+//! lose). Changes are debounced like the plugins folder's: one reload after
+//! [`DEBOUNCE`] without a change.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+
+use arc_swap::ArcSwap;
+use codemode_host::authz::{Replaceable, Tokens};
+use codemode_host::watch::DEBOUNCE;
+use notify::event::{AccessKind, AccessMode};
+use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+
+use crate::cli::{compile_policy, read_tokens};
+
+/// What can be reloaded: the tokens file and the policy modules, each with where the
+/// new set goes.
+pub(crate) struct Reloadable {
+    /// `--tokens`: the file and the set in force.
+    pub tokens: Option<(PathBuf, Arc<ArcSwap<Tokens>>)>,
+    /// `--policy`: the modules, the decision, and the policy in force.
+    pub policy: Option<(Vec<PathBuf>, String, Arc<Replaceable>)>,
+}
+
+/// Why a reload happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cause {
+    /// SIGHUP.
+    Signal,
+    /// One of the files changed.
+    Changed,
+}
+
+/// Reloading in progress: dropping it stops watching the files (SIGHUP is still
+/// handled, and logged, until the runtime ends).
+pub(crate) struct Reloading {
+    _watcher: Option<RecommendedWatcher>,
+}
+
+impl Reloadable {
+    /// Every file a reload reads.
+    fn files(&self) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = self.tokens.iter().map(|(path, _)| path.clone()).collect();
+        if let Some((paths, _, _)) = &self.policy {
+            files.extend(paths.iter().cloned());
+        }
+        files
+    }
+
+    /// Reads everything again and swaps in each set that parsed; logs each outcome.
+    fn reload(&self, cause: Cause) {
+        if cause == Cause::Signal && self.tokens.is_none() && self.policy.is_none() {
+            tracing::info!("SIGHUP: nothing to reload (no --tokens, no --policy)");
+            return;
+        }
+        let cause = match cause {
+            Cause::Signal => "SIGHUP",
+            Cause::Changed => "file changed",
+        };
+        if let Some((path, tokens)) = &self.tokens {
+            match read_tokens(path) {
+                Ok(new) => {
+                    let subjects = new.len();
+                    tokens.store(Arc::new(new));
+                    tracing::info!(file = %path.display(), subjects, cause, "tokens reloaded");
+                }
+                Err(error) => {
+                    tracing::error!(reason = %error, cause, "tokens reload failed; the tokens in force stay");
+                }
+            }
+        }
+        if let Some((paths, decision, policy)) = &self.policy {
+            match compile_policy(paths, decision) {
+                Ok(new) => {
+                    policy.replace(Box::new(new));
+                    tracing::info!(modules = paths.len(), decision = %decision, cause, "policy reloaded");
+                }
+                Err(error) => {
+                    tracing::error!(reason = %error, cause, "policy reload failed; the policy in force keeps deciding");
+                }
+            }
+        }
+    }
+}
+
+/// Starts reloading `reloadable` on SIGHUP (a task on `runtime`) and when its files
+/// change (a watcher and a thread). SIGHUP is handled even when there is nothing to
+/// reload, so that it never ends the server.
+///
+/// # Errors
+///
+/// When a file's folder cannot be watched or the thread cannot start.
+pub(crate) fn start(
+    reloadable: Reloadable,
+    runtime: &tokio::runtime::Handle,
+) -> anyhow::Result<Reloading> {
+    let files: Vec<PathBuf> = reloadable
+        .files()
+        .iter()
+        .map(|file| std::path::absolute(file).unwrap_or_else(|_| file.clone()))
+        .collect();
+    let (causes, received) = channel();
+    let signals = causes.clone();
+    runtime.spawn(on_sighup(signals));
+    let watcher = if files.is_empty() {
+        None
+    } else {
+        let watched = files.clone();
+        let mut watcher = notify::recommended_watcher(move |event: notify::Result<Event>| {
+            if relevant(&watched, &event) {
+                // The receiver is gone only when the reload thread ended.
+                let _ = causes.send(Cause::Changed);
+            }
+        })?;
+        let mut folders: Vec<&Path> = files.iter().filter_map(|f| f.parent()).collect();
+        folders.sort();
+        folders.dedup();
+        for folder in folders {
+            watcher.watch(folder, RecursiveMode::NonRecursive)?;
+        }
+        Some(watcher)
+    };
+    std::thread::Builder::new()
+        .name("codemode-secrets".into())
+        .spawn(move || reload_loop(&reloadable, &received))?;
+    Ok(Reloading { _watcher: watcher })
+}
+
+/// Sends [`Cause::Signal`] on every SIGHUP, for as long as the runtime runs.
+async fn on_sighup(causes: Sender<Cause>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hangups = match signal(SignalKind::hangup()) {
+            Ok(hangups) => hangups,
+            Err(error) => {
+                tracing::warn!(reason = %error, "cannot handle SIGHUP; reload by changing the files");
+                return;
+            }
+        };
+        while hangups.recv().await.is_some() {
+            if causes.send(Cause::Signal).is_err() {
+                return;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    drop(causes);
+}
+
+/// Reloads on each cause; changes are debounced, a signal reloads at once. Ends when
+/// every sender is gone.
+fn reload_loop(reloadable: &Reloadable, causes: &Receiver<Cause>) {
+    while let Ok(cause) = causes.recv() {
+        let cause = match cause {
+            Cause::Signal => Cause::Signal,
+            Cause::Changed => settle(causes),
+        };
+        reloadable.reload(cause);
+    }
+}
+
+/// Waits until no change came for [`DEBOUNCE`]; a signal meanwhile wins.
+fn settle(causes: &Receiver<Cause>) -> Cause {
+    let mut cause = Cause::Changed;
+    loop {
+        match causes.recv_timeout(DEBOUNCE) {
+            Ok(Cause::Signal) => cause = Cause::Signal,
+            Ok(Cause::Changed) => {}
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return cause,
+        }
+    }
+}
+
+/// Whether `event` may have changed one of `files` (absolute paths): a write, a
+/// creation, a rename or a removal naming one of them, or the swap of a folder
+/// Kubernetes mounts a Secret or ConfigMap in (kubelet renames `..data`, a link
+/// the files point through, so no event names the files themselves).
+fn relevant(files: &[PathBuf], event: &notify::Result<Event>) -> bool {
+    let Ok(event) = event else {
+        // The watcher lost events: reading again is the safe answer.
+        return true;
+    };
+    let changes = match event.kind {
+        EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) | EventKind::Any => true,
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) | EventKind::Other => false,
+    };
+    let kubelet_swap = |path: &PathBuf| {
+        path.file_name()
+            .is_some_and(|name| name.to_string_lossy().starts_with(".."))
+            && files.iter().any(|file| file.parent() == path.parent())
+    };
+    changes
+        && event
+            .paths
+            .iter()
+            .any(|path| files.contains(path) || kubelet_swap(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use notify::event::{CreateKind, ModifyKind, RenameMode};
+
+    fn event(kind: EventKind, path: &str) -> notify::Result<Event> {
+        Ok(Event::new(kind).add_path(PathBuf::from(path)))
+    }
+
+    #[test]
+    fn only_changes_to_the_watched_files_are_relevant() {
+        let files = [PathBuf::from("/etc/codemode/tokens")];
+        let rename = EventKind::Modify(ModifyKind::Name(RenameMode::To));
+        assert!(relevant(&files, &event(rename, "/etc/codemode/tokens")));
+        assert!(relevant(
+            &files,
+            &event(EventKind::Create(CreateKind::File), "/etc/codemode/tokens")
+        ));
+        assert!(relevant(
+            &files,
+            &event(
+                EventKind::Access(AccessKind::Close(AccessMode::Write)),
+                "/etc/codemode/tokens"
+            )
+        ));
+        // Another file of the folder, or only reading the file.
+        assert!(!relevant(
+            &files,
+            &event(rename, "/etc/codemode/tokens.tmp")
+        ));
+        assert!(!relevant(
+            &files,
+            &event(
+                EventKind::Access(AccessKind::Close(AccessMode::Read)),
+                "/etc/codemode/tokens"
+            )
+        ));
+        // kubelet's swap of a mounted Secret, beside the file.
+        assert!(relevant(&files, &event(rename, "/etc/codemode/..data")));
+        assert!(!relevant(&files, &event(rename, "/var/other/..data")));
+        // Lost events: read again.
+        assert!(relevant(&files, &Err(notify::Error::generic("overflow"))));
+    }
+
+    #[test]
+    fn changes_settle_and_a_signal_meanwhile_wins() {
+        let (causes, received) = channel();
+        causes.send(Cause::Changed).expect("send");
+        assert_eq!(settle(&received), Cause::Changed);
+        causes.send(Cause::Changed).expect("send");
+        causes.send(Cause::Signal).expect("send");
+        assert_eq!(settle(&received), Cause::Signal);
+    }
+}
