@@ -182,6 +182,22 @@ fn the_kubernetes_manifests_agree_with_the_binary() {
     assert_eq!(parent(policy), mount(container, "policy"));
     let tokens = Path::new(flag_value(&argv, "--tokens").expect("--tokens"));
     assert_eq!(parent(tokens), mount(container, "tokens"));
+    // The audit log is written to a volume of its own, writable under
+    // readOnlyRootFilesystem, and the operator log is JSON.
+    let audit = Path::new(flag_value(&argv, "--audit-log").expect("--audit-log"));
+    assert_eq!(parent(audit), mount(container, "audit"));
+    let audit_volume = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == "audit")
+        .expect("the audit volume");
+    assert!(
+        audit_volume["emptyDir"]["sizeLimit"].is_string(),
+        "{audit_volume}"
+    );
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(flag_value(&argv, "--log-format"), Some("json"));
 
     // The grace period covers an execution in flight.
     let grace = pod["terminationGracePeriodSeconds"]

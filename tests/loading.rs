@@ -311,3 +311,82 @@ fn a_sidecar_no_plugin_reads_or_a_limit_above_the_global_one_is_warned_about() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn with_log_format_json_every_log_line_is_an_object_and_audit_lines_have_no_level() {
+    use std::io::{BufRead, BufReader, Read, Write};
+
+    let dir = temp_dir("json-logs");
+    copy(
+        &example_plugins().join("records.wasm"),
+        &dir.join("records.wasm"),
+    );
+    std::fs::write(dir.join("notes.wasm"), "not wasm at all").expect("write");
+    let mut child = std::process::Command::new(host_bin())
+        .args(["--plugins", dir.to_str().expect("utf-8")])
+        .args(["--cache-dir", cache_dir(), "--log-format", "json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn codemode-host");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut answer = || {
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read an answer");
+        serde_json::from_str::<serde_json::Value>(&line).expect("a JSON-RPC answer")
+    };
+    let requests = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"execute","arguments":{"source":"def main():\n    return records.lookup(key=\"bk-0001\")[\"title\"]"}}}"#,
+    ];
+    writeln!(stdin, "{}", requests[0]).expect("send initialize");
+    assert_eq!(answer()["id"], json!(1));
+    writeln!(stdin, "{}\n{}", requests[1], requests[2]).expect("send the call");
+    assert_eq!(
+        answer()["result"]["structuredContent"],
+        json!({"result": "The Burning Tide"})
+    );
+    drop(stdin);
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("read stderr");
+    assert_eq!(child.wait().expect("wait").code(), Some(0), "{stderr}");
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect();
+    let (logs, audit): (Vec<_>, Vec<_>) = lines.iter().partition(|l| l.get("level").is_some());
+    for line in &logs {
+        for key in ["timestamp", "level", "target", "message"] {
+            assert!(line.get(key).is_some(), "{key} missing in {line}");
+        }
+    }
+    let without_time = |line: &serde_json::Value| {
+        let mut line = line.clone();
+        line.as_object_mut().expect("an object").remove("timestamp");
+        line
+    };
+    assert!(
+        logs.iter().map(|l| without_time(l)).any(|l| l
+            == json!({
+                "level": "WARN",
+                "message": "plugin skipped",
+                "plugin": "notes.wasm",
+                "reason": "not a WebAssembly file (no `\\0asm` header); only components are loaded",
+                "target": "codemode_host::plugins::folder",
+            })),
+        "{stderr}"
+    );
+    // The one native call's audit line: JSON too, without a level.
+    assert_eq!(audit.len(), 1, "{stderr}");
+    assert_eq!(audit[0]["capability"], json!("records.lookup"));
+    assert_eq!(audit[0]["decision"], json!("allow"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -175,6 +175,15 @@ pub struct Cli {
     #[arg(long, value_name = "FILTER", default_value = "info")]
     pub log: String,
 
+    /// How log lines are written: `text`, or `json` for log shippers
+    ///
+    /// json: one object per line with `timestamp`, `level`, `target`, `message`
+    /// and the line's fields (e.g. `plugin`, `reason`). Audit lines are JSON in
+    /// either format and never have a `level`, which tells them apart where they
+    /// share stderr (over stdio without --audit-log).
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
     /// Folder for compiled components: the interpreter and the plugins
     ///
     /// The interpreter is compiled and pre-initialized once (seconds), each plugin
@@ -358,6 +367,15 @@ pub enum ConfigError {
         /// Why it could not be opened.
         reason: std::io::Error,
     },
+}
+
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// `2026-12-04T02:03:02.123456Z  INFO target: message key=value ...`.
+    Text,
+    /// One JSON object per line, the fields at the top level.
+    Json,
 }
 
 /// How native calls are decided, and why (for the startup log).

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use cli::{Cli, Command};
+use cli::{Cli, Command, LogFormat};
 use codemode_host::authz::Subject;
 use codemode_host::default_cache_dir;
 use codemode_host::mcp::http::{self, Authentication, HttpConfig, Readiness};
@@ -37,9 +37,22 @@ fn main() -> ExitCode {
     // read well in client log files.
     let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_filter(filter.and(ClientGone));
-    tracing_subscriber::registry().with(layer).init();
+        .with_ansi(false);
+    match cli.log_format {
+        LogFormat::Text => tracing_subscriber::registry()
+            .with(layer.with_filter(filter.and(ClientGone)))
+            .init(),
+        LogFormat::Json => tracing_subscriber::registry()
+            .with(
+                layer
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(false)
+                    .with_span_list(false)
+                    .with_filter(filter.and(ClientGone)),
+            )
+            .init(),
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
