@@ -1,6 +1,8 @@
-//! The Kubernetes manifests in deploy/kubernetes: they parse, and what they say
-//! agrees with the binary (flags, probe paths, ports, mounts, the policy and the
-//! tokens format).
+//! The Kubernetes manifests in deploy/kubernetes and the Dockerfile: they parse,
+//! and what they say agrees with the binary (flags, probe paths, ports, mounts, the
+//! policy and the tokens format), with each other (paths, user) and with the layout
+//! `cargo xtask dist` builds (which the test command builds from the debug build
+//! into target/dist-debug before the tests run).
 
 use std::path::Path;
 use std::process::Command;
@@ -66,6 +68,120 @@ fn manifests() -> Vec<(String, Value)> {
         .zip(parsed)
         .flat_map(|(file, docs)| docs.into_iter().map(move |d| (file.clone(), d)))
         .collect()
+}
+
+/// What the Dockerfile's last stage says.
+struct Image {
+    /// `ENTRYPOINT`, the binary's path.
+    entrypoint: String,
+    /// `CMD`, the default arguments.
+    cmd: Vec<String>,
+    /// `USER uid:gid`, both the same.
+    user: u64,
+    /// Each `COPY --from=build SOURCE DEST` of the last stage.
+    copied: Vec<(String, String)>,
+    /// The owner given to each copied destination with `--chown`, if any.
+    owners: Vec<(String, String)>,
+}
+
+/// The Dockerfile's last stage.
+fn dockerfile() -> Image {
+    let text = std::fs::read_to_string(root().join("Dockerfile")).expect("read the Dockerfile");
+    let last = text
+        .rsplit_once("\nFROM ")
+        .map(|(_, stage)| stage)
+        .expect("a stage after the build");
+    let json_list = |line: &str| -> Vec<String> {
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"))
+    };
+    let mut image = Image {
+        entrypoint: String::new(),
+        cmd: Vec::new(),
+        user: 0,
+        copied: Vec::new(),
+        owners: Vec::new(),
+    };
+    for line in last.lines() {
+        if let Some(list) = line.strip_prefix("ENTRYPOINT ") {
+            let list = json_list(list);
+            assert_eq!(list.len(), 1, "{line}");
+            image.entrypoint = list[0].clone();
+        } else if let Some(list) = line.strip_prefix("CMD ") {
+            image.cmd = json_list(list);
+        } else if let Some(user) = line.strip_prefix("USER ") {
+            let (uid, gid) = user.split_once(':').expect("USER uid:gid");
+            assert_eq!(uid, gid, "{line}");
+            image.user = uid.parse().expect("a numeric uid");
+        } else if let Some(rest) = line.strip_prefix("COPY --from=build ") {
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            let (owner, paths) = match words.split_first() {
+                Some((first, paths)) if first.starts_with("--chown=") => {
+                    (first.strip_prefix("--chown="), paths)
+                }
+                _ => (None, &words[..]),
+            };
+            let [from, to] = paths else {
+                panic!("{line}: one source and one destination")
+            };
+            image.copied.push(((*from).to_owned(), (*to).to_owned()));
+            if let Some(owner) = owner {
+                image.owners.push(((*to).to_owned(), owner.to_owned()));
+            }
+        }
+    }
+    image
+}
+
+#[test]
+fn the_dockerfile_ships_the_dist_layout_and_runs_as_its_user() {
+    let image = dockerfile();
+    // The build stage runs `cargo xtask dist`; the last stage copies its layout.
+    let text = std::fs::read_to_string(root().join("Dockerfile")).expect("read the Dockerfile");
+    assert!(text.contains("\nRUN cargo xtask dist\n"), "{text}");
+    let layout = root().join("target/dist-debug");
+    assert!(
+        layout.is_dir(),
+        "no {}: the test command builds it (cargo xtask test)",
+        layout.display()
+    );
+    let mut destinations = Vec::new();
+    for (from, to) in &image.copied {
+        let relative = from
+            .strip_prefix("/src/target/dist/")
+            .unwrap_or_else(|| panic!("{from} is not from the dist layout"));
+        assert!(
+            layout.join(relative).exists(),
+            "the layout has no {relative}"
+        );
+        destinations.push((relative, to.as_str()));
+    }
+    assert_eq!(
+        destinations,
+        vec![
+            ("bin/codemode-host", image.entrypoint.as_str()),
+            ("plugins", "/plugins"),
+            ("cache", "/cache"),
+        ]
+    );
+    // Not root, and the cache (which must belong to the server's user) is its.
+    assert_ne!(image.user, 0);
+    assert_eq!(
+        image.owners,
+        vec![("/cache".to_owned(), format!("{0}:{0}", image.user))]
+    );
+    // The default arguments parse, and point at the copied folders.
+    let help = Command::new(host_bin())
+        .args(&image.cmd)
+        .arg("--help")
+        .output()
+        .expect("run the binary");
+    assert!(
+        help.status.success(),
+        "the binary refuses the image's CMD: {}",
+        String::from_utf8_lossy(&help.stderr)
+    );
+    assert_eq!(flag_value(&image.cmd, "--plugins"), Some("/plugins"));
+    assert_eq!(flag_value(&image.cmd, "--cache-dir"), Some("/cache"));
 }
 
 fn find<'a>(docs: &'a [(String, Value)], kind: &str) -> &'a Value {
@@ -168,14 +284,31 @@ fn the_kubernetes_manifests_agree_with_the_binary() {
             .expect("utf-8")
             .to_owned()
     };
+    // The plugins and their cache come from the image.
+    let image = dockerfile();
     assert_eq!(
-        flag_value(&argv, "--plugins"),
-        Some(mount(container, "plugins"))
+        container["command"],
+        serde_json::json!([image.entrypoint.clone()])
     );
+    for flag in ["--plugins", "--cache-dir"] {
+        let path = flag_value(&argv, flag).expect("the flag");
+        assert!(
+            image.copied.iter().any(|(_, to)| to == path),
+            "{flag} {path} is not a folder of the image: {:?}",
+            image.copied
+        );
+        assert_eq!(flag_value(&image.cmd, flag), Some(path), "{flag}");
+    }
+    let security = &pod["securityContext"];
+    assert_eq!(security["runAsUser"], serde_json::json!(image.user));
+    assert_eq!(security["runAsGroup"], serde_json::json!(image.user));
+    let budget = find(&docs, "PodDisruptionBudget");
     assert_eq!(
-        flag_value(&argv, "--cache-dir"),
-        Some(mount(container, "cache"))
+        budget["spec"]["selector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"]
     );
+    assert_eq!(budget["spec"]["minAvailable"], 1);
+    assert!(deployment["spec"]["replicas"].as_u64() > Some(1));
     let policies = flag_values(&argv, "--policy");
     assert_eq!(policies.len(), 1, "{argv:?}");
     let policy = Path::new(policies[0]);

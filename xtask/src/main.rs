@@ -1,4 +1,4 @@
-//! Build helpers: `cargo xtask plugins | run | test | bench | soak`.
+//! Build helpers: `cargo xtask plugins | run | test | bench | soak | fuzz | dist`.
 //!
 //! cargo alone cannot build the example plugins for `wasm32-wasip2` while the host
 //! builds for the machine, nor install the target first; these tasks do, so a
@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
+
+mod dist;
 
 /// The target plugins are built for.
 const WASM_TARGET: &str = "wasm32-wasip2";
@@ -63,6 +65,13 @@ tasks:
                  connections, a plugin replaced every 2 s; checks answers,
                  deadlines, and that memory, threads and open files stay
                  flat (the test command runs it for 10 s on the debug build)
+  dist [--debug] build the container image's layout into target/dist (the
+                 release binary in bin/, the example plugins in plugins/,
+                 their precompiled cache in cache/; the Dockerfile copies
+                 it), then check that the server starts from it with the
+                 cache read-only, as the image's user, in under 1 s;
+                 --debug: from the debug build into target/dist-debug (what
+                 the test command checks)
   fuzz [SECONDS] [--runs N] [TARGET..]
                  run each fuzz target (fuzz/ and fuzz/runner/, nightly and
                  cargo-fuzz, both installed if missing) for SECONDS (default
@@ -101,6 +110,11 @@ fn main() -> ExitCode {
         Some("bench") => bench(),
         Some("soak") => soak(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
+        Some("dist") => match &args[1..] {
+            [] => dist::dist(dist::Profile::Release).map(|_| ()),
+            [flag] if flag == "--debug" => dist::dist(dist::Profile::Debug).map(|_| ()),
+            _ => Err(anyhow::anyhow!("usage: cargo xtask dist [--debug]")),
+        },
         Some("-h" | "--help") => {
             println!("{USAGE}");
             Ok(())
@@ -474,6 +488,8 @@ fn test() -> Result<()> {
         .arg("--cache-dir")
         .arg(root().join("target/test-cache"));
     status(&mut precompile)?;
+    // The image's layout, from the debug build: it starts from a read-only cache.
+    dist::dist(dist::Profile::Debug)?;
     // The default members: host (unit + end-to-end), sdk, xtask.
     status(cargo().arg("test"))
 }

@@ -1,0 +1,31 @@
+# codemode-host with the example plugins and their precompiled cache, so that a pod
+# starts in milliseconds from a read-only cache instead of compiling the
+# interpreter (about 15 s) and every plugin.
+#
+#   docker build -t codemode-host:0.1.0 .
+#   docker run -i --rm codemode-host:0.1.0          # MCP over stdio
+#
+# Compiled code is specific to the CPU features of the machine that compiled it:
+# build on the CPU family your nodes run, or a pod compiles again at start (and,
+# its cache being read-only, at every start).
+#
+# To serve your own plugins, build FROM this image: copy them into /plugins and run
+# `codemode-host precompile --plugins /plugins --cache-dir /cache` as root, then
+# `chown -R 65532:65532 /cache`.
+
+# Build: the release binary, the plugins, and the cache (`cargo xtask dist` checks
+# that the server starts from them read-only, as the image's user).
+FROM rust:1.95-bookworm AS build
+RUN rustup target add wasm32-wasip2
+WORKDIR /src
+COPY . .
+RUN cargo xtask dist
+
+# Run: no shell, no package manager, a non-root user.
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /src/target/dist/bin/codemode-host /usr/local/bin/codemode-host
+COPY --from=build /src/target/dist/plugins /plugins
+COPY --from=build --chown=65532:65532 /src/target/dist/cache /cache
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/codemode-host"]
+CMD ["--plugins", "/plugins", "--cache-dir", "/cache"]
