@@ -390,3 +390,62 @@ fn with_log_format_json_every_log_line_is_an_object_and_audit_lines_have_no_leve
     assert_eq!(audit[0]["decision"], json!("allow"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_readme_names_the_example_plugins_cargo_xtask_run_serves() {
+    let readme = include_str!("../README.md");
+    let dir = example_plugins();
+    let (log, _) = startup_log(&["--plugins", dir.to_str().expect("utf-8")]);
+    let log = log.join("\n");
+    let count = log
+        .split("catalog ready plugins=")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse::<usize>().ok())
+        .expect("the catalog ready line");
+    let words = [
+        "zero", "one", "two", "three", "four", "five", "six", "seven", "eight",
+    ];
+    let set_up = readme
+        .split("`cargo xtask run` ends with a server answering MCP on stdin/stdout with the ")
+        .nth(1)
+        .and_then(|rest| rest.split("\n\n").next())
+        .expect("the README says what cargo xtask run serves");
+    assert!(
+        set_up.starts_with(&format!("{}\nexample plugins:", words[count])),
+        "{count} plugins serve: {set_up}"
+    );
+    // Every plugin's capability root is named there (the examples' files are named
+    // ROOT.wasm, or LANGUAGE_ROOT.wasm for the foreign ones).
+    for plugin in std::fs::read_dir(&dir).expect("list the examples") {
+        let path = plugin.expect("entry").path();
+        if path.extension().is_none_or(|e| e != "wasm") {
+            continue;
+        }
+        let file = path
+            .file_name()
+            .expect("a name")
+            .to_string_lossy()
+            .into_owned();
+        let root = log
+            .lines()
+            .find(|l| l.contains(&format!("plugin loaded plugin={file} ")))
+            .map(|_| {
+                file.trim_end_matches(".wasm")
+                    .rsplit('_')
+                    .next()
+                    .unwrap_or(&file)
+                    .to_owned()
+            })
+            .expect("the plugin loaded");
+        assert!(
+            set_up.contains(&format!("`{root}`")),
+            "{root} missing: {set_up}"
+        );
+    }
+    // The client config runs a release build over a precompiled cache.
+    assert!(
+        readme.contains("\"command\": \"/path/to/codemode-host/target/release/codemode-host\"")
+    );
+    assert!(readme.contains("target/release/codemode-host precompile --plugins target/plugins"));
+}

@@ -264,12 +264,48 @@ fn copy_plugins(built: &Path, names: &[&str], to: &Path) -> Result<()> {
 
 fn run(args: &[String]) -> Result<()> {
     let examples = plugins()?;
+    // Compile the interpreter and the plugins into the cache the server will use
+    // first (the first time about 30 s, then nothing), so that the server answers
+    // `initialize` at once instead of compiling while a client waits.
+    let mut precompile = cargo();
+    precompile
+        .args([
+            "run",
+            "--quiet",
+            "-p",
+            "codemode-host",
+            "--",
+            "precompile",
+            "--plugins",
+        ])
+        .arg(&examples)
+        .args(cache_dir_arg(args))
+        .stdout(std::process::Stdio::null());
+    status(&mut precompile)?;
     let mut cmd = cargo();
     cmd.args(["run", "--quiet", "-p", "codemode-host", "--", "--plugins"])
         .arg(examples)
         .args(args);
     eprintln!("xtask: {}", serving_line(args));
     status(&mut cmd)
+}
+
+/// The `--cache-dir` of the server's arguments, for `precompile` to fill the same
+/// cache (none: the default both use).
+fn cache_dir_arg(args: &[String]) -> Vec<String> {
+    args.iter()
+        .enumerate()
+        .find_map(|(i, arg)| {
+            if let Some(dir) = arg.strip_prefix("--cache-dir=") {
+                Some(vec!["--cache-dir".to_owned(), dir.to_owned()])
+            } else if arg == "--cache-dir" {
+                args.get(i + 1)
+                    .map(|dir| vec!["--cache-dir".to_owned(), dir.clone()])
+            } else {
+                None
+            }
+        })
+        .unwrap_or_default()
 }
 
 /// What `cargo xtask run ARGS` says before starting the server: where it serves.
@@ -497,6 +533,18 @@ fn test() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_precompiles_into_the_cache_the_server_uses() {
+        let args = |list: &[&str]| list.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+        assert_eq!(cache_dir_arg(&args(&["--allow-all"])), Vec::<String>::new());
+        for given in [
+            &["--cache-dir", "/c", "--log", "debug"][..],
+            &["--cache-dir=/c"],
+        ] {
+            assert_eq!(cache_dir_arg(&args(given)), args(&["--cache-dir", "/c"]));
+        }
+    }
 
     #[test]
     fn run_says_where_it_serves() {
