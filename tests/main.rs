@@ -21,6 +21,7 @@ mod policy;
 mod polyglot;
 mod precompile;
 mod reload;
+mod scaffold;
 mod secrets;
 mod stdio;
 mod support;

@@ -307,6 +307,48 @@ pub enum Command {
     /// is loaded in full, so one that would be skipped is reported; the exit code
     /// is 1 when any plugin failed.
     Precompile,
+
+    /// Load plugin files as the server would and print what they offer
+    ///
+    /// For each file: its capabilities (signature and result, stable ID,
+    /// summary), or every reason the server would skip it. Its sidecar is read
+    /// as when serving; compiled code goes to the cache (--cache-dir). The exit
+    /// code is 1 when any file cannot load.
+    Check {
+        /// The plugin files (*.wasm)
+        #[arg(value_name = "PLUGIN.wasm", required = true)]
+        files: Vec<PathBuf>,
+    },
+
+    /// Write a new plugin project that builds, with one capability
+    ///
+    /// NAME is the capability root (`greet` makes `greet.hello`): lowercase
+    /// letters, digits and underscores, starting with a letter. The project has
+    /// the WIT, the code with its metadata, a build script that puts NAME.wasm
+    /// into its plugins/ folder, and a README with the commands to build, check
+    /// and try it.
+    NewPlugin {
+        /// The capability root, and the project's name
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// The plugin's language
+        #[arg(long, value_enum)]
+        lang: Lang,
+        /// Where to write the project [default: ./NAME]
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// The languages `new-plugin` writes projects in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    /// Rust with codemode-sdk, built with cargo for wasm32-wasip2.
+    Rust,
+    /// Python, built with componentize-py.
+    Python,
+    /// JavaScript, built with componentize-js.
+    Js,
 }
 
 /// How long after the time budget in-flight requests may still finish at shutdown.

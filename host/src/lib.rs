@@ -27,6 +27,7 @@ pub mod authz;
 mod budget;
 mod cache;
 mod catalog;
+mod check;
 mod error;
 mod execute;
 #[cfg(any(test, feature = "fuzzing"))]
@@ -43,6 +44,7 @@ mod wait;
 pub mod watch;
 
 pub use catalog::{Description, FieldShape, SearchResponse, SearchResult};
+pub use check::{Checked, check_plugin};
 pub use error::ToolError;
 pub use execute::{
     Executed, Execution, FailedCall, LimitError, Limits, RunnerError, Stats, default_cache_dir,

@@ -19,6 +19,7 @@ use tracing_subscriber::{Layer, filter::FilterExt};
 
 mod cli;
 mod config;
+mod scaffold;
 mod secrets;
 
 /// How long exiting waits for work still running on blocking threads (executions
@@ -115,8 +116,13 @@ impl tracing::field::Visit for Fields {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    if cli.command == Some(Command::Precompile) {
-        return precompile(&cli);
+    match &cli.command {
+        Some(Command::Precompile) => return precompile(&cli),
+        Some(Command::Check { files }) => return check(&cli, files),
+        Some(Command::NewPlugin { name, lang, dir }) => {
+            return scaffold::new_plugin(name, *lang, dir.as_deref());
+        }
+        None => {}
     }
     let http = cli.http()?;
     let authorization = cli.authorization(http.is_some())?;
@@ -268,6 +274,46 @@ fn start_watch(cli: &Cli, service: &Arc<Service>) -> anyhow::Result<Option<watch
     })?;
     tracing::info!(folder = %cli.plugins.display(), "watching the plugins folder for changes");
     Ok(Some(watch))
+}
+
+/// `codemode-host check FILE..`: each file's capabilities, or every reason it cannot
+/// load, on stdout.
+fn check(cli: &Cli, files: &[std::path::PathBuf]) -> anyhow::Result<()> {
+    let cache_dir = cli.cache_dir.clone().or_else(default_cache_dir);
+    let mut failed = 0;
+    for file in files {
+        let label = file.file_name().map_or_else(
+            || file.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        match codemode_host::check_plugin(file, &cli.loading(), cache_dir.as_deref()) {
+            Ok(capabilities) => {
+                let count = capabilities.len();
+                println!(
+                    "{label}: {count} {}",
+                    if count == 1 {
+                        "capability"
+                    } else {
+                        "capabilities"
+                    }
+                );
+                for capability in capabilities {
+                    println!("  {}", capability.signature);
+                    println!("    id: {}", capability.id);
+                    println!("    {}", capability.summary);
+                }
+            }
+            Err(reasons) => {
+                failed += 1;
+                println!("{label}: cannot load");
+                for reason in reasons {
+                    println!("  {reason}");
+                }
+            }
+        }
+    }
+    anyhow::ensure!(failed == 0, "{failed} plugin file(s) cannot load");
+    Ok(())
 }
 
 /// `codemode-host precompile`: fills the cache, one line per component on stdout.

@@ -17,9 +17,8 @@ use std::time::SystemTime;
 use wasmtime::Engine;
 
 use super::grants::{GlobalCaps, Grants, SIDECAR_EXTENSION};
-use super::load::{LoadLimits, LoadedPlugin, file_label, load_file};
+use super::load::{LoadLimits, LoadedPlugin, check_specs, file_label, load_file};
 use crate::cache::ArtifactCache;
-use crate::catalog::CatalogBuilder;
 
 /// Exports that component toolchains add for themselves, never capabilities:
 /// componentize-py's pre-initialization entry point. Ignored without a warning,
@@ -309,11 +308,7 @@ fn load_valid(
 ) -> Result<LoadedPlugin, (String, bool)> {
     let plugin =
         load_file(engine, path, cache, limits).map_err(|e| (e.to_string(), e.is_transient()))?;
-    let specs: Vec<_> = plugin.capabilities.iter().map(|c| c.spec.clone()).collect();
-    if let Err((index, error)) = CatalogBuilder::new().add_group(&specs) {
-        let export = &plugin.capabilities[index].export;
-        return Err((format!("export `{export}`: {error}"), false));
-    }
+    check_specs(&plugin.capabilities).map_err(|e| (e.to_string(), false))?;
     Ok(plugin)
 }
 

@@ -109,6 +109,18 @@ pub enum LoadError {
         /// What is wrong with its types.
         source: TypeError,
     },
+    /// What the catalog refuses in a capability's metadata (a name, an ID, a text).
+    #[error("export `{export}`: {reason}")]
+    Spec {
+        /// The export, `<interface>.<function>`.
+        export: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Several of the problems above at once: every export and metadata entry is
+    /// checked, so one attempt names them all.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Several(Vec<LoadError>),
 }
 
 impl LoadError {
@@ -120,6 +132,51 @@ impl LoadError {
             _ => false,
         }
     }
+
+    /// One message per problem: [`LoadError::Several`] gives each of its own.
+    pub fn messages(&self) -> Vec<String> {
+        match self {
+            LoadError::Several(errors) => errors.iter().flat_map(LoadError::messages).collect(),
+            other => vec![other.to_string()],
+        }
+    }
+
+    /// `errors` as one error: none is `Ok`, one is itself, more are
+    /// [`LoadError::Several`].
+    fn all(mut errors: Vec<LoadError>) -> Result<(), LoadError> {
+        match errors.len() {
+            0 => Ok(()),
+            1 => Err(errors.remove(0)),
+            _ => Err(LoadError::Several(errors)),
+        }
+    }
+}
+
+/// What the catalog refuses in `capabilities`' metadata, every problem at once:
+/// each capability is checked alone, then (when each passed) the group, for
+/// names and IDs the plugin gives twice.
+pub(crate) fn check_specs(capabilities: &[PluginCapability]) -> Result<(), LoadError> {
+    let mut errors = Vec::new();
+    for capability in capabilities {
+        if let Err((_, error)) =
+            crate::catalog::CatalogBuilder::new().add_group(std::slice::from_ref(&capability.spec))
+        {
+            errors.push(LoadError::Spec {
+                export: capability.export.clone(),
+                reason: error.to_string(),
+            });
+        }
+    }
+    if errors.is_empty() {
+        let specs: Vec<_> = capabilities.iter().map(|c| c.spec.clone()).collect();
+        if let Err((index, error)) = crate::catalog::CatalogBuilder::new().add_group(&specs) {
+            errors.push(LoadError::Spec {
+                export: capabilities[index].export.clone(),
+                reason: error.to_string(),
+            });
+        }
+    }
+    LoadError::all(errors)
 }
 
 /// `EMFILE`, `ENFILE`, `ENOMEM`, `EAGAIN`, `EINTR`: errors of the moment, not of
@@ -342,10 +399,12 @@ pub(crate) fn assemble(
         .into_iter()
         .filter(|f| f.instance != METADATA_INTERFACE)
         .collect();
+    // Every problem is collected, so that one attempt names them all.
+    let mut errors = Vec::new();
     let mut seen_exports = HashSet::new();
     for f in &funcs {
         if !seen_exports.insert(f.export_name()) {
-            return Err(LoadError::AmbiguousExport(f.export_name()));
+            errors.push(LoadError::AmbiguousExport(f.export_name()));
         }
     }
     let mut named = HashSet::new();
@@ -359,18 +418,26 @@ pub(crate) fn assemble(
             } else {
                 available.join(", ")
             };
-            return Err(LoadError::UnknownExport {
+            errors.push(LoadError::UnknownExport {
                 export: entry.export_name,
                 available,
             });
+            continue;
         };
         if !named.insert(entry.export_name.clone()) {
-            return Err(LoadError::DuplicateEntry(entry.export_name));
+            errors.push(LoadError::DuplicateEntry(entry.export_name));
+            continue;
         }
-        let signature = func.signature.clone().map_err(|source| LoadError::Type {
-            export: entry.export_name.clone(),
-            source,
-        })?;
+        let signature = match func.signature.clone() {
+            Ok(signature) => signature,
+            Err(source) => {
+                errors.push(LoadError::Type {
+                    export: entry.export_name.clone(),
+                    source,
+                });
+                continue;
+            }
+        };
         let default_name = format!(
             "{}.{}",
             snake_case(&func.interface),
@@ -392,6 +459,7 @@ pub(crate) fn assemble(
             plan: signature.plan,
         });
     }
+    LoadError::all(errors)?;
     let ignored = funcs
         .iter()
         .map(ExportedFunc::export_name)
@@ -521,6 +589,87 @@ mod tests {
                 .map_err(|e| e.to_string());
             assert_eq!(got, Err(want.to_owned()), "{case}");
         }
+    }
+
+    #[test]
+    fn every_metadata_problem_is_named_at_once() {
+        let funcs = vec![
+            func("records", "lookup", ok_sig()),
+            func(
+                "records",
+                "query",
+                Err(TypeError::Result {
+                    found: "u32".into(),
+                }),
+            ),
+        ];
+        let entries = vec![
+            entry("records.query"),
+            entry("records.find"),
+            entry("records.lookup"),
+            entry("records.lookup"),
+        ];
+        let error = assemble(funcs, entries).map(|_| ()).err();
+        assert_eq!(
+            error.as_ref().map(LoadError::messages),
+            Some(vec![
+                "export `records.query`: the result must be a record or result<record, E>, found u32".to_owned(),
+                "metadata entry `records.find` names no exported function (exported functions: records.lookup, records.query)".to_owned(),
+                "export `records.lookup`: named by more than one metadata entry".to_owned(),
+            ])
+        );
+        // In the log, one line: the same messages joined.
+        assert_eq!(error.map(|e| e.to_string().matches("; ").count()), Some(2));
+    }
+
+    #[test]
+    fn every_catalog_problem_of_the_metadata_is_named_at_once() {
+        let capability = |export: &str, name: &str, summary: &str| PluginCapability {
+            spec: CapabilitySpec {
+                name: name.to_owned(),
+                id: None,
+                summary: summary.to_owned(),
+                description: None,
+                search_terms: vec![],
+                params: vec![],
+                output: vec![],
+            },
+            export: export.to_owned(),
+            instance: "test:pkg/records@0.1.0".to_owned(),
+            function: "f".to_owned(),
+            plan: CallPlan {
+                params: vec![],
+                output: Plan::Record(Vec::new()),
+                error: ErrorKind::Message,
+            },
+        };
+        let messages = check_specs(&[
+            capability("records.a", "json.a", "A."),
+            capability("records.b", "records.b", " "),
+            capability("records.c", "records.c", "C."),
+        ])
+        .err()
+        .map(|e| e.messages())
+        .unwrap_or_default();
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        assert!(
+            messages[0].starts_with("export `records.a`: "),
+            "{messages:?}"
+        );
+        assert!(
+            messages[1].starts_with("export `records.b`: "),
+            "{messages:?}"
+        );
+        // Each passes alone, but not together: the group check names the second.
+        let twice = check_specs(&[
+            capability("records.a", "records.a", "A."),
+            capability("records.b", "records.a", "B."),
+        ])
+        .err()
+        .map(|e| e.messages())
+        .unwrap_or_default();
+        assert_eq!(twice.len(), 1, "{twice:?}");
+        assert!(twice[0].starts_with("export `records.b`: "), "{twice:?}");
     }
 
     #[test]

@@ -1,0 +1,61 @@
+//! `codemode-host check`: one plugin file loaded exactly as the server loads it (its
+//! sidecar, the size limit, compiling or the cache, linking, `describe()`, the
+//! WIT types, the catalog's rules for names, IDs and texts), and what it offers,
+//! or every reason the server would skip it.
+
+use std::path::Path;
+
+use crate::catalog::{CatalogBuilder, Shape};
+use crate::plugins::{self, LoadLimits, check_specs, load_file};
+
+/// One capability of a checked plugin, as agents will see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    /// The keyword signature and the result: `greet.hello(*, name: str) -> {text: str}`.
+    pub signature: String,
+    /// The stable ID policies and `--disable` use.
+    pub id: String,
+    /// The line `search_api` shows.
+    pub summary: String,
+}
+
+/// Loads the plugin at `path` as the server would, compiling it or taking it from
+/// the cache in `cache_dir`, and returns its capabilities in metadata order.
+///
+/// # Errors
+///
+/// Every reason the server would skip the file, one message each.
+pub fn check_plugin(
+    path: &Path,
+    loading: &LoadLimits,
+    cache_dir: Option<&Path>,
+) -> Result<Vec<Checked>, Vec<String>> {
+    let engine = plugins::engine(plugins::pool_instances(1, 1)).map_err(|error| {
+        vec![format!(
+            "cannot configure the WebAssembly engine: {error:#}"
+        )]
+    })?;
+    let cache = crate::service::open_cache(cache_dir);
+    let plugin = load_file(&engine, path, cache.as_ref(), loading).map_err(|e| e.messages())?;
+    check_specs(&plugin.capabilities).map_err(|e| e.messages())?;
+    let mut builder = CatalogBuilder::new();
+    let specs: Vec<_> = plugin.capabilities.iter().map(|c| c.spec.clone()).collect();
+    builder
+        .add_group(&specs)
+        .map_err(|(_, error)| vec![error.to_string()])?;
+    let catalog = builder
+        .build(&[])
+        .map_err(|error| vec![error.to_string()])?;
+    Ok(specs
+        .iter()
+        .filter_map(|spec| {
+            let description = catalog.describe(&spec.name)?;
+            let output = Shape::Record(spec.output.clone()).notation();
+            Some(Checked {
+                signature: format!("{} -> {output}", description.signature),
+                id: spec.id.clone().unwrap_or_else(|| spec.name.clone()),
+                summary: description.summary,
+            })
+        })
+        .collect())
+}

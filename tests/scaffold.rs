@@ -1,0 +1,213 @@
+//! `codemode-host new-plugin` and `codemode-host check`: a project generated in each
+//! language builds with its own `build.sh`, `check` prints what agents will see,
+//! and the server answers its capability. Python and JavaScript projects are
+//! built with the toolchains `cargo xtask plugins` installed for the examples.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::json;
+
+use crate::stdio::{call, err, ok};
+use crate::support::{cache_dir, drive, foreign_plugin, host_bin, root};
+
+fn execute(source: &str) -> serde_json::Value {
+    call("execute", json!({ "source": source }))
+}
+
+/// Generates the project `name` in `lang` into a fresh folder of the test.
+fn generate(label: &str, name: &str, lang: &str) -> PathBuf {
+    let parent = root().join("target/e2e-scaffold");
+    std::fs::create_dir_all(&parent).expect("create the folder");
+    let dir = parent.join(label);
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new(host_bin())
+        .args(["new-plugin", name, "--lang", lang, "--dir"])
+        .arg(&dir)
+        .output()
+        .expect("run new-plugin");
+    assert!(
+        out.status.success(),
+        "new-plugin failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!(
+            "wrote {0}: the plugin `{name}` with one capability, {name}.hello; build it with\n  cd {0} && ./build.sh\nthen follow its README.md to check and try it\n",
+            dir.display()
+        )
+    );
+    dir
+}
+
+/// Runs the project's `build.sh` with `env`.
+fn build(dir: &Path, env: &[(&str, PathBuf)]) {
+    let out = Command::new(dir.join("build.sh"))
+        .envs(env.iter().map(|(k, v)| (*k, v)))
+        .output()
+        .expect("run build.sh");
+    assert!(
+        out.status.success(),
+        "build.sh failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `codemode-host check FILES` with the shared cache: exit code and stdout.
+fn check(files: &[&Path]) -> (Option<i32>, String) {
+    let out = Command::new(host_bin())
+        .arg("check")
+        .args(files)
+        .args(["--cache-dir", cache_dir()])
+        .output()
+        .expect("run check");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// Checks the built project and calls its capability through the server.
+fn check_and_try(dir: &Path, name: &str) {
+    let plugin = dir.join("plugins").join(format!("{name}.wasm"));
+    assert_eq!(
+        check(&[&plugin]),
+        (
+            Some(0),
+            format!(
+                "{name}.wasm: 1 capability\n  {name}.hello(*, name: str) -> {{text: str}}\n    id: {name}.hello\n    Greet someone by name.\n"
+            )
+        )
+    );
+    // The README's commands are these, with this binary.
+    let readme = std::fs::read_to_string(dir.join("README.md")).expect("read the README");
+    for command in [
+        "./build.sh".to_owned(),
+        format!("{} check plugins/{name}.wasm", host_bin()),
+        format!("--cli {} --plugins plugins", host_bin()),
+    ] {
+        assert!(readme.contains(&command), "{command} missing:\n{readme}");
+    }
+    let plugins = dir.join("plugins");
+    let out = drive(
+        &["--plugins", plugins.to_str().expect("utf-8 path")],
+        json!([
+            execute(&format!(
+                "def main():\n    return {name}.hello(name=\"Ada\")"
+            )),
+            execute(&format!("def main():\n    return {name}.hello(name=\"\")")),
+        ]),
+    );
+    assert_eq!(
+        ok(&out["results"][0]),
+        &json!({"result": {"text": "Hello, Ada!"}})
+    );
+    assert_eq!(
+        err(&out["results"][1]),
+        "capability failed: name must not be empty"
+    );
+}
+
+#[test]
+fn a_new_rust_plugin_builds_checks_and_answers() {
+    let dir = generate("rust", "my_tool", "rust");
+    // The dependencies compile once for every run of the suite.
+    build(
+        &dir,
+        &[("CARGO_TARGET_DIR", root().join("target/e2e-scaffold-build"))],
+    );
+    check_and_try(&dir, "my_tool");
+}
+
+#[test]
+fn new_python_and_javascript_plugins_build_check_and_answer() {
+    let toolchains = root().join("target/toolchains");
+    if foreign_plugin("python_geo").is_some() {
+        let dir = generate("python", "greet", "python");
+        build(
+            &dir,
+            &[(
+                "COMPONENTIZE_PY",
+                toolchains.join("python/bin/componentize-py"),
+            )],
+        );
+        check_and_try(&dir, "greet");
+    }
+    if foreign_plugin("js_strings").is_some() {
+        let dir = generate("js", "my_tool", "js");
+        build(
+            &dir,
+            &[(
+                "COMPONENTIZE_JS",
+                toolchains.join("node/node_modules/@bytecodealliance/componentize-js/src/cli.js"),
+            )],
+        );
+        check_and_try(&dir, "my_tool");
+    }
+}
+
+#[test]
+fn check_names_every_reason_a_file_cannot_load_and_exits_1() {
+    let dir = root().join("target/e2e-scaffold/broken");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the folder");
+    let notes = dir.join("notes.wasm");
+    std::fs::write(&notes, "not a component").expect("write");
+    let misfit = root().join("target/test-plugins/misfit.wasm");
+    let oddtypes = root().join("target/test-plugins/oddtypes.wasm");
+    let (code, out) = check(&[&notes, &misfit, &oddtypes]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        out,
+        "notes.wasm: cannot load\n  not a WebAssembly file (no `\\0asm` header); only components are loaded\n\
+         misfit.wasm: cannot load\n  export `misfit.echo`: name \"json.echo\": the first segment \"json\" is reserved by the language surface\n\
+         oddtypes.wasm: cannot load\n  export `odd.area`: parameter shape: WIT type `variant` is not supported (use an enum, or a record with option fields)\n"
+    );
+}
+
+#[test]
+fn new_plugin_refuses_a_bad_name_and_a_folder_in_use() {
+    let run = |args: &[&str]| {
+        let out = Command::new(host_bin())
+            .arg("new-plugin")
+            .args(args)
+            .output()
+            .expect("run new-plugin");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run(&["2fast", "--lang", "rust", "--dir", "/nonexistent/x"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains(
+            "ERROR codemode_host: `2fast` cannot be the root of capability names: it must be an identifier (letters, digits, `_`), not a Starlark keyword or builtin"
+        ),
+        "{stderr}"
+    );
+    let used = root().join("target/e2e-scaffold/used");
+    std::fs::create_dir_all(&used).expect("create the folder");
+    std::fs::write(used.join("keep.txt"), "mine").expect("write");
+    let (code, stderr) = run(&[
+        "greet",
+        "--lang",
+        "js",
+        "--dir",
+        used.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains(&format!(
+            "ERROR codemode_host: `{}` exists and is not empty; name another folder with --dir",
+            used.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(used.join("keep.txt")).expect("read"),
+        "mine"
+    );
+}
