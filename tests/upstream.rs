@@ -214,8 +214,11 @@ fn a_misbehaving_upstream_stays_contained() {
             main_returning("double.grow()"),
             until(call("describe_api", json!({"name": "double.extra"}))),
             main_returning("double.extra()"),
+            main_returning("quick.huge()"),
+            main_returning("quick.wait(seconds=0)"),
         ]),
     );
+
     let results = &out["results"];
     assert_eq!(
         ok(&results[0])["result"],
@@ -260,6 +263,11 @@ fn a_misbehaving_upstream_stays_contained() {
         "a tool added upstream becomes a capability"
     );
     assert_eq!(ok(&results[12])["result"], json!({"result": "extra"}));
+    // A number no float holds: rmcp cannot decode the answer and drops it, so the
+    // call ends at the upstream's timeout (the execution's, without one), and the
+    // session goes on.
+    assert_eq!(err(&results[13]), "capability failed: quick.huge timed out");
+    assert_eq!(ok(&results[14])["result"], json!({"result": "done"}));
     let log_text = std::fs::read_to_string(&log).unwrap_or_default();
     assert_eq!(
         log_text.matches("started ").count(),

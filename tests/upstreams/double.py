@@ -47,6 +47,12 @@ def refuse(reason: str) -> str:
 
 
 @server.tool()
+def huge() -> dict[str, int]:
+    """Answers a number no float can hold (10**400, written out in full)."""
+    return {"n": 10**400}
+
+
+@server.tool()
 def crash() -> str:
     """Ends the server in the middle of the call."""
     log("crash")
