@@ -16,6 +16,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::task::Poll;
 use std::time::Instant;
 
 use tokio::sync::Notify;
@@ -106,21 +107,79 @@ pub(crate) fn until<F: Future>(
     // Timers, sockets and spawned blocking work made while `work` runs belong to
     // that runtime; `work` itself is polled here.
     let _context = runtime.enter();
-    pollster::block_on(async {
-        let late = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline));
-        let cancelled = async {
-            match cancel {
-                Some(cancel) => cancel.cancelled().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            biased;
-            done = work => Ok(done),
-            () = cancelled => Err(Abandoned::Cancelled),
-            () = late => Err(Abandoned::Deadline),
+    let signal = Arc::new(Signal {
+        woken: AtomicBool::new(false),
+        thread: std::thread::current(),
+    });
+    let waker = std::task::Waker::from(signal.clone());
+    let mut context = std::task::Context::from_waker(&waker);
+    let mut work = std::pin::pin!(work);
+    let mut cancelled = std::pin::pin!(async {
+        match cancel {
+            Some(cancel) => cancel.cancelled().await,
+            None => std::future::pending().await,
         }
-    })
+    });
+    loop {
+        if let Poll::Ready(done) = work.as_mut().poll(&mut context) {
+            return Ok(done);
+        }
+        if cancelled.as_mut().poll(&mut context).is_ready() {
+            return Err(Abandoned::Cancelled);
+        }
+        // The deadline is this thread's own park timeout, not a timer of the
+        // runtime: registering one would wake the runtime's thread on every wait.
+        if !signal.wait(deadline) {
+            return Err(Abandoned::Deadline);
+        }
+    }
+}
+
+/// How long [`until`] spins before it parks its thread. An answer that comes
+/// within this (an upstream MCP server on this machine) then needs no wake of a
+/// parked thread, which costs tens of µs on a virtual machine whose CPU went idle.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(500);
+
+/// The waker of [`until`]: a flag, and the thread to unpark.
+struct Signal {
+    woken: AtomicBool,
+    thread: std::thread::Thread,
+}
+
+impl Signal {
+    /// Waits until woken (true) or `deadline` (false): spins for [`SPIN`], then
+    /// parks.
+    fn wait(&self, deadline: Instant) -> bool {
+        let spin_until = Instant::now() + SPIN;
+        loop {
+            if self.woken.swap(false, Ordering::Acquire) {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            if now < spin_until {
+                // Not a pure spin: a thread this one would keep off its CPU (the
+                // upstream's child, the runtime's thread) runs first.
+                std::thread::yield_now();
+            } else {
+                std::thread::park_timeout(deadline - now);
+            }
+        }
+    }
+}
+
+impl std::task::Wake for Signal {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        // Cheap when the thread is not parked (it is spinning, or running).
+        self.thread.unpark();
+    }
 }
 
 /// Runs `work` in the background on the runtime for host waits (connections that
