@@ -209,6 +209,17 @@ pub(crate) fn drive_with_env(args: &[&str], env: &Value, steps: Value) -> Value 
     }))
 }
 
+/// [`drive`], the server started in the folder `cwd`.
+pub(crate) fn drive_in(cwd: &Path, args: &[&str], steps: Value) -> Value {
+    run_driver(&serde_json::json!({
+        "command": host_bin(),
+        "args": with_cache(args),
+        "cwd": cwd,
+        "mode": "legacy",
+        "steps": steps,
+    }))
+}
+
 /// Runs the Python MCP client against the Streamable HTTP endpoint `url`, sending
 /// `headers` with every request, in protocol `mode` (`legacy` or `auto`).
 pub(crate) fn drive_http(url: &str, headers: Value, mode: &str, steps: Value) -> Value {
@@ -682,6 +693,7 @@ pub(crate) fn library_service(
         audit: None,
         upstreams: Vec::new(),
         require_all_plugins: false,
+        plugins_optional: false,
     };
     std::sync::Arc::new(codemode_host::Service::load(&config).expect("load the service"))
 }

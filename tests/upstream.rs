@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use crate::stdio::{call, err, ok};
 use crate::support::{
-    HttpServer, drive, drive_with_env, example_plugins, install_venv, python, raw_request, root,
-    wait_for_audit, wait_until,
+    HttpServer, drive, drive_in, drive_with_env, example_plugins, install_venv, python,
+    raw_request, root, wait_for_audit, wait_until,
 };
 
 /// The third-party upstream servers, pinned.
@@ -637,5 +637,50 @@ fn the_readme_gateway_example_works_with_the_python_client_and_the_inspector() {
         answer["result"]["structuredContent"]["result"],
         json!(["bk-0042", "15:00", true]),
         "{answer}"
+    );
+}
+
+#[test]
+fn a_gateway_of_upstreams_alone_needs_no_plugins_folder() {
+    // No `plugins` key, and no ./plugins where the server starts.
+    let path = config(
+        "gateway-only",
+        &format!(
+            "[[upstream]]\nname = \"time\"\ncommand = [{:?}]\ntimeout = \"20s\"\n",
+            upstream_bin().join("mcp-server-time").display().to_string(),
+        ),
+    );
+    let cwd = path.parent().expect("the config's folder").join("cwd");
+    std::fs::create_dir_all(&cwd).expect("create the server's folder");
+    let out = drive_in(
+        &cwd,
+        &["--config", path.to_str().expect("utf-8")],
+        json!([main_returning(
+            "time.convert_time(source_timezone=\"Etc/UTC\", time=\"12:00\", target_timezone=\"Asia/Tokyo\")[\"target\"][\"datetime\"][11:16]"
+        )]),
+    );
+    assert_eq!(ok(&out["results"][0])["result"], json!("21:00"));
+    // A folder named explicitly must exist, as before.
+    let (code, stderr) = {
+        let out = std::process::Command::new(crate::support::host_bin())
+            .current_dir(&cwd)
+            .args([
+                "--config",
+                path.to_str().expect("utf-8"),
+                "--plugins",
+                "mine",
+            ])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run codemode-host");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("plugins folder `mine`: No such file or directory (os error 2)"),
+        "{stderr}"
     );
 }

@@ -51,7 +51,8 @@ pub struct Cli {
     /// is one (outbound hosts, env, config, dirs, per-plugin limits; see the
     /// README). A file that fails to load is logged with the reason and skipped; the
     /// others are served. The folder is watched: adding, replacing or removing a
-    /// plugin or sidecar reloads the catalog while serving. Defaults to `./plugins`.
+    /// plugin or sidecar reloads the catalog while serving. Defaults to `./plugins`,
+    /// which may then be missing when --config names upstream MCP servers.
     #[arg(long, value_name = "DIR", default_value = "plugins", global = true)]
     pub plugins: PathBuf,
 
@@ -264,6 +265,11 @@ pub struct Cli {
     /// sets them).
     #[arg(skip)]
     pub upstreams: Vec<codemode_host::UpstreamConfig>,
+
+    /// Whether --plugins was given (flag, variable or file) rather than defaulted:
+    /// a gateway of upstreams only needs no `./plugins`.
+    #[arg(skip)]
+    pub plugins_given: bool,
 }
 
 /// A duration that must be positive: zero, with a unit or without, says so at once

@@ -124,7 +124,13 @@ fn read_file(path: &Path, command: &Command, given: &ArgMatches) -> Result<FileS
 /// Parses `args` in full, with every check.
 fn finish(command: &mut Command, args: Vec<OsString>) -> Result<Cli, clap::Error> {
     let matches = command.try_get_matches_from_mut(args)?;
-    Cli::from_arg_matches(&matches).map_err(|error| error.format(command))
+    let mut cli = Cli::from_arg_matches(&matches).map_err(|error| error.format(command))?;
+    // The file's keys are command-line arguments by now.
+    cli.plugins_given = !matches!(
+        matches.value_source("plugins"),
+        None | Some(ValueSource::DefaultValue)
+    );
+    Ok(cli)
 }
 
 /// The `--key=value` arguments of the config file `text`: one per value of each key

@@ -150,6 +150,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         audit: Some(audit.clone()),
         upstreams: cli.upstreams.clone(),
         require_all_plugins: cli.require_all_plugins,
+        // A gateway of upstreams needs no plugins folder unless one was named.
+        plugins_optional: !cli.plugins_given && !cli.upstreams.is_empty(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -264,6 +266,10 @@ async fn serve_http(
 /// returned value.
 fn start_watch(cli: &Cli, service: &Arc<Service>) -> anyhow::Result<Option<watch::Watch>> {
     if cli.no_watch {
+        return Ok(None);
+    }
+    if !cli.plugins.exists() && !cli.plugins_given && !cli.upstreams.is_empty() {
+        tracing::info!(folder = %cli.plugins.display(), "no plugins folder: serving the upstreams only, not watching for plugins");
         return Ok(None);
     }
     let watch = watch::watch(service).with_context(|| {

@@ -56,6 +56,9 @@ pub struct ServiceConfig {
     /// Whether every plugin file must load: one that does not is a start error, and
     /// after a reload it makes [`Service::ready`] false.
     pub require_all_plugins: bool,
+    /// Whether a missing plugins folder means no plugins (a gateway of upstreams
+    /// only) instead of a start error.
+    pub plugins_optional: bool,
 }
 
 impl ServiceConfig {
@@ -73,6 +76,7 @@ impl ServiceConfig {
             cache_dir: None,
             upstreams: Vec::new(),
             require_all_plugins: false,
+            plugins_optional: false,
         }
     }
 }
@@ -524,6 +528,9 @@ const SOURCE_EXTENSIONS: [&str; 6] = ["rs", "py", "js", "ts", "wit", "go"];
 fn empty_folder_reason(dir: &Path) -> String {
     const BUILD: &str =
         "in a checkout, `cargo xtask plugins` builds the examples into target/plugins";
+    if !dir.exists() {
+        return "there is no plugins folder".to_owned();
+    }
     let names = |dir: &Path| -> Vec<String> {
         std::fs::read_dir(dir)
             .map(|entries| {
@@ -747,7 +754,8 @@ impl Service {
             max_execution_time: config.limits.max_execution_time,
         };
         let mut folder =
-            PluginFolder::new(config.plugins_dir.clone(), config.loading.clone(), caps);
+            PluginFolder::new(config.plugins_dir.clone(), config.loading.clone(), caps)
+                .optional(config.plugins_optional);
         let report =
             folder
                 .scan(&engine, cache.as_ref())

@@ -27,7 +27,9 @@ def target(script):
     if "url" in script:
         http = create_mcp_http_client(headers=script.get("headers") or {})
         return streamable_http_client(script["url"], http_client=http)
-    return StdioServerParameters(command=script["command"], args=script["args"], env=script.get("env"))
+    return StdioServerParameters(
+        command=script["command"], args=script["args"], env=script.get("env"), cwd=script.get("cwd")
+    )
 
 
 async def run(script):

@@ -38,6 +38,9 @@ pub(crate) struct PluginFolder {
     /// Sidecars that match no plugin, as of the last scan (each is warned about
     /// once, when it appears).
     orphans: BTreeSet<PathBuf>,
+    /// Whether a folder that does not exist holds no plugins rather than being an
+    /// error.
+    optional: bool,
 }
 
 /// A plugin file left out of the catalog, and why: what `/readyz` lists and
@@ -129,7 +132,15 @@ impl PluginFolder {
             failures: BTreeMap::new(),
             caps,
             orphans: BTreeSet::new(),
+            optional: false,
         }
+    }
+
+    /// Makes a missing folder hold no plugins instead of an error, when
+    /// `optional` (a gateway of upstreams only).
+    pub(crate) fn optional(mut self, optional: bool) -> Self {
+        self.optional = optional;
+        self
     }
 
     /// The folder.
@@ -148,7 +159,13 @@ impl PluginFolder {
         engine: &Engine,
         cache: Option<&ArtifactCache>,
     ) -> std::io::Result<ScanReport> {
-        let paths = super::plugin_files(&self.dir)?;
+        let paths = match super::plugin_files(&self.dir) {
+            Ok(paths) => paths,
+            Err(error) if self.optional && error.kind() == std::io::ErrorKind::NotFound => {
+                Vec::new()
+            }
+            Err(error) => return Err(error),
+        };
         let mut report = ScanReport::default();
         // Cache entries of versions that stopped serving.
         let mut released = Vec::new();
