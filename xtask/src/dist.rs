@@ -4,9 +4,9 @@
 //! The layout: `bin/codemode-host`, `plugins/` (the example plugins and their
 //! sidecars) and `cache/`, filled by `codemode-host precompile`. The check then
 //! makes the cache read-only, owned by the image's user, and starts the server on
-//! it as that user (through `setpriv` when this runs as root, as image builds do):
-//! it must be ready within [`START_LIMIT`] with nothing compiled and nothing
-//! written.
+//! it as that user (through `setpriv` when this runs as root, as image builds do,
+//! from a copy in a folder everyone may traverse): it must be ready within
+//! [`START_LIMIT`] with nothing compiled and nothing written.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -83,7 +83,29 @@ pub(crate) fn dist(profile: Profile) -> Result<PathBuf> {
             .arg(out.join(CACHE)),
     )?;
     let as_user = make_read_only(&out.join(CACHE))?;
-    let ready = start(&out, as_user)?;
+    let ready = if as_user {
+        // The image's user must reach the layout, but a checkout often sits in a
+        // folder only root may enter (`mktemp -d` makes them 0700): the check runs
+        // on a copy in a folder of its own that everyone may traverse.
+        let copy = std::env::temp_dir().join(format!("codemode-dist-{}", std::process::id()));
+        if copy.exists() {
+            make_writable(&copy)?;
+            std::fs::remove_dir_all(&copy)?;
+        }
+        std::fs::create_dir(&copy).with_context(|| format!("create {}", copy.display()))?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755))?;
+        }
+        // cp -a keeps the cache's owner and modes.
+        status(Command::new("cp").arg("-a").arg(out.join(".")).arg(&copy))?;
+        let ready = start(&copy, true);
+        make_writable(&copy)?;
+        std::fs::remove_dir_all(&copy).with_context(|| format!("remove {}", copy.display()))?;
+        ready?
+    } else {
+        start(&out, false)?
+    };
     println!(
         "{}: ready in {} ms from a read-only cache{}",
         out.display(),
