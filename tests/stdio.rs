@@ -5,7 +5,9 @@ use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
-use crate::support::{drive, example_plugins, host_bin, with_cache};
+use crate::support::{
+    drive, example_plugins, host_bin, plugin_folder, test_plugin, wait_until, with_cache,
+};
 
 fn serve_examples(steps: Value) -> Value {
     let dir = example_plugins();
@@ -280,4 +282,81 @@ fn every_line_gets_an_answer_and_arguments_come_before_the_subject() {
     drop(stdin);
     let status = child.wait().expect("wait for codemode-host");
     assert!(status.success(), "{status}");
+}
+
+/// Over stdio the server runs one current-thread runtime, whose tasks run only once
+/// it serves. SIGHUP is handled from before the plugins load all the same: one that
+/// arrives while a plugin is loading (drowsy's `describe()` holds the load for its
+/// 3 s timeout) neither ends the server nor stops it serving afterwards.
+#[test]
+fn sighup_while_the_plugins_load_leaves_a_stdio_server_serving() {
+    let dir = plugin_folder("stdio-sighup-loading", &[test_plugin("drowsy")]);
+    let mut child = Command::new(host_bin())
+        .args(with_cache(&[
+            "--plugins",
+            dir.to_str().expect("utf-8 path"),
+            "--load-timeout",
+            "3s",
+            "--log",
+            "debug",
+        ]))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn codemode-host");
+    // The log is drained by a thread, so that the server never blocks writing it.
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let drained = {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                let mut log = log.lock().expect("log");
+                log.push_str(&line);
+                log.push('\n');
+            }
+        })
+    };
+    let text = || log.lock().expect("log").clone();
+    // Logged as the load begins, before any plugin is read.
+    wait_until(
+        "the load to begin",
+        || text().contains("instance pool sized"),
+        text,
+    );
+    let hup = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(hup.success());
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin
+        .write_all(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#)
+        .expect("write initialize");
+    stdin.write_all(b"\n").expect("write initialize");
+    let mut answer = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut answer)
+        .expect("read the answer");
+    let answer: Value = serde_json::from_str(&answer)
+        .unwrap_or_else(|_| panic!("not JSON: {answer:?}\n{}", text()));
+    assert_eq!(answer["id"], 1, "{answer}");
+    assert_eq!(
+        answer["result"]["serverInfo"]["name"], "codemode-host",
+        "{answer}"
+    );
+    drop(stdin);
+    let status = child.wait().expect("wait for codemode-host");
+    drained.join().expect("the log thread");
+    let log = text();
+    assert!(status.success(), "{status}\n{log}");
+    assert!(
+        log.contains("SIGHUP: nothing to reload (no --tokens, no --policy)"),
+        "{log}"
+    );
+    assert!(
+        log.contains("did not return within 3000 ms (--load-timeout)"),
+        "the SIGHUP came after the load:\n{log}"
+    );
 }

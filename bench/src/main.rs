@@ -3,7 +3,8 @@
 //! calls with and without a policy, the sandboxed interpreter against native
 //! starlark-rust, a 1 MiB value through a plugin), then the real server binary
 //! (cold and warm start with 10 plugins, HTTP throughput of 8 clients, resident
-//! memory), and an upstream MCP server's tool called directly and from a program.
+//! memory, the stdio round trip of a raw pipe client above the pipe's floor), and
+//! an upstream MCP server's tool called directly and from a program.
 //! Ends with one table: each measurement, its target, and the ratio.
 //!
 //! Built with the release profile (`cargo xtask bench`); the server binary it starts
@@ -13,6 +14,7 @@
 // Shared with the soak (tests/soak.rs), which uses parts the bench does not.
 #[allow(dead_code)]
 mod server;
+mod stdio;
 mod upstream;
 
 use std::path::{Path, PathBuf};
@@ -107,6 +109,12 @@ fn main() {
             print_table(&rows);
             return;
         }
+        if only == "stdio" {
+            // `codemode-bench stdio`: the stdio round trip alone.
+            stdio::measure(&root, &plugins, &mut rows);
+            print_table(&rows);
+            return;
+        }
         // For profilers: `codemode-bench trivial|call|loop` repeats one program.
         profile(&root, &plugins, &only);
         return;
@@ -116,6 +124,7 @@ fn main() {
     let folder = ten_plugins(&target);
     start(&target, &folder, &mut rows);
     http(&target, &folder, &mut rows);
+    stdio::measure(&root, &plugins, &mut rows);
     upstream::measure(&root, &plugins, &mut rows);
     print_table(&rows);
     if let (Some((total_a, steal_a)), Some((total_b, steal_b))) = (before, cpu_times()) {

@@ -111,8 +111,14 @@ pub(crate) fn start(
         .map(|file| std::path::absolute(file).unwrap_or_else(|_| file.clone()))
         .collect();
     let (causes, received) = channel();
-    let signals = causes.clone();
-    runtime.spawn(on_sighup(signals));
+    // The handler is installed here, not when the task first runs: a
+    // current-thread runtime (stdio) runs its tasks only once it serves, and a
+    // SIGHUP while the plugins load must not end the server either.
+    let hangups = {
+        let _entered = runtime.enter();
+        hangups()
+    };
+    runtime.spawn(on_sighup(hangups, causes.clone()));
     let watcher = if files.is_empty() {
         None
     } else {
@@ -137,27 +143,40 @@ pub(crate) fn start(
     Ok(Reloading { _watcher: watcher })
 }
 
+/// The stream of SIGHUPs, its handler installed from now on (in a runtime's
+/// context); `None`, logged, when it cannot be.
+#[cfg(unix)]
+fn hangups() -> Option<tokio::signal::unix::Signal> {
+    use tokio::signal::unix::{SignalKind, signal};
+    signal(SignalKind::hangup())
+        .inspect_err(|error| {
+            tracing::warn!(reason = %error, "cannot handle SIGHUP; reload by changing the files");
+        })
+        .ok()
+}
+
+/// No SIGHUP off Unix.
+#[cfg(not(unix))]
+fn hangups() -> Option<()> {
+    None
+}
+
 /// Sends [`Cause::Signal`] on every SIGHUP, for as long as the runtime runs.
-async fn on_sighup(causes: Sender<Cause>) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut hangups = match signal(SignalKind::hangup()) {
-            Ok(hangups) => hangups,
-            Err(error) => {
-                tracing::warn!(reason = %error, "cannot handle SIGHUP; reload by changing the files");
-                return;
-            }
-        };
-        while hangups.recv().await.is_some() {
-            if causes.send(Cause::Signal).is_err() {
-                return;
-            }
+#[cfg(unix)]
+async fn on_sighup(hangups: Option<tokio::signal::unix::Signal>, causes: Sender<Cause>) {
+    let Some(mut hangups) = hangups else {
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        if causes.send(Cause::Signal).is_err() {
+            return;
         }
     }
-    #[cfg(not(unix))]
-    drop(causes);
 }
+
+/// No SIGHUP off Unix.
+#[cfg(not(unix))]
+async fn on_sighup(_hangups: Option<()>, _causes: Sender<Cause>) {}
 
 /// Reloads on each cause; changes are debounced, a signal reloads at once. Ends when
 /// every sender is gone.

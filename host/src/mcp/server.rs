@@ -237,8 +237,8 @@ pub enum ServeError {
 ///
 /// [`ServeError`] when the handshake fails or the server task dies.
 pub async fn serve_stdio(server: McpServer) -> Result<(), ServeError> {
-    let transport = StdioTransport::new(std::io::stdin(), std::io::stdout())
-        .map_err(|error| ServeError::Transport(error.to_string()))?;
+    let transport =
+        StdioTransport::stdio().map_err(|error| ServeError::Transport(error.to_string()))?;
     let running = match server.serve(transport).await {
         Ok(running) => running,
         Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => {
