@@ -284,19 +284,24 @@ fn every_line_gets_an_answer_and_arguments_come_before_the_subject() {
     assert!(status.success(), "{status}");
 }
 
-/// Over stdio the server runs one current-thread runtime, whose tasks run only once
-/// it serves. SIGHUP is handled from before the plugins load all the same: one that
-/// arrives while a plugin is loading (drowsy's `describe()` holds the load for its
-/// 3 s timeout) neither ends the server nor stops it serving afterwards.
+/// Over stdio the server answers while its plugins load (a cold cache takes tens
+/// of seconds, longer than clients wait for `initialize`): `initialize` and
+/// `tools/list` at once; an `execute` waits no longer than its time budget,
+/// counted from its arrival; `search_api` waits for the load. drowsy's
+/// `describe()` holds the load for its 6 s timeout. A SIGHUP during the load
+/// (whose handler the current-thread runtime installs before it serves) neither
+/// ends the server nor stops it serving.
 #[test]
-fn sighup_while_the_plugins_load_leaves_a_stdio_server_serving() {
-    let dir = plugin_folder("stdio-sighup-loading", &[test_plugin("drowsy")]);
+fn a_stdio_server_answers_while_its_plugins_load_and_a_sighup_then_does_not_end_it() {
+    let dir = plugin_folder("stdio-answers-while-loading", &[test_plugin("drowsy")]);
     let mut child = Command::new(host_bin())
         .args(with_cache(&[
             "--plugins",
             dir.to_str().expect("utf-8 path"),
             "--load-timeout",
-            "3s",
+            "6s",
+            "--max-execution-time",
+            "1s",
             "--log",
             "debug",
         ]))
@@ -319,6 +324,7 @@ fn sighup_while_the_plugins_load_leaves_a_stdio_server_serving() {
         })
     };
     let text = || log.lock().expect("log").clone();
+    const LOADED: &str = "did not return within 6000 ms (--load-timeout)";
     // Logged as the load begins, before any plugin is read.
     wait_until(
         "the load to begin",
@@ -331,20 +337,76 @@ fn sighup_while_the_plugins_load_leaves_a_stdio_server_serving() {
         .expect("run kill");
     assert!(hup.success());
     let mut stdin = child.stdin.take().expect("stdin");
-    stdin
-        .write_all(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#)
-        .expect("write initialize");
-    stdin.write_all(b"\n").expect("write initialize");
-    let mut answer = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut answer)
-        .expect("read the answer");
-    let answer: Value = serde_json::from_str(&answer)
-        .unwrap_or_else(|_| panic!("not JSON: {answer:?}\n{}", text()));
-    assert_eq!(answer["id"], 1, "{answer}");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut exchange = |line: &str, answered: bool| -> Value {
+        stdin.write_all(line.as_bytes()).expect("write a line");
+        stdin.write_all(b"\n").expect("write a line");
+        if !answered {
+            return Value::Null;
+        }
+        let mut answer = String::new();
+        stdout.read_line(&mut answer).expect("read an answer");
+        serde_json::from_str(&answer).unwrap_or_else(|_| panic!("not JSON: {answer:?}\n{}", text()))
+    };
+    let initialized = exchange(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
+        true,
+    );
     assert_eq!(
-        answer["result"]["serverInfo"]["name"], "codemode-host",
-        "{answer}"
+        initialized["result"]["serverInfo"]["name"], "codemode-host",
+        "{initialized}"
+    );
+    exchange(
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        false,
+    );
+    let listed = exchange(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#, true);
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    assert_eq!(names, ["search_api", "describe_api", "execute"]);
+    assert!(
+        !text().contains(LOADED),
+        "answered only after the load:\n{}",
+        text()
+    );
+    let execute = r#"{"jsonrpc":"2.0","id":ID,"method":"tools/call","params":{"name":"execute","arguments":{"source":"def main():\n    return 1"}}}"#;
+    let early = exchange(&execute.replace("ID", "3"), true);
+    assert_eq!(early["result"]["isError"], true, "{early}");
+    assert_eq!(
+        early["result"]["content"][0]["text"],
+        "resource limit exceeded"
+    );
+    let stats = &early["result"]["_meta"]["codemode/stats"];
+    assert_eq!(stats["limit"], "--max-execution-time", "{early}");
+    assert!(
+        stats["elapsed_us"].as_u64().expect("elapsed") >= 1_000_000,
+        "{early}"
+    );
+    assert!(
+        !text().contains(LOADED),
+        "the execute waited for the load:\n{}",
+        text()
+    );
+    // search_api waits for the catalog.
+    let searched = exchange(
+        r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"search_api","arguments":{"query":"anything"}}}"#,
+        true,
+    );
+    assert_eq!(searched["result"]["isError"], false, "{searched}");
+    assert!(
+        text().contains(LOADED),
+        "search answered before the load:\n{}",
+        text()
+    );
+    let late = exchange(&execute.replace("ID", "5"), true);
+    assert_eq!(
+        late["result"]["structuredContent"],
+        json!({"result": 1}),
+        "{late}"
     );
     drop(stdin);
     let status = child.wait().expect("wait for codemode-host");
@@ -356,7 +418,7 @@ fn sighup_while_the_plugins_load_leaves_a_stdio_server_serving() {
         "{log}"
     );
     assert!(
-        log.contains("did not return within 3000 ms (--load-timeout)"),
-        "the SIGHUP came after the load:\n{log}"
+        log.contains("execution failed before the plugins finished loading subject=local outcome=\"resource limit exceeded\" limit=\"--max-execution-time\""),
+        "{log}"
     );
 }

@@ -167,16 +167,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let _reloading = secrets::start(reloadable, runtime.handle())
         .context("cannot watch the tokens and policy files for changes")?;
     let served = match http {
-        None => {
-            let service = Arc::new(load(&config)?);
-            let _watch = start_watch(&cli, &service)?;
-            let subjects = SubjectSource::Fixed(Subject::new(cli.subject.clone()));
-            let served = runtime
-                .block_on(serve_stdio(McpServer::new(service.clone(), subjects)))
-                .map_err(anyhow::Error::from);
-            service.close_upstreams();
-            served
-        }
+        None => runtime.block_on(serve_stdio_while_loading(config, &cli)),
         Some((address, http)) => runtime.block_on(serve_http(address, http, config, &cli)),
     };
     // Executions (and a load) still running on blocking threads end by their own
@@ -267,6 +258,33 @@ async fn serve_http(
     // No upstream child outlives the server.
     tokio::task::spawn_blocking(move || service.close_upstreams()).await?;
     Ok(())
+}
+
+/// Serves MCP on stdio at once while the plugins load: a cold cache takes tens of
+/// seconds to compile, longer than clients wait for `initialize`. `initialize` and
+/// `tools/list` are answered at once; the tools wait for the load (`execute` no
+/// longer than its time budget). Ends when stdin closes, but not before the load
+/// did, so that a start with stdin at its end still fills the cache.
+async fn serve_stdio_while_loading(config: ServiceConfig, cli: &Cli) -> anyhow::Result<()> {
+    let (publish, loaded) = tokio::sync::watch::channel(None);
+    let subjects = SubjectSource::Fixed(Subject::new(cli.subject.clone()));
+    let max_execution_time = config.limits.max_execution_time;
+    let serving = serve_stdio(McpServer::loading(loaded, max_execution_time, subjects));
+    tokio::pin!(serving);
+    let mut loading = tokio::task::spawn_blocking(move || load(&config));
+    let (service, served) = tokio::select! {
+        loaded = &mut loading => (Arc::new(loaded??), None),
+        served = &mut serving => (Arc::new(loading.await??), Some(served)),
+    };
+    let _watch = start_watch(cli, &service)?;
+    publish.send_replace(Some(service.clone()));
+    let served = match served {
+        Some(served) => served,
+        None => serving.await,
+    };
+    // No upstream child outlives the server.
+    tokio::task::spawn_blocking(move || service.close_upstreams()).await?;
+    served.map_err(anyhow::Error::from)
 }
 
 /// Watches the plugins folder unless --no-watch; the watch lasts as long as the

@@ -946,11 +946,25 @@ impl Service {
     /// [`Stats::limit`](crate::Stats::limit) names the budget that ran out. Dropping
     /// the future cancels it.
     pub async fn run(&self, subject: &Subject, source: &str) -> Execution {
+        self.run_since(subject, source, Instant::now()).await
+    }
+
+    /// [`Service::run`] of a request that arrived at `arrived`: its time budget
+    /// runs from then, so a wait before the service could take it (the load, over
+    /// stdio) is part of it.
+    pub(crate) async fn run_since(
+        &self,
+        subject: &Subject,
+        source: &str,
+        arrived: Instant,
+    ) -> Execution {
         if subject.id.is_empty() {
             return Execution::refused(ToolError::Unauthenticated, None);
         }
         let dispatch = self.shared.snapshot.load().dispatch.clone();
-        self.executor.execute(dispatch, subject, source).await
+        self.executor
+            .execute(dispatch, subject, source, arrived)
+            .await
     }
 
     /// What the service counts, for `/metrics`.

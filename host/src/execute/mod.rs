@@ -271,7 +271,8 @@ impl Executor {
     }
 
     /// Runs `source` for `subject` with the capabilities of `dispatch` (the plugin
-    /// set it keeps to the end, whatever a reload does meanwhile). Dropping the
+    /// set it keeps to the end, whatever a reload does meanwhile), its time budget
+    /// counted from `started` (when its request arrived). Dropping the
     /// returned future cancels the execution: queued, it never starts; running, it
     /// stops at the next epoch tick and frees its slot.
     ///
@@ -283,8 +284,8 @@ impl Executor {
         dispatch: Arc<Dispatch>,
         subject: &Subject,
         source: &str,
+        started: Instant,
     ) -> Execution {
-        let started = Instant::now();
         let mut execution = self.execute_timed(dispatch, subject, source, started).await;
         execution.stats.elapsed_us = started.elapsed().as_micros() as u64;
         let label = match &execution.outcome {
@@ -319,6 +320,10 @@ impl Executor {
             return Execution::refused(ToolError::ResourceLimit, Some(Budget::SourceBytes));
         }
         let deadline = started + self.limits.max_execution_time;
+        // Its time went by before it could start (waiting for the load, over stdio).
+        if Instant::now() >= deadline {
+            return Execution::refused(ToolError::ResourceLimit, Some(Budget::ExecutionTime));
+        }
         let permit = match tokio::time::timeout_at(
             tokio::time::Instant::from_std(deadline),
             self.permits.clone().acquire_owned(),
@@ -753,6 +758,7 @@ mod tests {
             Arc::new(Dispatch::default()),
             &Subject::new("test"),
             &source,
+            Instant::now(),
         ));
         assert_eq!(refused.outcome, Err(ToolError::ResourceLimit));
         assert_eq!(refused.stats.limit, Some("--max-source-bytes"));
@@ -761,8 +767,33 @@ mod tests {
             Arc::new(Dispatch::default()),
             &Subject::new("test"),
             "def main():\n    return 1",
+            Instant::now(),
         ));
         assert_eq!(ran.outcome, Ok(serde_json::json!(1)));
         assert_eq!(ran.stats.limit, None);
+    }
+
+    /// The time budget runs from when the request arrived: one whose budget went
+    /// by before it could start (waiting for the load) never starts.
+    #[test]
+    fn a_request_whose_time_went_by_never_starts() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let executor = executor();
+        let arrived = Instant::now()
+            .checked_sub(executor.limits.max_execution_time)
+            .expect("an instant that long ago");
+        let late = runtime.block_on(executor.execute(
+            Arc::new(Dispatch::default()),
+            &Subject::new("test"),
+            "def main():\n    return 1",
+            arrived,
+        ));
+        assert_eq!(late.outcome, Err(ToolError::ResourceLimit));
+        assert_eq!(late.stats.limit, Some("--max-execution-time"));
+        assert_eq!(late.stats.steps, 0);
+        assert!(late.stats.elapsed_us >= executor.limits.max_execution_time.as_micros() as u64);
     }
 }

@@ -1,6 +1,7 @@
 //! The rmcp [`ServerHandler`] exposing the tools over a [`Service`].
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -15,6 +16,7 @@ use serde_json::{Value, json};
 use super::contract::{self, DESCRIBE_API, EXECUTE, SEARCH_API};
 use super::stdio::StdioTransport;
 use crate::authz::Subject;
+use crate::budget::Budget;
 use crate::error::ToolError;
 use crate::execute::Execution;
 use crate::service::Service;
@@ -55,10 +57,32 @@ impl SubjectSource {
     }
 }
 
+/// Where a server's [`Service`] comes from.
+#[derive(Clone)]
+enum Backend {
+    /// Loaded before the server was made (HTTP serves `/mcp` only then).
+    Ready(Arc<Service>),
+    /// Still loading (stdio answers at once, even while a cold cache compiles):
+    /// `initialize` and `tools/list` need no service; the tools wait for it, an
+    /// `execute` no longer than its time budget, counted from its arrival.
+    Loading {
+        loaded: tokio::sync::watch::Receiver<Option<Arc<Service>>>,
+        max_execution_time: Duration,
+    },
+}
+
+/// Why a tool call got no service.
+enum NotLoaded {
+    /// The execute's time budget went by first.
+    TimeWentBy,
+    /// The load failed (the server is ending).
+    Failed,
+}
+
 /// The MCP face of a [`Service`]. Cheap to clone; every clone serves the same service.
 #[derive(Clone)]
 pub struct McpServer {
-    service: Arc<Service>,
+    backend: Backend,
     subjects: SubjectSource,
     tools: Arc<Vec<Tool>>,
 }
@@ -66,6 +90,28 @@ pub struct McpServer {
 impl McpServer {
     /// A server answering from `service` for the subjects `subjects` resolves.
     pub fn new(service: Arc<Service>, subjects: SubjectSource) -> Self {
+        Self::with_backend(Backend::Ready(service), subjects)
+    }
+
+    /// A server answering before its service is loaded: `loaded` holds it once it
+    /// is (the sender dropped without one: the load failed). Tool calls wait for
+    /// it; an `execute` at most `max_execution_time` from its arrival, which then
+    /// ends as `resource limit exceeded` (limit `--max-execution-time`).
+    pub fn loading(
+        loaded: tokio::sync::watch::Receiver<Option<Arc<Service>>>,
+        max_execution_time: Duration,
+        subjects: SubjectSource,
+    ) -> Self {
+        Self::with_backend(
+            Backend::Loading {
+                loaded,
+                max_execution_time,
+            },
+            subjects,
+        )
+    }
+
+    fn with_backend(backend: Backend, subjects: SubjectSource) -> Self {
         let tools = vec![
             tool(
                 SEARCH_API,
@@ -84,10 +130,36 @@ impl McpServer {
             ),
         ];
         Self {
-            service,
+            backend,
             subjects,
             tools: Arc::new(tools),
         }
+    }
+
+    /// The service, once loaded; an `execute` (`arrived` when its request came)
+    /// waits no longer than its time budget.
+    async fn service(&self, execute: Option<Instant>) -> Result<Arc<Service>, NotLoaded> {
+        let (loaded, max_execution_time) = match &self.backend {
+            Backend::Ready(service) => return Ok(service.clone()),
+            Backend::Loading {
+                loaded,
+                max_execution_time,
+            } => (loaded, *max_execution_time),
+        };
+        let mut loaded = loaded.clone();
+        let wait = loaded.wait_for(Option::is_some);
+        let got = match execute {
+            Some(arrived) => {
+                let deadline = tokio::time::Instant::from_std(arrived + max_execution_time);
+                tokio::time::timeout_at(deadline, wait)
+                    .await
+                    .map_err(|_| NotLoaded::TimeWentBy)?
+            }
+            None => wait.await,
+        };
+        got.ok()
+            .and_then(|service| service.clone())
+            .ok_or(NotLoaded::Failed)
     }
 
     /// Runs one tool call; `Err` is a protocol error (unknown tool, bad arguments).
@@ -98,6 +170,7 @@ impl McpServer {
         name: &str,
         arguments: Option<&JsonObject>,
     ) -> Result<CallToolResult, ErrorData> {
+        let arrived = Instant::now();
         let tool_name = match name {
             SEARCH_API => SEARCH_API,
             DESCRIBE_API => DESCRIBE_API,
@@ -117,12 +190,51 @@ impl McpServer {
         let Some(subject) = subject else {
             return Ok(project::<()>(Err(ToolError::Unauthenticated)));
         };
+        let execute = (tool_name == EXECUTE).then_some(arrived);
+        let service = match self.service(execute).await {
+            Ok(service) => service,
+            Err(not_loaded) => {
+                let execution = match not_loaded {
+                    NotLoaded::TimeWentBy => {
+                        Execution::refused(ToolError::ResourceLimit, Some(Budget::ExecutionTime))
+                    }
+                    NotLoaded::Failed => Execution::refused(ToolError::Internal, None),
+                };
+                return Ok(not_loaded_yet(tool_name, &subject, execution, arrived));
+            }
+        };
         Ok(match tool_name {
-            SEARCH_API => project(self.service.search(input)),
-            DESCRIBE_API => project(self.service.describe(input)),
-            _ => project_execution(self.service.run(&subject, input).await),
+            SEARCH_API => project(service.search(input)),
+            DESCRIBE_API => project(service.describe(input)),
+            _ => project_execution(service.run_since(&subject, input, arrived).await),
         })
     }
+}
+
+/// The answer to a tool call that got no service: an execution's (with its cost,
+/// and the operator's log line an execution that fails gets), or the fixed text.
+fn not_loaded_yet(
+    tool_name: &str,
+    subject: &Subject,
+    mut execution: Execution,
+    arrived: Instant,
+) -> CallToolResult {
+    if tool_name != EXECUTE {
+        let error = execution.outcome.err().unwrap_or(ToolError::Internal);
+        return project::<()>(Err(error));
+    }
+    execution.stats.elapsed_us = arrived.elapsed().as_micros() as u64;
+    if let Err(error) = &execution.outcome {
+        tracing::info!(
+            subject = %subject.id,
+            outcome = error.fixed_text(),
+            limit = execution.stats.limit.unwrap_or("-"),
+            capability = "-",
+            elapsed_ms = format_args!("{:.1}", arrived.elapsed().as_secs_f64() * 1e3),
+            "execution failed before the plugins finished loading"
+        );
+    }
+    project_execution(execution)
 }
 
 /// Builds a tool definition from the contract.
