@@ -1,8 +1,11 @@
 //! The fixed language surface of the seed: starlark-rust's standard globals plus
-//! `json` (decode, encode, indent), `math`, `sum` and a `print` that discards.
+//! `json` (decode, encode, indent), `math`, `sum` and a `print` that discards; its
+//! `range` is starlark-rust's with a message that says what an argument past 32
+//! bits is.
 
 use starlark::environment::{Globals, GlobalsBuilder};
 use starlark::values::none::NoneType;
+use starlark::values::range::Range;
 use starlark::values::tuple::UnpackTuple;
 use starlark::values::{Heap, UnpackValue, Value};
 use starlark_derive::starlark_module;
@@ -95,8 +98,53 @@ fn number(function: &str, value: Value<'_>) -> starlark::Result<f64> {
     }
 }
 
+/// The ints a `range()` holds: starlark-rust's ranges are of 32-bit ints.
+const RANGE_BOUNDS: &str = "-2147483648 to 2147483647";
+
+/// Argument `position` (1-based) of `range()` as the 32-bit int starlark-rust's
+/// range holds, or why it is not one.
+fn range_argument(position: usize, value: Value<'_>) -> starlark::Result<i32> {
+    if let Ok(Some(int)) = i32::unpack_value(value) {
+        return Ok(int);
+    }
+    Err(error(match value.get_type() {
+        "int" => format!(
+            "range: argument {position} is {}, outside the ints a range holds ({RANGE_BOUNDS})",
+            value.to_repr()
+        ),
+        other => format!("range: argument {position} must be an int, not {other}"),
+    }))
+}
+
 #[starlark_module]
 fn surface_functions(builder: &mut GlobalsBuilder) {
+    /// `range(stop)`, `range(start, stop)`, `range(start, stop, step)`: as
+    /// starlark-rust's, which takes 32-bit ints only and otherwise says nothing
+    /// clearer than "Error unpacking value for parameter `a1` of type `int`".
+    #[starlark(as_type = Range, speculative_exec_safe)]
+    fn range<'v>(
+        #[starlark(require = pos)] a1: Value<'v>,
+        #[starlark(require = pos)] a2: Option<Value<'v>>,
+        #[starlark(require = pos)] step: Option<Value<'v>>,
+    ) -> starlark::Result<Range> {
+        let first = range_argument(1, a1)?;
+        let (start, stop) = match a2 {
+            Some(a2) => (first, range_argument(2, a2)?),
+            None => (0, first),
+        };
+        let step = match step {
+            Some(step) => range_argument(3, step)?,
+            None => 1,
+        };
+        match std::num::NonZeroI32::new(step) {
+            Some(step) => Ok(Range::new(start, stop, step)),
+            // starlark-rust's own text.
+            None => Err(error(
+                "Third argument of range (step) cannot be zero".to_owned(),
+            )),
+        }
+    }
+
     /// Discards its arguments: program output is not part of a result.
     fn print(#[starlark(args)] args: UnpackTuple<Value>) -> starlark::Result<NoneType> {
         let _ = args;
@@ -420,5 +468,58 @@ fn math_members(builder: &mut GlobalsBuilder) {
     }
     fn tanh(#[starlark(require = pos)] x: Value) -> starlark::Result<f64> {
         Ok(number("tanh", x)?.tanh())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use starlark::environment::Module;
+    use starlark::eval::Evaluator;
+    use starlark::syntax::{AstModule, Dialect};
+
+    /// `expression` evaluated with the surface's globals: its repr, or the error's
+    /// own text.
+    fn eval(expression: &str) -> Result<String, String> {
+        let ast = AstModule::parse("t", expression.to_owned(), &Dialect::Standard)
+            .map_err(|e| e.to_string())?;
+        let globals = super::globals();
+        Module::with_temp_heap(|module| {
+            let mut eval = Evaluator::new(&module);
+            eval.eval_module(ast, &globals)
+                .map(|value| value.to_repr())
+                .map_err(|error| error.without_diagnostic().to_string())
+        })
+    }
+
+    #[test]
+    fn range_is_starlarks_with_a_message_past_32_bits() {
+        assert_eq!(eval("list(range(3))"), Ok("[0, 1, 2]".to_owned()));
+        assert_eq!(eval("list(range(3, 10, 2))"), Ok("[3, 5, 7, 9]".to_owned()));
+        assert_eq!(eval("list(range(10, 3, -3))"), Ok("[10, 7, 4]".to_owned()));
+        assert_eq!(eval("type(range(1))"), Ok("\"range\"".to_owned()));
+        assert_eq!(
+            eval("range(2147483647)"),
+            Ok("range(2147483647)".to_owned())
+        );
+        assert_eq!(
+            eval("range(1 << 62)"),
+            Err("range: argument 1 is 4611686018427387904, outside the ints a range holds (-2147483648 to 2147483647)".to_owned())
+        );
+        assert_eq!(
+            eval("range(0, -2147483649)"),
+            Err("range: argument 2 is -2147483649, outside the ints a range holds (-2147483648 to 2147483647)".to_owned())
+        );
+        assert_eq!(
+            eval("range(0, 10, 1 << 32)"),
+            Err("range: argument 3 is 4294967296, outside the ints a range holds (-2147483648 to 2147483647)".to_owned())
+        );
+        assert_eq!(
+            eval("range(1, 'x')"),
+            Err("range: argument 2 must be an int, not string".to_owned())
+        );
+        assert_eq!(
+            eval("range(0, 3, 0)"),
+            Err("Third argument of range (step) cannot be zero".to_owned())
+        );
     }
 }
