@@ -622,3 +622,40 @@ fn plugin_output_is_logged_as_data_and_never_forges_a_line() {
         "{log}"
     );
 }
+
+/// Over HTTP every request is an MCP session of its own, and rmcp logs three INFO
+/// lines per session (one a Debug dump of the client's parameters): at the default
+/// `--log info` they are not written; a filter naming rmcp gets them back.
+#[test]
+fn the_default_log_has_no_line_per_request_from_the_mcp_library() {
+    let plugins = plugin_folder("http-quiet-sessions", &example_plugin_files());
+    let plugins = plugins.to_str().expect("utf-8 path");
+    const SESSION: &str = "Service initialized as server";
+    for (log, sessions) in [(None, 0), (Some("info,rmcp=info"), 3)] {
+        let mut args = vec!["--allow-all", "--no-watch", "--plugins", plugins];
+        if let Some(log) = log {
+            args.extend(["--log", log]);
+        }
+        let server = HttpServer::start(&args);
+        for _ in 0..2 {
+            assert_eq!(
+                crate::support::execute_http(server.port, "def main():\n    return 1"),
+                Ok(json!(1))
+            );
+        }
+        // A failed execution's own line marks that the requests before it were
+        // handled (each session's first line comes before its answer).
+        assert_eq!(
+            crate::support::execute_http(server.port, "def main():\n    fail(\"mark\")"),
+            Err("invalid program: <codemode>:2:5: fail: mark".to_owned())
+        );
+        wait_for_log(&server, "execution failed", 1);
+        let logged = server.log();
+        assert_eq!(logged.matches(SESSION).count(), sessions, "{logged}");
+        assert_eq!(
+            logged.matches("input stream terminated").count() > 0,
+            sessions > 0,
+            "{logged}"
+        );
+    }
+}

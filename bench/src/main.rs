@@ -109,6 +109,12 @@ fn main() {
             print_table(&rows);
             return;
         }
+        if only == "http" {
+            // `codemode-bench http`: the server's HTTP throughput alone.
+            http(&target, &ten_plugins(&target), &mut rows);
+            print_table(&rows);
+            return;
+        }
         if only == "stdio" {
             // `codemode-bench stdio`: the stdio round trip alone.
             stdio::measure(&root, &plugins, &mut rows);

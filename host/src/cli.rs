@@ -172,7 +172,9 @@ pub struct Cli {
     /// Log filter, e.g. `debug`
     ///
     /// Uses the tracing `EnvFilter` syntax; the RUST_LOG environment variable wins
-    /// when set. Logs always go to stderr (stdout carries the MCP protocol).
+    /// when set. Logs always go to stderr (stdout carries the MCP protocol). The
+    /// MCP library's per-session lines (over HTTP, three per request) show only
+    /// when the filter names it, e.g. `info,rmcp=info`.
     #[arg(long, value_name = "FILTER", default_value = "info")]
     pub log: String,
 

@@ -34,6 +34,7 @@ fn main() -> ExitCode {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&cli.log))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = quiet_sessions(filter);
     // stdout belongs to the MCP protocol: logs go to stderr, without colors so they
     // read well in client log files.
     let layer = tracing_subscriber::fmt::layer()
@@ -62,6 +63,23 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// rmcp's per-session lines (`Service initialized as server peer_info=…`, `input
+/// stream terminated`, `serve finished`) at WARN, unless the filter names rmcp:
+/// over HTTP every request is a session of its own, so at INFO they were three
+/// lines, one of them a whole Debug dump of the client's parameters, per request.
+fn quiet_sessions(filter: EnvFilter) -> EnvFilter {
+    if filter.to_string().contains("rmcp") {
+        return filter;
+    }
+    match RMCP_SESSIONS.parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    }
+}
+
+/// The directive [`quiet_sessions`] adds.
+const RMCP_SESSIONS: &str = "rmcp::service=warn";
 
 /// What rmcp logs, at ERROR, when it cannot deliver an answer because the HTTP
 /// client hung up first: the message, and the error it carries.
