@@ -10,6 +10,7 @@ mod bind;
 mod name;
 mod search;
 mod shape;
+mod suggest;
 mod tokenize;
 
 use std::collections::{BTreeMap, HashMap};
@@ -22,6 +23,7 @@ pub use search::{
 #[cfg(test)]
 pub(crate) use shape::signature;
 pub use shape::{Field, FieldShape, FloatKind, IntKind, Shape, snake_case};
+pub(crate) use suggest::suggest;
 
 use name::check_parameter_name;
 use search::{Document, SearchIndex, fits_alone};

@@ -27,9 +27,6 @@ use crate::wait::{self, Abandoned};
 /// failed call and report where the call was.
 const UNWIND_FUEL: u64 = 20_000_000;
 
-/// Nearest names offered by `suggest`.
-const MAX_SUGGESTIONS: usize = 3;
-
 /// Links `codemode:runner/host`: `capabilities`, `suggest` and `call`.
 pub(crate) fn add_to_linker(linker: &mut Linker<ExecState>) -> wasmtime::Result<()> {
     let mut host = linker.instance("codemode:runner/host@0.1.0")?;
@@ -42,7 +39,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<ExecState>) -> wasmtime::Result<
     host.func_wrap(
         "suggest",
         |store: StoreContextMut<'_, ExecState>, (name,): (String,)| {
-            Ok((suggest(&store.data().dispatch.names, &name),))
+            Ok((catalog::suggest(&store.data().dispatch.names, &name),))
         },
     )?;
     host.func_wrap(
@@ -143,51 +140,6 @@ fn capabilities(names: &[String], roots: &[String]) -> Vec<String> {
             roots.iter().any(|r| r == root)
         })
         .cloned()
-        .collect()
-}
-
-/// The most edits a suggestion may be away from the name asked for.
-const MAX_SUGGESTION_DISTANCE: usize = 3;
-
-/// Up to [`MAX_SUGGESTIONS`] names close to `name`: each catalog name is compared
-/// over as many segments as `name` has, so `recods` finds the root `records` and
-/// `records.lokup` finds `records.lookup`.
-///
-/// `name` comes from the program and may be of any size: the work is bounded by the
-/// catalog's names, not by it. A name too long to be within
-/// [`MAX_SUGGESTION_DISTANCE`] edits of any catalog name is not looked at further,
-/// and only candidates of a plausible length are compared.
-fn suggest(names: &[String], name: &str) -> Vec<String> {
-    // A character is at most 4 bytes: a name this long has more characters than any
-    // catalog name plus the distance allowed.
-    let longest = names.iter().map(String::len).max().unwrap_or(0);
-    if name.len() > (longest + MAX_SUGGESTION_DISTANCE) * 4 {
-        return Vec::new();
-    }
-    let length = name.chars().count();
-    let allowed = (length / 3).clamp(1, MAX_SUGGESTION_DISTANCE);
-    let segments = name.split('.').count();
-    let mut scored: Vec<(usize, String)> = Vec::new();
-    for candidate in names {
-        let prefix: String = candidate
-            .split('.')
-            .take(segments)
-            .collect::<Vec<_>>()
-            .join(".");
-        // The distance is at least the difference in length.
-        if prefix.chars().count().abs_diff(length) > allowed {
-            continue;
-        }
-        let distance = strsim::levenshtein(name, &prefix);
-        if distance <= allowed && !scored.iter().any(|(_, n)| *n == prefix) {
-            scored.push((distance, prefix));
-        }
-    }
-    scored.sort();
-    scored
-        .into_iter()
-        .take(MAX_SUGGESTIONS)
-        .map(|(_, n)| n)
         .collect()
 }
 
@@ -356,29 +308,6 @@ mod tests {
             vec!["records.lookup".to_owned(), "records.query".to_owned()]
         );
         assert!(capabilities(&names(), &["main".into()]).is_empty());
-    }
-
-    #[test]
-    fn suggestions_compare_as_many_segments_as_the_name_has() {
-        assert_eq!(suggest(&names(), "records.lokup"), vec!["records.lookup"]);
-        assert_eq!(suggest(&names(), "recods"), vec!["records"]);
-        assert_eq!(suggest(&names(), "stats.summry"), vec!["stats.summary"]);
-        assert!(suggest(&names(), "weather.today").is_empty());
-    }
-
-    #[test]
-    fn names_of_implausible_length_get_no_suggestions_and_cost_no_comparison() {
-        // Before the length bound, a 100 MB name kept a core busy for 23 s.
-        let huge = "a".repeat(50_000_000);
-        assert!(suggest(&names(), &huge).is_empty());
-        let long = format!("records.{}", "x".repeat(40));
-        assert!(suggest(&names(), &long).is_empty());
-        // Within the bound, one edit away still finds its name.
-        assert_eq!(
-            suggest(&names(), "text.word_count"),
-            vec!["text.word_counts"]
-        );
-        assert!(suggest(&[], "records").is_empty());
     }
 
     #[test]
