@@ -121,7 +121,8 @@ fn main() {
             print_table(&rows);
             return;
         }
-        // For profilers: `codemode-bench trivial|call|loop` repeats one program.
+        // For profilers: `codemode-bench trivial|call|loop|geo|strings` repeats one
+        // program.
         profile(&root, &plugins, &only);
         return;
     }
@@ -181,7 +182,8 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// Repeats one program for a profiler: `trivial` (return 1), `call` (100 calls of
-/// stats.summary) or `loop` (the 1M-iteration loop).
+/// stats.summary), `loop` (the 1M-iteration loop), or `geo` / `strings` (one call
+/// into the Python / JavaScript example).
 fn profile(root: &Path, plugins: &Path, only: &str) {
     let service = match Service::load(&bench_config(root, plugins)) {
         Ok(service) => service,
@@ -193,7 +195,17 @@ fn profile(root: &Path, plugins: &Path, only: &str) {
         "trivial" => ("def main():\n    return 1\n", 20_000),
         "call" => (calls, 2_000),
         "loop" => (LOOP, 20),
-        other => panic!("unknown program {other:?}: trivial, call or loop"),
+        // One call into each foreign-language example: what instantiating a
+        // componentize-py or componentize-js component costs (issue 19).
+        "geo" => (
+            "def main():\n    return geo.distance(a={\"lat\": 52.5, \"lon\": 13.4}, b={\"lat\": 48.9, \"lon\": 2.4})\n",
+            2_000,
+        ),
+        "strings" => (
+            "def main():\n    return strings.slugify(text=\"The Lord of the Rings\")\n",
+            2_000,
+        ),
+        other => panic!("unknown program {other:?}: trivial, call, loop, geo or strings"),
     };
     let started = Instant::now();
     for _ in 0..runs {
