@@ -22,6 +22,7 @@ fn main() {
         runner.join("build.rs"),
         workspace.join("wit/runner"),
         workspace.join("value/src"),
+        workspace.join("value/Cargo.toml"),
     ] {
         println!("cargo:rerun-if-changed={}", watched.display());
     }

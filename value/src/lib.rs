@@ -7,8 +7,9 @@
 //! large for 64 bits is still recognisable as one (so binding can say "overflows
 //! int64" instead of "must be an integer").
 //!
-//! The crate has no dependencies because it is compiled twice: into the host, and
-//! into the runner for `wasm32-wasip2`. [`encode`]/[`decode`] are the wire form
+//! The crate is compiled twice, into the host and into the runner for
+//! `wasm32-wasip2`, so its one dependency (`zmij`, shortest float digits) is
+//! pure Rust without dependencies of its own. [`encode`]/[`decode`] are the wire form
 //! between the two (compact, exact, bounded on decode); [`json_len`] is the size the
 //! budgets are defined by (the seed's type-preserving JSON with Go escaping).
 
@@ -78,44 +79,179 @@ const TAG_UNSUPPORTED: u8 = 11;
 /// floats, a 4-byte length and the bytes for strings, a 4-byte count and the items for
 /// lists and dicts (each dict entry is a string key and a value).
 pub fn encode(value: &Value, out: &mut Vec<u8>) {
-    match value {
-        Value::None => out.push(TAG_NONE),
-        Value::Bool(false) => out.push(TAG_FALSE),
-        Value::Bool(true) => out.push(TAG_TRUE),
-        Value::Int(i) => {
-            out.push(TAG_INT);
-            out.extend_from_slice(&i.to_le_bytes());
+    Writer::new(out).value(value);
+}
+
+/// Writes the wire form piece by piece (a container's header, then its items), so a
+/// value held in another form (the interpreter's) is encoded without building a
+/// [`Value`] first. A writer made with [`Writer::counting`] also counts the
+/// [`json_len`] of what it wrote, in the same walk.
+pub struct Writer<'a> {
+    out: &'a mut Vec<u8>,
+    /// The JSON length so far, when counted.
+    json_len: Option<usize>,
+}
+
+/// A point of a [`Writer`] to go back to ([`Writer::rewind`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Mark {
+    bytes: usize,
+    json_len: Option<usize>,
+}
+
+impl<'a> Writer<'a> {
+    /// A writer appending to `out`.
+    pub fn new(out: &'a mut Vec<u8>) -> Self {
+        Self {
+            out,
+            json_len: None,
         }
-        Value::BigInt { negative: false } => out.push(TAG_BIG_POSITIVE),
-        Value::BigInt { negative: true } => out.push(TAG_BIG_NEGATIVE),
-        Value::Float(f) => {
-            out.push(TAG_FLOAT);
-            out.extend_from_slice(&f.to_bits().to_le_bytes());
+    }
+
+    /// A writer appending to `out` that counts the JSON length of what it writes
+    /// (the size the value budgets are defined by).
+    pub fn counting(out: &'a mut Vec<u8>) -> Self {
+        Self {
+            out,
+            json_len: Some(0),
         }
-        Value::Str(s) => {
-            out.push(TAG_STR);
-            encode_str(s, out);
+    }
+
+    /// The [`json_len`] of everything written so far; `None` unless the writer was
+    /// made with [`Writer::counting`].
+    pub fn json_len(&self) -> Option<usize> {
+        self.json_len
+    }
+
+    /// Adds `len()` to the JSON length, when counted: a float's length is only
+    /// worked out for a writer that counts.
+    fn count(&mut self, len: impl FnOnce() -> usize) {
+        if let Some(total) = &mut self.json_len {
+            *total += len();
         }
-        Value::List(items) => {
-            out.push(TAG_LIST);
-            encode_len(items.len(), out);
-            for item in items {
-                encode(item, out);
+    }
+
+    /// Where the writer is now.
+    pub fn mark(&self) -> Mark {
+        Mark {
+            bytes: self.out.len(),
+            json_len: self.json_len,
+        }
+    }
+
+    /// Forgets everything written after `mark`.
+    pub fn rewind(&mut self, mark: Mark) {
+        self.out.truncate(mark.bytes);
+        self.json_len = mark.json_len;
+    }
+
+    /// Writes `value` whole.
+    pub fn value(&mut self, value: &Value) {
+        match value {
+            Value::None => self.none(),
+            Value::Bool(b) => self.bool(*b),
+            Value::Int(i) => self.int(*i),
+            Value::BigInt { negative } => self.big_int(*negative),
+            Value::Float(f) => self.float(*f),
+            Value::Str(s) => self.str(s),
+            Value::List(items) => {
+                self.list(items.len());
+                for item in items {
+                    self.value(item);
+                }
             }
-        }
-        Value::Dict(entries) => {
-            out.push(TAG_DICT);
-            encode_len(entries.len(), out);
-            for (key, item) in entries {
-                encode_str(key, out);
-                encode(item, out);
+            Value::Dict(entries) => {
+                self.dict(entries.len());
+                for (key, item) in entries {
+                    self.key(key);
+                    self.value(item);
+                }
             }
+            Value::NonStringKeys => self.non_string_keys(),
+            Value::Unsupported(name) => self.unsupported(name),
         }
-        Value::NonStringKeys => out.push(TAG_NON_STRING_KEYS),
-        Value::Unsupported(name) => {
-            out.push(TAG_UNSUPPORTED);
-            encode_str(name, out);
-        }
+    }
+
+    /// `None`.
+    pub fn none(&mut self) {
+        self.out.push(TAG_NONE);
+        self.count(|| 4);
+    }
+
+    /// A boolean.
+    pub fn bool(&mut self, b: bool) {
+        self.out.push(if b { TAG_TRUE } else { TAG_FALSE });
+        self.count(|| if b { 4 } else { 5 });
+    }
+
+    /// An int of 64 bits.
+    pub fn int(&mut self, i: i64) {
+        self.out.push(TAG_INT);
+        self.out.extend_from_slice(&i.to_le_bytes());
+        self.count(|| int_len(i));
+    }
+
+    /// An int past 64 bits, by its sign.
+    pub fn big_int(&mut self, negative: bool) {
+        self.out.push(if negative {
+            TAG_BIG_NEGATIVE
+        } else {
+            TAG_BIG_POSITIVE
+        });
+        self.count(|| 20 + usize::from(negative));
+    }
+
+    /// A float.
+    pub fn float(&mut self, f: f64) {
+        self.out.push(TAG_FLOAT);
+        self.out.extend_from_slice(&f.to_bits().to_le_bytes());
+        self.count(|| float_json_len(f));
+    }
+
+    /// A string.
+    pub fn str(&mut self, s: &str) {
+        self.out.push(TAG_STR);
+        self.raw_str(s);
+        self.count(|| json_string_len(s));
+    }
+
+    /// The header of a list of `len` items; write the items next.
+    pub fn list(&mut self, len: usize) {
+        self.out.push(TAG_LIST);
+        encode_len(len, self.out);
+        self.count(|| 2 + len.saturating_sub(1));
+    }
+
+    /// The header of a dict of `len` entries; write each entry next, as
+    /// [`Writer::key`] then its value.
+    pub fn dict(&mut self, len: usize) {
+        self.out.push(TAG_DICT);
+        encode_len(len, self.out);
+        self.count(|| 2 + len.saturating_sub(1));
+    }
+
+    /// A dict entry's key.
+    pub fn key(&mut self, key: &str) {
+        self.raw_str(key);
+        self.count(|| json_string_len(key) + 1);
+    }
+
+    /// A dict with a key that is not a string.
+    pub fn non_string_keys(&mut self) {
+        self.out.push(TAG_NON_STRING_KEYS);
+        self.count(|| 2);
+    }
+
+    /// A value of a type that cannot cross, by its type name.
+    pub fn unsupported(&mut self, name: &str) {
+        self.out.push(TAG_UNSUPPORTED);
+        self.raw_str(name);
+        self.count(|| name.len());
+    }
+
+    fn raw_str(&mut self, s: &str) {
+        encode_len(s.len(), self.out);
+        self.out.extend_from_slice(s.as_bytes());
     }
 }
 
@@ -125,11 +261,6 @@ pub fn encode(value: &Value, out: &mut Vec<u8>) {
 fn encode_len(len: usize, out: &mut Vec<u8>) {
     let len = u32::try_from(len).unwrap_or(u32::MAX);
     out.extend_from_slice(&len.to_le_bytes());
-}
-
-fn encode_str(s: &str, out: &mut Vec<u8>) {
-    encode_len(s.len(), out);
-    out.extend_from_slice(s.as_bytes());
 }
 
 /// Why bytes could not be decoded into a [`Value`].
@@ -159,8 +290,91 @@ impl std::error::Error for DecodeError {}
 ///
 /// [`DecodeError::TooDeep`] past `max_depth`; [`DecodeError::Malformed`] otherwise.
 pub fn decode(bytes: &[u8], max_depth: usize) -> Result<Value, DecodeError> {
+    decode_with(bytes, max_depth, &mut Tree)
+}
+
+/// What [`decode_with`] builds each decoded piece with: a [`Value`] (as [`decode`]
+/// does), or another form (the interpreter's values) without a [`Value`] in between.
+pub trait Build {
+    /// What a decoded value becomes.
+    type Out;
+    /// `None`.
+    fn none(&mut self) -> Self::Out;
+    /// A boolean.
+    fn bool(&mut self, b: bool) -> Self::Out;
+    /// An int of 64 bits.
+    fn int(&mut self, i: i64) -> Self::Out;
+    /// An int past 64 bits, by its sign.
+    fn big_int(&mut self, negative: bool) -> Self::Out;
+    /// A float.
+    fn float(&mut self, f: f64) -> Self::Out;
+    /// A string.
+    fn str(&mut self, s: &str) -> Self::Out;
+    /// A list of the items built so far.
+    fn list(&mut self, items: Vec<Self::Out>) -> Self::Out;
+    /// A dict of the entries built so far, in wire order.
+    fn dict(&mut self, entries: Vec<(&str, Self::Out)>) -> Self::Out;
+    /// A dict with a key that is not a string.
+    fn non_string_keys(&mut self) -> Self::Out;
+    /// A value of a type that cannot cross, by its type name.
+    fn unsupported(&mut self, name: &str) -> Self::Out;
+}
+
+/// Builds [`Value`]s: [`decode`]'s [`Build`].
+struct Tree;
+
+impl Build for Tree {
+    type Out = Value;
+    fn none(&mut self) -> Value {
+        Value::None
+    }
+    fn bool(&mut self, b: bool) -> Value {
+        Value::Bool(b)
+    }
+    fn int(&mut self, i: i64) -> Value {
+        Value::Int(i)
+    }
+    fn big_int(&mut self, negative: bool) -> Value {
+        Value::BigInt { negative }
+    }
+    fn float(&mut self, f: f64) -> Value {
+        Value::Float(f)
+    }
+    fn str(&mut self, s: &str) -> Value {
+        Value::Str(s.to_owned())
+    }
+    fn list(&mut self, items: Vec<Value>) -> Value {
+        Value::List(items)
+    }
+    fn dict(&mut self, entries: Vec<(&str, Value)>) -> Value {
+        Value::Dict(
+            entries
+                .into_iter()
+                .map(|(key, value)| (key.to_owned(), value))
+                .collect(),
+        )
+    }
+    fn non_string_keys(&mut self) -> Value {
+        Value::NonStringKeys
+    }
+    fn unsupported(&mut self, name: &str) -> Value {
+        Value::Unsupported(name.to_owned())
+    }
+}
+
+/// Decodes one value that must span all of `bytes` with `build`, nesting at most
+/// `max_depth` levels, as [`decode`] does.
+///
+/// # Errors
+///
+/// [`DecodeError::TooDeep`] past `max_depth`; [`DecodeError::Malformed`] otherwise.
+pub fn decode_with<B: Build>(
+    bytes: &[u8],
+    max_depth: usize,
+    build: &mut B,
+) -> Result<B::Out, DecodeError> {
     let mut reader = Reader { bytes, pos: 0 };
-    let value = reader.value(max_depth)?;
+    let value = reader.value(max_depth, build)?;
     if reader.pos != bytes.len() {
         return Err(DecodeError::Malformed);
     }
@@ -172,8 +386,8 @@ struct Reader<'a> {
     pos: usize,
 }
 
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], DecodeError> {
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         let end = self.pos.checked_add(n).ok_or(DecodeError::Malformed)?;
         let slice = self
             .bytes
@@ -205,44 +419,50 @@ impl Reader<'_> {
         Ok(len)
     }
 
-    fn string(&mut self) -> Result<String, DecodeError> {
+    fn string(&mut self) -> Result<&'a str, DecodeError> {
         let len = self.len()?;
         let raw = self.take(len)?;
-        String::from_utf8(raw.to_vec()).map_err(|_| DecodeError::Malformed)
+        std::str::from_utf8(raw).map_err(|_| DecodeError::Malformed)
     }
 
-    fn value(&mut self, depth: usize) -> Result<Value, DecodeError> {
+    fn value<B: Build>(&mut self, depth: usize, build: &mut B) -> Result<B::Out, DecodeError> {
         if depth == 0 {
             return Err(DecodeError::TooDeep);
         }
         Ok(match self.u8()? {
-            TAG_NONE => Value::None,
-            TAG_FALSE => Value::Bool(false),
-            TAG_TRUE => Value::Bool(true),
-            TAG_INT => Value::Int(self.u64()? as i64),
-            TAG_BIG_POSITIVE => Value::BigInt { negative: false },
-            TAG_BIG_NEGATIVE => Value::BigInt { negative: true },
-            TAG_FLOAT => Value::Float(f64::from_bits(self.u64()?)),
-            TAG_STR => Value::Str(self.string()?),
+            TAG_NONE => build.none(),
+            TAG_FALSE => build.bool(false),
+            TAG_TRUE => build.bool(true),
+            TAG_INT => build.int(self.u64()? as i64),
+            TAG_BIG_POSITIVE => build.big_int(false),
+            TAG_BIG_NEGATIVE => build.big_int(true),
+            TAG_FLOAT => build.float(f64::from_bits(self.u64()?)),
+            TAG_STR => {
+                let s = self.string()?;
+                build.str(s)
+            }
             TAG_LIST => {
                 let len = self.len()?;
                 let mut items = Vec::with_capacity(len);
                 for _ in 0..len {
-                    items.push(self.value(depth - 1)?);
+                    items.push(self.value(depth - 1, build)?);
                 }
-                Value::List(items)
+                build.list(items)
             }
             TAG_DICT => {
                 let len = self.len()?;
                 let mut entries = Vec::with_capacity(len);
                 for _ in 0..len {
                     let key = self.string()?;
-                    entries.push((key, self.value(depth - 1)?));
+                    entries.push((key, self.value(depth - 1, build)?));
                 }
-                Value::Dict(entries)
+                build.dict(entries)
             }
-            TAG_NON_STRING_KEYS => Value::NonStringKeys,
-            TAG_UNSUPPORTED => Value::Unsupported(self.string()?),
+            TAG_NON_STRING_KEYS => build.non_string_keys(),
+            TAG_UNSUPPORTED => {
+                let name = self.string()?;
+                build.unsupported(name)
+            }
             _ => return Err(DecodeError::Malformed),
         })
     }
@@ -260,7 +480,7 @@ pub fn json_len(value: &Value) -> usize {
         Value::Bool(false) => 5,
         Value::Int(i) => int_len(*i),
         Value::BigInt { negative } => 20 + usize::from(*negative),
-        Value::Float(f) => float_json(*f).len(),
+        Value::Float(f) => float_json_len(*f),
         Value::Str(s) => json_string_len(s),
         Value::List(items) => {
             2 + items.len().saturating_sub(1) + items.iter().map(json_len).sum::<usize>()
@@ -316,6 +536,73 @@ pub fn float_json(f: f64) -> String {
             _ => text,
         }
     }
+}
+
+/// The length of [`float_json`]'s text, without building it: a float's length is
+/// counted for every capability result, and formatting it costs more than the call
+/// around it. zmij and Rust's formatting both find the shortest digits that read
+/// back as the same float, so only where the decimal point goes differs; it is
+/// placed here as [`float_json`] places it.
+pub fn float_json_len(f: f64) -> usize {
+    if !f.is_finite() {
+        return if f.is_nan() { 3 } else { 4 };
+    }
+    let sign = usize::from(f.is_sign_negative());
+    let abs = f.abs();
+    if abs == 0.0 {
+        return sign + 3;
+    }
+    // A whole number below 2^53 prints as its integer digits and `.0` (the common
+    // case: counts, sizes and round values carried as floats).
+    if abs < 9_007_199_254_740_992.0 && abs.fract() == 0.0 {
+        return sign + int_len(abs as i64) + 2;
+    }
+    let mut buffer = zmij::Buffer::new();
+    let (digits, exponent) = shortest_digits(buffer.format_finite(abs));
+    if (1e-6..1e21).contains(&abs) {
+        match usize::try_from(exponent) {
+            // `ddd.0`, or digits around the point.
+            Ok(whole) if digits <= whole + 1 => sign + whole + 3,
+            Ok(_) => sign + digits + 1,
+            // `0.000ddd`.
+            Err(_) => sign + 1 + exponent.unsigned_abs() as usize + digits,
+        }
+    } else {
+        // `d.ddde-7` or `de+21`.
+        let mantissa = if digits > 1 { digits + 1 } else { 1 };
+        sign + mantissa + 2 + int_len(i64::from(exponent.unsigned_abs()))
+    }
+}
+
+/// The number of significant digits of a positive float's shortest text (as zmij
+/// writes it: `123.45`, `0.001`, `1e21`, `1.5e-7`) and the decimal exponent of the
+/// first one.
+fn shortest_digits(text: &str) -> (usize, i32) {
+    let bytes = text.as_bytes();
+    let (mantissa, exponent) = match bytes.iter().position(|&b| b == b'e') {
+        Some(e) => (&bytes[..e], text[e + 1..].parse::<i32>().unwrap_or(0)),
+        None => (bytes, 0),
+    };
+    let mut whole = mantissa.len();
+    let mut digits = 0;
+    let mut leading: usize = 0;
+    let mut last_nonzero: usize = 0;
+    for (i, &b) in mantissa.iter().enumerate() {
+        if b == b'.' {
+            whole = i;
+            continue;
+        }
+        digits += 1;
+        if b != b'0' {
+            last_nonzero = digits;
+        } else if last_nonzero == 0 {
+            leading += 1;
+        }
+    }
+    // The text of a positive float has a digit other than 0.
+    let significant = last_nonzero.saturating_sub(leading).max(1);
+    let point = i32::try_from(whole).unwrap_or(0) - i32::try_from(leading).unwrap_or(0);
+    (significant, point + exponent - 1)
 }
 
 /// Length of `s` as a Go `encoding/json` string literal, quotes included: `<`, `>`,
@@ -394,6 +681,78 @@ mod tests {
     }
 
     #[test]
+    fn a_rewound_writer_forgets_what_it_wrote_after_the_mark() {
+        let mut bytes = Vec::new();
+        let mut writer = Writer::counting(&mut bytes);
+        writer.list(2);
+        writer.int(7);
+        let mark = writer.mark();
+        writer.dict(1);
+        writer.key("k");
+        writer.str("v");
+        writer.rewind(mark);
+        writer.non_string_keys();
+        assert_eq!(writer.json_len(), Some("[7,{}]".len()));
+        let expected = Value::List(vec![Value::Int(7), Value::NonStringKeys]);
+        assert_eq!(decode(&bytes, 8), Ok(expected));
+    }
+
+    #[test]
+    fn float_json_len_is_the_length_of_float_json() {
+        let mut floats = vec![
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.1,
+            0.25,
+            1e-6,
+            1e-6_f64.next_down(),
+            1e-7,
+            1.5e-7,
+            1e21,
+            1e21_f64.next_down(),
+            1e20,
+            123456789012345680000.0,
+            1e15,
+            1e16,
+            1e17,
+            5e-324,
+            f64::MIN_POSITIVE,
+            f64::MAX,
+            f64::MIN,
+            f64::EPSILON,
+            100.0,
+            1234.5,
+            0.000123,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        ];
+        for exponent in -330..=310 {
+            let power = format!("1e{exponent}").parse::<f64>().unwrap_or(0.0);
+            floats.extend([power, -power, power * 1.5, power * 3.25, power.next_up()]);
+        }
+        // Every exponent and plenty of mantissas: a fixed xorshift over the bits.
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..200_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            floats.push(f64::from_bits(state));
+            floats.push((state % 1_000_000) as f64 / 1000.0);
+        }
+        for f in floats {
+            assert_eq!(
+                float_json_len(f),
+                float_json(f).len(),
+                "{f:e} as {}",
+                float_json(f)
+            );
+        }
+    }
+
+    #[test]
     fn json_len_matches_the_type_preserving_text() {
         let cases = [
             (Value::None, "null"),
@@ -422,6 +781,11 @@ mod tests {
         ];
         for (value, text) in cases {
             assert_eq!(json_len(&value), text.len(), "{value:?} as {text}");
+            let mut bytes = Vec::new();
+            let mut writer = Writer::counting(&mut bytes);
+            writer.value(&value);
+            assert_eq!(writer.json_len(), Some(text.len()), "{value:?} written");
+            assert_eq!(Writer::new(&mut Vec::new()).json_len(), None);
         }
         assert_eq!(float_json(1e21), "1e+21");
         assert_eq!(float_json(123.0), "123.0");

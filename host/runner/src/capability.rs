@@ -100,6 +100,10 @@ pub(crate) fn set_argument_limits(depth: usize, nodes: usize) {
     ARGUMENT_LIMITS.with(|l| l.set((depth, nodes)));
 }
 
+/// Bytes reserved for a call's encoded arguments: most calls fit, so the buffer is
+/// not grown step by step.
+const ARGUMENTS_CAPACITY: usize = 256;
+
 /// Unknown names longer than this get no suggestions (the host is not asked): no
 /// capability name comes near it.
 const MAX_SUGGESTED_NAME_BYTES: usize = 1024;
@@ -219,8 +223,10 @@ impl<'v> StarlarkValue<'v> for Capability {
             )));
         }
         let (depth, nodes) = ARGUMENT_LIMITS.with(Cell::get);
-        let arguments = match convert::arguments(args, eval.heap(), depth, nodes) {
-            Ok(arguments) => arguments,
+        let mut arguments = Vec::with_capacity(ARGUMENTS_CAPACITY);
+        let mut out = codemode_value::Writer::new(&mut arguments);
+        match convert::arguments(args, eval.heap(), depth, nodes, &mut out) {
+            Ok(()) => {}
             Err(convert::ConvertError::TooDeep) => {
                 LIMITED.with(|l| l.set(Some(Exceeded::ValueDepth)));
                 call_failed(&self.path);
@@ -233,8 +239,8 @@ impl<'v> StarlarkValue<'v> for Capability {
             }
             Err(convert::ConvertError::Invalid(message)) => return Err(fail(message)),
         };
-        match crate::call_host(&self.path, &arguments) {
-            Ok(result) => Ok(convert::from_wire(&result, eval.heap())),
+        match crate::call_host(&self.path, &arguments, eval.heap()) {
+            Ok(result) => Ok(result),
             Err(RunError::Limit(exceeded)) => {
                 LIMITED.with(|l| l.set(Some(exceeded)));
                 call_failed(&self.path);

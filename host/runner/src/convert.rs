@@ -6,7 +6,7 @@
 //! stops at the budget instead of materialising, and nesting past the depth budget
 //! (including a list that contains itself) stops at the depth budget.
 
-use codemode_value::Value as WireValue;
+use codemode_value::{Build, Writer};
 use starlark::eval::Arguments;
 use starlark::values::dict::{AllocDict, DictRef};
 use starlark::values::float::StarlarkFloat;
@@ -40,39 +40,45 @@ impl ConvertError {
     }
 }
 
-/// A call's arguments: the dict of keyword arguments, or, when any positional argument
-/// was passed, the list of positional ones (the host rejects it with the seed's
+/// Writes a call's arguments: the dict of keyword arguments, or, when any positional
+/// argument was passed, a list of as many `None`s (the host rejects it with the seed's
 /// diagnostic). The dict itself is depth 1.
 pub(crate) fn arguments<'v>(
     args: &Arguments<'v, '_>,
     heap: Heap<'v>,
     depth: usize,
     mut nodes: usize,
-) -> Result<WireValue, ConvertError> {
+    out: &mut Writer<'_>,
+) -> Result<(), ConvertError> {
     let positional = args.positions(heap).map(Iterator::count).unwrap_or(1);
     if positional > 0 {
-        return Ok(WireValue::List(vec![WireValue::None; positional]));
+        out.list(positional);
+        for _ in 0..positional {
+            out.none();
+        }
+        return Ok(());
     }
     let named = args
         .names_map()
         .map_err(|_| ConvertError::Invalid("malformed keyword arguments".into()))?;
     charge(&mut nodes, named.len() + 1)?;
-    let mut entries = Vec::with_capacity(named.len());
+    out.dict(named.len());
     for (name, value) in named.iter() {
-        let item = to_wire_inner(*value, depth.saturating_sub(1), &mut nodes, false)?;
-        entries.push((name.as_str().to_owned(), item));
+        out.key(name.as_str());
+        write(*value, depth.saturating_sub(1), &mut nodes, false, out)?;
     }
-    Ok(WireValue::Dict(entries))
+    Ok(())
 }
 
-/// Converts `main()`'s value: only None, bools, ints that fit 64 bits, finite floats,
+/// Writes `main()`'s value: only None, bools, ints that fit 64 bits, finite floats,
 /// strings, lists, tuples and dicts with string keys may cross.
 pub(crate) fn to_wire(
     value: Value<'_>,
     depth: usize,
     nodes: &mut usize,
-) -> Result<WireValue, ConvertError> {
-    to_wire_inner(value, depth, nodes, true)
+    out: &mut Writer<'_>,
+) -> Result<(), ConvertError> {
+    write(value, depth, nodes, true, out)
 }
 
 fn charge(nodes: &mut usize, count: usize) -> Result<(), ConvertError> {
@@ -83,35 +89,40 @@ fn charge(nodes: &mut usize, count: usize) -> Result<(), ConvertError> {
 /// `strict`: reject what cannot be JSON (the final value). Arguments are not strict:
 /// the host binds them against the capability's types and names the argument at fault,
 /// so unsupported values travel as their type name.
-fn to_wire_inner(
+fn write(
     value: Value<'_>,
     depth: usize,
     nodes: &mut usize,
     strict: bool,
-) -> Result<WireValue, ConvertError> {
+    out: &mut Writer<'_>,
+) -> Result<(), ConvertError> {
     if depth == 0 {
         return Err(ConvertError::TooDeep);
     }
     if value.is_none() {
-        return Ok(WireValue::None);
+        out.none();
+        return Ok(());
     }
     if let Some(b) = value.unpack_bool() {
-        return Ok(WireValue::Bool(b));
+        out.bool(b);
+        return Ok(());
     }
     if let Some(s) = value.unpack_str() {
-        return Ok(WireValue::Str(s.to_owned()));
+        out.str(s);
+        return Ok(());
     }
     match value.get_type() {
         "int" => {
-            return match i64::unpack_value(value) {
-                Ok(Some(i)) => Ok(WireValue::Int(i)),
-                _ if strict => Err(ConvertError::Invalid(
-                    "an int that does not fit in 64 bits".into(),
-                )),
-                _ => Ok(WireValue::BigInt {
-                    negative: value.to_repr().starts_with('-'),
-                }),
-            };
+            match i64::unpack_value(value) {
+                Ok(Some(i)) => out.int(i),
+                _ if strict => {
+                    return Err(ConvertError::Invalid(
+                        "an int that does not fit in 64 bits".into(),
+                    ));
+                }
+                _ => out.big_int(value.to_repr().starts_with('-')),
+            }
+            return Ok(());
         }
         "float" => {
             let f = StarlarkFloat::unpack_value(value)
@@ -124,7 +135,8 @@ fn to_wire_inner(
                     value.to_repr()
                 )));
             }
-            return Ok(WireValue::Float(f));
+            out.float(f);
+            return Ok(());
         }
         _ => {}
     }
@@ -135,15 +147,16 @@ fn to_wire_inner(
     };
     if let Some(items) = items {
         charge(nodes, items.len())?;
-        let mut out = Vec::with_capacity(items.len());
+        out.list(items.len());
         for item in items {
-            out.push(to_wire_inner(*item, depth - 1, nodes, strict)?);
+            write(*item, depth - 1, nodes, strict, out)?;
         }
-        return Ok(WireValue::List(out));
+        return Ok(());
     }
     if let Some(dict) = DictRef::from_value(value) {
         charge(nodes, dict.len())?;
-        let mut out = Vec::with_capacity(dict.len());
+        let start = out.mark();
+        out.dict(dict.len());
         for (key, item) in dict.iter() {
             let Some(key) = key.unpack_str() else {
                 if strict {
@@ -152,14 +165,14 @@ fn to_wire_inner(
                         key.get_type()
                     )));
                 }
-                return Ok(WireValue::NonStringKeys);
+                out.rewind(start);
+                out.non_string_keys();
+                return Ok(());
             };
-            out.push((
-                key.to_owned(),
-                to_wire_inner(item, depth - 1, nodes, strict)?,
-            ));
+            out.key(key);
+            write(item, depth - 1, nodes, strict, out)?;
         }
-        return Ok(WireValue::Dict(out));
+        return Ok(());
     }
     if strict {
         return Err(ConvertError::Invalid(format!(
@@ -167,27 +180,53 @@ fn to_wire_inner(
             value.get_type()
         )));
     }
-    Ok(WireValue::Unsupported(value.get_type().to_owned()))
+    out.unsupported(value.get_type());
+    Ok(())
 }
 
-/// Builds the Starlark value of a capability result. Dict keys keep the host's order
-/// (sorted), which is the order a program iterates them in.
-pub(crate) fn from_wire<'v>(value: &WireValue, heap: Heap<'v>) -> Value<'v> {
-    match value {
-        WireValue::None => Value::new_none(),
-        WireValue::Bool(b) => Value::new_bool(*b),
-        WireValue::Int(i) => heap.alloc(*i),
-        WireValue::Float(f) => heap.alloc(*f),
-        WireValue::Str(s) => heap.alloc(s.as_str()),
-        WireValue::List(items) => heap.alloc(AllocList(items.iter().map(|i| from_wire(i, heap)))),
-        WireValue::Dict(entries) => heap.alloc(AllocDict(
+/// Builds the Starlark values of a capability result straight from the wire. Dict
+/// keys keep the host's order (sorted), which is the order a program iterates them
+/// in.
+pub(crate) struct FromWire<'v> {
+    pub(crate) heap: Heap<'v>,
+}
+
+impl<'v> Build for FromWire<'v> {
+    type Out = Value<'v>;
+    fn none(&mut self) -> Value<'v> {
+        Value::new_none()
+    }
+    fn bool(&mut self, b: bool) -> Value<'v> {
+        Value::new_bool(b)
+    }
+    fn int(&mut self, i: i64) -> Value<'v> {
+        self.heap.alloc(i)
+    }
+    fn float(&mut self, f: f64) -> Value<'v> {
+        self.heap.alloc(f)
+    }
+    fn str(&mut self, s: &str) -> Value<'v> {
+        self.heap.alloc(s)
+    }
+    fn list(&mut self, items: Vec<Value<'v>>) -> Value<'v> {
+        self.heap.alloc(AllocList(items))
+    }
+    fn dict(&mut self, entries: Vec<(&str, Value<'v>)>) -> Value<'v> {
+        let heap = self.heap;
+        heap.alloc(AllocDict(
             entries
-                .iter()
-                .map(|(k, v)| (heap.alloc(k.as_str()), from_wire(v, heap))),
-        )),
-        // The host never sends these; None is the harmless reading.
-        WireValue::BigInt { .. } | WireValue::NonStringKeys | WireValue::Unsupported(_) => {
-            Value::new_none()
-        }
+                .into_iter()
+                .map(|(key, value)| (heap.alloc(key), value)),
+        ))
+    }
+    // The host never sends these; None is the harmless reading.
+    fn big_int(&mut self, _negative: bool) -> Value<'v> {
+        Value::new_none()
+    }
+    fn non_string_keys(&mut self) -> Value<'v> {
+        Value::new_none()
+    }
+    fn unsupported(&mut self, _name: &str) -> Value<'v> {
+        Value::new_none()
     }
 }

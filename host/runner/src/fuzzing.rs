@@ -100,7 +100,13 @@ pub fn json_decode(data: &[u8]) {
         let allocated = module.heap().alloc(value);
         let mut nodes = 1 << 20;
         // Refusals (an int past 64 bits, too deep) are answers too; a panic is not.
-        let _ = convert::to_wire(allocated, 64, &mut nodes);
+        let mut bytes = Vec::new();
+        let _ = convert::to_wire(
+            allocated,
+            64,
+            &mut nodes,
+            &mut codemode_value::Writer::new(&mut bytes),
+        );
     });
 }
 

@@ -23,7 +23,6 @@ mod surface;
 
 use std::sync::OnceLock;
 
-use codemode_value::Value as WireValue;
 use starlark::environment::{Globals, Module};
 use starlark::eval::Evaluator;
 use starlark::syntax::{AstModule, Dialect, DialectTypes};
@@ -225,23 +224,27 @@ fn run_module<'v>(
         .map_err(|error| checks::runtime_error(&error))?;
     capability::set_phase(capability::Phase::Done);
     let mut nodes = limits.max_value_bytes as usize;
-    let converted = convert::to_wire(value, limits.max_value_depth as usize, &mut nodes)
+    let mut bytes = Vec::new();
+    let mut out = codemode_value::Writer::counting(&mut bytes);
+    convert::to_wire(value, limits.max_value_depth as usize, &mut nodes, &mut out)
         .map_err(|error| error.into_result_error())?;
-    if codemode_value::json_len(&converted) > limits.max_value_bytes as usize {
+    if out.json_len().unwrap_or(usize::MAX) > limits.max_value_bytes as usize {
         return Err(RunError::Limit(Exceeded::ValueBytes));
     }
-    let mut bytes = Vec::new();
-    codemode_value::encode(&converted, &mut bytes);
     Ok(bytes)
 }
 
-/// The value a native call's result decodes to, or why the run must stop.
-pub(crate) fn call_host(name: &str, arguments: &WireValue) -> Result<WireValue, RunError> {
-    let mut bytes = Vec::new();
-    codemode_value::encode(arguments, &mut bytes);
-    let result = host::call(name, &bytes).map_err(|()| RunError::Aborted)?;
+/// Calls capability `name` with `arguments` (in the wire form) and builds its result
+/// on `heap`, or says why the run must stop.
+pub(crate) fn call_host<'v>(
+    name: &str,
+    arguments: &[u8],
+    heap: starlark::values::Heap<'v>,
+) -> Result<starlark::values::Value<'v>, RunError> {
+    let result = host::call(name, arguments).map_err(|()| RunError::Aborted)?;
     // The host encodes results it already bounded by the depth budget; a value it
     // cannot have sent means the boundary is broken: the run ends, and the host,
     // which saw no failure, reports an internal one.
-    codemode_value::decode(&result, usize::MAX).map_err(|_| RunError::Aborted)
+    codemode_value::decode_with(&result, usize::MAX, &mut convert::FromWire { heap })
+        .map_err(|_| RunError::Aborted)
 }

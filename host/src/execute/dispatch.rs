@@ -23,6 +23,10 @@ use crate::error::ToolError;
 use crate::source::{CallBudget, CallFailure};
 use crate::wait::{self, Abandoned};
 
+/// Bytes reserved for a capability's encoded result: most results fit, so the buffer
+/// is not grown step by step.
+const WIRE_CAPACITY: usize = 256;
+
 /// Fuel the interpreter is given, if it has less, to unwind the program after a
 /// failed call and report where the call was.
 const UNWIND_FUEL: u64 = 20_000_000;
@@ -205,10 +209,14 @@ fn call(
     }
     let value = invoke(store, &dispatch, route, bound, trace)?;
     let state = store.data_mut();
-    let size = codemode_value::json_len(&value);
-    state.ledger.charge_result(size)?;
-    let mut bytes = Vec::with_capacity(size);
-    codemode_value::encode(&value, &mut bytes);
+    // One walk encodes the result and counts its JSON size; a result past the budget
+    // is dropped, encoded, with the value it came from.
+    let mut bytes = Vec::with_capacity(WIRE_CAPACITY);
+    let mut out = codemode_value::Writer::counting(&mut bytes);
+    out.value(&value);
+    state
+        .ledger
+        .charge_result(out.json_len().unwrap_or(usize::MAX))?;
     Ok(bytes)
 }
 

@@ -311,11 +311,15 @@ pub(crate) fn lift(
             }
             charge(nodes, values.len())?;
             let mut entries = Vec::with_capacity(values.len());
-            for (field, (_, value)) in fields.iter().zip(values) {
-                entries.push((
-                    field.name.clone(),
-                    lift(&field.plan, value, depth - 1, nodes)?,
-                ));
+            for (field, (wit_name, value)) in fields.iter().zip(values) {
+                // The value's own copy of the name serves when the names agree (a
+                // name without `-`): one allocation fewer per field and call.
+                let name = if wit_name == field.name {
+                    wit_name
+                } else {
+                    field.name.clone()
+                };
+                entries.push((name, lift(&field.plan, value, depth - 1, nodes)?));
             }
             entries.sort_by(|a, b| a.0.cmp(&b.0));
             Value::Dict(entries)
