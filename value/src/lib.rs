@@ -90,6 +90,8 @@ pub struct Writer<'a> {
     out: &'a mut Vec<u8>,
     /// The JSON length so far, when counted.
     json_len: Option<usize>,
+    /// Past this JSON length nothing more is appended (see [`Writer::counting_within`]).
+    limit: usize,
 }
 
 /// A point of a [`Writer`] to go back to ([`Writer::rewind`]).
@@ -105,29 +107,43 @@ impl<'a> Writer<'a> {
         Self {
             out,
             json_len: None,
+            limit: usize::MAX,
         }
     }
 
     /// A writer appending to `out` that counts the JSON length of what it writes
     /// (the size the value budgets are defined by).
     pub fn counting(out: &'a mut Vec<u8>) -> Self {
+        Self::counting_within(out, usize::MAX)
+    }
+
+    /// A counting writer that stops appending once the count passes `limit` (it
+    /// goes on counting). For a value the caller refuses past `limit`: a value far
+    /// larger than its budget is counted, never copied.
+    pub fn counting_within(out: &'a mut Vec<u8>, limit: usize) -> Self {
         Self {
             out,
             json_len: Some(0),
+            limit,
         }
     }
 
     /// The [`json_len`] of everything written so far; `None` unless the writer was
-    /// made with [`Writer::counting`].
+    /// made with [`Writer::counting`] or [`Writer::counting_within`].
     pub fn json_len(&self) -> Option<usize> {
         self.json_len
     }
 
-    /// Adds `len()` to the JSON length, when counted: a float's length is only
-    /// worked out for a writer that counts.
-    fn count(&mut self, len: impl FnOnce() -> usize) {
-        if let Some(total) = &mut self.json_len {
-            *total += len();
+    /// Adds `len()` to the JSON length, when counted (a float's length is only
+    /// worked out for a writer that counts), and says whether the bytes of the piece
+    /// are to be appended: not once the count passed the limit.
+    fn count(&mut self, len: impl FnOnce() -> usize) -> bool {
+        match &mut self.json_len {
+            Some(total) => {
+                *total = total.saturating_add(len());
+                *total <= self.limit
+            }
+            None => true,
         }
     }
 
@@ -174,79 +190,90 @@ impl<'a> Writer<'a> {
 
     /// `None`.
     pub fn none(&mut self) {
-        self.out.push(TAG_NONE);
-        self.count(|| 4);
+        if self.count(|| 4) {
+            self.out.push(TAG_NONE);
+        }
     }
 
     /// A boolean.
     pub fn bool(&mut self, b: bool) {
-        self.out.push(if b { TAG_TRUE } else { TAG_FALSE });
-        self.count(|| if b { 4 } else { 5 });
+        if self.count(|| if b { 4 } else { 5 }) {
+            self.out.push(if b { TAG_TRUE } else { TAG_FALSE });
+        }
     }
 
     /// An int of 64 bits.
     pub fn int(&mut self, i: i64) {
-        self.out.push(TAG_INT);
-        self.out.extend_from_slice(&i.to_le_bytes());
-        self.count(|| int_len(i));
+        if self.count(|| int_len(i)) {
+            self.out.push(TAG_INT);
+            self.out.extend_from_slice(&i.to_le_bytes());
+        }
     }
 
     /// An int past 64 bits, by its sign.
     pub fn big_int(&mut self, negative: bool) {
-        self.out.push(if negative {
-            TAG_BIG_NEGATIVE
-        } else {
-            TAG_BIG_POSITIVE
-        });
-        self.count(|| 20 + usize::from(negative));
+        if self.count(|| 20 + usize::from(negative)) {
+            self.out.push(if negative {
+                TAG_BIG_NEGATIVE
+            } else {
+                TAG_BIG_POSITIVE
+            });
+        }
     }
 
     /// A float.
     pub fn float(&mut self, f: f64) {
-        self.out.push(TAG_FLOAT);
-        self.out.extend_from_slice(&f.to_bits().to_le_bytes());
-        self.count(|| float_json_len(f));
+        if self.count(|| float_json_len(f)) {
+            self.out.push(TAG_FLOAT);
+            self.out.extend_from_slice(&f.to_bits().to_le_bytes());
+        }
     }
 
     /// A string.
     pub fn str(&mut self, s: &str) {
-        self.out.push(TAG_STR);
-        self.raw_str(s);
-        self.count(|| json_string_len(s));
+        if self.count(|| json_string_len(s)) {
+            self.out.push(TAG_STR);
+            self.raw_str(s);
+        }
     }
 
     /// The header of a list of `len` items; write the items next.
     pub fn list(&mut self, len: usize) {
-        self.out.push(TAG_LIST);
-        encode_len(len, self.out);
-        self.count(|| 2 + len.saturating_sub(1));
+        if self.count(|| 2 + len.saturating_sub(1)) {
+            self.out.push(TAG_LIST);
+            encode_len(len, self.out);
+        }
     }
 
     /// The header of a dict of `len` entries; write each entry next, as
     /// [`Writer::key`] then its value.
     pub fn dict(&mut self, len: usize) {
-        self.out.push(TAG_DICT);
-        encode_len(len, self.out);
-        self.count(|| 2 + len.saturating_sub(1));
+        if self.count(|| 2 + len.saturating_sub(1)) {
+            self.out.push(TAG_DICT);
+            encode_len(len, self.out);
+        }
     }
 
     /// A dict entry's key.
     pub fn key(&mut self, key: &str) {
-        self.raw_str(key);
-        self.count(|| json_string_len(key) + 1);
+        if self.count(|| json_string_len(key) + 1) {
+            self.raw_str(key);
+        }
     }
 
     /// A dict with a key that is not a string.
     pub fn non_string_keys(&mut self) {
-        self.out.push(TAG_NON_STRING_KEYS);
-        self.count(|| 2);
+        if self.count(|| 2) {
+            self.out.push(TAG_NON_STRING_KEYS);
+        }
     }
 
     /// A value of a type that cannot cross, by its type name.
     pub fn unsupported(&mut self, name: &str) {
-        self.out.push(TAG_UNSUPPORTED);
-        self.raw_str(name);
-        self.count(|| name.len());
+        if self.count(|| name.len()) {
+            self.out.push(TAG_UNSUPPORTED);
+            self.raw_str(name);
+        }
     }
 
     fn raw_str(&mut self, s: &str) {
@@ -695,6 +722,21 @@ mod tests {
         assert_eq!(writer.json_len(), Some("[7,{}]".len()));
         let expected = Value::List(vec![Value::Int(7), Value::NonStringKeys]);
         assert_eq!(decode(&bytes, 8), Ok(expected));
+    }
+
+    #[test]
+    fn a_writer_within_a_limit_counts_past_it_without_copying() {
+        let big = "x".repeat(1 << 20);
+        let mut bytes = Vec::new();
+        let mut writer = Writer::counting_within(&mut bytes, 10);
+        writer.list(2);
+        writer.int(1);
+        writer.str(&big);
+        writer.int(2);
+        assert_eq!(writer.json_len(), Some(2 + 1 + 1 + (big.len() + 2) + 1));
+        // The list header and the first item (4 bytes of JSON so far), nothing of
+        // the string or after it.
+        assert_eq!(bytes.len(), 5 + 9);
     }
 
     #[test]

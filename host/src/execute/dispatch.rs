@@ -209,10 +209,10 @@ fn call(
     }
     let value = invoke(store, &dispatch, route, bound, trace)?;
     let state = store.data_mut();
-    // One walk encodes the result and counts its JSON size; a result past the budget
-    // is dropped, encoded, with the value it came from.
+    // One walk encodes the result and counts its JSON size; past the room the
+    // ledger has for it, the walk only counts (no copy of a result that is refused).
     let mut bytes = Vec::with_capacity(WIRE_CAPACITY);
-    let mut out = codemode_value::Writer::counting(&mut bytes);
+    let mut out = codemode_value::Writer::counting_within(&mut bytes, state.ledger.result_room());
     out.value(&value);
     state
         .ledger
