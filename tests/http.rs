@@ -18,6 +18,9 @@ const LOOKUP: &str = "def main():\n    return records.lookup(key=\"bk-0001\")[\"
 const QUERY: &str =
     "def main():\n    return records.query(filter={\"genre\": \"fantasy\"}, tags=[])[\"total\"]";
 const CRASH: &str = "def main():\n    return hostile.crash()";
+/// Three successful calls, then one the policy denies: an execution's successful
+/// calls are counted when it ends, whatever ends it.
+const THREE_THEN_DENIED: &str = "def main():\n    for key in [\"bk-0001\", \"bk-0002\", \"bk-0001\"]:\n        records.lookup(key=key)\n    return records.query(filter={}, tags=[])";
 
 fn execute(source: &str) -> Value {
     call("execute", json!({ "source": source }))
@@ -78,7 +81,13 @@ fn tokens_name_the_subject_and_the_policy_decides() {
         &server.url(),
         bearer(ANALYST_TOKEN),
         "legacy",
-        json!([{"op": "list_tools"}, execute(LOOKUP), execute(QUERY), execute(CRASH)]),
+        json!([
+            {"op": "list_tools"},
+            execute(LOOKUP),
+            execute(QUERY),
+            execute(CRASH),
+            execute(THREE_THEN_DENIED)
+        ]),
     );
     let names: Vec<&Value> = analyst["results"][0]
         .as_array()
@@ -93,6 +102,7 @@ fn tokens_name_the_subject_and_the_policy_decides() {
     );
     assert_eq!(err(&analyst["results"][2]), "permission denied");
     assert_eq!(err(&analyst["results"][3]), "capability failed");
+    assert_eq!(err(&analyst["results"][4]), "permission denied");
 
     let guest = drive_http(
         &server.url(),
@@ -116,12 +126,12 @@ fn tokens_name_the_subject_and_the_policy_decides() {
     let metrics = raw_request(server.port, "GET", "/metrics", &[], "");
     assert_eq!(metrics.status, 200);
     for line in [
-        "codemode_native_calls_total{capability=\"records.lookup\",outcome=\"ok\"} 1",
+        "codemode_native_calls_total{capability=\"records.lookup\",outcome=\"ok\"} 4",
         "codemode_native_calls_total{capability=\"records.lookup\",outcome=\"permission denied\"} 2",
-        "codemode_native_calls_total{capability=\"records.query\",outcome=\"permission denied\"} 1",
+        "codemode_native_calls_total{capability=\"records.query\",outcome=\"permission denied\"} 2",
         "codemode_native_calls_total{capability=\"hostile.crash\",outcome=\"capability failed\"} 1",
         "codemode_executes_total{outcome=\"ok\"} 1",
-        "codemode_executes_total{outcome=\"permission denied\"} 3",
+        "codemode_executes_total{outcome=\"permission denied\"} 4",
         "codemode_plugins_loaded 4",
     ] {
         assert!(
@@ -131,7 +141,7 @@ fn tokens_name_the_subject_and_the_policy_decides() {
         );
     }
     assert_no_canary("the metrics", &metrics.body);
-    wait_for_audit(&server, "\"subject\":", 5);
+    wait_for_audit(&server, "\"subject\":", 9);
     let (log, audit) = (server.log(), server.audit());
     assert!(!log.contains(ANALYST_TOKEN), "the token reached the log");
     assert!(
@@ -153,10 +163,9 @@ fn tokens_name_the_subject_and_the_policy_decides() {
         .iter()
         .filter_map(|a| a["subject"].as_str().map(str::to_owned))
         .collect();
-    assert_eq!(
-        subjects,
-        vec!["analyst", "analyst", "analyst", "guest", "guest"]
-    );
+    let mut expected = vec!["analyst"; 7];
+    expected.extend(["guest", "guest"]);
+    assert_eq!(subjects, expected);
 }
 
 #[test]

@@ -75,7 +75,9 @@ impl Histogram {
 #[derive(Debug)]
 pub struct Metrics {
     executes: Mutex<BTreeMap<&'static str, u64>>,
-    native_calls: Mutex<BTreeMap<(String, &'static str), u64>>,
+    /// Capability → outcome → count; nested so that counting a call looks the name
+    /// up without allocating a key.
+    native_calls: Mutex<BTreeMap<String, BTreeMap<&'static str, u64>>>,
     latency: Histogram,
     fuel: Histogram,
     plugins_loaded: AtomicU64,
@@ -119,13 +121,18 @@ impl Metrics {
 
     /// One native call to `capability` and its outcome.
     pub fn native_call(&self, capability: &str, outcome: &'static str) {
+        self.native_calls(capability, outcome, 1);
+    }
+
+    /// `count` native calls of `capability` ended with `outcome` (an execution's
+    /// successful calls are counted together when it ends).
+    pub fn native_calls(&self, capability: &str, outcome: &'static str, count: u64) {
         if let Ok(mut calls) = self.native_calls.lock() {
-            match calls.get_mut(&(capability.to_owned(), outcome)) {
-                Some(count) => *count += 1,
-                None => {
-                    calls.insert((capability.to_owned(), outcome), 1);
-                }
-            }
+            let outcomes = match calls.get_mut(capability) {
+                Some(outcomes) => outcomes,
+                None => calls.entry(capability.to_owned()).or_default(),
+            };
+            *outcomes.entry(outcome).or_default() += count;
         }
     }
 
@@ -194,7 +201,12 @@ impl Metrics {
             "Native calls by capability and outcome.",
         );
         if let Ok(calls) = self.native_calls.lock() {
-            for ((capability, outcome), count) in calls.iter() {
+            let counts = calls.iter().flat_map(|(capability, outcomes)| {
+                outcomes
+                    .iter()
+                    .map(move |(outcome, count)| (capability, outcome, count))
+            });
+            for (capability, outcome, count) in counts {
                 let _ = writeln!(
                     out,
                     "codemode_native_calls_total{{capability=\"{}\",outcome=\"{}\"}} {count}",

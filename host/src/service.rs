@@ -4,7 +4,7 @@
 //! adapter decodes a request, calls one method here and projects the error; nothing
 //! in this module knows MCP.
 
-use std::collections::{BTreeMap, HashMap, HashSet, btree_map};
+use std::collections::{BTreeMap, HashSet, btree_map};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -485,11 +485,11 @@ fn assemble(
     };
     let catalog = builder.build(&disabled)?;
     let sources = serving;
-    let mut routes = HashMap::new();
+    let mut routes = Vec::new();
     for (s, source) in sources.iter().enumerate() {
         for (index, spec) in source.capabilities().into_iter().enumerate() {
             if let Some(entry) = catalog.get(&spec.name) {
-                routes.insert(
+                routes.push((
                     spec.name.clone(),
                     Route {
                         source: s,
@@ -497,12 +497,13 @@ fn assemble(
                         id: entry.id.to_string(),
                         params: spec.params.clone(),
                     },
-                );
+                ));
             }
         }
     }
-    let mut names: Vec<String> = routes.keys().cloned().collect();
-    names.sort();
+    // The catalog holds each name once, so sorting by name alone is a total order.
+    routes.sort_by(|(a, _), (b, _)| a.cmp(b));
+    let (names, routes): (Vec<String>, Vec<Route>) = routes.into_iter().unzip();
     Ok(Assembled {
         catalog,
         dispatch: Dispatch {

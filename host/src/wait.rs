@@ -107,12 +107,23 @@ pub(crate) fn until<F: Future>(
     // Timers, sockets and spawned blocking work made while `work` runs belong to
     // that runtime; `work` itself is polled here.
     let _context = runtime.enter();
-    let signal = Arc::new(Signal {
-        woken: AtomicBool::new(false),
-        thread: std::thread::current(),
-    });
+    let signal = Signal::take();
     let waker = std::task::Waker::from(signal.clone());
-    let mut context = std::task::Context::from_waker(&waker);
+    let outcome = run(deadline, cancel, work, &signal, &waker);
+    drop(waker);
+    Signal::put_back(signal);
+    outcome
+}
+
+/// [`until`]'s loop, with its signal and waker.
+fn run<F: Future>(
+    deadline: Instant,
+    cancel: Option<&Cancel>,
+    work: F,
+    signal: &Signal,
+    waker: &std::task::Waker,
+) -> Result<F::Output, Abandoned> {
+    let mut context = std::task::Context::from_waker(waker);
     let mut work = std::pin::pin!(work);
     let mut cancelled = std::pin::pin!(async {
         match cancel {
@@ -135,6 +146,13 @@ pub(crate) fn until<F: Future>(
     }
 }
 
+thread_local! {
+    /// This thread's [`Signal`] between waits, so that a wait (one per native call)
+    /// allocates none. Taken while a wait uses it: a wait nested in another's work
+    /// makes its own and cannot take the outer one's wake.
+    static SIGNAL: std::cell::Cell<Option<Arc<Signal>>> = const { std::cell::Cell::new(None) };
+}
+
 /// How long [`until`] spins before it parks its thread. An answer that comes
 /// within this (an upstream MCP server on this machine) then needs no wake of a
 /// parked thread, which costs tens of µs on a virtual machine whose CPU went idle.
@@ -147,6 +165,28 @@ struct Signal {
 }
 
 impl Signal {
+    /// This thread's signal, not woken, or a new one when a wait on this thread
+    /// already holds it.
+    fn take() -> Arc<Signal> {
+        match SIGNAL.with(std::cell::Cell::take) {
+            Some(signal) => {
+                // A waker of an earlier wait that fired after it ended: not this
+                // wait's wake.
+                signal.woken.store(false, Ordering::Relaxed);
+                signal
+            }
+            None => Arc::new(Signal {
+                woken: AtomicBool::new(false),
+                thread: std::thread::current(),
+            }),
+        }
+    }
+
+    /// Keeps `signal` for this thread's next wait.
+    fn put_back(signal: Arc<Signal>) {
+        SIGNAL.with(|cell| cell.set(Some(signal)));
+    }
+
     /// Waits until woken (true) or `deadline` (false): spins for [`SPIN`], then
     /// parks.
     fn wait(&self, deadline: Instant) -> bool {
@@ -257,6 +297,12 @@ impl Stop {
     /// The request's cancellation.
     pub(crate) fn cancel(&self) -> &Arc<Cancel> {
         &self.cancel
+    }
+
+    /// Arms the next epoch tick of a store this stop (or an equal one) is already
+    /// installed in: the callback stays, only the deadline moves.
+    pub(crate) fn renew<T: 'static>(&self, store: &mut Store<T>) {
+        store.set_epoch_deadline(1);
     }
 
     /// Installs the check on `store`: at every epoch tick, stop if cancelled or late.

@@ -413,7 +413,10 @@ struct Reader<'a> {
     pos: usize,
 }
 
+// The readers of single fields are inlined into `value` (which, being recursive,
+// is not inlined itself): a call per byte read was a tenth of decoding a result.
 impl<'a> Reader<'a> {
+    #[inline(always)]
     fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         let end = self.pos.checked_add(n).ok_or(DecodeError::Malformed)?;
         let slice = self
@@ -424,16 +427,19 @@ impl<'a> Reader<'a> {
         Ok(slice)
     }
 
+    #[inline(always)]
     fn u8(&mut self) -> Result<u8, DecodeError> {
         Ok(self.take(1)?[0])
     }
 
+    #[inline(always)]
     fn u64(&mut self) -> Result<u64, DecodeError> {
         let mut raw = [0; 8];
         raw.copy_from_slice(self.take(8)?);
         Ok(u64::from_le_bytes(raw))
     }
 
+    #[inline(always)]
     fn len(&mut self) -> Result<usize, DecodeError> {
         let mut raw = [0; 4];
         raw.copy_from_slice(self.take(4)?);
@@ -446,6 +452,7 @@ impl<'a> Reader<'a> {
         Ok(len)
     }
 
+    #[inline(always)]
     fn string(&mut self) -> Result<&'a str, DecodeError> {
         let len = self.len()?;
         let raw = self.take(len)?;
@@ -584,6 +591,9 @@ pub fn float_json_len(f: f64) -> usize {
     if abs < 9_007_199_254_740_992.0 && abs.fract() == 0.0 {
         return sign + int_len(abs as i64) + 2;
     }
+    if let Some(places) = few_decimal_places(abs) {
+        return sign + int_len(abs as i64) + 1 + places;
+    }
     let mut buffer = zmij::Buffer::new();
     let (digits, exponent) = shortest_digits(buffer.format_finite(abs));
     if (1e-6..1e21).contains(&abs) {
@@ -600,6 +610,34 @@ pub fn float_json_len(f: f64) -> usize {
         sign + mantissa + 2 + int_len(i64::from(exponent.unsigned_abs()))
     }
 }
+
+/// How many digits after the point the shortest text of `abs` (positive, not whole)
+/// has, when that is at most [`FEW_PLACES`] and `abs` is below 10^12: prices,
+/// ratios and averages of small numbers, the usual floats of a result.
+///
+/// `n / 10^k` (both exact in a double, and the division correctly rounded) is the
+/// double nearest to the decimal n·10^-k; when it is `abs`, that decimal reads back
+/// as `abs`, and none with fewer places does (the smaller `k` were tried first). So
+/// the shortest text has exactly `k` places. `n` is `abs · 10^k` rounded: below
+/// 10^12 the product's error is far below one half, so no such decimal is missed.
+/// Anything else is left to the full search.
+fn few_decimal_places(abs: f64) -> Option<usize> {
+    if abs >= 1e12 {
+        return None;
+    }
+    let mut scale = 1.0;
+    for places in 1..=FEW_PLACES {
+        scale *= 10.0;
+        let n = (abs * scale).round();
+        if n / scale == abs {
+            return Some(places);
+        }
+    }
+    None
+}
+
+/// The most digits after the point [`few_decimal_places`] looks for.
+const FEW_PLACES: usize = 3;
 
 /// The number of significant digits of a positive float's shortest text (as zmij
 /// writes it: `123.45`, `0.001`, `1e21`, `1.5e-7`) and the decimal exponent of the
@@ -783,6 +821,16 @@ mod tests {
             state ^= state << 17;
             floats.push(f64::from_bits(state));
             floats.push((state % 1_000_000) as f64 / 1000.0);
+        }
+        // Decimals with one to four places (four is past the shortcut), their
+        // neighbours, and the shortcut's upper bound.
+        for places in 1..=4 {
+            let scale = 10f64.powi(places);
+            let bound = 10_i64.pow(12 + places as u32);
+            for n in (0..20_000).chain(bound - 10_000..bound + 10_000) {
+                let f = n as f64 / scale;
+                floats.extend([f, -f, f.next_up(), f.next_down()]);
+            }
         }
         for f in floats {
             assert_eq!(

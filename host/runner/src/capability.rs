@@ -3,11 +3,13 @@
 //!
 //! Names are resolved per execution: the host lists the capability names under the
 //! roots a program mentions, and only those roots are defined in the program's module.
+//! The listed names become a tree of nodes built once per run, so that `records.lookup`
+//! in a loop is a child lookup, not a string built and searched for on every pass, and
+//! a call names its capability to the host by its position in the host's list.
 //! An attribute that names no capability still resolves (to an unknown name) so that
 //! calling it can fail with its full dotted name and the nearest catalog names.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -93,6 +95,9 @@ pub(crate) fn native_outcome() -> Option<RunError> {
 thread_local! {
     /// The depth and node budgets arguments are converted under (set per run).
     static ARGUMENT_LIMITS: Cell<(usize, usize)> = const { Cell::new((32, 1 << 20)) };
+    /// The buffer a call's arguments are written into, kept between calls so that a
+    /// call allocates none.
+    static ARGUMENTS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Sets the depth and node budgets for native-call arguments.
@@ -120,17 +125,105 @@ fn shown(name: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// The names known in this run: every capability name and every proper prefix of one.
+/// One dotted name known in this run: a capability, a namespace (a proper prefix of
+/// a capability name), or both.
+#[derive(Debug, Allocative)]
+struct Node {
+    /// The full dotted name.
+    path: String,
+    /// The capability's position in the host's list of names, when this name is a
+    /// capability: what a call names it by.
+    capability: Option<u32>,
+    /// The next segments below this name and their nodes, sorted by segment.
+    children: Vec<(String, usize)>,
+}
+
+impl Node {
+    fn child(&self, segment: &str) -> Option<usize> {
+        self.children
+            .binary_search_by(|(s, _)| s.as_str().cmp(segment))
+            .ok()
+            .and_then(|i| self.children.get(i))
+            .map(|&(_, node)| node)
+    }
+}
+
+/// The names known in this run, as a tree of [`Node`]s.
 #[derive(Debug, Default, Allocative)]
 struct Known {
-    leaves: BTreeSet<String>,
-    namespaces: BTreeSet<String>,
+    nodes: Vec<Node>,
+}
+
+impl Known {
+    /// The tree of `names` (the host's list, whose positions calls name) and the
+    /// nodes of their roots, by root segment.
+    fn new(names: &[String]) -> (Self, Vec<(String, usize)>) {
+        let mut known = Known::default();
+        let mut roots: Vec<(String, usize)> = Vec::new();
+        for (position, name) in names.iter().enumerate() {
+            let mut node: Option<usize> = None;
+            let mut end = 0;
+            for segment in name.split('.') {
+                end += segment.len();
+                let siblings = match node {
+                    Some(parent) => &known.nodes[parent].children,
+                    None => &roots,
+                };
+                let found = siblings.iter().find(|(s, _)| s == segment).map(|&(_, n)| n);
+                let next = match found {
+                    Some(next) => next,
+                    None => {
+                        let next = known.nodes.len();
+                        known.nodes.push(Node {
+                            path: name[..end].to_owned(),
+                            capability: None,
+                            children: Vec::new(),
+                        });
+                        match node {
+                            Some(parent) => known.nodes[parent]
+                                .children
+                                .push((segment.to_owned(), next)),
+                            None => roots.push((segment.to_owned(), next)),
+                        }
+                        next
+                    }
+                };
+                node = Some(next);
+                end += 1;
+            }
+            if let Some(leaf) = node {
+                known.nodes[leaf].capability = u32::try_from(position).ok();
+            }
+        }
+        for node in &mut known.nodes {
+            node.children.sort();
+        }
+        (known, roots)
+    }
+}
+
+/// Which name a [`Capability`] value stands for.
+#[derive(Debug, Allocative)]
+enum Name {
+    /// A node of the run's [`Known`] tree.
+    Known(usize),
+    /// A dotted name that is neither a capability nor a namespace.
+    Unknown(String),
+}
+
+/// Only for starlark-rust's paging, which a run never uses (capability values are
+/// not paged out).
+impl Default for Name {
+    fn default() -> Self {
+        Name::Unknown(String::new())
+    }
 }
 
 /// A dotted name in a program: a namespace, a capability, or a name that is neither.
 #[derive(Debug, ProvidesStaticType, NoSerialize, StarlarkPagable, Allocative)]
 pub(crate) struct Capability {
-    path: String,
+    #[starlark_pagable(skip)]
+    name: Name,
     #[allocative(skip)]
     #[starlark_pagable(skip)]
     known: Arc<Known>,
@@ -140,48 +233,51 @@ starlark_simple_value!(Capability);
 
 impl fmt::Display for Capability {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "<capability {}>", self.path)
+        write!(f, "<capability {}>", self.path())
     }
 }
 
 impl Capability {
-    fn is_leaf(&self) -> bool {
-        self.known.leaves.contains(&self.path)
+    fn node(&self) -> Option<&Node> {
+        match &self.name {
+            Name::Known(node) => self.known.nodes.get(*node),
+            Name::Unknown(_) => None,
+        }
     }
 
-    fn exists(&self) -> bool {
-        self.is_leaf() || self.known.namespaces.contains(&self.path)
+    fn path(&self) -> &str {
+        match (&self.name, self.node()) {
+            (Name::Unknown(path), _) => path,
+            (Name::Known(_), Some(node)) => &node.path,
+            (Name::Known(_), None) => "",
+        }
     }
 }
 
 #[starlark_value(type = "capability")]
 impl<'v> StarlarkValue<'v> for Capability {
     fn get_attr(&self, attribute: &str, heap: Heap<'v>) -> Option<Value<'v>> {
+        let name = match self.node().and_then(|node| node.child(attribute)) {
+            Some(child) => Name::Known(child),
+            None => Name::Unknown(format!("{}.{attribute}", self.path())),
+        };
         Some(heap.alloc(Capability {
-            path: format!("{}.{attribute}", self.path),
+            name,
             known: self.known.clone(),
         }))
     }
 
     fn has_attr(&self, attribute: &str, _heap: Heap<'v>) -> bool {
-        let path = format!("{}.{attribute}", self.path);
-        self.known.leaves.contains(&path) || self.known.namespaces.contains(&path)
+        self.node().and_then(|node| node.child(attribute)).is_some()
     }
 
     fn dir_attr(&self) -> Vec<String> {
-        let prefix = format!("{}.", self.path);
-        let mut names: Vec<String> = self
-            .known
-            .leaves
-            .iter()
-            .chain(self.known.namespaces.iter())
-            .filter_map(|name| name.strip_prefix(&prefix))
-            .filter(|rest| !rest.contains('.'))
-            .map(str::to_owned)
-            .collect();
-        names.sort();
-        names.dedup();
-        names
+        self.node().map_or_else(Vec::new, |node| {
+            node.children
+                .iter()
+                .map(|(segment, _)| segment.clone())
+                .collect()
+        })
     }
 
     fn invoke(
@@ -190,13 +286,14 @@ impl<'v> StarlarkValue<'v> for Capability {
         args: &Arguments<'v, '_>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<Value<'v>> {
-        if !self.exists() {
+        let Some(node) = self.node() else {
+            let path = self.path();
             // A name built at run time (`getattr(records, 'a' * 20000000)`) can be
             // as large as the sandbox's memory: past a plausible length it neither
             // crosses into the host for suggestions nor goes whole into the message,
             // where the host would have to hold it.
-            let hint = if self.path.len() <= MAX_SUGGESTED_NAME_BYTES {
-                crate::bindings::codemode::runner::host::suggest(&self.path)
+            let hint = if path.len() <= MAX_SUGGESTED_NAME_BYTES {
+                crate::bindings::codemode::runner::host::suggest(path)
             } else {
                 Vec::new()
             };
@@ -207,48 +304,55 @@ impl<'v> StarlarkValue<'v> for Capability {
             };
             return Err(fail(format!(
                 "unknown capability `{}`{hint} (find names with search_api)",
-                shown(&self.path)
+                shown(path)
             )));
-        }
-        if !self.is_leaf() {
+        };
+        let Some(capability) = node.capability else {
             return Err(fail(format!(
                 "`{}` is a namespace, not a capability; call one of its capabilities",
-                self.path
+                node.path
             )));
-        }
+        };
         if PHASE.with(Cell::get) != Phase::Running {
             return Err(fail(format!(
                 "`{}` called outside main(): capabilities can only be called while main() runs",
-                self.path
+                node.path
             )));
         }
         let (depth, nodes) = ARGUMENT_LIMITS.with(Cell::get);
-        let mut arguments = Vec::with_capacity(ARGUMENTS_CAPACITY);
+        // Taken out of its cell (not borrowed) while in use: nothing a conversion or
+        // a call runs can reach it then.
+        let mut arguments = ARGUMENTS.with(|buffer| std::mem::take(&mut *buffer.borrow_mut()));
+        arguments.clear();
+        arguments.reserve(ARGUMENTS_CAPACITY);
         let mut out = codemode_value::Writer::new(&mut arguments);
-        match convert::arguments(args, eval.heap(), depth, nodes, &mut out) {
-            Ok(()) => {}
+        let converted = convert::arguments(args, eval.heap(), depth, nodes, &mut out);
+        let outcome = match converted {
+            Ok(()) => Ok(crate::call_host(capability, &arguments, eval.heap())),
+            Err(error) => Err(error),
+        };
+        ARGUMENTS.with(|buffer| *buffer.borrow_mut() = arguments);
+        match outcome {
+            Ok(Ok(result)) => Ok(result),
             Err(convert::ConvertError::TooDeep) => {
                 LIMITED.with(|l| l.set(Some(Exceeded::ValueDepth)));
-                call_failed(&self.path);
-                return Err(fail("value budget exceeded".into()));
+                call_failed(&node.path);
+                Err(fail("value budget exceeded".into()))
             }
             Err(convert::ConvertError::TooBig) => {
                 LIMITED.with(|l| l.set(Some(Exceeded::ValueBytes)));
-                call_failed(&self.path);
-                return Err(fail("value budget exceeded".into()));
-            }
-            Err(convert::ConvertError::Invalid(message)) => return Err(fail(message)),
-        };
-        match crate::call_host(&self.path, &arguments, eval.heap()) {
-            Ok(result) => Ok(result),
-            Err(RunError::Limit(exceeded)) => {
-                LIMITED.with(|l| l.set(Some(exceeded)));
-                call_failed(&self.path);
+                call_failed(&node.path);
                 Err(fail("value budget exceeded".into()))
             }
-            Err(_) => {
+            Err(convert::ConvertError::Invalid(message)) => Err(fail(message)),
+            Ok(Err(RunError::Limit(exceeded))) => {
+                LIMITED.with(|l| l.set(Some(exceeded)));
+                call_failed(&node.path);
+                Err(fail("value budget exceeded".into()))
+            }
+            Ok(Err(_)) => {
                 ABORTED.with(|a| a.set(true));
-                call_failed(&self.path);
+                call_failed(&node.path);
                 Err(fail("capability call failed".into()))
             }
         }
@@ -274,31 +378,91 @@ fn anyhow_message(message: String) -> impl std::error::Error + Send + Sync + 'st
 }
 
 /// Defines one module variable per root of `names` (the host's answer for the roots
-/// the program mentions).
+/// the program mentions; a call names its capability by its position in it).
 pub(crate) fn define_roots(module: &Module<'_>, names: &[String]) {
     if names.is_empty() {
         return;
     }
-    let mut known = Known::default();
-    for name in names {
-        let mut end = 0;
-        while let Some(dot) = name[end..].find('.') {
-            end += dot;
-            known.namespaces.insert(name[..end].to_owned());
-            end += 1;
-        }
-        known.leaves.insert(name.clone());
-    }
+    let (known, roots) = Known::new(names);
     let known = Arc::new(known);
-    let roots: BTreeSet<&str> = names
-        .iter()
-        .map(|name| name.split('.').next().unwrap_or(name))
-        .collect();
-    for root in roots {
+    for (root, node) in roots {
         let value = module.heap().alloc(Capability {
-            path: root.to_owned(),
+            name: Name::Known(node),
             known: known.clone(),
         });
-        module.set(root, value);
+        module.set(&root, value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|name| (*name).to_owned()).collect()
+    }
+
+    /// Every node as (path, position, child segments).
+    fn nodes(known: &Known) -> Vec<(&str, Option<u32>, Vec<&str>)> {
+        known
+            .nodes
+            .iter()
+            .map(|node| {
+                let children = node.children.iter().map(|(s, _)| s.as_str()).collect();
+                (node.path.as_str(), node.capability, children)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_tree_holds_every_name_and_prefix_with_the_host_positions() {
+        let (known, roots) = Known::new(&names(&[
+            "geo.area",
+            "records.lookup",
+            "records.query",
+            "records.v2.lookup",
+        ]));
+        assert_eq!(
+            nodes(&known),
+            vec![
+                ("geo", None, vec!["area"]),
+                ("geo.area", Some(0), vec![]),
+                ("records", None, vec!["lookup", "query", "v2"]),
+                ("records.lookup", Some(1), vec![]),
+                ("records.query", Some(2), vec![]),
+                ("records.v2", None, vec!["lookup"]),
+                ("records.v2.lookup", Some(3), vec![]),
+            ]
+        );
+        assert_eq!(
+            roots,
+            vec![("geo".to_owned(), 0), ("records".to_owned(), 2)]
+        );
+        let records = &known.nodes[2];
+        assert_eq!(records.child("query"), Some(4));
+        assert_eq!(records.child("v2"), Some(5));
+        assert_eq!(records.child("nope"), None);
+        assert_eq!(records.child("v"), None);
+    }
+
+    #[test]
+    fn a_name_can_be_a_capability_and_a_namespace() {
+        let (known, _) = Known::new(&names(&["a.b", "a.b.c"]));
+        assert_eq!(
+            nodes(&known),
+            vec![
+                ("a", None, vec!["b"]),
+                ("a.b", Some(0), vec!["c"]),
+                ("a.b.c", Some(1), vec![]),
+            ]
+        );
+    }
+
+    #[test]
+    fn children_are_sorted_whatever_the_order_of_the_names() {
+        let (known, _) = Known::new(&names(&["t.zeta", "t.alpha", "t.mid"]));
+        assert_eq!(nodes(&known)[0], ("t", None, vec!["alpha", "mid", "zeta"]));
+        assert_eq!(known.nodes[0].child("alpha"), Some(2));
+        assert_eq!(known.nodes[2].capability, Some(1));
     }
 }

@@ -234,14 +234,14 @@ fn run_module<'v>(
     Ok(bytes)
 }
 
-/// Calls capability `name` with `arguments` (in the wire form) and builds its result
-/// on `heap`, or says why the run must stop.
+/// Calls the capability at `capability` in the host's list of names with `arguments`
+/// (in the wire form) and builds its result on `heap`, or says why the run must stop.
 pub(crate) fn call_host<'v>(
-    name: &str,
+    capability: u32,
     arguments: &[u8],
     heap: starlark::values::Heap<'v>,
 ) -> Result<starlark::values::Value<'v>, RunError> {
-    let result = host::call(name, arguments).map_err(|()| RunError::Aborted)?;
+    let result = host::call(capability, arguments).map_err(|()| RunError::Aborted)?;
     // The host encodes results it already bounded by the depth budget; a value it
     // cannot have sent means the boundary is broken: the run ends, and the host,
     // which saw no failure, reports an internal one.

@@ -10,7 +10,7 @@
 //! it runs no further line) and reports where the call was.
 
 use wasmtime::StoreContextMut;
-use wasmtime::component::Linker;
+use wasmtime::component::{Linker, WasmList};
 
 use std::time::{Instant, SystemTime};
 
@@ -31,13 +31,22 @@ const WIRE_CAPACITY: usize = 256;
 /// failed call and report where the call was.
 const UNWIND_FUEL: u64 = 20_000_000;
 
+/// The outcome of a successful call, in the audit log and the metrics.
+pub(super) const OK: &str = "ok";
+
 /// Links `codemode:runner/host`: `capabilities`, `suggest` and `call`.
 pub(crate) fn add_to_linker(linker: &mut Linker<ExecState>) -> wasmtime::Result<()> {
     let mut host = linker.instance("codemode:runner/host@0.1.0")?;
     host.func_wrap(
         "capabilities",
-        |store: StoreContextMut<'_, ExecState>, (roots,): (Vec<String>,)| {
-            Ok((capabilities(&store.data().dispatch.names, &roots),))
+        |mut store: StoreContextMut<'_, ExecState>, (roots,): (Vec<String>,)| {
+            let state = store.data_mut();
+            state.count_ok_calls();
+            state.listed = capabilities(&state.dispatch.names, &roots);
+            state.ok_calls = vec![0; state.listed.len()];
+            let names = &state.dispatch.names;
+            let listed = state.listed.iter().filter_map(|&i| names.get(i).cloned());
+            Ok((listed.collect::<Vec<String>>(),))
         },
     )?;
     host.func_wrap(
@@ -56,11 +65,13 @@ pub(crate) fn add_to_linker(linker: &mut Linker<ExecState>) -> wasmtime::Result<
     )?;
     host.func_wrap(
         "call",
-        |mut store: StoreContextMut<'_, ExecState>, (name, arguments): (String, Vec<u8>)| {
-            let started = Instant::now();
+        |mut store: StoreContextMut<'_, ExecState>,
+         (capability, arguments): (u32, WasmList<u8>)| {
+            // Only the audit log reads the call's duration.
+            let started = store.data().audit.is_some().then(Instant::now);
             let mut trace = Trace::default();
-            let outcome = call(&mut store, &name, &arguments, &mut trace);
-            audit(store.data(), &name, &trace, &outcome, started);
+            let outcome = call(&mut store, capability, &arguments, &mut trace);
+            audit(store.data_mut(), &trace, &outcome, started);
             match outcome {
                 Ok(bytes) => Ok((Ok::<Vec<u8>, ()>(bytes),)),
                 Err(error) => {
@@ -73,7 +84,9 @@ pub(crate) fn add_to_linker(linker: &mut Linker<ExecState>) -> wasmtime::Result<
                     }
                     let state = store.data_mut();
                     state.retained = Some(error);
-                    state.failed_capability = Some(name);
+                    state.failed_capability = trace
+                        .route
+                        .and_then(|(_, route)| state.dispatch.names.get(route).cloned());
                     // The interpreter unwinds the program from the call (Starlark
                     // cannot catch an error, so no line of it runs after this) and
                     // reports where the call was; the retained error is what the
@@ -88,8 +101,10 @@ pub(crate) fn add_to_linker(linker: &mut Linker<ExecState>) -> wasmtime::Result<
 
 /// What one native call did, for the audit log.
 struct Trace {
-    /// The capability's stable ID, once the name resolved.
-    capability_id: String,
+    /// The capability's position in the interpreter's list and in
+    /// [`Dispatch::names`] and [`Dispatch::routes`](super::Dispatch::routes), once
+    /// it resolved.
+    route: Option<(usize, usize)>,
     /// What the policy said.
     decision: Decision,
     /// Fuel the plugin burned (instantiation included).
@@ -99,7 +114,7 @@ struct Trace {
 impl Default for Trace {
     fn default() -> Self {
         Self {
-            capability_id: String::new(),
+            route: None,
             decision: Decision::NotEvaluated,
             fuel: 0,
         }
@@ -108,17 +123,32 @@ impl Default for Trace {
 
 /// Counts the call and writes its audit line, if this server keeps an audit log.
 fn audit(
-    state: &ExecState,
-    name: &str,
+    state: &mut ExecState,
     trace: &Trace,
     outcome: &Result<Vec<u8>, ToolError>,
-    started: Instant,
+    started: Option<Instant>,
 ) {
-    let outcome = match outcome {
-        Ok(_) => "ok",
-        Err(error) => error.fixed_text(),
+    let dispatch = state.dispatch.clone();
+    let (name, capability_id) = match trace.route {
+        Some((_, route)) => (
+            dispatch.names.get(route).map_or("", String::as_str),
+            dispatch.routes.get(route).map_or("", |r| r.id.as_str()),
+        ),
+        None => ("", ""),
     };
-    state.metrics.native_call(name, outcome);
+    let outcome = match (outcome, trace.route) {
+        (Ok(_), Some((listed, _))) => {
+            if let Some(count) = state.ok_calls.get_mut(listed) {
+                *count += 1;
+            }
+            OK
+        }
+        (Ok(_), None) => OK,
+        (Err(error), _) => {
+            state.metrics.native_call(name, error.fixed_text());
+            error.fixed_text()
+        }
+    };
     let Some(log) = &state.audit else {
         return;
     };
@@ -126,48 +156,62 @@ fn audit(
         time: rfc3339(SystemTime::now()),
         execution: state.execution,
         subject: &state.subject.id,
-        capability_id: &trace.capability_id,
+        capability_id,
         capability: name,
         decision: trace.decision,
         outcome,
         fuel: trace.fuel,
-        duration_us: started.elapsed().as_micros() as u64,
+        duration_us: started.map_or(0, |started| started.elapsed().as_micros() as u64),
     });
 }
 
-/// The capability names whose first segment is one of `roots`, in name order.
-fn capabilities(names: &[String], roots: &[String]) -> Vec<String> {
+/// The positions in `names` of the capability names whose first segment is one of
+/// `roots`, in name order.
+fn capabilities(names: &[String], roots: &[String]) -> Vec<usize> {
     names
         .iter()
-        .filter(|name| {
+        .enumerate()
+        .filter(|(_, name)| {
             let root = name.split('.').next().unwrap_or(name);
             roots.iter().any(|r| r == root)
         })
-        .cloned()
+        .map(|(i, _)| i)
         .collect()
 }
 
 fn call(
     store: &mut StoreContextMut<'_, ExecState>,
-    name: &str,
-    arguments: &[u8],
+    capability: u32,
+    arguments: &WasmList<u8>,
     trace: &mut Trace,
 ) -> Result<Vec<u8>, ToolError> {
     let state = store.data_mut();
     state.ledger.charge_call()?;
     let dispatch = state.dispatch.clone();
-    let Some(route) = dispatch.routes.get(name) else {
+    let listed = usize::try_from(capability)
+        .ok()
+        .and_then(|i| state.listed.get(i).copied());
+    let (Some(position), Some(route)) = (listed, listed.and_then(|i| dispatch.routes.get(i)))
+    else {
         // The interpreter only calls names the host listed; anything else means the
         // sandbox boundary is broken.
-        tracing::error!(capability = %name, "the interpreter called a name the host never listed");
+        tracing::error!(
+            capability,
+            "the interpreter called a capability the host never listed"
+        );
         return Err(ToolError::Internal);
     };
-    trace.capability_id.clone_from(&route.id);
+    trace.route = Some((capability as usize, position));
+    let name = dispatch.names.get(position).map_or("", String::as_str);
     state.ledger.check_encoded_arguments(arguments.len())?;
     let max_depth = state.ledger.limits().max_value_depth;
     let max_bytes = state.ledger.limits().max_value_bytes;
-    // One level more than the budget so that "too deep" is told apart from garbage.
-    let arguments = match codemode_value::decode(arguments, max_depth + 1) {
+    // Decoded straight from the interpreter's memory: the arguments are not copied
+    // first. One level more than the budget so that "too deep" is told apart from
+    // garbage.
+    let decoded = codemode_value::decode(arguments.as_le_slice(&*store), max_depth + 1);
+    let state = store.data_mut();
+    let arguments = match decoded {
         Ok(arguments) => arguments,
         Err(codemode_value::DecodeError::TooDeep) => {
             return Err(state.ledger.exhaust(Budget::ValueDepth));
@@ -313,8 +357,9 @@ mod tests {
     fn capabilities_lists_names_under_the_given_roots() {
         assert_eq!(
             capabilities(&names(), &["records".into(), "main".into()]),
-            vec!["records.lookup".to_owned(), "records.query".to_owned()]
+            vec![0, 1]
         );
+        assert_eq!(capabilities(&names(), &["text".into()]), vec![3]);
         assert!(capabilities(&names(), &["main".into()]).is_empty());
     }
 

@@ -64,8 +64,8 @@ pub(crate) struct Route {
 pub(crate) struct Dispatch {
     /// Every enabled capability name, sorted.
     pub names: Vec<String>,
-    /// Name → route.
-    pub routes: HashMap<String, Route>,
+    /// The route of each name in [`Dispatch::names`], at the same position.
+    pub routes: Vec<Route>,
     /// The capability sources (shared with the next catalog when unchanged).
     pub sources: Vec<Arc<dyn CapabilitySource>>,
 }
@@ -183,6 +183,13 @@ pub(crate) struct ExecState {
     /// This execution's number, for the audit log.
     execution: u64,
     stop: Stop,
+    /// The capabilities the interpreter was told of, as positions in
+    /// [`Dispatch::names`]: a call names one by its position in this list.
+    listed: Vec<usize>,
+    /// Successful calls of each capability in `listed`, at the same position: added
+    /// to the metrics once, when the execution ends, instead of a locked update per
+    /// call. (A failed call ends the execution and is counted at once.)
+    ok_calls: Vec<u64>,
     /// One session per source used (index into [`Dispatch::sources`]), opened on
     /// first use.
     sessions: HashMap<usize, Box<dyn Session>>,
@@ -194,6 +201,20 @@ pub(crate) struct ExecState {
     unwind_fuel: u64,
     /// The interpreter reported a value too large to hold; its abort follows.
     too_large: bool,
+}
+
+impl ExecState {
+    /// Adds this execution's successful native calls to the metrics.
+    fn count_ok_calls(&mut self) {
+        for (&position, count) in self.listed.iter().zip(&mut self.ok_calls) {
+            if *count > 0
+                && let Some(name) = self.dispatch.names.get(position)
+            {
+                self.metrics.native_calls(name, dispatch::OK, *count);
+            }
+            *count = 0;
+        }
+    }
 }
 
 impl WasiView for ExecState {
@@ -452,6 +473,8 @@ impl Job {
             metrics: self.metrics.clone(),
             execution: self.execution,
             stop: self.stop.clone(),
+            listed: Vec::new(),
+            ok_calls: Vec::new(),
             sessions: HashMap::new(),
             retained: None,
             failed_capability: None,
@@ -495,6 +518,7 @@ impl Job {
             .min(self.limits.max_fuel);
         self.metrics.fuel(fuel);
         let state = store.data_mut();
+        state.count_ok_calls();
         let mut stats = Stats {
             fuel,
             native_calls: state.ledger.native_calls(),

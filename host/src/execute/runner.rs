@@ -118,7 +118,7 @@ fn snapshot(engine: &Engine) -> wasmtime::Result<Vec<u8>> {
         Ok((Vec::<String>::new(),))
     })?;
     host.func_wrap("suggest", |_, (_,): (String,)| Ok((Vec::<String>::new(),)))?;
-    host.func_wrap("call", |_, (_, _): (String, Vec<u8>)| {
+    host.func_wrap("call", |_, (_, _): (u32, Vec<u8>)| {
         Ok((Result::<Vec<u8>, ()>::Err(()),))
     })?;
     host.func_wrap("too-large", |_, (): ()| Ok(()))?;

@@ -13,6 +13,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -61,7 +62,16 @@ impl Output {
 /// One output stream of a plugin: the first [`OUTPUT_PER_CALL`] bytes since it was
 /// last taken, and how many more were written.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Capture(Arc<Mutex<Captured>>);
+pub(crate) struct Capture(Arc<Shared>);
+
+/// A [`Capture`]'s state, shared by its clones.
+#[derive(Debug, Default)]
+struct Shared {
+    /// Set by a write, cleared by a take: a call that printed nothing (most) costs
+    /// its take no lock.
+    written: AtomicBool,
+    captured: Mutex<Captured>,
+}
 
 /// What a [`Capture`] holds.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -76,18 +86,23 @@ impl Capture {
     /// Keeps what fits of `bytes` and counts the rest: a plugin never sees its
     /// output refused (a refused write would make many languages' `print` panic).
     fn keep(&self, bytes: &[u8]) {
-        let Ok(mut captured) = self.0.lock() else {
+        let Ok(mut captured) = self.0.captured.lock() else {
             return;
         };
         let room = OUTPUT_PER_CALL.saturating_sub(captured.bytes.len());
         let kept = bytes.len().min(room);
         captured.bytes.extend_from_slice(&bytes[..kept]);
         captured.dropped = captured.dropped.saturating_add((bytes.len() - kept) as u64);
+        drop(captured);
+        self.0.written.store(true, Ordering::Release);
     }
 
     /// What was captured since the last take, or `None` when nothing was written.
     pub(crate) fn take(&self) -> Option<Captured> {
-        let mut captured = self.0.lock().ok()?;
+        if !self.0.written.swap(false, Ordering::Acquire) {
+            return None;
+        }
+        let mut captured = self.0.captured.lock().ok()?;
         if captured.bytes.is_empty() && captured.dropped == 0 {
             return None;
         }

@@ -42,6 +42,7 @@ impl CapabilitySource for LoadedPlugin {
             plugin: self,
             execution,
             instance: None,
+            stop_has_call_deadline: false,
             output: Output::default(),
             last: None,
         })
@@ -56,6 +57,9 @@ struct PluginSession {
     /// The instance, once created and while it is fit for another call (an
     /// abandoned or trapped instance is dropped).
     instance: Option<(Store<PluginState>, Instance)>,
+    /// Whether the stop installed in the instance's store has a call deadline (a
+    /// `timeout` grant): without one, the next call can keep it as it is.
+    stop_has_call_deadline: bool,
     /// What the instances write to stdout and stderr.
     output: Output,
     /// The capability of the latest call, which any output left belongs to.
@@ -136,7 +140,13 @@ impl PluginSession {
                 if store.set_fuel(fuel).is_err() {
                     return failed(CallFailure::Internal, 0);
                 }
-                stop.install(&mut store);
+                // The execution's deadline and cancellation are the same for every
+                // call of a session; only a call deadline changes the stop.
+                if call_deadline.is_some() || self.stop_has_call_deadline {
+                    stop.install(&mut store);
+                } else {
+                    stop.renew(&mut store);
+                }
                 (store, Some(instance))
             }
             None => match new_store(&plugin, budget.max_memory_bytes, fuel, &stop, &self.output) {
@@ -191,6 +201,7 @@ impl PluginSession {
             None => return failed(CallFailure::Failed(explanation), burned),
         };
         self.instance = Some((store, instance));
+        self.stop_has_call_deadline = call_deadline.is_some();
         let [result] = results;
         let result =
             output(target, result, budget.max_depth, budget.max_nodes).map_err(
