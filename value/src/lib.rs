@@ -339,8 +339,15 @@ pub trait Build {
     fn str(&mut self, s: &str) -> Self::Out;
     /// A list of the items built so far.
     fn list(&mut self, items: Vec<Self::Out>) -> Self::Out;
-    /// A dict of the entries built so far, in wire order.
-    fn dict(&mut self, entries: Vec<(&str, Self::Out)>) -> Self::Out;
+    /// A dict's entries while they are decoded: each is added as it is read, so
+    /// that no list of them is collected first.
+    type Entries;
+    /// The start of a dict of `len` entries.
+    fn dict_start(&mut self, len: usize) -> Self::Entries;
+    /// Adds one entry to a dict, in wire order.
+    fn dict_entry(&mut self, entries: &mut Self::Entries, key: &str, value: Self::Out);
+    /// The dict of `entries`.
+    fn dict(&mut self, entries: Self::Entries) -> Self::Out;
     /// A dict with a key that is not a string.
     fn non_string_keys(&mut self) -> Self::Out;
     /// A value of a type that cannot cross, by its type name.
@@ -352,6 +359,7 @@ struct Tree;
 
 impl Build for Tree {
     type Out = Value;
+    type Entries = Vec<(String, Value)>;
     fn none(&mut self) -> Value {
         Value::None
     }
@@ -373,13 +381,14 @@ impl Build for Tree {
     fn list(&mut self, items: Vec<Value>) -> Value {
         Value::List(items)
     }
-    fn dict(&mut self, entries: Vec<(&str, Value)>) -> Value {
-        Value::Dict(
-            entries
-                .into_iter()
-                .map(|(key, value)| (key.to_owned(), value))
-                .collect(),
-        )
+    fn dict_start(&mut self, len: usize) -> Self::Entries {
+        Vec::with_capacity(len)
+    }
+    fn dict_entry(&mut self, entries: &mut Self::Entries, key: &str, value: Value) {
+        entries.push((key.to_owned(), value));
+    }
+    fn dict(&mut self, entries: Self::Entries) -> Value {
+        Value::Dict(entries)
     }
     fn non_string_keys(&mut self) -> Value {
         Value::NonStringKeys
@@ -485,10 +494,11 @@ impl<'a> Reader<'a> {
             }
             TAG_DICT => {
                 let len = self.len()?;
-                let mut entries = Vec::with_capacity(len);
+                let mut entries = build.dict_start(len);
                 for _ in 0..len {
                     let key = self.string()?;
-                    entries.push((key, self.value(depth - 1, build)?));
+                    let value = self.value(depth - 1, build)?;
+                    build.dict_entry(&mut entries, key, value);
                 }
                 build.dict(entries)
             }

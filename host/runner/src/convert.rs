@@ -7,8 +7,9 @@
 //! (including a list that contains itself) stops at the depth budget.
 
 use codemode_value::{Build, Writer};
+use starlark::collections::SmallMap;
 use starlark::eval::Arguments;
-use starlark::values::dict::{AllocDict, DictRef};
+use starlark::values::dict::{Dict, DictRef};
 use starlark::values::float::StarlarkFloat;
 use starlark::values::list::{AllocList, ListRef};
 use starlark::values::tuple::TupleRef;
@@ -193,6 +194,7 @@ pub(crate) struct FromWire<'v> {
 
 impl<'v> Build for FromWire<'v> {
     type Out = Value<'v>;
+    type Entries = SmallMap<Value<'v>, Value<'v>>;
     fn none(&mut self) -> Value<'v> {
         Value::new_none()
     }
@@ -211,13 +213,18 @@ impl<'v> Build for FromWire<'v> {
     fn list(&mut self, items: Vec<Value<'v>>) -> Value<'v> {
         self.heap.alloc(AllocList(items))
     }
-    fn dict(&mut self, entries: Vec<(&str, Value<'v>)>) -> Value<'v> {
-        let heap = self.heap;
-        heap.alloc(AllocDict(
-            entries
-                .into_iter()
-                .map(|(key, value)| (heap.alloc(key), value)),
-        ))
+    fn dict_start(&mut self, len: usize) -> Self::Entries {
+        SmallMap::with_capacity(len)
+    }
+    fn dict_entry(&mut self, entries: &mut Self::Entries, key: &str, value: Value<'v>) {
+        // A string always hashes; the host sends each key once (a repeated key would
+        // keep its last value, as a dict literal does).
+        if let Ok(key) = self.heap.alloc_str(key).to_value().get_hashed() {
+            entries.insert_hashed(key, value);
+        }
+    }
+    fn dict(&mut self, entries: Self::Entries) -> Value<'v> {
+        self.heap.alloc(Dict::new(entries))
     }
     // The host never sends these; None is the harmless reading.
     fn big_int(&mut self, _negative: bool) -> Value<'v> {
