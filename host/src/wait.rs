@@ -276,10 +276,10 @@ impl Stop {
     }
 
     /// The stop of one plugin call that must also end by `call_deadline`.
-    pub(crate) fn for_call(&self, call_deadline: Option<Instant>) -> Self {
+    pub(crate) fn for_call(self, call_deadline: Option<Instant>) -> Self {
         Self {
             call_deadline,
-            ..self.clone()
+            ..self
         }
     }
 

@@ -287,7 +287,6 @@ fn invoke(
         max_nodes: state.ledger.result_room(),
     };
     let deadline = budget.deadline;
-    let cancel = budget.cancel.clone();
     let Some(source) = dispatch.sources.get(route.source) else {
         tracing::error!(capability_id = %route.id, "a route names a source that is not there");
         return Err(ToolError::Internal);
@@ -299,7 +298,7 @@ fn invoke(
         .or_insert_with(|| source.clone().session(execution));
     let waited = wait::until(
         deadline,
-        Some(&cancel),
+        Some(state.stop.cancel()),
         session.call(route.index, bound, budget),
     );
     let outcome = match waited {

@@ -134,7 +134,7 @@ impl PluginSession {
             .timeout
             .map(|t| Instant::now() + t)
             .filter(|d| *d < budget.deadline);
-        let stop = Stop::new(budget.deadline, budget.cancel.clone()).for_call(call_deadline);
+        let stop = Stop::new(budget.deadline, budget.cancel).for_call(call_deadline);
         let (mut store, instance) = match self.instance.take() {
             Some((mut store, instance)) => {
                 if store.set_fuel(fuel).is_err() {
