@@ -7,7 +7,7 @@
 use serde_json::{Value, json};
 
 use crate::support::{
-    HttpServer, call_tool, example_plugins, plugin_folder, test_plugin, wait_for_log,
+    HttpServer, call_tool, example_plugins, plugin_folder, raw_request, test_plugin, wait_for_log,
 };
 
 /// `execute` of `source`: the error text (or `None` on success) and the stats.
@@ -219,4 +219,13 @@ fn an_error_from_a_native_call_names_the_capability_and_where_it_was_called() {
         "limit=\"--max-fuel\" capability=\"hostile.spin\"",
         1,
     );
+    // The call refused for the call budget is counted under its capability, beside
+    // the three before it.
+    let metrics = raw_request(server.port, "GET", "/metrics", &[], "");
+    for line in [
+        "codemode_native_calls_total{capability=\"sleepy.nap\",outcome=\"ok\"} 3",
+        "codemode_native_calls_total{capability=\"sleepy.nap\",outcome=\"resource limit exceeded\"} 1",
+    ] {
+        assert!(metrics.body.contains(line), "{line} in\n{}", metrics.body);
+    }
 }

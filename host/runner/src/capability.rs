@@ -109,6 +109,9 @@ pub(crate) fn set_argument_limits(depth: usize, nodes: usize) {
 /// not grown step by step.
 const ARGUMENTS_CAPACITY: usize = 256;
 
+/// The largest argument buffer kept for the next call.
+const MAX_KEPT_ARGUMENTS_CAPACITY: usize = 64 << 10;
+
 /// Unknown names longer than this get no suggestions (the host is not asked): no
 /// capability name comes near it.
 const MAX_SUGGESTED_NAME_BYTES: usize = 1024;
@@ -245,6 +248,19 @@ impl Capability {
         }
     }
 
+    /// The node `attribute` names below this one. An attribute is one segment when
+    /// written `a.b`, but `getattr(a, "b.c")` passes several, which name the node
+    /// `a.b.c` as the dotted name does.
+    fn descend(&self, attribute: &str) -> Option<usize> {
+        let Name::Known(mut node) = self.name else {
+            return None;
+        };
+        for segment in attribute.split('.') {
+            node = self.known.nodes.get(node)?.child(segment)?;
+        }
+        Some(node)
+    }
+
     fn path(&self) -> &str {
         match (&self.name, self.node()) {
             (Name::Unknown(path), _) => path,
@@ -257,7 +273,7 @@ impl Capability {
 #[starlark_value(type = "capability")]
 impl<'v> StarlarkValue<'v> for Capability {
     fn get_attr(&self, attribute: &str, heap: Heap<'v>) -> Option<Value<'v>> {
-        let name = match self.node().and_then(|node| node.child(attribute)) {
+        let name = match self.descend(attribute) {
             Some(child) => Name::Known(child),
             None => Name::Unknown(format!("{}.{attribute}", self.path())),
         };
@@ -268,7 +284,7 @@ impl<'v> StarlarkValue<'v> for Capability {
     }
 
     fn has_attr(&self, attribute: &str, _heap: Heap<'v>) -> bool {
-        self.node().and_then(|node| node.child(attribute)).is_some()
+        self.descend(attribute).is_some()
     }
 
     fn dir_attr(&self) -> Vec<String> {
@@ -331,7 +347,10 @@ impl<'v> StarlarkValue<'v> for Capability {
             Ok(()) => Ok(crate::call_host(capability, &arguments, eval.heap())),
             Err(error) => Err(error),
         };
-        ARGUMENTS.with(|buffer| *buffer.borrow_mut() = arguments);
+        // A large buffer is not kept: its memory goes back to the program.
+        if arguments.capacity() <= MAX_KEPT_ARGUMENTS_CAPACITY {
+            ARGUMENTS.with(|buffer| *buffer.borrow_mut() = arguments);
+        }
         match outcome {
             Ok(Ok(result)) => Ok(result),
             Err(convert::ConvertError::TooDeep) => {
@@ -456,6 +475,30 @@ mod tests {
                 ("a.b.c", Some(1), vec![]),
             ]
         );
+    }
+
+    #[test]
+    fn a_dotted_attribute_names_the_node_its_segments_lead_to() {
+        let (known, roots) = Known::new(&names(&["records.lookup", "records.v2.lookup"]));
+        let records = Capability {
+            name: Name::Known(roots[0].1),
+            known: Arc::new(known),
+        };
+        let path = |node: Option<usize>| node.map(|n| records.known.nodes[n].path.as_str());
+        assert_eq!(
+            path(records.descend("v2.lookup")),
+            Some("records.v2.lookup")
+        );
+        assert_eq!(path(records.descend("v2")), Some("records.v2"));
+        assert_eq!(path(records.descend("lookup")), Some("records.lookup"));
+        for missing in ["v2..lookup", "v2.", "", "lookup.x", "v3.lookup"] {
+            assert_eq!(records.descend(missing), None, "{missing:?}");
+        }
+        let unknown = Capability {
+            name: Name::Unknown("records.nope".to_owned()),
+            known: records.known.clone(),
+        };
+        assert_eq!(unknown.descend("lookup"), None);
     }
 
     #[test]

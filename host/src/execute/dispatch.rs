@@ -186,13 +186,20 @@ fn call(
     trace: &mut Trace,
 ) -> Result<Vec<u8>, ToolError> {
     let state = store.data_mut();
-    state.ledger.charge_call()?;
     let dispatch = state.dispatch.clone();
     let listed = usize::try_from(capability)
         .ok()
         .and_then(|i| state.listed.get(i).copied());
-    let (Some(position), Some(route)) = (listed, listed.and_then(|i| dispatch.routes.get(i)))
-    else {
+    let route = listed.and_then(|i| dispatch.routes.get(i));
+    // Resolved first so that even a call refused for the call budget is counted and
+    // audited under its capability's name; charged before anything can fail.
+    if let Some(position) = listed
+        && route.is_some()
+    {
+        trace.route = Some((capability as usize, position));
+    }
+    state.ledger.charge_call()?;
+    let (Some(position), Some(route)) = (listed, route) else {
         // The interpreter only calls names the host listed; anything else means the
         // sandbox boundary is broken.
         tracing::error!(
@@ -201,7 +208,6 @@ fn call(
         );
         return Err(ToolError::Internal);
     };
-    trace.route = Some((capability as usize, position));
     let name = dispatch.names.get(position).map_or("", String::as_str);
     state.ledger.check_encoded_arguments(arguments.len())?;
     let max_depth = state.ledger.limits().max_value_depth;

@@ -203,8 +203,17 @@ pub(crate) struct ExecState {
     too_large: bool,
 }
 
+/// Counts what was not counted yet, whatever ended the execution (a panic that
+/// unwinds its thread included).
+impl Drop for ExecState {
+    fn drop(&mut self) {
+        self.count_ok_calls();
+    }
+}
+
 impl ExecState {
-    /// Adds this execution's successful native calls to the metrics.
+    /// Adds this execution's successful native calls to the metrics (and zeroes
+    /// them, so a second count adds nothing).
     fn count_ok_calls(&mut self) {
         for (&position, count) in self.listed.iter().zip(&mut self.ok_calls) {
             if *count > 0
