@@ -113,7 +113,9 @@ fn a_request_cancelled_mid_run_frees_its_slot() {
             service.execute(&Subject::new(LOCAL_SUBJECT), SPIN),
         )
         .await;
-        assert!(cancelled.is_err(), "the spinner was still running");
+        if let Ok(ended) = &cancelled {
+            panic!("the spinner ended within 300 ms, with {ended:?}");
+        }
         let next = tokio::time::timeout(
             Duration::from_secs(20),
             service.execute(&Subject::new(LOCAL_SUBJECT), TRIVIAL),

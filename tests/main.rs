@@ -15,6 +15,7 @@ mod deploy;
 mod execute;
 mod grants;
 mod http;
+mod isolation;
 mod limits;
 mod loading;
 mod policy;

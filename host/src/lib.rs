@@ -42,6 +42,7 @@ pub mod units;
 mod upstream;
 mod wait;
 pub mod watch;
+mod worker;
 
 pub use catalog::{Description, FieldShape, SearchResponse, SearchResult};
 pub use check::{Checked, check_plugin};

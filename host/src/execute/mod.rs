@@ -13,6 +13,7 @@ mod dispatch;
 mod ledger;
 mod limits;
 mod runner;
+mod teardown;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,6 +40,7 @@ use crate::source::{CapabilitySource, Session};
 use crate::wait::{Cancel, Interrupted, Stop};
 use ledger::Ledger;
 use runner::{Exceeded, Failure, RunnerLimits, RunnerPre};
+use teardown::Leftovers;
 
 /// Longest invalid-program detail passed on; a longer one is dropped (bare text).
 pub const MAX_PROGRAM_DETAIL_BYTES: usize = 4096;
@@ -372,8 +374,14 @@ impl Executor {
         let job = self.job(dispatch, subject, source, Stop::new(deadline, cancel));
         let job = Job { execution, ..job };
         let ran = tokio::task::spawn_blocking(move || {
-            let execution = job.run();
-            drop(permit);
+            let (execution, store) = job.run();
+            match store {
+                Some(store) => teardown::later(Leftovers {
+                    work: Box::new(store),
+                    permit,
+                }),
+                None => drop(permit),
+            }
             execution
         })
         .await;
@@ -498,13 +506,13 @@ impl Job {
     }
 
     /// Runs the program: its outcome, and its cost with the budget that ran out, if
-    /// one did.
-    fn run(self) -> Execution {
+    /// one did; and its store, to be freed after the answer is sent ([`teardown`]).
+    fn run(self) -> (Execution, Option<Store<ExecState>>) {
         let mut store = match self.store() {
             Ok(store) => store,
             Err(error) => {
                 tracing::error!(reason = %format!("{error:#}"), "cannot create the interpreter store");
-                return Execution::refused(ToolError::Internal, None);
+                return (Execution::refused(ToolError::Internal, None), None);
             }
         };
         let limits = RunnerLimits {
@@ -560,11 +568,12 @@ impl Job {
             }),
             (Err(_), None, None) => None,
         };
-        Execution {
+        let execution = Execution {
             outcome,
             stats,
             failed_call,
-        }
+        };
+        (execution, Some(store))
     }
 
     /// The execution's value, or its error: a native call's retained failure first,
@@ -727,7 +736,7 @@ mod tests {
             source,
             stop,
         );
-        let execution = job.run();
+        let (execution, _store) = job.run();
         (execution.outcome, execution.stats.limit)
     }
 

@@ -16,6 +16,7 @@ use super::metadata::{self, METADATA_INTERFACE, MetadataEntry};
 use super::plan::CallPlan;
 use super::reflect::{self, ExportedFunc, TypeError};
 use super::sandbox::{self, PluginState};
+use super::spare::Spares;
 use crate::cache::{ArtifactCache, Origin};
 use crate::catalog::{CapabilitySpec, snake_case};
 
@@ -234,6 +235,8 @@ pub(crate) struct LoadedPlugin {
     pub cache_entry: Option<PathBuf>,
     /// Compile + link + describe time.
     pub load_time: Duration,
+    /// Its next fresh instance, made ahead of time.
+    pub spares: Spares,
 }
 
 /// Loads the plugin at `path`.
@@ -295,6 +298,7 @@ pub(crate) fn load_file(
         cached,
         cache_entry,
         load_time: started.elapsed(),
+        spares: Spares::default(),
     })
 }
 

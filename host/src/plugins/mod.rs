@@ -16,6 +16,7 @@ mod plan;
 mod reflect;
 mod sandbox;
 mod session;
+mod spare;
 
 pub use files::FileError;
 pub use load::{LoadError, LoadLimits};

@@ -41,13 +41,14 @@ const LOADING_INSTANCES: usize = 8;
 
 /// How many instances the pool must hold for `concurrent` executions over `plugins`
 /// plugins: per execution the interpreter and one instance of each plugin it calls,
-/// plus loading; within [`MIN_POOL_INSTANCES`] and [`MAX_POOL_INSTANCES`]. (A fixed
-/// 1,000 ran out at 250 executions touching 4 plugins.) Plugins added by a reload
-/// may need more; an execution that finds the pool full then fails with a resource
-/// limit, never as its capability's fault.
+/// plus one spare per plugin (spare.rs) and loading; within [`MIN_POOL_INSTANCES`]
+/// and [`MAX_POOL_INSTANCES`]. (A fixed 1,000 ran out at 250 executions touching 4
+/// plugins.) Plugins added by a reload may need more; an execution that finds the
+/// pool full then fails with a resource limit, never as its capability's fault.
 pub(crate) fn pool_instances(concurrent: usize, plugins: usize) -> u32 {
     let needed = concurrent
         .saturating_mul(plugins.max(1).saturating_add(1))
+        .saturating_add(plugins)
         .saturating_add(LOADING_INSTANCES);
     u32::try_from(needed)
         .unwrap_or(u32::MAX)
@@ -419,7 +420,7 @@ mod tests {
     #[test]
     fn the_pool_holds_every_execution_s_instances() {
         // 250 executions, 4 plugins: 250 × 5 + 8 (a fixed 1,000 ran out).
-        assert_eq!(pool_instances(250, 4), 1258);
+        assert_eq!(pool_instances(250, 4), 1262);
         assert_eq!(pool_instances(8, 10), MIN_POOL_INSTANCES);
         assert_eq!(pool_instances(1, 0), MIN_POOL_INSTANCES);
         assert_eq!(pool_instances(100_000, 100), MAX_POOL_INSTANCES);

@@ -22,6 +22,7 @@ use super::load::LoadedPlugin;
 use super::output::Output;
 use super::plan::{Mismatch, lower_all};
 use super::sandbox::{PluginState, Unprovided};
+use super::spare::{Spare, SpareTerms, Spares};
 use crate::budget::Budget;
 use crate::catalog::CapabilitySpec;
 use crate::error::timed_out_detail;
@@ -135,6 +136,9 @@ impl PluginSession {
             .map(|t| Instant::now() + t)
             .filter(|d| *d < budget.deadline);
         let stop = Stop::new(budget.deadline, budget.cancel).for_call(call_deadline);
+        // Set when this call instantiates the plugin itself: a spare is made for the
+        // next execution once that worked.
+        let mut instantiated = None;
         let (mut store, instance) = match self.instance.take() {
             Some((mut store, instance)) => {
                 if store.set_fuel(fuel).is_err() {
@@ -149,10 +153,39 @@ impl PluginSession {
                 }
                 (store, Some(instance))
             }
-            None => match new_store(&plugin, budget.max_memory_bytes, fuel, &stop, &self.output) {
-                Ok(store) => (store, None),
-                Err(failure) => return failed(failure, 0),
-            },
+            None => {
+                let terms = SpareTerms {
+                    max_memory: max_memory(&plugin, budget.max_memory_bytes),
+                    fuel,
+                };
+                match plugin.spares.take(terms.max_memory) {
+                    // Its start code burned less than this call may: the same
+                    // outcome as instantiating it here, for the same fuel.
+                    Some(spare) if spare.fuel < fuel => {
+                        tracing::debug!(plugin = %plugin.file, execution = self.execution, "took a spare instance");
+                        Spares::replenish(&plugin, terms);
+                        let Spare {
+                            mut store,
+                            instance,
+                            output,
+                            fuel: spent,
+                        } = spare;
+                        if store.set_fuel(fuel - spent).is_err() {
+                            return failed(CallFailure::Internal, 0);
+                        }
+                        stop.install(&mut store);
+                        self.output = output;
+                        (store, Some(instance))
+                    }
+                    _ => match new_store(&plugin, terms.max_memory, fuel, &stop, &self.output) {
+                        Ok(store) => {
+                            instantiated = Some(terms);
+                            (store, None)
+                        }
+                        Err(failure) => return failed(failure, 0),
+                    },
+                }
+            }
         };
         let outbound = &mut store.data_mut().outbound;
         outbound.deadline = stop.wait_deadline();
@@ -202,6 +235,9 @@ impl PluginSession {
         };
         self.instance = Some((store, instance));
         self.stop_has_call_deadline = call_deadline.is_some();
+        if let Some(terms) = instantiated {
+            Spares::replenish(&plugin, terms);
+        }
         let [result] = results;
         let result =
             output(target, result, budget.max_depth, budget.max_nodes).map_err(
@@ -233,20 +269,25 @@ fn failed(failure: CallFailure, fuel: u64) -> CallOutcome {
     }
 }
 
+/// The cap on each linear memory of an instance of `plugin`: its own `max_memory`
+/// grant where that is below the execution's.
+fn max_memory(plugin: &LoadedPlugin, max_memory_bytes: usize) -> usize {
+    plugin
+        .grants
+        .max_memory
+        .map_or(max_memory_bytes, |m| m.min(max_memory_bytes))
+}
+
 /// A store for a new instance of `plugin` in this execution, with what its grants
 /// give; the instance's start code will run on `fuel` and within `stop`, and what
 /// is left is what the first call gets.
 fn new_store(
     plugin: &LoadedPlugin,
-    max_memory_bytes: usize,
+    max_memory: usize,
     fuel: u64,
     stop: &Stop,
     output: &Output,
 ) -> Result<Store<PluginState>, CallFailure> {
-    let max_memory = plugin
-        .grants
-        .max_memory
-        .map_or(max_memory_bytes, |m| m.min(max_memory_bytes));
     let state = PluginState::new(&plugin.file, &plugin.grants, max_memory, output).map_err(|reason| {
         tracing::warn!(plugin = %plugin.file, reason = %reason, "cannot prepare the plugin's instance");
         CallFailure::Failed(None)

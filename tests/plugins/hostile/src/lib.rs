@@ -2,14 +2,20 @@
 //! cap stops it, `hostile.crash` panics. The host must end only the execution that
 //! called them, with `resource limit exceeded` or a bare `capability failed`.
 //! `hostile.shout` prints what the agent gives it: the host must keep it out of its
-//! own log and audit lines.
+//! own log and audit lines. `hostile.remember` keeps what it is given for its next
+//! call: the host must never let it reach another execution.
 
 // wit-bindgen's generated modules carry no docs.
 #![allow(missing_docs)]
 
 codemode_sdk::generate!({ world: "plugin", path: "wit" });
 
-use exports::test::hostile::hostile::{Done, Guest};
+use std::sync::Mutex;
+
+use exports::test::hostile::hostile::{Done, Guest, Remembered};
+
+/// What `remember` was given last, in this instance.
+static KEPT: Mutex<Option<String>> = Mutex::new(None);
 
 struct Hostile;
 
@@ -43,6 +49,15 @@ impl Guest for Hostile {
         eprintln!("{line}");
         Done { ok: true }
     }
+
+    fn remember(text: String) -> Remembered {
+        let mut kept = KEPT
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Remembered {
+            previous: kept.replace(text),
+        }
+    }
 }
 
 export!(Hostile);
@@ -52,4 +67,5 @@ codemode_sdk::metadata![
     codemode_sdk::Capability::new("hostile.hog", "Allocate memory without bound."),
     codemode_sdk::Capability::new("hostile.crash", "Trap."),
     codemode_sdk::Capability::new("hostile.shout", "Print a line many times."),
+    codemode_sdk::Capability::new("hostile.remember", "Keep a text for the next call."),
 ];
