@@ -16,29 +16,37 @@ fn remember(secret: &str) -> String {
     )
 }
 
-/// The audit lines of `hostile.remember` calls, in order.
-fn remember_calls(audit: &str) -> Vec<Value> {
+/// A server of the plugins in `dir` whose log shows spares being made and taken.
+fn start(dir: &std::path::Path) -> HttpServer {
+    HttpServer::start(&[
+        "--plugins",
+        dir.to_str().expect("utf-8 path"),
+        "--allow-all",
+        "--log",
+        "info,codemode_host::plugins=debug",
+    ])
+}
+
+/// The fuel of each audited call of `capability`, in order.
+fn fuel_of_calls(audit: &str, capability: &str) -> Vec<u64> {
+    let needle = format!("\"capability\":\"{capability}\"");
     audit
         .lines()
-        .filter(|line| line.contains("\"capability\":\"hostile.remember\""))
+        .filter(|line| line.contains(&needle))
         .map(|line| {
             let start = line.find('{').expect("a JSON audit line");
-            serde_json::from_str(&line[start..]).expect("audit JSON")
+            let call: Value = serde_json::from_str(&line[start..]).expect("audit JSON");
+            call["fuel"].as_u64().expect("fuel")
         })
         .collect()
 }
 
 #[test]
 fn a_spare_instance_is_fresh_and_costs_what_instantiating_the_plugin_would() {
-    let dir = plugin_folder("isolation-spares", &[test_plugin("hostile")]);
-    let dir = dir.to_str().expect("utf-8 path");
-    let server = HttpServer::start(&[
-        "--plugins",
-        dir,
-        "--allow-all",
-        "--log",
-        "info,codemode_host::plugins=debug",
-    ]);
+    let server = start(&plugin_folder(
+        "isolation-spares",
+        &[test_plugin("hostile")],
+    ));
     // The first execution instantiates the plugin itself; a spare is made after.
     assert_eq!(
         execute_http(server.port, &remember("secret-1")),
@@ -69,16 +77,38 @@ fn a_spare_instance_is_fresh_and_costs_what_instantiating_the_plugin_would() {
     // Each execution's first call paid for the instance's start code, whether it ran
     // then or ahead of time: the same fuel, audited the same.
     wait_for_audit(&server, "\"capability\":\"hostile.remember\"", 6);
-    let calls = remember_calls(&server.audit());
-    let fuel: Vec<u64> = calls
-        .iter()
-        .map(|call| call["fuel"].as_u64().expect("fuel"))
-        .collect();
-    assert_eq!(fuel.len(), 6, "{calls:?}");
+    let fuel = fuel_of_calls(&server.audit(), "hostile.remember");
+    assert_eq!(fuel.len(), 6, "{fuel:?}");
     assert_eq!((fuel[2], fuel[4]), (fuel[0], fuel[0]), "{fuel:?}");
     assert_eq!((fuel[3], fuel[5]), (fuel[1], fuel[1]), "{fuel:?}");
     assert!(
         fuel[0] > fuel[1],
         "the first call includes the start code: {fuel:?}"
+    );
+}
+
+#[test]
+fn a_spare_s_start_code_is_charged_to_the_call_that_takes_it() {
+    // The Python example's start code burns fuel (a Rust plugin's burns almost
+    // none): a spare that did not charge it would show as a cheaper first call.
+    let Some(geo) = crate::support::foreign_plugin("python_geo") else {
+        return;
+    };
+    let server = start(&plugin_folder("isolation-spare-fuel", &[geo]));
+    let distance = "def main():\n    return geo.distance(a={\"lat\": 52.5, \"lon\": 13.4}, b={\"lat\": 48.9, \"lon\": 2.4})";
+    let first = execute_http(server.port, distance).expect("the first execute");
+    wait_for_log(&server, "spare instance ready plugin=python_geo.wasm", 1);
+    assert_eq!(execute_http(server.port, distance), Ok(first));
+    wait_for_log(
+        &server,
+        "took a spare instance plugin=python_geo.wasm execution=2",
+        1,
+    );
+    wait_for_audit(&server, "\"capability\":\"geo.distance\"", 2);
+    let fuel = fuel_of_calls(&server.audit(), "geo.distance");
+    assert_eq!(fuel.len(), 2, "{fuel:?}");
+    assert_eq!(
+        fuel[1], fuel[0],
+        "instantiated by the call, then taken as a spare"
     );
 }

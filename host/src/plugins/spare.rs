@@ -82,14 +82,19 @@ impl Spares {
     /// Takes the spare if there is one made with `max_memory` as its memory cap.
     pub(crate) fn take(&self, max_memory: usize) -> Option<Spare> {
         let mut slot = self.lock();
-        match std::mem::take(&mut *slot) {
-            Slot::Ready(spare, terms) if terms.max_memory == max_memory => Some(*spare),
-            // Made for another memory cap: not this execution's, and gone.
-            Slot::Ready(..) => None,
+        let taken = match std::mem::take(&mut *slot) {
+            Slot::Ready(spare, terms) => (spare, terms),
             other @ (Slot::Empty | Slot::Making | Slot::Off) => {
                 *slot = other;
-                None
+                return None;
             }
+        };
+        drop(slot);
+        match taken {
+            (spare, terms) if terms.max_memory == max_memory => Some(*spare),
+            // Made for another memory cap: not this execution's, and gone (dropped
+            // here, not under the lock).
+            _ => None,
         }
     }
 
@@ -143,7 +148,12 @@ impl Request {
                 tracing::debug!(plugin = %self.plugin.file, "spare instance ready");
                 Slot::Ready(Box::new(spare), self.terms)
             }
-            Err(reason) => {
+            // The server's capacity, not the plugin's: the next use asks again.
+            Err(Unmade::PoolFull) => {
+                tracing::debug!(plugin = %self.plugin.file, "no spare instance: the instance pool is full");
+                Slot::Empty
+            }
+            Err(Unmade::Failed(reason)) => {
                 tracing::info!(plugin = %self.plugin.file, reason = %reason, "no spare instances for this plugin: making one failed; executions instantiate it themselves");
                 Slot::Off
             }
@@ -151,9 +161,24 @@ impl Request {
     }
 }
 
+/// Why no spare was made.
+enum Unmade {
+    /// Every slot of the instance pool is taken (by executions): try again later.
+    PoolFull,
+    /// Anything else, with the reason for the log: no spares for this plugin.
+    Failed(String),
+}
+
+impl From<String> for Unmade {
+    fn from(reason: String) -> Self {
+        Unmade::Failed(reason)
+    }
+}
+
 /// Instantiates `plugin` in a store of its own, on `terms`, within
-/// [`SPARE_START_TIME`] (or the plugin's `timeout`).
-fn make(plugin: &LoadedPlugin, terms: SpareTerms) -> Result<Spare, String> {
+/// [`SPARE_START_TIME`] (or the plugin's `timeout`), as an execution's call would
+/// (outbound HTTP bounded by the same deadline).
+fn make(plugin: &LoadedPlugin, terms: SpareTerms) -> Result<Spare, Unmade> {
     let output = Output::default();
     let state = PluginState::new(&plugin.file, &plugin.grants, terms.max_memory, &output)?;
     let mut store = Store::new(plugin.pre.engine(), state);
@@ -167,12 +192,24 @@ fn make(plugin: &LoadedPlugin, terms: SpareTerms) -> Result<Spare, String> {
         .map_or(SPARE_START_TIME, |t| t.min(SPARE_START_TIME));
     let deadline = Instant::now() + time;
     Stop::new(deadline, Arc::new(Cancel::default())).install(&mut store);
+    store.data_mut().outbound.deadline = deadline;
     let instance = crate::wait::until(deadline, None, plugin.pre.instantiate_async(&mut store))
         .map_err(|abandoned| match abandoned {
             Abandoned::Deadline => format!("its start code ran past {} ms", time.as_millis()),
-            Abandoned::Cancelled | Abandoned::NoRuntime => "no runtime for host waits".to_owned(),
+            // Nothing cancels a spare's wait.
+            Abandoned::Cancelled => "its start code was cancelled".to_owned(),
+            Abandoned::NoRuntime => "no runtime for host waits".to_owned(),
         })?
-        .map_err(|error| format!("{error:#}"))?;
+        .map_err(|error| {
+            if error
+                .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+                .is_some()
+            {
+                Unmade::PoolFull
+            } else {
+                Unmade::Failed(format!("{error:#}"))
+            }
+        })?;
     let left = store.get_fuel().map_err(|error| format!("{error:#}"))?;
     Ok(Spare {
         store,
