@@ -4,13 +4,16 @@
 //! in the same run. Each row is a request's p50 above that floor, the part the
 //! server adds (issue 19, item 1).
 //!
-//! The floor is `cat` alone, measured first, as the issue measured it. It is
-//! measured a second time between the server's requests and printed beside it:
-//! there the client and `cat` often ping-pong on one CPU (the kernel moves the
-//! reader of a pipe to its writer's CPU when it can), which the server, with its
-//! threads, rarely gets, so that floor is mostly a few µs where a wake across CPUs
-//! costs some 45 µs on this virtual machine. The server's own work per request
-//! is a few µs (`perf`); the rest of the p50 is such wakes.
+//! The floor is `cat` alone, measured first, with the client and `cat` pinned to
+//! two different CPUs, as the issue measured it (86 µs then). Unpinned, the two
+//! often ping-pong on one CPU: a blocking pipe read is woken as a synchronous
+//! wake, and the kernel moves such a reader to its writer's CPU. A server that
+//! waits in `epoll` (tokio, and every server with more than one pipe to watch)
+//! is woken without that hint and answers from the other CPU, so an unpinned
+//! floor flipped between a few µs and some 45 µs from run to run, and every row
+//! with it. The floor is measured a second time, unpinned, between the server's
+//! requests and printed beside it. The server's own work per request is a few
+//! µs (`perf`); the rest of the p50 is the wakes across CPUs.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -175,9 +178,19 @@ fn request(id: u64, method: &str, params: &serde_json::Value) -> String {
     line
 }
 
-/// p50 of `cat` echoing each request, alone (before the server starts).
+/// p50 of `cat` echoing each request, alone (before the server starts), with this
+/// thread and `cat` on two different CPUs when there are two.
 fn floor_alone(kinds: &[Kind]) -> Duration {
-    let mut cat = Pipe::spawn(&mut Command::new("cat"));
+    let pinned = Pinned::apart();
+    let mut command = match &pinned {
+        Some(pinned) => {
+            let mut taskset = Command::new("taskset");
+            taskset.args(["-c", &pinned.other.to_string(), "cat"]);
+            taskset
+        }
+        None => Command::new("cat"),
+    };
+    let mut cat = Pipe::spawn(&mut command);
     let mut times = Vec::with_capacity(ROUNDS * kinds.len());
     for round in 0..2 * ROUNDS {
         for (id, kind) in kinds.iter().enumerate() {
@@ -188,7 +201,53 @@ fn floor_alone(kinds: &[Kind]) -> Duration {
         }
     }
     cat.finish();
+    drop(pinned);
     percentiles(&mut times).0
+}
+
+/// This thread pinned to one CPU, `other` a second CPU it may use; the thread's
+/// CPUs are restored on drop.
+struct Pinned {
+    before: libc::cpu_set_t,
+    other: usize,
+}
+
+impl Pinned {
+    /// Pins this thread to the first CPU it may use, when it may use two.
+    #[allow(unsafe_code)]
+    fn apart() -> Option<Pinned> {
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        // SAFETY: the sets are plain bit arrays (zeroed is an empty set), and
+        // `sched_getaffinity`/`sched_setaffinity` read or write exactly `size`
+        // bytes of them.
+        unsafe {
+            let mut before: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, size, &mut before) != 0 {
+                return None;
+            }
+            let mut usable =
+                (0..libc::CPU_SETSIZE as usize).filter(|&cpu| libc::CPU_ISSET(cpu, &before));
+            let (Some(mine), Some(other)) = (usable.next(), usable.next()) else {
+                return None;
+            };
+            let mut only: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(mine, &mut only);
+            if libc::sched_setaffinity(0, size, &only) != 0 {
+                return None;
+            }
+            Some(Pinned { before, other })
+        }
+    }
+}
+
+impl Drop for Pinned {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        // SAFETY: as in `apart`; `before` is the set `sched_getaffinity` gave.
+        unsafe {
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.before);
+        }
+    }
 }
 
 /// The server binary over stdio, initialized.
@@ -273,7 +332,7 @@ pub(crate) fn measure(root: &Path, plugins: &Path, rows: &mut Vec<Row>) {
         in_process: trivial,
     } = floor_and_server(root, plugins, &kinds);
     println!(
-        "stdio, raw pipe client, p50 of {ROUNDS}: the pipe floor (cat) {:.0} µs alone, {:.0} µs between the server's requests; in-process trivial execute {:.0} µs",
+        "stdio, raw pipe client, p50 of {ROUNDS}: the pipe floor (cat) {:.0} µs alone (client and cat on two CPUs), {:.0} µs between the server's requests (unpinned); in-process trivial execute {:.0} µs",
         us(alone),
         us(floor),
         us(trivial)
