@@ -458,12 +458,17 @@ mod tests {
         let wasm = wat::parse_str(
             r#"(module
                 (memory 512)
-                (func (export "scatter") (param $stride i32) (param $runs i32)
-                  (local $at i32)
+                ;; Adds up the bytes found at the pages it is about to write, then
+                ;; writes them: a fresh instance finds zeros.
+                (func (export "scatter") (param $stride i32) (param $runs i32) (result i32)
+                  (local $at i32) (local $found i32)
                   (loop $next
+                    (local.set $found (i32.add (local.get $found)
+                      (i32.load8_u (i32.mul (local.get $at) (local.get $stride)))))
                     (i32.store8 (i32.mul (local.get $at) (local.get $stride)) (i32.const 1))
                     (local.set $at (i32.add (local.get $at) (i32.const 1)))
-                    (br_if $next (i32.lt_u (local.get $at) (local.get $runs))))))"#,
+                    (br_if $next (i32.lt_u (local.get $at) (local.get $runs))))
+                  (local.get $found)))"#,
         )
         .expect("the module's text");
         let module = wasmtime::Module::new(&engine, wasm).expect("the module");
@@ -472,27 +477,32 @@ mod tests {
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
         let stride = i32::try_from(2 * page).expect("a page size");
         // One memory slot in the pool: every round reuses the slot the last one
-        // wrote, after wasmtime has reset it.
+        // wrote, after wasmtime has reset it. Each round returns the faults it
+        // took and what it found in its pages (the last round's writes, unless
+        // the reset undid them).
         let round = || {
             let mut store = wasmtime::Store::new(&engine, ());
             store.set_fuel(u64::MAX).expect("fuel");
             store.set_epoch_deadline(u64::MAX);
             let before = minor_faults_of_this_thread();
             let instance = wasmtime::Instance::new(&mut store, &module, &[]).expect("instance");
-            instance
-                .get_typed_func::<(i32, i32), ()>(&mut store, "scatter")
+            let found = instance
+                .get_typed_func::<(i32, i32), i32>(&mut store, "scatter")
                 .expect("scatter")
                 .call(&mut store, (stride, RUNS))
                 .expect("the call");
-            minor_faults_of_this_thread() - before
+            (minor_faults_of_this_thread() - before, found)
         };
-        let first = round();
+        let (first, found) = round();
+        assert_eq!(found, 0, "the first instance found data");
         assert!(
             first >= i64::from(RUNS),
             "a fresh slot faults on every written page: {first}"
         );
-        round();
-        let third = round();
+        let (_, found) = round();
+        assert_eq!(found, 0, "the second instance found the first one's data");
+        let (third, found) = round();
+        assert_eq!(found, 0, "the third instance found the second one's data");
         assert!(
             third < 16,
             "the third round faulted {third} times on its {RUNS} pages (the first {first})"

@@ -298,13 +298,15 @@ pub unsafe fn reset_with_pagemap(
         // backed by files. Such pages mean that they haven't changed from their
         // original contents, so they're inverted.
         .category_inverted(Categories::PFNZERO | Categories::FILE)
-        // Search for pages that are written and present as those are the dirty
-        // pages. Additionally search for the zero page/file page as those are
+        // Search for pages that are written as those are the dirty pages.
+        // Additionally search for the zero page/file page as those are
         // inverted above meaning we're searching for pages that specifically
         // don't have those flags.
-        .category_mask(
-            Categories::WRITTEN | Categories::PRESENT | Categories::PFNZERO | Categories::FILE,
-        )
+        .category_mask(Categories::WRITTEN | Categories::PFNZERO | Categories::FILE)
+        // A written page is either present or swapped out: a swapped-out one
+        // still holds the last instance's data, and must be reset too (it
+        // used to be skipped, which the scan's longer reach would make worse).
+        .category_anyof_mask(Categories::PRESENT | Categories::SWAPPED)
         // Don't return any categories back. This helps group regions together
         // since the reported set of categories is always empty and we otherwise
         // aren't looking for anything in particular.
@@ -489,7 +491,6 @@ mod ioctl {
         ///
         /// For more detail see the `pagemap_scan_is_interesting_page` function
         /// in the Linux kernel source.
-        #[expect(dead_code, reason = "bindings for the future if we need them")]
         pub fn category_anyof_mask(&mut self, flags: Categories) -> &mut PageMapScanBuilder {
             self.pm_scan_arg.category_anyof_mask = flags;
             self
