@@ -15,7 +15,7 @@
 
 # Build: the release binary, the plugins, and the cache (`cargo xtask dist` checks
 # that the server starts from them read-only, as the image's user).
-FROM rust:1.95-bookworm AS build
+FROM rust:1.97-bookworm AS build
 RUN rustup target add wasm32-wasip2
 WORKDIR /src
 COPY . .

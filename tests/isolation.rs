@@ -112,3 +112,154 @@ fn a_spare_s_start_code_is_charged_to_the_call_that_takes_it() {
         "instantiated by the call, then taken as a spare"
     );
 }
+
+/// Bearer tokens of the two subjects the leak tests alternate between.
+const TOKENS: [(&str, &str); 2] = [
+    ("tenant-a", "isolation-token-of-tenant-a"),
+    ("tenant-b", "isolation-token-of-tenant-b"),
+];
+/// WebAssembly pages (64 KiB) `probe.memory` grows by: 96 MiB, past 64 MiB.
+const PROBE_PAGES: u32 = 1536;
+/// Every how many 4 KiB pages it writes one: 6,144 scattered runs (more than one
+/// scan's buffer of 64 runs), 24 MiB in all (more than the 16 MiB a slot keeps
+/// resident, so part of the reset is the kernel's).
+const PROBE_STRIDE: u32 = 4;
+/// Table slots `probe.table` grows by (480 KB of references: more than the 256 KiB a
+/// table slot keeps resident), and every how many it sets.
+const PROBE_SLOTS: u32 = 60_000;
+const PROBE_SLOT_STRIDE: u32 = 3;
+/// One program calls all three sweeps; each leaves its part of the instance dirty.
+const SWEEP: &str = "def main():\n    return [probe.memory(pages=1536, stride=4, marker=165), probe.table(slots=60000, stride=3), probe.segment(marker=90)]";
+
+/// What every sweep of a slot nobody else's data reached reports.
+fn pristine() -> Value {
+    let host_pages = PROBE_PAGES * 16;
+    json!([
+        {"checked": host_pages, "dirty": 0, "written": host_pages.div_ceil(PROBE_STRIDE)},
+        {"checked": PROBE_SLOTS, "dirty": 0, "written": PROBE_SLOTS.div_ceil(PROBE_SLOT_STRIDE)},
+        {"checked": crate::probe::SEGMENT_BYTES, "dirty": 0, "written": crate::probe::SEGMENT_BYTES},
+    ])
+}
+
+/// A tokens file naming both subjects.
+fn tokens_file(label: &str) -> std::path::PathBuf {
+    let dir = crate::support::root().join("target/test-cache/tokens");
+    std::fs::create_dir_all(&dir).expect("the tokens folder");
+    let file = dir.join(format!("{label}.tokens"));
+    let text: String = TOKENS
+        .iter()
+        .map(|(subject, token)| format!("{subject} {}\n", codemode_host::authz::token_hash(token)))
+        .collect();
+    std::fs::write(&file, text).expect("the tokens file");
+    file
+}
+
+/// One execute of `source` as the subject holding `token`: the result or the error.
+fn execute_as(port: u16, token: &str, source: &str) -> Result<Value, String> {
+    let response = crate::support::rpc(
+        port,
+        token,
+        &json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute","arguments":{"source": source}}}),
+    );
+    let result = &response["result"];
+    if result["isError"] == true {
+        return Err(result["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned());
+    }
+    Ok(result["structuredContent"]["result"].clone())
+}
+
+/// A server of `dir` that runs one execution at a time (so every execution reuses
+/// the slots the last one wrote), with memory room for the probe's 96 MiB.
+fn leak_server(dir: &std::path::Path, label: &str) -> HttpServer {
+    let tokens = tokens_file(label);
+    HttpServer::start(&[
+        "--plugins",
+        dir.to_str().expect("utf-8 path"),
+        "--tokens",
+        tokens.to_str().expect("utf-8 path"),
+        "--allow-all",
+        "--max-concurrent-executions",
+        "1",
+        "--max-memory",
+        "128MiB",
+        "--log",
+        "info,codemode_host::plugins=debug",
+    ])
+}
+
+/// Runs `rounds` sweeps, alternating the two subjects, and checks each found its
+/// instance pristine; returns how many pages, slots and bytes were checked.
+fn sweep_rounds(server: &HttpServer, rounds: usize, first: usize) -> u64 {
+    let mut checked = 0;
+    for round in 0..rounds {
+        let (subject, token) = TOKENS[(first + round) % 2];
+        let swept = execute_as(server.port, token, SWEEP)
+            .unwrap_or_else(|error| panic!("sweep {round} as {subject}: {error}"));
+        assert_eq!(swept, pristine(), "sweep {round} as {subject}");
+        checked += swept
+            .as_array()
+            .expect("three sweeps")
+            .iter()
+            .map(|one| one["checked"].as_u64().expect("checked"))
+            .sum::<u64>();
+    }
+    checked
+}
+
+#[test]
+fn no_byte_of_one_execution_reaches_the_next_in_memory_tables_or_data() {
+    let dir = plugin_folder("isolation-leak", &[crate::probe::plugin(1)]);
+    let server = leak_server(&dir, "isolation-leak");
+    // The first execution instantiates the probe itself; each later one takes the
+    // spare made in the slot the last execution freed.
+    let mut checked = sweep_rounds(&server, 1, 0);
+    for execution in 2..=4 {
+        wait_for_log(
+            &server,
+            "spare instance ready plugin=probe.wasm",
+            execution - 1,
+        );
+        checked += sweep_rounds(&server, 1, execution - 1);
+        wait_for_log(
+            &server,
+            &format!("took a spare instance plugin=probe.wasm execution={execution}"),
+            1,
+        );
+    }
+    // Without waiting for a spare, an execution may instantiate the probe itself
+    // in a slot just reset: the same must hold.
+    checked += sweep_rounds(&server, 4, 0);
+    eprintln!(
+        "isolation: 8 executions, 2 subjects, one slot reused: {checked} pages, table slots and segment bytes checked, none dirty"
+    );
+    assert_eq!(
+        checked,
+        8 * u64::from(PROBE_PAGES * 16 + PROBE_SLOTS + crate::probe::SEGMENT_BYTES)
+    );
+}
+
+#[test]
+fn after_a_hot_reload_no_call_is_served_by_the_old_version_s_instances() {
+    let dir = plugin_folder("isolation-reload", &[crate::probe::plugin(2)]);
+    let server = leak_server(&dir, "isolation-reload");
+    sweep_rounds(&server, 1, 0);
+    wait_for_log(&server, "spare instance ready plugin=probe.wasm", 1);
+    // The new version's data segment differs in every byte from the old one's: a
+    // call served by an instance of the old version counts its segment dirty.
+    let new = crate::probe::plugin(3);
+    assert!(
+        (0..crate::probe::SEGMENT_BYTES)
+            .all(|i| crate::probe::segment_byte(2, i) != crate::probe::segment_byte(3, i))
+    );
+    let temp = dir.join(".probe.wasm.tmp");
+    std::fs::copy(&new, &temp).expect("copy the new version");
+    std::fs::rename(&temp, dir.join("probe.wasm")).expect("the new version in place");
+    wait_for_log(&server, "catalog reloaded", 1);
+    let checked = sweep_rounds(&server, 4, 1);
+    eprintln!(
+        "isolation after a reload: {checked} pages, table slots and segment bytes checked, none dirty"
+    );
+}

@@ -21,6 +21,7 @@ mod loading;
 mod policy;
 mod polyglot;
 mod precompile;
+mod probe;
 mod reload;
 mod scaffold;
 mod secrets;

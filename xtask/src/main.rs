@@ -1,4 +1,4 @@
-//! Build helpers: `cargo xtask plugins | run | test | bench | soak | fuzz | dist`.
+//! Build helpers: `cargo xtask plugins | run | test | bench | soak | fuzz | deny | dist`.
 //!
 //! cargo alone cannot build the example plugins for `wasm32-wasip2` while the host
 //! builds for the machine, nor install the target first; these tasks do, so a
@@ -9,6 +9,7 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
 
+mod deny;
 mod dist;
 
 /// The target plugins are built for.
@@ -79,7 +80,14 @@ tasks:
                  corpus fuzz/corpus/TARGET; new inputs go to
                  target/fuzz/corpus, crashes to fuzz/artifacts; prints the
                  executions per target (the test command replays the
-                 corpora on stable)";
+                 corpora on stable)
+  deny           check the dependency graphs (the workspace's and the
+                 interpreter's) with cargo-deny, offline, against deny.toml:
+                 RustSec advisories from the snapshot in
+                 ../shared/advisory-db (or $CODEMODE_ADVISORY_DB), licenses,
+                 sources, one major version of wasmtime and cranelift;
+                 cargo-deny is installed into target/tools if missing (the
+                 test command runs this first)";
 
 /// How long `cargo xtask fuzz` runs each target without an argument, in seconds.
 const FUZZ_SECONDS: u64 = 60;
@@ -110,6 +118,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(),
         Some("soak") => soak(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
+        Some("deny") => deny::deny(),
         Some("dist") => match &args[1..] {
             [] => dist::dist(dist::Profile::Release).map(|_| ()),
             [flag] if flag == "--debug" => dist::dist(dist::Profile::Debug).map(|_| ()),
@@ -465,6 +474,7 @@ fn fuzz(args: &[String]) -> Result<()> {
 }
 
 fn test() -> Result<()> {
+    deny::deny()?;
     let examples = plugins()?;
     status(cargo().args(["fmt", "--all", "--check"]))?;
     status(cargo().args(["fmt", "--check", "--manifest-path", RUNNER_MANIFEST]))?;

@@ -14,6 +14,7 @@ mod metadata;
 mod output;
 mod plan;
 mod reflect;
+mod reset_check;
 mod sandbox;
 mod session;
 mod spare;

@@ -418,13 +418,17 @@ fn http(
     let roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|error| format!("TLS: {error}"))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    // rustls 0.23.48 deprecates the ring provider because it has no post-quantum
+    // key exchange; the aws-lc-rs provider that has one adds a C and assembly
+    // build of its own. Kept until ring gains ML-KEM or the build can take aws-lc
+    // (docs/architecture.md, departures).
+    #[allow(deprecated)]
+    let provider = rustls::crypto::ring::default_provider();
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|error| format!("TLS: {error}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     let client = reqwest::Client::builder()
         .tls_backend_preconfigured(tls)
         .build()
