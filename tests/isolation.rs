@@ -124,19 +124,23 @@ const PROBE_PAGES: u32 = 1536;
 /// scan's buffer of 64 runs), 24 MiB in all (more than the 16 MiB a slot keeps
 /// resident, so part of the reset is the kernel's).
 const PROBE_STRIDE: u32 = 4;
-/// Table slots `probe.table` grows by (480 KB of references: more than the 256 KiB a
-/// table slot keeps resident), and every how many it sets.
-const PROBE_SLOTS: u32 = 60_000;
+/// Every how many table slots `probe.table` sets.
 const PROBE_SLOT_STRIDE: u32 = 3;
-/// One program calls all three sweeps; each leaves its part of the instance dirty.
-const SWEEP: &str = "def main():\n    return [probe.memory(pages=1536, stride=4, marker=165), probe.table(slots=60000, stride=3), probe.segment(marker=90)]";
+
+/// One program calls all three sweeps, each leaving its part of the instance
+/// dirty; the segment is checked against the probe made with `seed`.
+fn sweep(seed: u32) -> String {
+    format!(
+        "def main():\n    return [probe.memory(pages={PROBE_PAGES}, stride={PROBE_STRIDE}, marker=165), probe.table(stride={PROBE_SLOT_STRIDE}), probe.segment(seed={seed}, marker=90)]"
+    )
+}
 
 /// What every sweep of a slot nobody else's data reached reports.
 fn pristine() -> Value {
     let host_pages = PROBE_PAGES * 16;
     json!([
         {"checked": host_pages, "dirty": 0, "written": host_pages.div_ceil(PROBE_STRIDE)},
-        {"checked": PROBE_SLOTS, "dirty": 0, "written": PROBE_SLOTS.div_ceil(PROBE_SLOT_STRIDE)},
+        {"checked": crate::probe::TABLE_SLOTS, "dirty": 0, "written": crate::probe::TABLE_SLOTS.div_ceil(PROBE_SLOT_STRIDE)},
         {"checked": crate::probe::SEGMENT_BYTES, "dirty": 0, "written": crate::probe::SEGMENT_BYTES},
     ])
 }
@@ -152,23 +156,6 @@ fn tokens_file(label: &str) -> std::path::PathBuf {
         .collect();
     std::fs::write(&file, text).expect("the tokens file");
     file
-}
-
-/// One execute of `source` as the subject holding `token`: the result or the error.
-fn execute_as(port: u16, token: &str, source: &str) -> Result<Value, String> {
-    let response = crate::support::rpc(
-        port,
-        token,
-        &json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute","arguments":{"source": source}}}),
-    );
-    let result = &response["result"];
-    if result["isError"] == true {
-        return Err(result["content"][0]["text"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned());
-    }
-    Ok(result["structuredContent"]["result"].clone())
 }
 
 /// A server of `dir` that runs one execution at a time (so every execution reuses
@@ -190,13 +177,14 @@ fn leak_server(dir: &std::path::Path, label: &str) -> HttpServer {
     ])
 }
 
-/// Runs `rounds` sweeps, alternating the two subjects, and checks each found its
-/// instance pristine; returns how many pages, slots and bytes were checked.
-fn sweep_rounds(server: &HttpServer, rounds: usize, first: usize) -> u64 {
+/// Runs `rounds` sweeps of the probe made with `seed`, alternating the two
+/// subjects, and checks each found its instance pristine; returns how many pages,
+/// slots and bytes were checked.
+fn sweep_rounds(server: &HttpServer, rounds: usize, first: usize, seed: u32) -> u64 {
     let mut checked = 0;
     for round in 0..rounds {
         let (subject, token) = TOKENS[(first + round) % 2];
-        let swept = execute_as(server.port, token, SWEEP)
+        let swept = crate::support::execute_as(server.port, token, &sweep(seed))
             .unwrap_or_else(|error| panic!("sweep {round} as {subject}: {error}"));
         assert_eq!(swept, pristine(), "sweep {round} as {subject}");
         checked += swept
@@ -215,14 +203,14 @@ fn no_byte_of_one_execution_reaches_the_next_in_memory_tables_or_data() {
     let server = leak_server(&dir, "isolation-leak");
     // The first execution instantiates the probe itself; each later one takes the
     // spare made in the slot the last execution freed.
-    let mut checked = sweep_rounds(&server, 1, 0);
+    let mut checked = sweep_rounds(&server, 1, 0, 1);
     for execution in 2..=4 {
         wait_for_log(
             &server,
             "spare instance ready plugin=probe.wasm",
             execution - 1,
         );
-        checked += sweep_rounds(&server, 1, execution - 1);
+        checked += sweep_rounds(&server, 1, execution - 1, 1);
         wait_for_log(
             &server,
             &format!("took a spare instance plugin=probe.wasm execution={execution}"),
@@ -231,13 +219,13 @@ fn no_byte_of_one_execution_reaches_the_next_in_memory_tables_or_data() {
     }
     // Without waiting for a spare, an execution may instantiate the probe itself
     // in a slot just reset: the same must hold.
-    checked += sweep_rounds(&server, 4, 0);
+    checked += sweep_rounds(&server, 4, 0, 1);
     eprintln!(
         "isolation: 8 executions, 2 subjects, one slot reused: {checked} pages, table slots and segment bytes checked, none dirty"
     );
     assert_eq!(
         checked,
-        8 * u64::from(PROBE_PAGES * 16 + PROBE_SLOTS + crate::probe::SEGMENT_BYTES)
+        8 * u64::from(PROBE_PAGES * 16 + crate::probe::TABLE_SLOTS + crate::probe::SEGMENT_BYTES)
     );
 }
 
@@ -245,10 +233,11 @@ fn no_byte_of_one_execution_reaches_the_next_in_memory_tables_or_data() {
 fn after_a_hot_reload_no_call_is_served_by_the_old_version_s_instances() {
     let dir = plugin_folder("isolation-reload", &[crate::probe::plugin(2)]);
     let server = leak_server(&dir, "isolation-reload");
-    sweep_rounds(&server, 1, 0);
+    sweep_rounds(&server, 1, 0, 2);
     wait_for_log(&server, "spare instance ready plugin=probe.wasm", 1);
-    // The new version's data segment differs in every byte from the old one's: a
-    // call served by an instance of the old version counts its segment dirty.
+    // The new version's data segment differs in every byte from the old one's, and
+    // the program checks against the new one's: a call served by an instance of
+    // the old version counts every byte of its segment dirty.
     let new = crate::probe::plugin(3);
     assert!(
         (0..crate::probe::SEGMENT_BYTES)
@@ -258,8 +247,12 @@ fn after_a_hot_reload_no_call_is_served_by_the_old_version_s_instances() {
     std::fs::copy(&new, &temp).expect("copy the new version");
     std::fs::rename(&temp, dir.join("probe.wasm")).expect("the new version in place");
     wait_for_log(&server, "catalog reloaded", 1);
-    let checked = sweep_rounds(&server, 4, 1);
+    let checked = sweep_rounds(&server, 4, 1, 3);
     eprintln!(
         "isolation after a reload: {checked} pages, table slots and segment bytes checked, none dirty"
+    );
+    assert_eq!(
+        checked,
+        4 * u64::from(PROBE_PAGES * 16 + crate::probe::TABLE_SLOTS + crate::probe::SEGMENT_BYTES)
     );
 }

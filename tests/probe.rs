@@ -6,13 +6,16 @@
 //!
 //! - `probe.memory` grows linear memory, counts the 4 KiB pages of the new memory
 //!   that hold anything but zeros, then fills every `stride`th page with `marker`;
-//! - `probe.table` grows a table of function references, counts the new slots that
-//!   are not null, then sets every `stride`th to a function;
-//! - `probe.segment` counts the bytes of its data segment that differ from the
-//!   module's, then overwrites them all with `marker`.
+//! - `probe.table` counts the slots of its table of function references that are
+//!   not null, then sets every `stride`th to a function (the table starts with
+//!   `TABLE_SLOTS` slots: slots a `table.grow` adds are filled by the grow itself,
+//!   so only a table's initial slots show what a reset left);
+//! - `probe.segment` counts the bytes of its data segment that differ from those
+//!   of the probe made with `seed`, then overwrites them all with `marker`.
 //!
-//! The data segment's bytes depend on a `seed`, so two versions of the probe (a
-//! hot reload) tell each other's instances apart.
+//! The data segment's bytes depend on the `seed` the probe is made with, so a
+//! program that names the version it expects (a hot reload) sees every byte of an
+//! instance of another version as dirty.
 
 use std::path::PathBuf;
 
@@ -20,6 +23,9 @@ use std::path::PathBuf;
 const SEGMENT_AT: u32 = 16384;
 /// The data segment's length: three host pages.
 pub(crate) const SEGMENT_BYTES: u32 = 3 * 4096;
+/// The table's slots: 480 KB of references, more than the 256 KiB a table slot
+/// keeps resident.
+pub(crate) const TABLE_SLOTS: u32 = 60_000;
 /// Where `describe()`'s answer starts in linear memory.
 const DESCRIBE_AT: u32 = 1024;
 /// Size of one `capability` record in the canonical ABI: five strings or optional
@@ -50,8 +56,8 @@ interface probe {
   /// Units checked, units found not pristine, units written after.
   record swept { checked: u32, dirty: u32, written: u32 }
   memory: func(pages: u32, stride: u32, marker: u8) -> swept;
-  table: func(slots: u32, stride: u32) -> swept;
-  segment: func(marker: u8) -> swept;
+  table: func(stride: u32) -> swept;
+  segment: func(seed: u32, marker: u8) -> swept;
 }
 
 world plugin {
@@ -121,7 +127,7 @@ fn module_text(seed: u32) -> String {
     format!(
         r#"(module
   (memory (export "memory") 1)
-  (table $table 1 funcref)
+  (table $table {TABLE_SLOTS} funcref)
   (func $mark)
   (elem declare func $mark)
   (data (i32.const {DESCRIBE_AT}) "{describe}")
@@ -175,15 +181,11 @@ fn module_text(seed: u32) -> String {
         (br $fill)))
     (call $swept (local.get $checked) (local.get $dirty) (local.get $written)))
 
-  (func (export "test:probe/probe@0.1.0#table")
-    (param $slots i32) (param $stride i32) (result i32)
-    (local $first i32) (local $slot i32) (local $end i32)
+  (func (export "test:probe/probe@0.1.0#table") (param $stride i32) (result i32)
+    (local $slot i32) (local $end i32)
     (local $checked i32) (local $dirty i32) (local $written i32)
-    (local.set $first (table.grow $table (ref.null func) (local.get $slots)))
-    (if (i32.eq (local.get $first) (i32.const -1)) (then unreachable))
-    (local.set $end (i32.add (local.get $first) (local.get $slots)))
-    ;; Every new slot must be null.
-    (local.set $slot (local.get $first))
+    (local.set $end (table.size $table))
+    ;; Every slot must be null.
     (block $scanned
       (loop $scan
         (br_if $scanned (i32.ge_u (local.get $slot) (local.get $end)))
@@ -193,11 +195,11 @@ fn module_text(seed: u32) -> String {
         (local.set $slot (i32.add (local.get $slot) (i32.const 1)))
         (br $scan)))
     ;; Then every `stride`th holds a function.
-    (local.set $slot (local.get $first))
+    (local.set $slot (i32.const 0))
     (block $set
       (loop $each
         (br_if $set (i32.ge_u (local.get $slot) (local.get $end)))
-        (if (i32.eqz (i32.rem_u (i32.sub (local.get $slot) (local.get $first)) (local.get $stride)))
+        (if (i32.eqz (i32.rem_u (local.get $slot) (local.get $stride)))
           (then
             (table.set $table (local.get $slot) (ref.func $mark))
             (local.set $written (i32.add (local.get $written) (i32.const 1)))))
@@ -205,15 +207,15 @@ fn module_text(seed: u32) -> String {
         (br $each)))
     (call $swept (local.get $checked) (local.get $dirty) (local.get $written)))
 
-  (func (export "test:probe/probe@0.1.0#segment") (param $marker i32) (result i32)
+  (func (export "test:probe/probe@0.1.0#segment") (param $seed i32) (param $marker i32) (result i32)
     (local $i i32) (local $dirty i32)
-    ;; Byte i of the segment is (i * 31 + seed) mod 256.
+    ;; Byte i of the segment of the probe made with `seed` is (i * 31 + seed) mod 256.
     (block $scanned
       (loop $scan
         (br_if $scanned (i32.ge_u (local.get $i) (i32.const {SEGMENT_BYTES})))
         (if (i32.ne
               (i32.load8_u (i32.add (i32.const {SEGMENT_AT}) (local.get $i)))
-              (i32.and (i32.add (i32.mul (local.get $i) (i32.const 31)) (i32.const {seed})) (i32.const 255)))
+              (i32.and (i32.add (i32.mul (local.get $i) (i32.const 31)) (local.get $seed)) (i32.const 255)))
           (then (local.set $dirty (i32.add (local.get $dirty) (i32.const 1)))))
         (local.set $i (i32.add (local.get $i) (i32.const 1)))
         (br $scan)))

@@ -4,10 +4,11 @@
 
 use std::path::Path;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::support::{
-    HttpServer, example_plugins, plugin_folder, raw_request, root, wait_for_log, wait_until,
+    HttpServer, example_plugins, execute_as, plugin_folder, raw_request, root, wait_for_log,
+    wait_until,
 };
 
 const FIRST_TOKEN: &str = "first-token-0123456789";
@@ -49,23 +50,6 @@ fn status_with(port: u16, token: &str) -> u16 {
     .status
 }
 
-/// `execute` of `source` with `token`: the result value or the error text.
-fn execute(port: u16, token: &str, source: &str) -> Result<Value, String> {
-    let response = crate::support::rpc(
-        port,
-        token,
-        &json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute","arguments":{"source":source}}}),
-    );
-    let result = &response["result"];
-    if result["isError"] == true {
-        return Err(result["content"][0]["text"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned());
-    }
-    Ok(result["structuredContent"]["result"].clone())
-}
-
 #[test]
 fn tokens_and_policy_reload_on_change_and_on_sighup_and_a_bad_version_changes_nothing() {
     let dir = root().join("target/e2e-secrets");
@@ -87,11 +71,11 @@ fn tokens_and_policy_reload_on_change_and_on_sighup_and_a_bad_version_changes_no
     ]);
     let port = server.port;
     assert_eq!(
-        execute(port, FIRST_TOKEN, LOOKUP),
+        execute_as(port, FIRST_TOKEN, LOOKUP),
         Ok(json!("The Burning Tide"))
     );
     assert_eq!(
-        execute(port, FIRST_TOKEN, QUERY),
+        execute_as(port, FIRST_TOKEN, QUERY),
         Err("permission denied".to_owned())
     );
 
@@ -114,7 +98,7 @@ fn tokens_and_policy_reload_on_change_and_on_sighup_and_a_bad_version_changes_no
     replace(&rego, &policy(&["records.lookup", "records.query"]));
     wait_until(
         "the new policy to allow records.query",
-        || execute(port, SECOND_TOKEN, QUERY) == Ok(json!(true)),
+        || execute_as(port, SECOND_TOKEN, QUERY) == Ok(json!(true)),
         || server.log(),
     );
     wait_for_log(
@@ -130,7 +114,7 @@ fn tokens_and_policy_reload_on_change_and_on_sighup_and_a_bad_version_changes_no
         "policy reload failed; the policy in force keeps deciding",
         1,
     );
-    assert_eq!(execute(port, SECOND_TOKEN, QUERY), Ok(json!(true)));
+    assert_eq!(execute_as(port, SECOND_TOKEN, QUERY), Ok(json!(true)));
 
     // SIGHUP reads both again (no longer the end of the server): the tokens file
     // still does not parse, the policy still does not compile.
@@ -146,7 +130,7 @@ fn tokens_and_policy_reload_on_change_and_on_sighup_and_a_bad_version_changes_no
     );
     assert_eq!(status_with(port, SECOND_TOKEN), 200);
     assert_eq!(
-        execute(port, SECOND_TOKEN, LOOKUP),
+        execute_as(port, SECOND_TOKEN, LOOKUP),
         Ok(json!("The Burning Tide"))
     );
     let health = raw_request(port, "GET", "/healthz", &[], "");

@@ -582,7 +582,18 @@ pub(crate) fn call_tool(port: u16, tool: &str, arguments: Value) -> Value {
 
 /// `execute` of `source` over raw HTTP: `Ok(result value)` or `Err(error text)`.
 pub(crate) fn execute_http(port: u16, source: &str) -> Result<Value, String> {
-    let result = call_tool(port, "execute", serde_json::json!({ "source": source }));
+    execute_as(port, "", source)
+}
+
+/// `execute` of `source` over raw HTTP as the subject holding bearer `token`:
+/// `Ok(result value)` or `Err(error text)`.
+pub(crate) fn execute_as(port: u16, token: &str, source: &str) -> Result<Value, String> {
+    let response = rpc(
+        port,
+        token,
+        &serde_json::json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute","arguments":{"source":source}}}),
+    );
+    let result = &response["result"];
     if result["isError"] == true {
         return Err(result["content"][0]["text"]
             .as_str()

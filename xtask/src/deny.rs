@@ -72,7 +72,9 @@ fn install() -> Result<PathBuf> {
 }
 
 /// Copies the snapshot to `into` as a one-commit git checkout, as cargo-deny reads
-/// it; a copy of the same snapshot is left as it is.
+/// it; a copy of the same snapshot is left as it is. The commit carries the
+/// snapshot's date (its SNAPSHOT.md names it), since cargo-deny judges a database's
+/// age by its last commit: a fresh commit would make any snapshot look new.
 fn prepare_database(snapshot: &Path, into: &Path) -> Result<()> {
     let stamp = std::fs::read(snapshot.join("SNAPSHOT.md")).with_context(|| {
         format!(
@@ -85,15 +87,30 @@ fn prepare_database(snapshot: &Path, into: &Path) -> Result<()> {
     {
         return Ok(());
     }
-    if into.exists() {
-        std::fs::remove_dir_all(into)
-            .with_context(|| format!("cannot remove the old copy {}", into.display()))?;
+    let text = String::from_utf8_lossy(&stamp);
+    let date = snapshot_date(&text).with_context(|| {
+        format!(
+            "{} names no date (YYYY-MM-DD) of the snapshot",
+            snapshot.join("SNAPSHOT.md").display()
+        )
+    })?;
+    // Made beside `into` and renamed into place, so that an interrupted copy is
+    // never taken for a finished one.
+    let partial = into.with_extension("partial");
+    for old in [&partial, &into.to_path_buf()] {
+        if old.exists() {
+            std::fs::remove_dir_all(old)
+                .with_context(|| format!("cannot remove the old copy {}", old.display()))?;
+        }
     }
-    copy_tree(snapshot, into)?;
+    copy_tree(snapshot, &partial)?;
+    let stamp_date = format!("{date}T00:00:00Z");
     let git = |args: &[&str]| {
         status(
             Command::new("git")
-                .current_dir(into)
+                .current_dir(&partial)
+                .env("GIT_AUTHOR_DATE", &stamp_date)
+                .env("GIT_COMMITTER_DATE", &stamp_date)
                 .args(["-c", "user.name=xtask", "-c", "user.email=xtask@localhost"])
                 .args(args),
         )
@@ -101,7 +118,22 @@ fn prepare_database(snapshot: &Path, into: &Path) -> Result<()> {
     git(&["init", "--quiet"])?;
     git(&["add", "--all"])?;
     git(&["commit", "--quiet", "--no-gpg-sign", "-m", "snapshot"])?;
+    std::fs::rename(&partial, into)
+        .with_context(|| format!("cannot move the copy to {}", into.display()))?;
     Ok(())
+}
+
+/// The first date (`YYYY-MM-DD`) a SNAPSHOT.md names: the snapshot's.
+fn snapshot_date(text: &str) -> Option<&str> {
+    let bytes = text.as_bytes();
+    (0..bytes.len().saturating_sub(9)).find_map(|at| {
+        let candidate = text.get(at..at + 10)?;
+        let shape = candidate.bytes().enumerate().all(|(i, b)| match i {
+            4 | 7 => b == b'-',
+            _ => b.is_ascii_digit(),
+        });
+        shape.then_some(candidate)
+    })
 }
 
 /// Copies the files and folders under `from` to `to`, made writable (the snapshot
@@ -128,4 +160,19 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::snapshot_date;
+
+    #[test]
+    fn the_snapshot_date_is_the_first_date_named() {
+        assert_eq!(
+            snapshot_date("A plain copy, commit bf5c0d2 (2026-08-21). On main as of 2026-12-05"),
+            Some("2026-08-21")
+        );
+        assert_eq!(snapshot_date("no date here, 2026-8-21"), None);
+        assert_eq!(snapshot_date(""), None);
+    }
 }
