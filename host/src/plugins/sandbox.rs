@@ -77,10 +77,11 @@ const SCANNED_KEEP_RESIDENT_BYTES: usize = 16 << 20;
 ///
 /// When wasmtime rejects the configuration (not expected on supported hosts).
 pub(crate) fn engine(instances: u32) -> wasmtime::Result<Engine> {
-    // wasmtime's own probe says the ioctl exists; the self-check says it reports
-    // what an instance wrote (reset_check.rs). Both must hold to reset by the scan.
-    let scan = PoolingAllocationConfig::is_pagemap_scan_available()
-        && *reset_check::checked() == reset_check::Verdict::Trusted;
+    // The self-check says the scan reports what an instance wrote (reset_check.rs;
+    // it logs the WARN when not, a missing ioctl included); wasmtime's own probe
+    // says the ioctl exists. Both must hold to reset by the scan.
+    let scan = *reset_check::checked() == reset_check::Verdict::Trusted
+        && PoolingAllocationConfig::is_pagemap_scan_available();
     let keep_resident = if scan {
         SCANNED_KEEP_RESIDENT_BYTES
     } else {
