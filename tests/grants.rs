@@ -133,6 +133,19 @@ fn fetch_reaches_allowed_hosts_only_and_its_timeout_holds() {
         ))
     );
     assert_eq!(upstream.requests(), 1, "a refused request reached the host");
+    // User info in the URL: its host is allowed, but the whole authority would have
+    // been connected to (and looked up in DNS as `user@127.0.0.1`).
+    let got = execute_http(
+        server.port,
+        &format!("def main():\n    return web.get(url=\"http://user@127.0.0.1:{port}/json\")"),
+    );
+    assert_eq!(
+        got,
+        Err(format!(
+            "capability failed: outbound host http://user@127.0.0.1:{port} is not allowed: a URL with user info (`user@`) is refused"
+        ))
+    );
+    assert_eq!(upstream.requests(), 1, "a refused request reached the host");
     // The answer can arrive before the server's stderr is read: wait for the line.
     wait_for_log(
         &server,

@@ -123,7 +123,14 @@ fn tokens_name_the_subject_and_the_policy_decides() {
     for out in [&analyst, &guest, &anonymous] {
         assert_no_canary("a client", &out.to_string());
     }
-    let metrics = raw_request(server.port, "GET", "/metrics", &[], "");
+    let guest = format!("Bearer {GUEST_TOKEN}");
+    let metrics = raw_request(
+        server.port,
+        "GET",
+        "/metrics",
+        &[("Authorization", &guest)],
+        "",
+    );
     assert_eq!(metrics.status, 200);
     for line in [
         "codemode_native_calls_total{capability=\"records.lookup\",outcome=\"ok\"} 4",
@@ -198,13 +205,20 @@ fn requests_without_a_valid_token_get_401_with_a_challenge() {
     let accepted = raw_request(server.port, "POST", "/mcp", &headers, initialize);
     assert_eq!(accepted.status, 200, "{accepted:?}");
     assert!(accepted.body.contains("\"codemode-host\""), "{accepted:?}");
-    // Probes need no token.
+    // The liveness probe needs no token; what the catalog holds does.
     let health = raw_request(server.port, "GET", "/healthz", &[], "");
     assert_eq!((health.status, health.body.as_str()), (200, "ok\n"));
     let ready = raw_request(server.port, "GET", "/readyz", &[], "");
+    assert_eq!(
+        (ready.status, ready.body.as_str()),
+        (401, "unauthenticated\n")
+    );
+    let with_token = [("Authorization", good.as_str())];
+    let ready = raw_request(server.port, "GET", "/readyz", &with_token, "");
     assert_eq!((ready.status, ready.body.as_str()), (200, "ready\n"));
-    // The two refusals are counted; the accepted request is not.
-    let metrics = raw_request(server.port, "GET", "/metrics", &[], "");
+    // The two refusals are counted; the accepted request is not (nor are the
+    // probes').
+    let metrics = raw_request(server.port, "GET", "/metrics", &with_token, "");
     assert!(
         metrics
             .body
@@ -264,8 +278,15 @@ fn replicas_serve_alternating_requests_without_affinity() {
             "request {id} to port {port}: {response}"
         );
     }
+    let analyst = format!("Bearer {ANALYST_TOKEN}");
     for server in [&a, &b] {
-        let metrics = raw_request(server.port, "GET", "/metrics", &[], "");
+        let metrics = raw_request(
+            server.port,
+            "GET",
+            "/metrics",
+            &[("Authorization", &analyst)],
+            "",
+        );
         assert!(
             metrics
                 .body
@@ -667,4 +688,75 @@ fn the_default_log_has_no_line_per_request_from_the_mcp_library() {
             "{logged}"
         );
     }
+}
+
+#[test]
+fn with_tokens_readyz_and_metrics_need_one_but_healthz_and_metrics_listen_do_not() {
+    // fetch's sidecar names a host folder that does not exist: the plugin is left
+    // out, and its reason named the host's absolute path on /readyz.
+    let files = vec![crate::support::example_plugins().join("fetch.wasm")];
+    let plugins = plugin_folder("http-probes-tokens", &files);
+    std::fs::write(
+        plugins.join("fetch.toml"),
+        "[[dirs]]\nhost = \"/nonexistent-codemode/secret/cache\"\nguest = \"/cache\"\n",
+    )
+    .expect("write the sidecar");
+    let server = HttpServer::start(&[
+        "--plugins",
+        plugins.to_str().expect("utf-8 path"),
+        "--allow-all",
+        "--tokens",
+        &tokens_file("http-probes-tokens"),
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    let log = server.log();
+    let metrics_port: u16 = log
+        .lines()
+        .find_map(|line| {
+            let at = line.find("probes and metrics at http://127.0.0.1:")?;
+            line[at + 39..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no --metrics-listen line in:\n{log}"));
+    let auth = format!("Bearer {GUEST_TOKEN}");
+    let with_token = [("Authorization", auth.as_str())];
+    let wrong = [("Authorization", "Bearer not-a-token")];
+    let health = raw_request(server.port, "GET", "/healthz", &[], "");
+    assert_eq!((health.status, health.body.as_str()), (200, "ok\n"));
+    for path in ["/readyz", "/metrics"] {
+        // Before, both answered anyone who could reach --listen.
+        let refused = raw_request(server.port, "GET", path, &[], "");
+        assert_eq!(refused.status, 401, "{path}");
+        assert_eq!(
+            refused.header("www-authenticate"),
+            Some("Bearer realm=\"codemode-host\""),
+            "{path}"
+        );
+        assert_eq!(
+            raw_request(server.port, "GET", path, &wrong, "").status,
+            401,
+            "{path}"
+        );
+        assert_eq!(
+            raw_request(server.port, "GET", path, &with_token, "").status,
+            200,
+            "{path}"
+        );
+        // The orchestrator's address needs none.
+        assert_eq!(
+            raw_request(metrics_port, "GET", path, &[], "").status,
+            200,
+            "{path}"
+        );
+    }
+    let ready = raw_request(server.port, "GET", "/readyz", &with_token, "");
+    assert_eq!(
+        ready.body,
+        "ready\nplugins left out:\n  fetch.wasm: sidecar `fetch.toml`: dirs: host directory `cache` does not exist or is not a directory\n"
+    );
 }

@@ -14,6 +14,7 @@ mod conformance;
 mod deploy;
 mod execute;
 mod grants;
+mod hostile;
 mod http;
 mod isolation;
 mod limits;

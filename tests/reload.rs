@@ -423,10 +423,17 @@ fn at_start_no_plugin_gets_a_contested_name() {
         .expect("run codemode-host");
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains(&format!(
-            "ERROR codemode_host: every plugin must load, and 2 plugins did not:\n  arecords.wasm: {reason}\n  records.wasm: {reason}\n"
-        )),
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter_map(|line| line.split_once(" ERROR codemode_host: ").map(|(_, m)| m))
+        .collect();
+    assert_eq!(
+        errors[errors.len().saturating_sub(3)..],
+        [
+            "every plugin must load, and 2 plugins did not:".to_owned(),
+            format!("  arecords.wasm: {reason}"),
+            format!("  records.wasm: {reason}"),
+        ],
         "{stderr}"
     );
 }

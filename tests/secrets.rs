@@ -136,3 +136,109 @@ fn tokens_and_policy_reload_on_change_and_on_sighup_and_a_bad_version_changes_no
     let health = raw_request(port, "GET", "/healthz", &[], "");
     assert_eq!((health.status, health.body.as_str()), (200, "ok\n"));
 }
+
+/// Puts a FIFO at `path` (made beside it, renamed over it): opening it for reading
+/// would wait for a writer forever.
+fn replace_with_fifo(path: &Path) {
+    let temp = path.with_extension("fifo");
+    let _ = std::fs::remove_file(&temp);
+    let made = std::process::Command::new("mkfifo")
+        .arg(&temp)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo failed");
+    std::fs::rename(&temp, path).expect("rename the FIFO in place");
+}
+
+#[test]
+fn a_fifo_or_a_huge_file_in_place_of_a_secrets_file_keeps_the_set_and_the_next_good_one_applies() {
+    let dir = root().join("target/e2e-secrets-hostile");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the folder");
+    let tokens = dir.join("tokens");
+    let rego = dir.join("authz.rego");
+    let hash = codemode_host::authz::token_hash;
+    let both = format!(
+        "analyst {}\nrevoked {}\n",
+        hash(SECOND_TOKEN),
+        hash(FIRST_TOKEN)
+    );
+    std::fs::write(&tokens, &both).expect("write the tokens");
+    std::fs::write(&rego, policy(&["records.lookup"])).expect("write the policy");
+    let plugins = plugin_folder("secrets-hostile", &[example_plugins().join("records.wasm")]);
+    let server = HttpServer::start(&[
+        "--plugins",
+        plugins.to_str().expect("utf-8 path"),
+        "--tokens",
+        tokens.to_str().expect("utf-8 path"),
+        "--policy",
+        rego.to_str().expect("utf-8 path"),
+    ]);
+    let port = server.port;
+    assert_eq!(status_with(port, FIRST_TOKEN), 200);
+
+    // FIFOs in place of both files: before, opening the tokens FIFO blocked the
+    // reload thread for good, and nothing after it was ever applied.
+    replace_with_fifo(&tokens);
+    replace_with_fifo(&rego);
+    let fifo = "not a regular file (a FIFO); only regular files are read";
+    wait_for_log(
+        &server,
+        &format!(
+            "tokens reload failed; the tokens in force stay reason=tokens file `{}`: {fifo}",
+            tokens.display()
+        ),
+        1,
+    );
+    wait_for_log(
+        &server,
+        &format!(
+            "policy reload failed; the policy in force keeps deciding reason=policy file `{}`: {fifo}",
+            rego.display()
+        ),
+        1,
+    );
+    assert_eq!(
+        status_with(port, FIRST_TOKEN),
+        200,
+        "the tokens in force stay"
+    );
+    assert_eq!(
+        execute_as(port, FIRST_TOKEN, LOOKUP),
+        Ok(json!("The Burning Tide"))
+    );
+
+    // A sparse 2 GiB file: refused from its size, not read (2.1 GB of memory before).
+    let huge = tokens.with_extension("huge");
+    std::fs::File::create(&huge)
+        .and_then(|file| file.set_len(2 << 30))
+        .expect("make a sparse file");
+    std::fs::rename(&huge, &tokens).expect("rename it in place");
+    wait_for_log(
+        &server,
+        &format!(
+            "reason=tokens file `{}`: 2147483648 bytes, more than the 16777216 allowed (16 MiB, the most a tokens file may hold)",
+            tokens.display()
+        ),
+        1,
+    );
+
+    // The next good versions apply: the revoked token is refused, the deny policy
+    // decides.
+    replace(&tokens, &format!("analyst {}\n", hash(SECOND_TOKEN)));
+    wait_until(
+        "the revoked token to be refused",
+        || status_with(port, FIRST_TOKEN) == 401,
+        || server.log(),
+    );
+    assert_eq!(status_with(port, SECOND_TOKEN), 200);
+    replace(&rego, &policy(&[]));
+    wait_until(
+        "the deny policy to decide",
+        || execute_as(port, SECOND_TOKEN, LOOKUP) == Err("permission denied".to_owned()),
+        || server.log(),
+    );
+    // SIGHUP still reloads (the thread is not stuck).
+    server.signal("HUP");
+    wait_for_log(&server, "subjects=1 cause=\"SIGHUP\"", 1);
+}

@@ -294,10 +294,16 @@ impl HttpServer {
     /// Starts the server with `args` (plus `--listen 127.0.0.1:0` and the shared
     /// cache) and waits until it logs `ready to serve`.
     pub(crate) fn start(args: &[&str]) -> Self {
+        Self::start_with_env(args, &[])
+    }
+
+    /// [`HttpServer::start`] with the environment variables `env` set too.
+    pub(crate) fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut all = vec!["--listen", "127.0.0.1:0"];
         all.extend_from_slice(args);
         let mut child = Command::new(host_bin())
             .args(with_cache(&all))
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -13,8 +13,11 @@ use codemode_host::authz::{
     AllowAll, Authorizer, DEFAULT_DECISION, RegoAuthorizer, RegoError, Replaceable, Subject,
     Tokens, TokensError,
 };
+use codemode_host::files::{FileError, read_text};
 use codemode_host::mcp::http::{Authentication, ConnectionLimits, HttpConfig, LOOPBACK_HOSTS};
-use codemode_host::units::{parse_bytes, parse_duration};
+use codemode_host::units::{
+    MAX_DURATION, MAX_DURATION_TEXT, MAX_SIZE, parse_bytes, parse_duration,
+};
 use codemode_host::{LOCAL_SUBJECT, Limits, LoadLimits};
 
 /// MCP server for code mode: capabilities from WebAssembly components
@@ -198,7 +201,7 @@ pub struct Cli {
     pub cache_dir: Option<PathBuf>,
 
     /// Largest program, in bytes [default: 64KiB]
-    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    #[arg(long, value_name = "SIZE", value_parser = size)]
     pub max_source_bytes: Option<usize>,
 
     /// Starlark steps per execution [default: 1000000]
@@ -226,11 +229,11 @@ pub struct Cli {
     /// Encoded size of any crossing value [default: 1MiB]
     ///
     /// Applies to each call's arguments, each result, and main's value.
-    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    #[arg(long, value_name = "SIZE", value_parser = size)]
     pub max_value_bytes: Option<usize>,
 
     /// Sum of the results of one execution's calls [default: 8MiB]
-    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    #[arg(long, value_name = "SIZE", value_parser = size)]
     pub max_intermediate_value_bytes: Option<usize>,
 
     /// Executions running at once; more wait in line [default: 8]
@@ -245,14 +248,14 @@ pub struct Cli {
     pub max_fuel: Option<u64>,
 
     /// Memory of the interpreter, and of each plugin [default: 256MiB]
-    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    #[arg(long, value_name = "SIZE", value_parser = size)]
     pub max_memory: Option<usize>,
 
     /// Largest plugin file loaded [default: 256MiB]
     ///
     /// Checked from the file's size before it is read; a larger one is skipped
     /// with the reason.
-    #[arg(long, value_name = "SIZE", value_parser = parse_bytes, global = true)]
+    #[arg(long, value_name = "SIZE", value_parser = size, global = true)]
     pub max_plugin_bytes: Option<usize>,
 
     /// Time to compile one plugin, and to describe it [default: 30s]
@@ -274,8 +277,9 @@ pub struct Cli {
     pub plugins_given: bool,
 }
 
-/// A duration that must be positive: zero, with a unit or without, says so at once
-/// (rather than "needs a unit" and then "must be positive").
+/// A duration that must be positive and at most a day: zero, with a unit or
+/// without, says so at once (rather than "needs a unit" and then "must be
+/// positive").
 fn positive_duration(text: &str) -> Result<Duration, String> {
     let trimmed = text.trim();
     let zero = !trimmed.is_empty() && trimmed.chars().all(|c| c == '0' || c == '.');
@@ -287,7 +291,19 @@ fn positive_duration(text: &str) -> Result<Duration, String> {
     if duration.is_zero() {
         return Err("must be positive (e.g. 5s, 500ms)".to_owned());
     }
+    if duration > MAX_DURATION {
+        return Err(MAX_DURATION_TEXT.to_owned());
+    }
     Ok(duration)
+}
+
+/// A size of at most [`MAX_SIZE`].
+fn size(text: &str) -> Result<usize, String> {
+    let size = parse_bytes(text)?;
+    if size > MAX_SIZE {
+        return Err("at most 4GiB".to_owned());
+    }
+    Ok(size)
 }
 
 /// A listening address: `IP:PORT`, `localhost:PORT` or a port alone (both meaning
@@ -378,7 +394,7 @@ pub enum ConfigError {
         /// The file.
         path: PathBuf,
         /// Why it could not be read.
-        reason: std::io::Error,
+        reason: FileError,
     },
     /// The policy does not compile.
     #[error(transparent)]
@@ -394,7 +410,7 @@ pub enum ConfigError {
         /// The file.
         path: PathBuf,
         /// Why it could not be read.
-        reason: std::io::Error,
+        reason: FileError,
     },
     /// The tokens file is malformed.
     #[error("tokens file `{path}`: {reason}")]
@@ -439,15 +455,27 @@ pub struct Authorization {
     pub policy: Option<Arc<Replaceable>>,
 }
 
-/// Reads and parses the tokens file at `path`.
+/// Largest tokens file read: a line per subject, so about 200,000 subjects.
+const MAX_TOKENS_BYTES: u64 = 16 << 20;
+/// What sets [`MAX_TOKENS_BYTES`], for the message.
+const TOKENS_CAP: &str = "16 MiB, the most a tokens file may hold";
+/// Largest policy module read.
+const MAX_POLICY_BYTES: u64 = 16 << 20;
+/// What sets [`MAX_POLICY_BYTES`], for the message.
+const POLICY_CAP: &str = "16 MiB, the most a policy module may hold";
+
+/// Reads and parses the tokens file at `path`: a regular file (a FIFO or a device
+/// is refused at once, never waited on) of at most 16 MiB.
 ///
 /// # Errors
 ///
 /// [`ConfigError`] naming the file when it cannot be read or is malformed.
 pub fn read_tokens(path: &Path) -> Result<Tokens, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::TokensFile {
-        path: path.to_owned(),
-        reason: source,
+    let text = read_text(path, MAX_TOKENS_BYTES, TOKENS_CAP).map_err(|source| {
+        ConfigError::TokensFile {
+            path: path.to_owned(),
+            reason: source,
+        }
     })?;
     Tokens::parse(&text).map_err(|source| ConfigError::Tokens {
         path: path.to_owned(),
@@ -455,7 +483,8 @@ pub fn read_tokens(path: &Path) -> Result<Tokens, ConfigError> {
     })
 }
 
-/// Reads the policy modules at `paths` and compiles them for `decision`.
+/// Reads the policy modules at `paths` (each a regular file of at most 16 MiB) and
+/// compiles them for `decision`.
 ///
 /// # Errors
 ///
@@ -464,9 +493,11 @@ pub fn read_tokens(path: &Path) -> Result<Tokens, ConfigError> {
 pub fn compile_policy(paths: &[PathBuf], decision: &str) -> Result<RegoAuthorizer, ConfigError> {
     let mut modules = Vec::with_capacity(paths.len());
     for path in paths {
-        let source = std::fs::read_to_string(path).map_err(|source| ConfigError::PolicyFile {
-            path: path.clone(),
-            reason: source,
+        let source = read_text(path, MAX_POLICY_BYTES, POLICY_CAP).map_err(|source| {
+            ConfigError::PolicyFile {
+                path: path.clone(),
+                reason: source,
+            }
         })?;
         modules.push((path.display().to_string(), source));
     }
@@ -848,6 +879,42 @@ mod tests {
             );
         }
         assert!(Cli::try_parse_from(["codemode-host", "--load-timeout", "0"]).is_err());
+        // Past a day: `9223372036854775807s` used to pass, and every execute then
+        // panicked adding it to the clock.
+        for (flag, long) in [
+            ("--max-execution-time", "9223372036854775807s"),
+            ("--load-timeout", "25h"),
+        ] {
+            let error = Cli::try_parse_from(["codemode-host", flag, long])
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                error.starts_with(&format!(
+                    "error: invalid value '{long}' for '{flag} <DURATION>': at most 1 day (24h)\n"
+                )),
+                "{error}"
+            );
+        }
+        assert!(Cli::try_parse_from(["codemode-host", "--max-execution-time", "24h"]).is_ok());
+        for flag in [
+            "--max-source-bytes",
+            "--max-value-bytes",
+            "--max-intermediate-value-bytes",
+            "--max-memory",
+            "--max-plugin-bytes",
+        ] {
+            let error = Cli::try_parse_from(["codemode-host", flag, "5GiB"])
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                error.starts_with(&format!(
+                    "error: invalid value '5GiB' for '{flag} <SIZE>': at most 4GiB\n"
+                )),
+                "{error}"
+            );
+        }
         for (given, wanted) in [
             ("8080", "127.0.0.1:8080"),
             ("localhost:8080", "127.0.0.1:8080"),

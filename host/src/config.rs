@@ -10,14 +10,14 @@
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use clap::builder::BoolishValueParser;
 use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Command, CommandFactory, FromArgMatches, ValueHint};
-use codemode_host::units::parse_duration;
+use codemode_host::files::{FileError, read_text};
+use codemode_host::units::{MAX_DURATION, MAX_DURATION_TEXT, parse_duration};
 use codemode_host::{Secret, UpstreamConfig, UpstreamTransport, check_upstream_name};
 use serde::Deserialize;
 use toml::de::{DeTable, DeValue};
@@ -280,6 +280,9 @@ fn upstreams(text: &str, base: &Path) -> Result<Vec<UpstreamConfig>, (usize, Str
         if timeout.is_some_and(|t| t.is_zero()) {
             return Err(at("timeout must be positive".to_owned()));
         }
+        if timeout.is_some_and(|t| t > MAX_DURATION) {
+            return Err(at(format!("timeout must be {MAX_DURATION_TEXT}")));
+        }
         out.push(UpstreamConfig {
             name: table.name.clone(),
             transport,
@@ -290,18 +293,14 @@ fn upstreams(text: &str, base: &Path) -> Result<Vec<UpstreamConfig>, (usize, Str
     Ok(out)
 }
 
-/// The file's text, at most [`MAX_CONFIG_BYTES`].
-fn read(path: &Path) -> std::io::Result<String> {
-    let mut text = String::new();
-    std::fs::File::open(path)?
-        .take(MAX_CONFIG_BYTES + 1)
-        .read_to_string(&mut text)?;
-    if text.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(std::io::Error::other(
-            "larger than 1 MiB, the most a config file may hold",
-        ));
-    }
-    Ok(text)
+/// The file's text: a regular file (a FIFO is refused at once, never waited on) of
+/// at most [`MAX_CONFIG_BYTES`].
+fn read(path: &Path) -> Result<String, FileError> {
+    read_text(
+        path,
+        MAX_CONFIG_BYTES,
+        "1 MiB, the most a config file may hold",
+    )
 }
 
 /// The 1-based line of byte `offset` in `text`.
@@ -609,8 +608,23 @@ log = "debug"
         assert_eq!(
             error,
             format!(
-                "error: config file `{}`: No such file or directory (os error 2)\n",
+                "error: config file `{}`: cannot read it: No such file or directory (os error 2)\n",
                 missing.display()
+            )
+        );
+        // A FIFO put in place of the file: refused at once (startup hung on it).
+        let fifo =
+            std::env::temp_dir().join(format!("codemode-config-{}.fifo", std::process::id()));
+        let _ = std::fs::remove_file(&fifo);
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status()?;
+        assert!(made.success());
+        let error = parse_error(&["--config", &fifo.display().to_string()]);
+        let _ = std::fs::remove_file(&fifo);
+        assert_eq!(
+            error,
+            format!(
+                "error: config file `{}`: not a regular file (a FIFO); only regular files are read\n",
+                fifo.display()
             )
         );
         Ok(())

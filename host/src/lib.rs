@@ -28,8 +28,10 @@ mod budget;
 mod cache;
 mod catalog;
 mod check;
+pub mod children;
 mod error;
 mod execute;
+pub mod files;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -50,7 +52,7 @@ pub use error::ToolError;
 pub use execute::{
     Executed, Execution, FailedCall, LimitError, Limits, RunnerError, Stats, default_cache_dir,
 };
-pub use plugins::{FileError, LoadError, LoadLimits, Skipped, TypeError};
+pub use plugins::{LoadError, LoadLimits, Skipped, TypeError};
 pub use service::{
     LOCAL_SUBJECT, Precompiled, Reloaded, Service, ServiceConfig, StartError, precompile,
 };

@@ -8,10 +8,10 @@ use std::time::Duration;
 use anyhow::Context;
 use cli::{Cli, Command, LogFormat};
 use codemode_host::authz::Subject;
-use codemode_host::default_cache_dir;
 use codemode_host::mcp::http::{self, Authentication, HttpConfig, Readiness};
 use codemode_host::mcp::{McpServer, SubjectSource, serve_stdio};
 use codemode_host::{Service, ServiceConfig, StartError, watch};
+use codemode_host::{children, default_cache_dir};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::{self, Filter, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
@@ -21,10 +21,14 @@ mod cli;
 mod config;
 mod scaffold;
 mod secrets;
+mod textlog;
 
 /// How long exiting waits for work still running on blocking threads (executions
 /// end by their own deadlines; their results have nobody to go to).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// How long child processes left at exit get between SIGTERM and SIGKILL.
+const ORPHAN_GRACE: Duration = Duration::from_secs(2);
 
 fn main() -> ExitCode {
     let cli = match config::parse(std::env::args_os().collect()) {
@@ -42,7 +46,11 @@ fn main() -> ExitCode {
         .with_ansi(false);
     match cli.log_format {
         LogFormat::Text => tracing_subscriber::registry()
-            .with(layer.with_filter(filter.and(ClientGone)))
+            .with(
+                layer
+                    .fmt_fields(textlog::escaped_fields())
+                    .with_filter(filter.and(ClientGone).and(NoValues)),
+            )
             .init(),
         LogFormat::Json => tracing_subscriber::registry()
             .with(
@@ -51,14 +59,18 @@ fn main() -> ExitCode {
                     .flatten_event(true)
                     .with_current_span(false)
                     .with_span_list(false)
-                    .with_filter(filter.and(ClientGone)),
+                    .with_filter(filter.and(ClientGone).and(NoValues)),
             )
             .init(),
     }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            tracing::error!("{error:#}");
+            // One event per line: a list of reasons stays readable, and each line
+            // is escaped on its own (textlog.rs).
+            for line in format!("{error:#}").lines() {
+                tracing::error!("{line}");
+            }
             ExitCode::FAILURE
         }
     }
@@ -112,6 +124,18 @@ impl<S> Filter<S> for ClientGone {
     }
 }
 
+/// Drops rmcp's DEBUG and TRACE events, whatever the filter: they carry whole
+/// requests, results and messages (`?request`, `?result`, `?message`), so
+/// `RUST_LOG=trace` wrote every program, its arguments and its results into the
+/// log. A log is read by more people than the agent's data is meant for.
+struct NoValues;
+
+impl<S> Filter<S> for NoValues {
+    fn enabled(&self, meta: &tracing::Metadata<'_>, _: &layer::Context<'_, S>) -> bool {
+        !(meta.target().starts_with("rmcp") && *meta.level() > tracing::Level::INFO)
+    }
+}
+
 /// The `message` and `error` fields of an event, as text.
 #[derive(Default)]
 struct Fields {
@@ -157,6 +181,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             .policy
             .clone()
             .map(|policy| (cli.policy.clone(), cli.policy_decision.clone(), policy)),
+        reading: Arc::default(),
     };
     let config = ServiceConfig {
         limits: cli.limits(),
@@ -171,6 +196,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         // A gateway of upstreams needs no plugins folder unless one was named.
         plugins_optional: !cli.plugins_given && !cli.upstreams.is_empty(),
     };
+    // Orphaned grandchildren of upstream children become ours, not init's, so that
+    // none outlives the server (ended below).
+    if let Err(error) = children::become_subreaper() {
+        tracing::warn!(reason = %error, "cannot become a child subreaper; an upstream's orphaned grandchildren may outlive the server");
+    }
     // Over stdio one client's requests arrive one line at a time: one thread runs
     // them, so no request wakes a second worker to steal its task (a wake costs
     // tens of µs on a virtual machine). Executions run on blocking threads either
@@ -191,6 +221,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     // Executions (and a load) still running on blocking threads end by their own
     // deadlines; exiting does not wait for them past this.
     runtime.shutdown_timeout(SHUTDOWN_GRACE);
+    // The upstreams were stopped (their process groups ended); what is left are
+    // orphans adopted as a subreaper, or children of a start that never finished.
+    let ended = children::end_orphans(ORPHAN_GRACE);
+    if ended > 0 {
+        tracing::info!(processes = ended, "ended child processes left at exit");
+    }
     audit.close();
     served
 }

@@ -14,15 +14,17 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel, sync_channel};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use codemode_host::authz::{Replaceable, Tokens};
+use codemode_host::authz::{RegoAuthorizer, Replaceable, Tokens};
 use codemode_host::watch::DEBOUNCE;
 use notify::event::{AccessKind, AccessMode};
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 
-use crate::cli::{compile_policy, read_tokens};
+use crate::cli::{ConfigError, compile_policy, read_tokens};
 
 /// What can be reloaded: the tokens file and the policy modules, each with where the
 /// new set goes.
@@ -31,7 +33,14 @@ pub(crate) struct Reloadable {
     pub tokens: Option<(PathBuf, Arc<ArcSwap<Tokens>>)>,
     /// `--policy`: the modules, the decision, and the policy in force.
     pub policy: Option<(Vec<PathBuf>, String, Arc<Replaceable>)>,
+    /// Set while a reload's thread reads the files.
+    pub reading: Arc<AtomicBool>,
 }
+
+/// How long one reload may take to read and compile its files. Files are regular
+/// (a FIFO or a device is refused without waiting) and capped at 16 MiB, so only a
+/// hanging file system or a pathological policy gets near it.
+const RELOAD_DEADLINE: Duration = Duration::from_secs(30);
 
 /// Why a reload happens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +68,9 @@ impl Reloadable {
     }
 
     /// Reads everything again and swaps in each set that parsed; logs each outcome.
+    /// The files are read and compiled on a thread of their own, waited for at most
+    /// [`RELOAD_DEADLINE`]: a read that hangs (a file on a dead network mount) costs
+    /// that one reload, not every later one.
     fn reload(&self, cause: Cause) {
         if cause == Cause::Signal && self.tokens.is_none() && self.policy.is_none() {
             tracing::info!("SIGHUP: nothing to reload (no --tokens, no --policy)");
@@ -68,8 +80,51 @@ impl Reloadable {
             Cause::Signal => "SIGHUP",
             Cause::Changed => "file changed",
         };
-        if let Some((path, tokens)) = &self.tokens {
-            match read_tokens(path) {
+        if self.reading.load(Ordering::Acquire) {
+            tracing::error!(
+                cause,
+                "reload skipped: an earlier reload is still reading its files; the sets in force stay"
+            );
+            return;
+        }
+        let tokens_file = self.tokens.as_ref().map(|(path, _)| path.clone());
+        let policy_files = self
+            .policy
+            .as_ref()
+            .map(|(paths, decision, _)| (paths.clone(), decision.clone()));
+        let (sender, receiver) = sync_channel(1);
+        let reading = self.reading.clone();
+        reading.store(true, Ordering::Release);
+        let started = std::thread::Builder::new()
+            .name("codemode-secrets-read".into())
+            .spawn(move || {
+                let read = Read {
+                    tokens: tokens_file.map(|path| read_tokens(&path)),
+                    policy: policy_files.map(|(paths, decision)| compile_policy(&paths, &decision)),
+                };
+                reading.store(false, Ordering::Release);
+                // The reload stopped waiting past its deadline: nobody applies it.
+                let _ = sender.send(read);
+            });
+        if let Err(error) = started {
+            self.reading.store(false, Ordering::Release);
+            tracing::error!(reason = %error, cause, "reload failed: no thread to read the files on; the sets in force stay");
+            return;
+        }
+        match receiver.recv_timeout(RELOAD_DEADLINE) {
+            Ok(read) => self.apply(read, cause),
+            Err(_) => tracing::error!(
+                deadline_s = RELOAD_DEADLINE.as_secs(),
+                cause,
+                "reload failed: reading the files took longer than its deadline; the sets in force stay"
+            ),
+        }
+    }
+
+    /// Swaps in each set of `read` that parsed; logs each outcome.
+    fn apply(&self, read: Read, cause: &str) {
+        if let (Some((path, tokens)), Some(outcome)) = (&self.tokens, read.tokens) {
+            match outcome {
                 Ok(new) => {
                     let subjects = new.len();
                     tokens.store(Arc::new(new));
@@ -80,8 +135,8 @@ impl Reloadable {
                 }
             }
         }
-        if let Some((paths, decision, policy)) = &self.policy {
-            match compile_policy(paths, decision) {
+        if let (Some((paths, decision, policy)), Some(outcome)) = (&self.policy, read.policy) {
+            match outcome {
                 Ok(new) => {
                     policy.replace(Box::new(new));
                     tracing::info!(modules = paths.len(), decision = %decision, cause, "policy reloaded");
@@ -92,6 +147,12 @@ impl Reloadable {
             }
         }
     }
+}
+
+/// What one reload read: each set, or why it could not be had.
+struct Read {
+    tokens: Option<Result<Tokens, ConfigError>>,
+    policy: Option<Result<RegoAuthorizer, ConfigError>>,
 }
 
 /// Starts reloading `reloadable` on SIGHUP (a task on `runtime`) and when its files

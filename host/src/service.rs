@@ -25,7 +25,7 @@ use crate::execute::{
 use crate::metrics::{Metrics, RELOAD_ERROR, RELOAD_FAILED, RELOAD_OK};
 use crate::plugins::{self, GlobalCaps, LoadLimits, LoadedPlugin, PluginFolder, Skipped};
 use crate::source::CapabilitySource;
-use crate::upstream::{Publish, Upstream, UpstreamConfig};
+use crate::upstream::{ID_PREFIX as UPSTREAM_ID_PREFIX, Publish, Upstream, UpstreamConfig};
 
 /// What the service is built from.
 ///
@@ -289,16 +289,6 @@ struct Reloader {
     upstreams: Vec<(String, Option<Arc<Upstream>>)>,
 }
 
-impl Reloader {
-    /// The upstreams serving now.
-    fn serving_upstreams(&self) -> Vec<Arc<Upstream>> {
-        self.upstreams
-            .iter()
-            .filter_map(|(_, upstream)| upstream.clone())
-            .collect()
-    }
-}
-
 /// What one [`Service::reload`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reloaded {
@@ -336,17 +326,45 @@ impl Assembled {
     }
 }
 
-/// Which of `plugins` lose a claim on a capability name or ID that another one also
-/// makes: a plugin already serving (`incumbents`, by file) keeps what it has and
+/// Why `plugin` may not serve whatever else serves: it claims a stable ID in the
+/// `mcp:` namespace of upstream tools, or a capability name under the root of a
+/// configured upstream (`upstream_roots`), which policies and agents would take
+/// for the upstream's. `None` when it claims neither.
+fn reserved_claim(plugin: &LoadedPlugin, upstream_roots: &[&str]) -> Option<String> {
+    plugin.capabilities.iter().find_map(|capability| {
+        let spec = &capability.spec;
+        if let Some(id) = spec.id.as_deref().filter(|id| id.starts_with(UPSTREAM_ID_PREFIX)) {
+            return Some(format!(
+                "capability ID `{id}` is in the `{UPSTREAM_ID_PREFIX}` namespace, which only upstream MCP servers' tools use"
+            ));
+        }
+        let root = spec.name.split('.').next().unwrap_or_default();
+        upstream_roots.contains(&root).then(|| {
+            format!(
+                "capability name `{}` is under `{root}`, the root of the configured upstream {root}",
+                spec.name
+            )
+        })
+    })
+}
+
+/// Which of `plugins` are refused: those already in `refused` (with their
+/// reasons), and those losing a claim on a capability name or ID that another one
+/// also makes: a plugin already serving (`incumbents`, by file) keeps what it has and
 /// every newcomer claiming it is refused; among newcomers (every plugin at start)
 /// none gets a contested name silently, so all of them are refused. Each refusal is
 /// logged naming the files and the name.
 fn contested(
     plugins: &[Arc<LoadedPlugin>],
     incumbents: &HashSet<String>,
+    mut refused: BTreeMap<usize, String>,
 ) -> BTreeMap<usize, String> {
     let mut claims: BTreeMap<(&str, &str), Vec<usize>> = BTreeMap::new();
     for (p, plugin) in plugins.iter().enumerate() {
+        // Refused already: it claims nothing.
+        if refused.contains_key(&p) {
+            continue;
+        }
         for capability in &plugin.capabilities {
             let spec = &capability.spec;
             claims.entry(("name", &spec.name)).or_default().push(p);
@@ -354,7 +372,6 @@ fn contested(
             claims.entry(("ID", id)).or_default().push(p);
         }
     }
-    let mut refused = BTreeMap::new();
     for ((kind, key), mut claimants) in claims {
         claimants.dedup();
         if claimants.len() < 2 {
@@ -408,25 +425,32 @@ fn contested(
 }
 
 /// Builds the catalog from `plugins` (in order; a plugin whose capabilities conflict
-/// with an earlier one's is logged and skipped) and then `upstreams` (one whose name
-/// is the root of a plugin's capability is refused: the plugin keeps it), and routes
-/// every enabled capability. With `strict`, a `disabled` ID that names no capability
+/// with an earlier one's, or claim what is reserved for `upstreams`, is logged and
+/// skipped) and then the `upstreams` serving (each configured one by name, with
+/// itself while it serves), and routes every enabled capability. With `strict`, a `disabled` ID that names no capability
 /// is an error (start); otherwise it is ignored (reload: the plugin that had it may
 /// be gone).
 fn assemble(
     plugins: Vec<Arc<LoadedPlugin>>,
-    upstreams: &[Arc<Upstream>],
+    upstreams: &[(String, Option<Arc<Upstream>>)],
     incumbents: &HashSet<String>,
     disabled: &[String],
     strict: bool,
 ) -> Result<Assembled, SpecError> {
     let started = Instant::now();
-    let mut refused = contested(&plugins, incumbents);
+    let upstream_roots: Vec<&str> = upstreams.iter().map(|(name, _)| name.as_str()).collect();
+    let mut reserved = BTreeMap::new();
+    for (p, plugin) in plugins.iter().enumerate() {
+        if let Some(reason) = reserved_claim(plugin, &upstream_roots) {
+            tracing::error!(plugin = %plugin.file, reason = %reason, "plugin refused");
+            reserved.insert(p, reason);
+        }
+    }
+    let mut refused = contested(&plugins, incumbents, reserved);
     let mut refusals = Vec::new();
     let mut builder = CatalogBuilder::new();
     let mut serving: Vec<Arc<dyn CapabilitySource>> = Vec::new();
     let mut upstreams_serving = 0;
-    let mut roots: BTreeMap<String, String> = BTreeMap::new();
     for (p, plugin) in plugins.into_iter().enumerate() {
         if let Some(reason) = refused.remove(&p) {
             refusals.push(Skipped {
@@ -448,23 +472,14 @@ fn assemble(
             });
             continue;
         }
-        for spec in &specs {
-            let root = spec.name.split('.').next().unwrap_or_default();
-            roots
-                .entry(root.to_owned())
-                .or_insert_with(|| plugin.file.clone());
-        }
         serving.push(plugin);
     }
-    for upstream in upstreams {
-        if let Some(file) = roots.get(upstream.name()) {
-            tracing::error!(
-                upstream = %upstream.name(),
-                reason = %format!("`{}` is the root of capabilities of plugin {file}", upstream.name()),
-                "upstream refused"
-            );
-            continue;
-        }
+    // A plugin under an upstream's root was refused above, so an upstream's names
+    // can only clash among its own tools (which it leaves out when listing).
+    for upstream in upstreams
+        .iter()
+        .filter_map(|(_, upstream)| upstream.as_ref())
+    {
         let specs: Vec<_> = upstream.capabilities().into_iter().cloned().collect();
         if let Err((index, error)) = builder.add_group(&specs) {
             let name = specs.get(index).map_or("", |s| s.name.as_str());
@@ -609,7 +624,7 @@ impl Shared {
     fn reassemble(&self, reloader: &Reloader) -> Result<Assembled, SpecError> {
         assemble(
             reloader.folder.serving(),
-            &reloader.serving_upstreams(),
+            &reloader.upstreams,
             &self.incumbents(),
             &reloader.disabled,
             false,
@@ -793,17 +808,8 @@ impl Service {
                 (slot.config.name.clone(), first)
             })
             .collect();
-        let assembled = assemble(
-            plugins,
-            &upstreams
-                .iter()
-                .filter_map(|(_, upstream)| upstream.clone())
-                .collect::<Vec<_>>(),
-            &HashSet::new(),
-            &config.disabled,
-            true,
-        )
-        .map_err(StartError::Catalog)?;
+        let assembled = assemble(plugins, &upstreams, &HashSet::new(), &config.disabled, true)
+            .map_err(StartError::Catalog)?;
         let failures = folder.failures();
         if config.require_all_plugins && (!failures.is_empty() || !assembled.refusals.is_empty()) {
             let mut skipped: Vec<Skipped> =

@@ -13,6 +13,17 @@ use std::time::Duration;
 /// The largest linear memory a 32-bit WebAssembly module can address.
 pub(crate) const MAX_MEMORY_BYTES: usize = 4 << 30;
 
+/// The longest duration a flag or setting takes unless its own help says
+/// otherwise: one day. Past it a deadline (`now + duration`) could overflow the
+/// clock (`9223372036854775807s` passed, and every execution then panicked).
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+/// The text of [`MAX_DURATION`] in messages.
+pub const MAX_DURATION_TEXT: &str = "at most 1 day (24h)";
+
+/// The largest size a size flag takes unless its own help says otherwise: 4 GiB.
+pub const MAX_SIZE: usize = 4 << 30;
+
 /// Parses a duration: a number with `ms`, `s`, `m` or `h` (`5s`, `500ms`, `1.5s`).
 ///
 /// # Errors

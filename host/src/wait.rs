@@ -222,15 +222,35 @@ impl std::task::Wake for Signal {
     }
 }
 
-/// Runs `work` in the background on the runtime for host waits (connections that
-/// outlive any one call: an upstream's MCP session, its child's stderr). `None` when
-/// that runtime could not be started.
+/// The runtime of connections that outlive any one call (an upstream's MCP
+/// session, its child's stderr, its supervisor): apart from [`runtime`], so that
+/// an upstream sending a large message (its decoding takes the thread for a while)
+/// delays neither a plugin's timer nor a socket it waits on.
+fn connections() -> Option<&'static tokio::runtime::Runtime> {
+    static RUNTIME: OnceLock<Option<tokio::runtime::Runtime>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("codemode-host-upstreams")
+                .enable_all()
+                .build()
+                .inspect_err(|error| {
+                    tracing::error!(reason = %error, "cannot start the runtime for upstream connections");
+                })
+                .ok()
+        })
+        .as_ref()
+}
+
+/// Runs `work` in the background on the runtime of connections ([`connections`]).
+/// `None` when that runtime could not be started.
 pub(crate) fn spawn<F>(work: F) -> Option<tokio::task::JoinHandle<F::Output>>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    Some(runtime()?.spawn(work))
+    Some(connections()?.spawn(work))
 }
 
 /// Why the interrupt callback stopped a store.

@@ -29,6 +29,7 @@ const TEST_PLUGINS: &[&str] = &[
     "versioned_two",
     "sleepy",
     "drowsy",
+    "squatter",
 ];
 /// Example plugins in other languages: the folder under `plugins/` (holding a
 /// `build.sh` that installs its toolchain into `target/toolchains`) and the

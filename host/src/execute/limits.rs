@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::units::MAX_MEMORY_BYTES;
+use crate::units::{MAX_DURATION, MAX_DURATION_TEXT, MAX_MEMORY_BYTES};
 
 /// Fuel (roughly one unit per WebAssembly instruction) an execution may spend in the
 /// interpreter and every plugin instance together.
@@ -108,6 +108,12 @@ impl Limits {
             return Err(LimitError {
                 field: "--max-value-bytes",
                 requirement: "below 4 GiB",
+            });
+        }
+        if self.max_execution_time > MAX_DURATION {
+            return Err(LimitError {
+                field: "--max-execution-time",
+                requirement: MAX_DURATION_TEXT,
             });
         }
         if self.max_memory_bytes > MAX_MEMORY_BYTES {

@@ -123,7 +123,23 @@ pub fn router(config: &HttpConfig, readiness: Readiness) -> Router {
     let mcp = Router::new()
         .route_service(MCP_PATH, mcp)
         .layer(middleware::from_fn_with_state(gate, authenticate));
-    probes_router(readiness)
+    // With tokens, what the catalog holds and how it is used (the plugins left
+    // out and why, the metrics) is for subjects only; `/healthz` tells nothing and
+    // stays open, as does all of `--metrics-listen` (the orchestrator's address).
+    let inspect = Router::new()
+        .route(READYZ_PATH, get(ready))
+        .route(METRICS_PATH, get(metrics))
+        .with_state(readiness);
+    let inspect = match &config.authentication {
+        Authentication::Tokens(tokens) => inspect.layer(middleware::from_fn_with_state(
+            tokens.clone(),
+            require_token,
+        )),
+        Authentication::Fixed(_) => inspect,
+    };
+    Router::new()
+        .route(HEALTHZ_PATH, get(|| async { "ok\n" }))
+        .merge(inspect)
         .merge(mcp)
         .layer(middleware::from_fn_with_state(
             Arc::new(config.allowed_hosts.clone()),
@@ -208,7 +224,7 @@ async fn ready(State(readiness): State<Readiness>) -> Response {
             } else {
                 ""
             };
-            let reason = s.reason.replace('\n', " ");
+            let reason = without_host_paths(&s.reason.replace('\n', " "));
             body.push_str(&format!("  {}: {reason}{earlier}\n", s.plugin));
         }
     }
@@ -228,6 +244,54 @@ async fn metrics(State(readiness): State<Readiness>) -> Response {
         text,
     )
         .into_response()
+}
+
+/// Answers 401 unless the request carries a bearer token of a subject.
+async fn require_token(
+    State(tokens): State<Arc<arc_swap::ArcSwap<Tokens>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(bearer);
+    match presented {
+        None => unauthorized(None),
+        Some(token) if tokens.load().resolve(token).is_none() => {
+            unauthorized(Some("invalid_token"))
+        }
+        Some(_) => next.run(request).await,
+    }
+}
+
+/// `text` with every absolute path replaced by its last component: the host's
+/// folders are not for whoever reads `/readyz`.
+fn without_host_paths(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('/') {
+        let starts_path = rest[..at]
+            .chars()
+            .next_back()
+            .is_none_or(|c| c.is_whitespace() || matches!(c, '`' | '\'' | '"' | '(' | '='));
+        if !starts_path {
+            out.push_str(&rest[..=at]);
+            rest = &rest[at + 1..];
+            continue;
+        }
+        out.push_str(&rest[..at]);
+        let path_end = rest[at..]
+            .find(|c: char| c.is_whitespace() || matches!(c, '`' | '\'' | '"' | ')' | ','))
+            .map_or(rest.len(), |end| at + end);
+        let path = rest[at..path_end].trim_end_matches(['.', ':']);
+        let name = path.rsplit('/').find(|part| !part.is_empty()).unwrap_or("");
+        out.push_str(name);
+        rest = &rest[at + path.len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Puts the request's [`Subject`] in its extensions, or answers 401 / 503.
@@ -350,6 +414,27 @@ pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn readyz_reasons_name_files_not_host_folders() {
+        for (reason, shown) in [
+            (
+                "dirs: host directory `/srv/plugins/data/cache` does not exist or is not a directory",
+                "dirs: host directory `cache` does not exist or is not a directory",
+            ),
+            (
+                "sidecar /etc/codemode/plugins/fetch.toml: line 2: unknown key",
+                "sidecar fetch.toml: line 2: unknown key",
+            ),
+            (
+                "capability name `a.b` (a/b and 1/2 stay)",
+                "capability name `a.b` (a/b and 1/2 stay)",
+            ),
+            ("root is / here", "root is  here"),
+        ] {
+            assert_eq!(without_host_paths(reason), shown, "{reason}");
+        }
+    }
 
     #[test]
     fn host_headers_match_names_with_or_without_their_port() {

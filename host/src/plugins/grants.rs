@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::files::{FileError, read_regular};
+use crate::files::{FileError, read_regular};
 use crate::units::{parse_bytes, parse_duration};
 
 /// The sidecar's file extension.

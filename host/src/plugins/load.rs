@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use wasmtime::Engine;
 use wasmtime::component::{Component, InstancePre};
 
-use super::files::{FileError, read_regular};
 use super::grants::Grants;
 use super::invoke::CallTarget;
 use super::metadata::{self, METADATA_INTERFACE, MetadataEntry};
@@ -19,6 +18,7 @@ use super::sandbox::{self, PluginState};
 use super::spare::Spares;
 use crate::cache::{ArtifactCache, Origin};
 use crate::catalog::{CapabilitySpec, snake_case};
+use crate::files::{FileError, read_regular};
 
 /// The name of plugins' cache entries.
 pub(crate) const PLUGIN_PREFIX: &str = "plugin";

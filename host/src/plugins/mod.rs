@@ -5,7 +5,6 @@
 //! [`CapabilitySpec`](crate::catalog::CapabilitySpec)s and keeps, per capability, which
 //! plugin export serves it.
 
-mod files;
 mod folder;
 mod grants;
 mod invoke;
@@ -19,7 +18,6 @@ mod sandbox;
 mod session;
 mod spare;
 
-pub use files::FileError;
 pub use load::{LoadError, LoadLimits};
 pub use reflect::TypeError;
 

@@ -260,6 +260,18 @@ impl WasiHttpHooks for Outbound {
     ) -> Box<SendFuture> {
         let uri = request.uri();
         let scheme = uri.scheme_str().unwrap_or("https").to_ascii_lowercase();
+        // The request is sent to the whole authority: one with user info
+        // (`user@127.0.0.1`) passed the check of its host and was then looked up in
+        // DNS as the name `user@127.0.0.1`. Refused before anything is looked up, so
+        // what is checked is exactly what is connected to.
+        if let Some(authority) = uri.authority().filter(|a| a.as_str().contains('@')) {
+            let origin = format!("{scheme}://{authority}");
+            tracing::warn!(plugin = %self.plugin, host = %origin, "outbound request refused: its URL has user info");
+            self.denied = Some(format!(
+                "outbound host {origin} is not allowed: a URL with user info (`user@`) is refused"
+            ));
+            return Box::new(async { Err(HttpError::HttpRequestDenied) });
+        }
         let host = uri.host().unwrap_or_default().to_owned();
         let port = uri
             .port_u16()

@@ -10,10 +10,12 @@
 //! dropping it sends `notifications/cancelled` upstream); no fuel burns meanwhile.
 
 mod json;
+mod lines;
 mod names;
 mod schema;
 mod supervise;
 
+pub(crate) use names::ID_PREFIX;
 pub(crate) use supervise::{Connected, Publish, STOP_GRACE, connect_all, supervise};
 
 use std::collections::BTreeMap;
@@ -27,12 +29,14 @@ use codemode_value::Value;
 use http::{HeaderName, HeaderValue};
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Tool};
 use rmcp::service::{NotificationContext, RunningServiceCancellationToken};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::io::AsyncReadExt;
 use tokio::sync::{Notify, oneshot};
 
+use self::lines::{ChildLines, MAX_MESSAGE_DEPTH, MAX_MESSAGE_TEXT, OVERSIZED_CODE, TOO_DEEP_CODE};
+use self::schema::{SchemaError, Stop};
 use crate::catalog::{CapabilitySpec, DottedName, Field, validate_spec};
 use crate::error::{timed_out_detail, unavailable_detail};
 use crate::source::{
@@ -137,8 +141,22 @@ pub(crate) struct Upstream {
 /// An upstream's MCP session, open until the last [`Upstream`] sharing it is
 /// dropped or [`Link::close`] is called; closing it closes the child's stdin, then
 /// the child gets SIGTERM and, if it lingers, SIGKILL (rmcp's graceful shutdown).
+/// Dropping it kills what is left of the child's process group.
 struct Link {
     stop: std::sync::Mutex<Option<RunningServiceCancellationToken>>,
+    /// The child's process group (none over HTTP).
+    group: Option<Group>,
+}
+
+/// A child's process group, killed (SIGKILL) when this is dropped: when its
+/// upstream's last version goes, or when connecting it is abandoned (a timeout, a
+/// stop), which would otherwise kill the child alone and leave its children.
+struct Group(u32);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        crate::children::kill_group(self.0);
+    }
 }
 
 impl Link {
@@ -200,10 +218,12 @@ impl Upstream {
         let events = Events {
             tools_changed: tools_changed.clone(),
         };
-        let client = match &config.transport {
+        let (client, group) = match &config.transport {
             UpstreamTransport::Command { command, env, cwd } => {
                 let transport = child(&config.name, command, env, cwd.as_deref())?;
-                events.serve(transport).await
+                // Held from here: if this future is dropped, the group goes too.
+                let group = transport.id().map(Group);
+                (events.serve(transport).await, group)
             }
             UpstreamTransport::Http {
                 url,
@@ -211,13 +231,14 @@ impl Upstream {
                 headers,
             } => {
                 let transport = http(url, bearer_token.as_ref(), headers)?;
-                events.serve(transport).await
+                (events.serve(transport).await, None)
             }
-        }
-        .map_err(|error| format!("initialize: {error}"))?;
+        };
+        let client = client.map_err(|error| format!("initialize: {error}"))?;
         let peer = client.peer().clone();
         let link = Arc::new(Link {
             stop: std::sync::Mutex::new(Some(client.cancellation_token())),
+            group,
         });
         // The session runs until the child goes away or the link closes it.
         let (ended, closed) = oneshot::channel();
@@ -235,7 +256,7 @@ impl Upstream {
             timeout: config.timeout,
             peer,
             link,
-            tools: capabilities(config, listed),
+            tools: convert(config, listed).await?,
         };
         Ok(Connected {
             upstream: Arc::new(upstream),
@@ -261,8 +282,28 @@ impl Upstream {
             timeout: self.timeout,
             peer: self.peer.clone(),
             link: self.link.clone(),
-            tools: capabilities(config, listed),
+            tools: convert(config, listed).await?,
         })
+    }
+
+    /// Stops the session: closes the child's stdin, waits up to `grace` for the
+    /// session to end, then ends the child's whole process group (SIGTERM, and
+    /// SIGKILL after `grace` more). `closed` fires when the session ended.
+    pub(crate) async fn stop(&self, closed: &mut oneshot::Receiver<()>, grace: Duration) {
+        self.link.close();
+        let _ = tokio::time::timeout(grace, &mut *closed).await;
+        if let Some(Group(group)) = &self.link.group {
+            crate::children::end_group(*group, grace).await;
+        }
+    }
+
+    /// Kills what is left of the child's process group, when its session ended
+    /// (the child exited): grandchildren it left behind go with it. Done at once:
+    /// a group that stays empty long enough may see its number reused.
+    pub(crate) fn end_leftovers(&self) {
+        if let Some(Group(group)) = &self.link.group {
+            crate::children::kill_group(*group);
+        }
     }
 
     /// How many capabilities its tools became.
@@ -302,6 +343,20 @@ impl Upstream {
             Ok(_) => {
                 tracing::warn!(upstream = %self.name, tool = %tool.tool, "the tool asked for input or started a task, which code mode cannot give");
                 return outcome(Err(CallFailure::Failed(None)));
+            }
+            Err(rmcp::ServiceError::McpError(error)) if error.code.0 == OVERSIZED_CODE => {
+                let detail = format!(
+                    "upstream {} sent a result over {MAX_MESSAGE_TEXT}",
+                    self.name
+                );
+                return outcome(Err(CallFailure::Failed(Some(detail))));
+            }
+            Err(rmcp::ServiceError::McpError(error)) if error.code.0 == TOO_DEEP_CODE => {
+                let detail = format!(
+                    "upstream {} sent a result nested deeper than {MAX_MESSAGE_DEPTH} levels",
+                    self.name
+                );
+                return outcome(Err(CallFailure::Failed(Some(detail))));
             }
             Err(error) => {
                 tracing::warn!(upstream = %self.name, tool = %tool.tool, reason = %error, "upstream call failed");
@@ -379,7 +434,7 @@ fn child(
     command: &[String],
     env: &BTreeMap<String, String>,
     cwd: Option<&std::path::Path>,
-) -> Result<TokioChildProcess, String> {
+) -> Result<ChildLines, String> {
     let (program, arguments) = command
         .split_first()
         .ok_or_else(|| "`command` is empty".to_owned())?;
@@ -394,14 +449,17 @@ fn child(
     if let Some(cwd) = cwd {
         child.current_dir(cwd);
     }
-    let (transport, stderr) = TokioChildProcess::builder(child)
+    crate::children::prepare(&mut child);
+    let mut child = child
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|error| format!("cannot start `{program}`: {error}"))?;
-    if let Some(stderr) = stderr {
+    if let Some(stderr) = child.stderr.take() {
         tokio::spawn(log_stderr(name.to_owned(), stderr));
     }
-    Ok(transport)
+    ChildLines::new(name, child)
 }
 
 /// A Streamable HTTP client of `url`: TLS through rustls with the WebPKI roots,
@@ -455,9 +513,35 @@ fn text_of(content: &[ContentBlock]) -> String {
     texts.join("\n")
 }
 
+/// Sets its [`Stop`] when dropped: the conversion it guards was abandoned.
+struct StopOnDrop(Arc<Stop>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.set();
+    }
+}
+
+/// [`capabilities`] on a blocking thread, off the runtime that carries sessions
+/// and host waits; dropping this future (a connect or relist past its timeout)
+/// stops the conversion at its next shape.
+///
+/// # Errors
+///
+/// The conversion's thread failed.
+async fn convert(config: &UpstreamConfig, listed: Vec<Tool>) -> Result<Vec<UpstreamTool>, String> {
+    let stop = Arc::new(Stop::default());
+    let _stop_when_dropped = StopOnDrop(stop.clone());
+    let config = config.clone();
+    tokio::task::spawn_blocking(move || capabilities(&config, listed, &stop))
+        .await
+        .map_err(|error| format!("converting its tools failed: {error}"))
+}
+
 /// The capabilities of the `listed` tools of upstream `config`: those in its
-/// allow-list whose mapped name, parameters and texts the catalog accepts.
-fn capabilities(config: &UpstreamConfig, listed: Vec<Tool>) -> Vec<UpstreamTool> {
+/// allow-list whose mapped name, parameters and texts the catalog accepts and whose
+/// schemas fit one tool's budget. Ends early (with what it has) when `stop` is set.
+fn capabilities(config: &UpstreamConfig, listed: Vec<Tool>, stop: &Stop) -> Vec<UpstreamTool> {
     let mut tools: Vec<UpstreamTool> = Vec::new();
     for tool in listed {
         let original = tool.name.to_string();
@@ -472,10 +556,25 @@ fn capabilities(config: &UpstreamConfig, listed: Vec<Tool>) -> Vec<UpstreamTool>
             tool.title.as_deref(),
             tool.description.as_deref(),
         );
-        let structured = tool
+        let mut budget = schema::Budget::new(stop);
+        let shapes = tool
             .output_schema
             .as_deref()
-            .and_then(schema::output_fields);
+            .map_or(Ok(None), |output| {
+                schema::output_fields(output, &mut budget)
+            })
+            .and_then(|structured| {
+                let params = schema::parameters(&tool.input_schema, &mut budget)?;
+                Ok((params, structured))
+            });
+        let (params, structured) = match shapes {
+            Ok(shapes) => shapes,
+            Err(SchemaError::Stopped) => return tools,
+            Err(error @ SchemaError::TooLarge) => {
+                tracing::warn!(upstream = %config.name, tool = %original, reason = %error, "upstream tool skipped");
+                continue;
+            }
+        };
         let output = structured
             .clone()
             .unwrap_or_else(|| vec![Field::new("text", crate::catalog::Shape::Str)]);
@@ -485,7 +584,7 @@ fn capabilities(config: &UpstreamConfig, listed: Vec<Tool>) -> Vec<UpstreamTool>
             summary,
             description,
             search_terms: tool.title.iter().cloned().collect(),
-            params: schema::parameters(&tool.input_schema),
+            params,
             output,
         };
         let refused = match validate_spec(&spec) {

@@ -8,6 +8,16 @@
 //! `dict[str, T]`, a string `enum` (or `const`) → its values, `anyOf`/`oneOf`/a type
 //! list with `null` → `T | None`, a local `$ref` into `$defs`/`definitions`
 //! followed (a cycle is `any`), anything else → `any`.
+//!
+//! A schema comes from an upstream server, so nothing about its size is trusted: a
+//! walk stops below [`MAX_SCHEMA_DEPTH`] (the rest is `any`), and one tool's
+//! schemas may become at most [`MAX_SCHEMA_NODES`] shapes, every `$ref` followed
+//! counted again (a 10 KB schema whose 31 definitions each reference the next one 8
+//! times would otherwise expand to 8^31 shapes). A walk also stops when its
+//! [`Stop`] flag is set (the connection it serves timed out).
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Map, Value as Json};
 
@@ -17,75 +27,159 @@ use crate::catalog::{Field, FloatKind, IntKind, Shape};
 /// upstream server, so its depth is not trusted.
 const MAX_SCHEMA_DEPTH: usize = 32;
 
+/// Most shapes one tool's schemas (input and output together) may become. The
+/// largest real tool seen (a cloud API's, 40 KB of schema) needs about 2,000.
+pub(crate) const MAX_SCHEMA_NODES: usize = 10_000;
+
+/// Why a tool's schemas were not converted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SchemaError {
+    /// They describe more than [`MAX_SCHEMA_NODES`] shapes.
+    #[error(
+        "its schemas describe more than {MAX_SCHEMA_NODES} types (every $ref followed counted), the most a tool may have"
+    )]
+    TooLarge,
+    /// The walk's [`Stop`] was set.
+    #[error("the conversion was stopped")]
+    Stopped,
+}
+
+/// What one tool's conversion may still spend, and the flag that stops it.
+pub(crate) struct Budget<'s> {
+    nodes_left: usize,
+    stop: &'s Stop,
+}
+
+impl<'s> Budget<'s> {
+    /// A budget of [`MAX_SCHEMA_NODES`] shapes, stopped by `stop`.
+    pub(crate) fn new(stop: &'s Stop) -> Self {
+        Self {
+            nodes_left: MAX_SCHEMA_NODES,
+            stop,
+        }
+    }
+
+    /// Spends one shape.
+    fn charge(&mut self) -> Result<(), SchemaError> {
+        if self.stop.is_set() {
+            return Err(SchemaError::Stopped);
+        }
+        self.nodes_left = self
+            .nodes_left
+            .checked_sub(1)
+            .ok_or(SchemaError::TooLarge)?;
+        Ok(())
+    }
+}
+
+/// A flag that stops every walk reading it: set when the work it serves was
+/// abandoned (a connection past its timeout), so conversion on another thread does
+/// not go on for nobody.
+#[derive(Debug, Default)]
+pub(crate) struct Stop(AtomicBool);
+
+impl Stop {
+    /// Stops the walks.
+    pub(crate) fn set(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// The parameters an `inputSchema` describes: its properties in name order (JSON
-/// objects are read into sorted maps), optional when not `required`. A schema that is not an object with properties has
-/// none.
-pub(crate) fn parameters(input_schema: &Map<String, Json>) -> Vec<Field> {
-    let mut walk = Walk::new(input_schema);
+/// objects are read into sorted maps), optional when not `required`. A schema that
+/// is not an object with properties has none.
+///
+/// # Errors
+///
+/// [`SchemaError`]: the budget ran out or the walk was stopped.
+pub(crate) fn parameters(
+    input_schema: &Map<String, Json>,
+    budget: &mut Budget<'_>,
+) -> Result<Vec<Field>, SchemaError> {
+    let mut walk = Walk::new(input_schema, budget);
     walk.fields(input_schema, 0)
 }
 
 /// The result fields an `outputSchema` describes, or `None` when it does not
 /// describe an object with properties (the result is then the tool's text).
-pub(crate) fn output_fields(output_schema: &Map<String, Json>) -> Option<Vec<Field>> {
-    let mut walk = Walk::new(output_schema);
-    let fields = walk.fields(output_schema, 0);
-    (!fields.is_empty()).then_some(fields)
+///
+/// # Errors
+///
+/// [`SchemaError`]: the budget ran out or the walk was stopped.
+pub(crate) fn output_fields(
+    output_schema: &Map<String, Json>,
+    budget: &mut Budget<'_>,
+) -> Result<Option<Vec<Field>>, SchemaError> {
+    let mut walk = Walk::new(output_schema, budget);
+    let fields = walk.fields(output_schema, 0)?;
+    Ok((!fields.is_empty()).then_some(fields))
 }
 
-/// One walk over a schema: its root (for `$ref`) and the references being followed
-/// (for cycles).
-struct Walk<'a> {
+/// One walk over a schema: its root (for `$ref`), the references being followed
+/// (for cycles), and the budget it spends.
+struct Walk<'a, 'b, 's> {
     root: &'a Map<String, Json>,
     following: Vec<&'a str>,
+    budget: &'b mut Budget<'s>,
 }
 
-impl<'a> Walk<'a> {
-    fn new(root: &'a Map<String, Json>) -> Self {
+impl<'a, 'b, 's> Walk<'a, 'b, 's> {
+    fn new(root: &'a Map<String, Json>, budget: &'b mut Budget<'s>) -> Self {
         Self {
             root,
             following: Vec::new(),
+            budget,
         }
     }
 
     /// The fields of an object schema's `properties`.
-    fn fields(&mut self, schema: &'a Map<String, Json>, depth: usize) -> Vec<Field> {
+    fn fields(
+        &mut self,
+        schema: &'a Map<String, Json>,
+        depth: usize,
+    ) -> Result<Vec<Field>, SchemaError> {
         let Some(Json::Object(properties)) = schema.get("properties") else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
-        let required: Vec<&str> = match schema.get("required") {
+        // A set: a tool listing 60,000 required names made a linear search of them
+        // for each property cost 26 s.
+        let required: BTreeSet<&str> = match schema.get("required") {
             Some(Json::Array(names)) => names.iter().filter_map(Json::as_str).collect(),
-            _ => Vec::new(),
+            _ => BTreeSet::new(),
         };
-        properties
-            .iter()
-            .map(|(name, property)| {
-                let shape = self.shape(property, depth + 1);
-                let shape = if required.contains(&name.as_str()) {
-                    shape
-                } else {
-                    optional(shape)
-                };
-                Field::new(name.clone(), shape)
-            })
-            .collect()
+        let mut fields = Vec::with_capacity(properties.len().min(MAX_SCHEMA_NODES));
+        for (name, property) in properties {
+            let shape = self.shape(property, depth + 1)?;
+            let shape = if required.contains(name.as_str()) {
+                shape
+            } else {
+                optional(shape)
+            };
+            fields.push(Field::new(name.clone(), shape));
+        }
+        Ok(fields)
     }
 
     /// The shape of one schema.
-    fn shape(&mut self, schema: &'a Json, depth: usize) -> Shape {
+    fn shape(&mut self, schema: &'a Json, depth: usize) -> Result<Shape, SchemaError> {
+        self.budget.charge()?;
         let schema = match schema {
             Json::Object(schema) if depth < MAX_SCHEMA_DEPTH => schema,
             // `true`, `false`, a malformed schema, or one too deep.
-            _ => return Shape::Any,
+            _ => return Ok(Shape::Any),
         };
         if let Some(Json::String(reference)) = schema.get("$ref") {
             return self.reference(reference, depth);
         }
         if let Some(Json::Array(values)) = schema.get("enum") {
-            return literals(values);
+            return Ok(literals(values));
         }
         if let Some(Json::String(value)) = schema.get("const") {
-            return Shape::Enum(vec![value.clone()]);
+            return Ok(Shape::Enum(vec![value.clone()]));
         }
         for key in ["anyOf", "oneOf"] {
             if let Some(Json::Array(branches)) = schema.get(key) {
@@ -97,8 +191,8 @@ impl<'a> Walk<'a> {
         {
             return self.shape(only, depth + 1);
         }
-        match schema.get("type") {
-            Some(Json::String(name)) => self.typed(name, schema, depth),
+        Ok(match schema.get("type") {
+            Some(Json::String(name)) => self.typed(name, schema, depth)?,
             Some(Json::Array(names)) => {
                 let nullable = names.iter().any(|n| n.as_str() == Some("null"));
                 let others: Vec<&str> = names
@@ -107,62 +201,67 @@ impl<'a> Walk<'a> {
                     .filter(|n| *n != "null")
                     .collect();
                 match (others.as_slice(), nullable) {
-                    ([one], true) => optional(self.typed(one, schema, depth)),
-                    ([one], false) => self.typed(one, schema, depth),
+                    ([one], true) => optional(self.typed(one, schema, depth)?),
+                    ([one], false) => self.typed(one, schema, depth)?,
                     _ => Shape::Any,
                 }
             }
             // No type: the keywords present say what it is.
-            _ if schema.contains_key("properties") => self.typed("object", schema, depth),
-            _ if schema.contains_key("items") => self.typed("array", schema, depth),
+            _ if schema.contains_key("properties") => self.typed("object", schema, depth)?,
+            _ if schema.contains_key("items") => self.typed("array", schema, depth)?,
             _ => Shape::Any,
-        }
+        })
     }
 
     /// The shape of a schema of JSON type `name`.
-    fn typed(&mut self, name: &str, schema: &'a Map<String, Json>, depth: usize) -> Shape {
-        match name {
+    fn typed(
+        &mut self,
+        name: &str,
+        schema: &'a Map<String, Json>,
+        depth: usize,
+    ) -> Result<Shape, SchemaError> {
+        Ok(match name {
             "string" => Shape::Str,
             "integer" => Shape::Int(IntKind::S64),
             "number" => Shape::Float(FloatKind::F64),
             "boolean" => Shape::Bool,
             "array" => match schema.get("items") {
-                Some(items) => Shape::List(Box::new(self.shape(items, depth + 1))),
+                Some(items) => Shape::List(Box::new(self.shape(items, depth + 1)?)),
                 None => Shape::List(Box::new(Shape::Any)),
             },
             "object" => {
                 if matches!(schema.get("properties"), Some(Json::Object(p)) if !p.is_empty()) {
-                    return Shape::Record(self.fields(schema, depth));
+                    return Ok(Shape::Record(self.fields(schema, depth)?));
                 }
                 match schema.get("additionalProperties") {
                     Some(Json::Bool(false)) => Shape::Record(Vec::new()),
                     Some(values @ Json::Object(_)) => {
-                        Shape::Dict(Box::new(self.shape(values, depth + 1)))
+                        Shape::Dict(Box::new(self.shape(values, depth + 1)?))
                     }
                     _ => Shape::Dict(Box::new(Shape::Any)),
                 }
             }
             // "null" alone, or a name JSON Schema does not have.
             _ => Shape::Any,
-        }
+        })
     }
 
     /// `anyOf`/`oneOf`: one branch besides `null` is that branch, optional if `null`
     /// is a branch; several are `any`.
-    fn union(&mut self, branches: &'a [Json], depth: usize) -> Shape {
+    fn union(&mut self, branches: &'a [Json], depth: usize) -> Result<Shape, SchemaError> {
         let is_null = |b: &Json| b.get("type").and_then(Json::as_str) == Some("null");
         let nullable = branches.iter().any(is_null);
         let others: Vec<&Json> = branches.iter().filter(|b| !is_null(b)).collect();
-        match (others.as_slice(), nullable) {
-            ([one], true) => optional(self.shape(one, depth + 1)),
-            ([one], false) => self.shape(one, depth + 1),
+        Ok(match (others.as_slice(), nullable) {
+            ([one], true) => optional(self.shape(one, depth + 1)?),
+            ([one], false) => self.shape(one, depth + 1)?,
             _ => Shape::Any,
-        }
+        })
     }
 
     /// A `$ref`: only local ones into `$defs` or `definitions`; one already being
     /// followed (a recursive type) is `any`.
-    fn reference(&mut self, reference: &'a str, depth: usize) -> Shape {
+    fn reference(&mut self, reference: &'a str, depth: usize) -> Result<Shape, SchemaError> {
         let target = ["#/$defs/", "#/definitions/"].iter().find_map(|prefix| {
             let name = reference.strip_prefix(prefix)?;
             let section = prefix.trim_start_matches("#/").trim_end_matches('/');
@@ -170,10 +269,10 @@ impl<'a> Walk<'a> {
             self.root.get(section)?.as_object()?.get(&name)
         });
         let Some(target) = target else {
-            return Shape::Any;
+            return Ok(Shape::Any);
         };
         if self.following.contains(&reference) {
-            return Shape::Any;
+            return Ok(Shape::Any);
         }
         self.following.push(reference);
         let shape = self.shape(target, depth + 1);
@@ -224,8 +323,18 @@ mod tests {
         }
     }
 
+    /// The parameters `schema` describes, with a fresh budget.
+    fn params(schema: &Map<String, Json>) -> Vec<Field> {
+        parameters(schema, &mut Budget::new(&Stop::default())).expect("within the budget")
+    }
+
+    /// The result fields `schema` describes, with a fresh budget.
+    fn outputs(schema: &Map<String, Json>) -> Option<Vec<Field>> {
+        output_fields(schema, &mut Budget::new(&Stop::default())).expect("within the budget")
+    }
+
     fn sig(schema: Json) -> String {
-        signature("t.tool", &parameters(&object(schema)))
+        signature("t.tool", &params(&object(schema)))
     }
 
     #[test]
@@ -271,7 +380,7 @@ mod tests {
 
     #[test]
     fn properties_not_required_are_optional_in_name_order() {
-        let params = parameters(&object(json!({
+        let params = params(&object(json!({
             "type": "object",
             "properties": {
                 "zone": {"type": "string"},
@@ -298,7 +407,7 @@ mod tests {
 
     #[test]
     fn enums_keep_their_values_for_binding() {
-        let params = parameters(&object(json!({
+        let params = params(&object(json!({
             "properties": {
                 "mode": {"enum": ["a", "b", null]},
                 "kind": {"type": "string", "enum": ["x"]}
@@ -350,7 +459,7 @@ mod tests {
         for _ in 0..200 {
             inner = json!({"type": "array", "items": inner});
         }
-        let params = parameters(&object(json!({
+        let params = params(&object(json!({
             "properties": {"deep": inner},
             "required": ["deep"]
         })));
@@ -362,7 +471,7 @@ mod tests {
 
     #[test]
     fn output_fields_only_for_an_object_with_properties() {
-        let fields = output_fields(&object(json!({
+        let fields = outputs(&object(json!({
             "type": "object",
             "properties": {"time": {"type": "string"}, "dst": {"type": "boolean"}},
             "required": ["time"]
@@ -374,8 +483,102 @@ mod tests {
                 Field::new("time", Shape::Str),
             ])
         );
-        assert_eq!(output_fields(&object(json!({"type": "object"}))), None);
-        assert_eq!(output_fields(&object(json!({"type": "array"}))), None);
-        assert!(parameters(&object(json!({"type": "object"}))).is_empty());
+        assert_eq!(outputs(&object(json!({"type": "object"}))), None);
+        assert_eq!(outputs(&object(json!({"type": "array"}))), None);
+        assert!(params(&object(json!({"type": "object"}))).is_empty());
+    }
+
+    /// `$defs` o0..o30, each with 8 properties referencing the next: about 10 KB
+    /// that a walk copying every reference expands to 8^31 shapes.
+    fn reference_bomb() -> Json {
+        let mut defs = Map::new();
+        for level in 0..31 {
+            let next = format!("#/$defs/o{}", level + 1);
+            let properties: Map<String, Json> = (0..8)
+                .map(|p| (format!("p{p}"), json!({"$ref": next})))
+                .collect();
+            defs.insert(
+                format!("o{level}"),
+                json!({"type": "object", "properties": properties}),
+            );
+        }
+        defs.insert("o31".into(), json!({"type": "string"}));
+        json!({
+            "type": "object",
+            "properties": {"root": {"$ref": "#/$defs/o0"}},
+            "$defs": defs
+        })
+    }
+
+    #[test]
+    fn a_reference_bomb_runs_out_of_its_budget_at_once() {
+        let bomb = object(reference_bomb());
+        assert!(serde_json::to_string(&bomb).map_or(0, |t| t.len()) < 12_000);
+        let stop = Stop::default();
+        let mut budget = Budget::new(&stop);
+        assert_eq!(parameters(&bomb, &mut budget), Err(SchemaError::TooLarge));
+        assert_eq!(budget.nodes_left, 0, "it spent exactly the budget");
+        assert_eq!(
+            SchemaError::TooLarge.to_string(),
+            "its schemas describe more than 10000 types (every $ref followed counted), the most a tool may have"
+        );
+    }
+
+    #[test]
+    fn input_and_output_share_one_budget() {
+        let wide = |n: usize| {
+            let properties: Map<String, Json> = (0..n)
+                .map(|p| (format!("p{p}"), json!({"type": "string"})))
+                .collect();
+            object(json!({"type": "object", "properties": properties}))
+        };
+        let stop = Stop::default();
+        let mut budget = Budget::new(&stop);
+        assert_eq!(
+            parameters(&wide(6_000), &mut budget).map(|f| f.len()),
+            Ok(6_000)
+        );
+        assert_eq!(
+            output_fields(&wide(6_000), &mut budget).map(|f| f.map(|f| f.len())),
+            Err(SchemaError::TooLarge)
+        );
+        let mut fresh = Budget::new(&stop);
+        assert_eq!(
+            parameters(&wide(MAX_SCHEMA_NODES), &mut fresh).map(|f| f.len()),
+            Ok(MAX_SCHEMA_NODES),
+            "exactly the budget is allowed"
+        );
+    }
+
+    #[test]
+    fn many_required_names_cost_a_set_lookup_each() {
+        // 60,000 properties, all required: refused by the budget after 10,000
+        // lookups; each lookup is a set's, not a scan of 60,000 names.
+        let properties: Map<String, Json> = (0..60_000)
+            .map(|p| (format!("p{p:05}"), json!({"type": "integer"})))
+            .collect();
+        let required: Vec<Json> = properties.keys().map(|k| json!(k)).collect();
+        let schema = object(json!({"properties": properties, "required": required}));
+        let stop = Stop::default();
+        assert_eq!(
+            parameters(&schema, &mut Budget::new(&stop)),
+            Err(SchemaError::TooLarge)
+        );
+    }
+
+    #[test]
+    fn a_stopped_walk_ends_at_its_next_shape() {
+        let stop = Stop::default();
+        stop.set();
+        let schema = object(json!({"properties": {"a": {"type": "string"}}}));
+        assert_eq!(
+            parameters(&schema, &mut Budget::new(&stop)),
+            Err(SchemaError::Stopped)
+        );
+        assert_eq!(
+            parameters(&object(json!({"type": "object"})), &mut Budget::new(&stop)),
+            Ok(Vec::new()),
+            "no property, no shape walked"
+        );
     }
 }

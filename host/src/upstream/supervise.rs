@@ -22,9 +22,17 @@ const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// The longest wait between reconnections.
 const MAX_RETRY: Duration = Duration::from_secs(60);
 
-/// How long stopping waits for an upstream's child to exit after its session is
-/// closed (rmcp waits up to 3 s after closing stdin, sends SIGTERM, waits up to 3 s
-/// more, then kills it).
+/// The shortest time between two relists of an upstream's tools: an upstream
+/// sending `notifications/tools/list_changed` in a loop made 113 relists (and
+/// catalog rebuilds) in 15 s. Notifications meanwhile make one relist at the end.
+const RELIST_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long stopping an upstream's child waits after closing its stdin, and again
+/// after SIGTERM to its process group, before SIGKILL.
+const CHILD_GRACE: Duration = Duration::from_secs(3);
+
+/// How long stopping an upstream takes at most: [`CHILD_GRACE`] twice, and time
+/// for SIGKILL to land.
 pub(crate) const STOP_GRACE: Duration = Duration::from_secs(8);
 
 /// An upstream that just connected, with what its supervisor watches.
@@ -140,7 +148,7 @@ async fn hand_over(publish: &Publish, upstream: Option<Arc<Upstream>>) -> bool {
 /// the service is gone: republishes it when its tools change; when its session
 /// ends, publishes `None` and reconnects after 1 s, doubling the wait after each
 /// failure up to 60 s. `first` was published already (at start). Stopping closes the
-/// session and waits up to [`STOP_GRACE`] for the child to exit.
+/// session and ends the child's process group within [`STOP_GRACE`].
 pub(crate) async fn supervise(slot: Slot, publish: Publish, mut stop: watch::Receiver<bool>) {
     let Slot { config, first } = slot;
     let name = config.name.clone();
@@ -158,15 +166,30 @@ pub(crate) async fn supervise(slot: Slot, publish: Publish, mut stop: watch::Rec
                 return;
             }
             retry = FIRST_RETRY;
+            // When the next relist is due (`None`: no change is pending), and when
+            // the last one was: relists are at least RELIST_INTERVAL apart.
+            let mut due: Option<tokio::time::Instant> = None;
+            let mut last_relist: Option<tokio::time::Instant> = None;
             loop {
+                let relist = async move {
+                    match due {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     _ = &mut closed => break,
                     _ = stop.changed() => {
-                        current.link.close();
-                        let _ = tokio::time::timeout(STOP_GRACE, &mut closed).await;
+                        current.stop(&mut closed, CHILD_GRACE).await;
                         return;
                     }
-                    () = tools_changed.notified() => {
+                    () = tools_changed.notified(), if due.is_none() => {
+                        let now = tokio::time::Instant::now();
+                        due = Some(last_relist.map_or(now, |last| (last + RELIST_INTERVAL).max(now)));
+                    }
+                    () = relist => {
+                        due = None;
+                        last_relist = Some(tokio::time::Instant::now());
                         match tokio::time::timeout(CONNECT_TIMEOUT, current.relisted(&config)).await {
                             Ok(Ok(relisted)) => {
                                 current = Arc::new(relisted);
@@ -181,6 +204,7 @@ pub(crate) async fn supervise(slot: Slot, publish: Publish, mut stop: watch::Rec
                     }
                 }
             }
+            current.end_leftovers();
             tracing::warn!(upstream = %name, retry_in_s = retry.as_secs(), "upstream disconnected");
             if !hand_over(&publish, None).await {
                 return;
@@ -190,7 +214,13 @@ pub(crate) async fn supervise(slot: Slot, publish: Publish, mut stop: watch::Rec
             () = tokio::time::sleep(retry) => {}
             _ = stop.changed() => return,
         }
-        match attempt(&config).await {
+        // A stop while connecting drops the attempt, which kills the child's
+        // process group.
+        let attempted = tokio::select! {
+            attempted = attempt(&config) => attempted,
+            _ = stop.changed() => return,
+        };
+        match attempted {
             Ok(connected) => {
                 connected_log(&name, &connected);
                 next = Some((connected, false));

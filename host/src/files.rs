@@ -1,12 +1,14 @@
-//! Reading what the plugins folder holds: regular files only, never blocking on one,
-//! and never more than a cap.
+//! Reading files someone else may have put in place (plugins and their sidecars,
+//! the config file, the tokens file, policy modules): regular files only, never
+//! blocking on one, and never more than a cap.
 //!
-//! Anyone who can write to the plugins folder can put there a FIFO named `x.toml`
-//! (opening it for reading waits for a writer forever: startup or the reload thread
-//! would hang), a device, or a sparse 3 GiB `big.wasm` (read whole before anything
-//! looked at it). So a file is opened without blocking, checked on the open handle
-//! (the name may be swapped between a check and an open), and its size is checked
-//! from its metadata before a byte is read.
+//! Anyone who can write to the plugins folder, or replace a secrets file, can put
+//! there a FIFO named `x.toml` (opening it for reading waits for a writer forever:
+//! startup or the reload thread would hang, and every later reload with it), a
+//! device, or a sparse 3 GiB file (read whole before anything looked at it). So a
+//! file is opened without blocking, checked on the open handle (the name may be
+//! swapped between a check and an open), and its size is checked from its metadata
+//! before a byte is read.
 
 use std::fs::File;
 use std::io::Read;
@@ -31,6 +33,23 @@ pub enum FileError {
         /// What sets the cap, for the operator.
         setting: &'static str,
     },
+}
+
+/// Reads the regular file at `path` whole as UTF-8 text, if it has at most `max`
+/// bytes; `setting` names what sets `max` in the error.
+///
+/// # Errors
+///
+/// [`FileError`]; [`FileError::Io`] with `NotFound` when there is no such file, and
+/// with `InvalidData` when it is not UTF-8.
+pub fn read_text(path: &Path, max: u64, setting: &'static str) -> Result<String, FileError> {
+    let bytes = read_regular(path, max, setting)?;
+    String::from_utf8(bytes).map_err(|_| {
+        FileError::Io(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "it is not UTF-8 text",
+        ))
+    })
 }
 
 /// Reads the regular file at `path` whole, if it has at most `max` bytes; `setting`

@@ -1,0 +1,207 @@
+"""A hostile upstream MCP server for codemode-host's tests and soak.
+
+Speaks MCP's stdio transport by hand (standard library only), so that it can send
+what no SDK would: a tool list whose schemas explode when expanded, a result over
+any limit, a line that never ends, a flood of list_changed notifications, error
+messages that try to forge log lines. What it does is chosen by HOSTILE_MODE, a
+comma-separated list of:
+
+  bomb      list a tool `bomb` whose $defs reference each other 8 times per level
+            (about 10 KB, 8^31 types when expanded)
+  wide      list a tool `wide` with 60,000 required properties
+  deep      list a tool `deep` whose schema nests 300 arrays deep
+  slowlist  answer tools/list after HOSTILE_SLOW seconds (default 60)
+  family    at start, start two grandchildren that ignore SIGTERM: one in this
+            process's group, one in a session of its own (`setsid`); their PIDs
+            are logged as `grandchild PID` and `detached PID`
+  flood     on `notifications/initialized`, and after answering each tools/list,
+            send 100 list_changed notifications
+
+Whatever the mode, it lists `echo` (answers its `text`), `fail` (a JSON-RPC error
+whose message is its `text`), `shout` (writes its `text` to stderr, then answers
+`ok`), `huge` (a result of HOSTILE_HUGE_BYTES bytes, default 17 MiB) and `stall`
+(writes half a line, never the rest). Each start appends `started PID` to the
+file HOSTILE_LOG names, and each `tools/list` answered appends `listed T` (T: the
+monotonic clock, in seconds).
+"""
+
+import json
+import os
+import sys
+import time
+
+MODES = set(filter(None, os.environ.get("HOSTILE_MODE", "").split(",")))
+out = sys.stdout.buffer
+
+
+def log(line):
+    path = os.environ.get("HOSTILE_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+
+
+def send(message):
+    out.write(json.dumps(message).encode() + b"\n")
+    out.flush()
+
+
+def text_tool(name, description):
+    return {
+        "name": name,
+        "description": description,
+        "inputSchema": {
+            "type": "object",
+            "properties": {"text": {"type": "string"}},
+            "required": ["text"],
+        },
+    }
+
+
+def bomb():
+    defs = {}
+    for level in range(31):
+        ref = {"$ref": f"#/$defs/o{level + 1}"}
+        defs[f"o{level}"] = {
+            "type": "object",
+            "properties": {f"p{p}": ref for p in range(8)},
+        }
+    defs["o31"] = {"type": "string"}
+    return {
+        "name": "bomb",
+        "description": "Explodes when its references are copied.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"root": {"$ref": "#/$defs/o0"}},
+            "$defs": defs,
+        },
+    }
+
+
+def wide():
+    names = [f"p{i:05}" for i in range(60_000)]
+    return {
+        "name": "wide",
+        "description": "Has 60,000 required properties.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {n: {"type": "integer"} for n in names},
+            "required": names,
+        },
+    }
+
+
+def deep():
+    schema = {"type": "string"}
+    for _ in range(300):
+        schema = {"type": "array", "items": schema}
+    return {
+        "name": "deep",
+        "description": "Nests 300 arrays deep.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"x": schema},
+            "required": ["x"],
+        },
+    }
+
+
+def tools():
+    listed = [
+        text_tool("echo", "Answers its text."),
+        text_tool("fail", "Fails with its text as the error message."),
+        text_tool("shout", "Writes its text to stderr."),
+        {"name": "huge", "description": "Answers too much.", "inputSchema": {"type": "object"}},
+        {"name": "stall", "description": "Never ends its answer.", "inputSchema": {"type": "object"}},
+    ]
+    if "bomb" in MODES:
+        listed.append(bomb())
+    if "wide" in MODES:
+        listed.append(wide())
+    if "deep" in MODES:
+        listed.append(deep())
+    return listed
+
+
+def result(text):
+    return {"content": [{"type": "text", "text": text}], "isError": False}
+
+
+def call(request_id, name, arguments):
+    text = str(arguments.get("text", ""))
+    if name == "echo":
+        send({"jsonrpc": "2.0", "id": request_id, "result": result(text)})
+    elif name == "fail":
+        send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32000, "message": text}})
+    elif name == "shout":
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+        send({"jsonrpc": "2.0", "id": request_id, "result": result("ok")})
+    elif name == "huge":
+        size = int(os.environ.get("HOSTILE_HUGE_BYTES", str(17 << 20)))
+        send({"jsonrpc": "2.0", "id": request_id, "result": result("x" * size)})
+    elif name == "stall":
+        out.write(b'{"jsonrpc": "2.0", "id": ' + json.dumps(request_id).encode() + b', "res')
+        out.flush()
+    else:
+        send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": f"no tool {name}"}})
+
+
+def flood():
+    for _ in range(100):
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+
+
+def family():
+    import subprocess
+
+    stubborn = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)"]
+    quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    grandchild = subprocess.Popen(stubborn, **quiet)
+    detached = subprocess.Popen(stubborn, start_new_session=True, **quiet)
+    log(f"grandchild {grandchild.pid}")
+    log(f"detached {detached.pid}")
+
+
+def main():
+    log(f"started {os.getpid()}")
+    if "family" in MODES:
+        family()
+    for line in sys.stdin.buffer:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        method = message.get("method")
+        request_id = message.get("id")
+        params = message.get("params") or {}
+        if method == "initialize":
+            send({
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "result": {
+                    "protocolVersion": params.get("protocolVersion", "2025-06-18"),
+                    "capabilities": {"tools": {"listChanged": True}},
+                    "serverInfo": {"name": "hostile", "version": "1.0.0"},
+                },
+            })
+        elif method == "notifications/initialized":
+            if "flood" in MODES:
+                flood()
+        elif method == "tools/list":
+            if "slowlist" in MODES:
+                time.sleep(float(os.environ.get("HOSTILE_SLOW", "60")))
+            log(f"listed {time.monotonic():.6f}")
+            send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": tools()}})
+            if "flood" in MODES:
+                flood()
+        elif method == "tools/call":
+            call(request_id, params.get("name"), params.get("arguments") or {})
+        elif method == "ping":
+            send({"jsonrpc": "2.0", "id": request_id, "result": {}})
+        elif request_id is not None:
+            send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": "no such method"}})
+
+
+if __name__ == "__main__":
+    main()
