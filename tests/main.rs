@@ -8,6 +8,7 @@
 
 mod authorize;
 mod canary;
+mod compile;
 mod concurrency;
 mod config;
 mod conformance;

@@ -7,7 +7,10 @@
 //! sized by an argument, a client that goes away mid-call — while one thread holds
 //! connections that never finish their headers or bodies, another replaces a plugin
 //! every [`REPLACE_EVERY`], and a plugin whose `describe()` never returns sits in the
-//! folder so that every reload meets it. What must hold: no ordinary program fails,
+//! folder so that every reload meets it. Beside them run hostile upstream MCP
+//! servers (`tests/upstreams/hostile.py`): a schema bomb and a schema too deep, a
+//! flood of list_changed, a result over 16 MiB, a crash loop, a slow tool list.
+//! What must hold: no ordinary program fails,
 //! every hostile one is answered with its exact text within the budget plus
 //! [`SLACK`], resident memory, threads and open files stay flat (read on the idle
 //! server after a warm-up and after the soak; the trend per sixth of the run is
@@ -75,6 +78,10 @@ enum Expect {
     OneOf(&'static [i64]),
     /// This error text, exactly, within the budget plus [`SLACK`].
     Error(String),
+    /// One of these error texts, within the budget plus [`SLACK`] (a crashing
+    /// upstream's call fails as unavailable; while it restarts, its names are not
+    /// in the catalog).
+    Errors(Vec<String>),
     /// No answer: the client sends the program and hangs up after
     /// [`VANISH_AFTER`]; the server must free the slot.
     Vanish,
@@ -190,6 +197,27 @@ fn mix() -> Vec<Case> {
             "def main():\n    return records.query(filter={}, tags=[], limit=2000000000)[\"total\"]",
             "authorization policy failure",
         ),
+        ordinary(
+            "upstream echo",
+            "def main():\n    return rogue.echo(text=\"x\")[\"text\"]",
+            Expect::Value(json!("x")),
+        ),
+        hostile(
+            "oversized upstream result",
+            "def main():\n    return rogue.huge()",
+            "capability failed: upstream rogue sent a result over 16 MiB",
+        ),
+        Case {
+            name: "crashing upstream",
+            source: "def main():\n    return crashy.crash()",
+            expect: Expect::Errors(vec![
+                "capability failed: upstream crashy is unavailable".to_owned(),
+                "invalid program: <codemode>:2:12: unknown capability `crashy.crash` (find names with search_api)".to_owned(),
+                // While it restarts it has no name at all (issue 35 will say more).
+                "invalid program: <codemode>:2:12: Variable `crashy` not found".to_owned(),
+            ]),
+            weight: 1,
+        },
         Case {
             name: "client hangs up",
             source: "def main():\n    return sleepy.nap(ms=600000)",
@@ -282,6 +310,55 @@ fn place(from: &Path, folder: &Path, name: &str) {
     std::fs::rename(&temp, folder.join(name)).expect("move a plugin in place");
 }
 
+/// The hostile upstreams of the soak, as a config file: `rogue` (a tool schema
+/// that explodes when expanded, one nested 300 levels deep, 100 list_changed
+/// notifications after every list, a 17 MiB result), `crashy` (exits whenever
+/// `crash` is called: a crash loop as fast as the clients call it) and `slow` (its
+/// tool list takes 3 s). Names other than the test plugin `hostile`'s root, which
+/// an upstream would take.
+fn upstreams_config() -> PathBuf {
+    let dir = root().join("target/soak-upstreams");
+    std::fs::create_dir_all(&dir).expect("create the soak's upstream folder");
+    let script = root().join("tests/upstreams/hostile.py");
+    let upstream = |name: &str, mode: &str| {
+        format!(
+            "[[upstream]]\nname = {name:?}\ncommand = [\"python3\", {:?}]\nenv = {{ HOSTILE_MODE = {mode:?}, HOSTILE_SLOW = \"3\" }}\n\n",
+            script.display().to_string()
+        )
+    };
+    let text = [
+        upstream("rogue", "bomb,deep,flood"),
+        upstream("crashy", "crash"),
+        upstream("slow", "slowlist"),
+    ]
+    .concat();
+    let path = dir.join("upstreams.toml");
+    std::fs::write(&path, text).expect("write the soak's upstreams");
+    path
+}
+
+/// Waits until `crashy` serves again (it restarts a second after its last crash).
+fn crashy_back(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut client = Client::connect(port).expect("connect");
+    loop {
+        let got = client
+            .post(&execute_body(
+                "def main():\n    return crashy.echo(text=\"up\")[\"text\"]",
+            ))
+            .map_err(|e| format!("request failed: {e}"))
+            .and_then(|response| answer(&response));
+        if got == Ok(json!("up")) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "crashy did not come back: {got:?}"
+        );
+        std::thread::sleep(SAMPLE_EVERY);
+    }
+}
+
 /// The plugins folder of the soak: three examples, the sleeping, hostile and
 /// replaced test plugins, and `drowsy`, whose `describe()` never returns.
 fn plugins_folder() -> PathBuf {
@@ -353,7 +430,12 @@ fn check(
         (Expect::Error(want), Err(text)) if text == want => {
             (took > BUDGET + SLACK).then(|| format!("answered after {took:?}"))
         }
-        (Expect::Value(_) | Expect::Error(_) | Expect::Vanish, got) => Some(format!("got {got:?}")),
+        (Expect::Errors(wanted), Err(text)) if wanted.contains(text) => {
+            (took > BUDGET + SLACK).then(|| format!("answered after {took:?}"))
+        }
+        (Expect::Value(_) | Expect::Error(_) | Expect::Errors(_) | Expect::Vanish, got) => {
+            Some(format!("got {got:?}"))
+        }
     }
 }
 
@@ -563,6 +645,7 @@ fn the_server_holds_up_under_ordinary_and_hostile_load() {
         .unwrap_or_else(|| "host".to_owned());
     let cache = root().join("target/soak-cache").join(profile);
     let policy = root().join("tests/policies/soak.rego");
+    let upstreams = upstreams_config();
     let slots = SLOTS.to_string();
     let mut server = Server::spawn(
         &binary,
@@ -579,6 +662,8 @@ fn the_server_holds_up_under_ordinary_and_hostile_load() {
             OsStr::new(&slots),
             OsStr::new("--load-timeout"),
             OsStr::new("1s"),
+            OsStr::new("--config"),
+            upstreams.as_os_str(),
         ],
     );
     let skipped_at_start = server
@@ -598,6 +683,7 @@ fn the_server_holds_up_under_ordinary_and_hostile_load() {
         cases().iter().map(|_| Tally::default()).collect::<Vec<_>>(),
     ));
     warm_up(port, &tallies);
+    crashy_back(port);
     let before = read(&server, Duration::ZERO);
     let started = Instant::now();
     let until = started + Duration::from_secs(seconds);
@@ -670,6 +756,8 @@ fn the_server_holds_up_under_ordinary_and_hostile_load() {
             of.iter().map(|s| s.fds).max().unwrap_or(0)
         );
     }
+    // Its child's pipes are open files: read with it serving, as before.
+    crashy_back(port);
     let after = idle(&server, before.fds);
     println!(
         "  idle after the warm-up / after the soak: RSS {:.0} / {:.0} MiB, threads {} / {}, open files {} / {}",
@@ -731,6 +819,8 @@ fn the_server_holds_up_under_ordinary_and_hostile_load() {
         .filter(|l| l.contains("panicked") || l.contains("ERROR"))
         // The crashing test plugin panics on purpose; its stderr reaches the log.
         .filter(|l| !l.contains("panicked at tests/plugins/hostile/"))
+        // The crashing upstream is unavailable now and then, on purpose.
+        .filter(|l| !l.contains("upstream=crashy"))
         .take(5)
     {
         failures.push(format!("logged: {line}"));

@@ -23,10 +23,15 @@ use std::time::{Duration, Instant};
 const POLL: Duration = Duration::from_millis(10);
 
 /// Makes `command` start its child as the leader of a new process group, with
-/// SIGKILL as its parent-death signal (Linux; elsewhere only the group).
-pub(crate) fn prepare(command: &mut tokio::process::Command) {
+/// SIGKILL as its parent-death signal (Linux; elsewhere only the group). The
+/// signal follows the thread that starts the child: start it from a thread that
+/// lives as long as the child should (or that waits for it).
+pub(crate) fn prepare(command: &mut std::process::Command) {
     #[cfg(unix)]
-    command.process_group(0);
+    {
+        use std::os::unix::process::CommandExt;
+        command.process_group(0);
+    }
     #[cfg(target_os = "linux")]
     linux::die_with_parent(command);
 }
@@ -176,7 +181,8 @@ mod linux {
     /// the child at once if its parent already died between the fork and the
     /// `prctl` (the signal would then never come).
     #[cfg(target_os = "linux")]
-    pub(super) fn die_with_parent(command: &mut tokio::process::Command) {
+    pub(super) fn die_with_parent(command: &mut std::process::Command) {
+        use std::os::unix::process::CommandExt;
         // SAFETY: getpid is async-signal-safe; it runs here, in the parent.
         let parent = unsafe { libc::getpid() };
         let set = move || {
@@ -273,7 +279,7 @@ mod tests {
             // A shell leading its group, with a child that ignores SIGTERM.
             let mut command = tokio::process::Command::new("sh");
             command.args(["-c", "trap '' TERM; sleep 60 & trap '' TERM; wait"]);
-            prepare(&mut command);
+            prepare(command.as_std_mut());
             let mut child = command.spawn().expect("start sh");
             let group = child.id().expect("a pid");
             assert!(group_alive(group));

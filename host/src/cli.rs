@@ -18,7 +18,7 @@ use codemode_host::mcp::http::{Authentication, ConnectionLimits, HttpConfig, LOO
 use codemode_host::units::{
     MAX_DURATION, MAX_DURATION_TEXT, MAX_SIZE, parse_bytes, parse_duration,
 };
-use codemode_host::{LOCAL_SUBJECT, Limits, LoadLimits};
+use codemode_host::{Compiler, DEFAULT_COMPILE_MEMORY, LOCAL_SUBJECT, Limits, LoadLimits};
 
 /// MCP server for code mode: capabilities from WebAssembly components
 ///
@@ -258,6 +258,14 @@ pub struct Cli {
     #[arg(long, value_name = "SIZE", value_parser = size, global = true)]
     pub max_plugin_bytes: Option<usize>,
 
+    /// Memory one plugin's compilation may use [default: 4GiB]
+    ///
+    /// Each plugin is compiled in a child process of its own, its heap capped at
+    /// this and killed at --load-timeout; a plugin past either is skipped with
+    /// the reason. At most 1TiB.
+    #[arg(long, value_name = "SIZE", value_parser = compile_memory, global = true)]
+    pub max_compile_memory: Option<u64>,
+
     /// Time to compile one plugin, and to describe it [default: 30s]
     ///
     /// A plugin past it is skipped with the reason; startup and reloading go on
@@ -302,6 +310,18 @@ fn size(text: &str) -> Result<usize, String> {
     let size = parse_bytes(text)?;
     if size > MAX_SIZE {
         return Err("at most 4GiB".to_owned());
+    }
+    Ok(size)
+}
+
+/// A compile memory cap: positive, at most 1 TiB.
+fn compile_memory(text: &str) -> Result<u64, String> {
+    let size = parse_bytes(text)? as u64;
+    if size == 0 {
+        return Err("must be positive (e.g. 4GiB)".to_owned());
+    }
+    if size > 1 << 40 {
+        return Err("at most 1TiB".to_owned());
     }
     Ok(size)
 }
@@ -643,6 +663,22 @@ impl Cli {
                 .max_plugin_bytes
                 .map_or(d.max_plugin_bytes, |b| b as u64),
             load_timeout: self.load_timeout.unwrap_or(d.load_timeout),
+            compiler: self.compiler(),
+        }
+    }
+
+    /// Where plugins are compiled: in a child process of this binary, unless its
+    /// path cannot be had (then on a thread, with a WARN).
+    fn compiler(&self) -> Compiler {
+        match std::env::current_exe() {
+            Ok(program) => Compiler::Child {
+                program,
+                max_memory: self.max_compile_memory.unwrap_or(DEFAULT_COMPILE_MEMORY),
+            },
+            Err(error) => {
+                tracing::warn!(reason = %error, "cannot find this binary's path; plugins are compiled in this process, their memory unbounded");
+                Compiler::InProcess
+            }
         }
     }
 }
@@ -692,8 +728,27 @@ mod tests {
             LoadLimits {
                 max_plugin_bytes: 256 << 20,
                 load_timeout: Duration::from_secs(600),
+                compiler: Compiler::Child {
+                    program: std::env::current_exe()?,
+                    max_memory: 4 << 30,
+                },
             }
         );
+        let cli = Cli::try_parse_from([
+            "codemode-host",
+            "precompile",
+            "--max-compile-memory",
+            "512MiB",
+        ])?;
+        assert_eq!(
+            cli.loading().compiler,
+            Compiler::Child {
+                program: std::env::current_exe()?,
+                max_memory: 512 << 20,
+            }
+        );
+        assert!(Cli::try_parse_from(["codemode-host", "--max-compile-memory", "0"]).is_err());
+        assert!(Cli::try_parse_from(["codemode-host", "--max-compile-memory", "2048GiB"]).is_err());
         let cli = Cli::try_parse_from(["codemode-host", "precompile", "--load-timeout", "2s"])?;
         assert_eq!(
             cli.precompile_loading().load_timeout,

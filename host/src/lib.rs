@@ -52,7 +52,10 @@ pub use error::ToolError;
 pub use execute::{
     Executed, Execution, FailedCall, LimitError, Limits, RunnerError, Stats, default_cache_dir,
 };
-pub use plugins::{LoadError, LoadLimits, Skipped, TypeError};
+pub use plugins::{
+    COMPILE_COMMAND, COMPILE_MEMORY_ARG, Compiler, DEFAULT_COMPILE_MEMORY, LoadError, LoadLimits,
+    Skipped, TypeError, compile_child,
+};
 pub use service::{
     LOCAL_SUBJECT, Precompiled, Reloaded, Service, ServiceConfig, StartError, precompile,
 };

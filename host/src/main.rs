@@ -31,7 +31,16 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 const ORPHAN_GRACE: Duration = Duration::from_secs(2);
 
 fn main() -> ExitCode {
-    let cli = match config::parse(std::env::args_os().collect()) {
+    // A compiler process (plugins/compile.rs) reads no flags, variables or config
+    // file: its parent gave it everything.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args
+        .get(1)
+        .is_some_and(|a| a == codemode_host::COMPILE_COMMAND)
+    {
+        return compile_plugin(&args[2..]);
+    }
+    let cli = match config::parse(args) {
         Ok(cli) => cli,
         Err(error) => error.exit(),
     };
@@ -71,6 +80,32 @@ fn main() -> ExitCode {
             for line in format!("{error:#}").lines() {
                 tracing::error!("{line}");
             }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The compiler process: `compile-plugin --max-memory BYTES`, the component on
+/// stdin, the artifact on stdout, the reason on stderr.
+fn compile_plugin(args: &[std::ffi::OsString]) -> ExitCode {
+    let max_memory = match args {
+        [flag, value] if flag == codemode_host::COMPILE_MEMORY_ARG => {
+            value.to_str().and_then(|v| v.parse::<u64>().ok())
+        }
+        _ => None,
+    };
+    let Some(max_memory) = max_memory else {
+        eprintln!(
+            "usage: codemode-host {} {} BYTES (the server runs this itself)",
+            codemode_host::COMPILE_COMMAND,
+            codemode_host::COMPILE_MEMORY_ARG
+        );
+        return ExitCode::from(2);
+    };
+    match codemode_host::compile_child(max_memory) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(reason) => {
+            eprintln!("{reason}");
             ExitCode::FAILURE
         }
     }

@@ -24,6 +24,17 @@ pub const MAX_DURATION_TEXT: &str = "at most 1 day (24h)";
 /// The largest size a size flag takes unless its own help says otherwise: 4 GiB.
 pub const MAX_SIZE: usize = 4 << 30;
 
+/// `bytes` as a person writes it: in the largest of GiB, MiB, KiB that divides it
+/// (`256 MiB`), else in bytes.
+pub fn format_bytes(bytes: u64) -> String {
+    for (unit, size) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if bytes >= size && bytes.is_multiple_of(size) {
+            return format!("{} {unit}", bytes / size);
+        }
+    }
+    format!("{bytes} bytes")
+}
+
 /// Parses a duration: a number with `ms`, `s`, `m` or `h` (`5s`, `500ms`, `1.5s`).
 ///
 /// # Errors
@@ -86,6 +97,16 @@ pub fn parse_bytes(text: &str) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_are_written_in_the_largest_unit_that_divides_them() {
+        assert_eq!(format_bytes(4 << 30), "4 GiB");
+        assert_eq!(format_bytes(256 << 20), "256 MiB");
+        assert_eq!(format_bytes(1536 << 20), "1536 MiB");
+        assert_eq!(format_bytes(3 << 10), "3 KiB");
+        assert_eq!(format_bytes(1000), "1000 bytes");
+        assert_eq!(format_bytes(0), "0 bytes");
+    }
 
     #[test]
     fn durations_and_sizes_parse_with_units() {

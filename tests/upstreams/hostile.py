@@ -14,6 +14,8 @@ comma-separated list of:
   family    at start, start two grandchildren that ignore SIGTERM: one in this
             process's group, one in a session of its own (`setsid`); their PIDs
             are logged as `grandchild PID` and `detached PID`
+  crash     exit when `tools/call` names `crash` (a crash loop, as often as it is
+            called)
   flood     on `notifications/initialized`, and after answering each tools/list,
             send 100 list_changed notifications
 
@@ -114,6 +116,8 @@ def tools():
         {"name": "huge", "description": "Answers too much.", "inputSchema": {"type": "object"}},
         {"name": "stall", "description": "Never ends its answer.", "inputSchema": {"type": "object"}},
     ]
+    if "crash" in MODES:
+        listed.append({"name": "crash", "description": "Ends the server mid-call.", "inputSchema": {"type": "object"}})
     if "bomb" in MODES:
         listed.append(bomb())
     if "wide" in MODES:
@@ -140,6 +144,9 @@ def call(request_id, name, arguments):
     elif name == "huge":
         size = int(os.environ.get("HOSTILE_HUGE_BYTES", str(17 << 20)))
         send({"jsonrpc": "2.0", "id": request_id, "result": result("x" * size)})
+    elif name == "crash" and "crash" in MODES:
+        log("crash")
+        os._exit(3)
     elif name == "stall":
         out.write(b'{"jsonrpc": "2.0", "id": ' + json.dumps(request_id).encode() + b', "res')
         out.flush()

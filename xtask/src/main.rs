@@ -64,7 +64,9 @@ tasks:
   soak [SECONDS] build the plugins and a release build, then run the soak
                  (tests/soak.rs) against it for SECONDS (default 60): 8
                  HTTP clients mixing ordinary and hostile programs, slow
-                 connections, a plugin replaced every 2 s; checks answers,
+                 connections, a plugin replaced every 2 s, hostile upstream
+                 MCP servers (schema bomb, flood of list_changed, results
+                 over 16 MiB, a crash loop, a slow tool list); checks answers,
                  deadlines, and that memory, threads and open files stay
                  flat (the test command runs it for 10 s on the debug build)
   dist [--debug] build the container image's layout into target/dist (the

@@ -53,13 +53,16 @@ pub enum Compiler {
 }
 
 /// Why a compilation failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum CompileError {
     /// wasmtime refused the component (its message).
+    #[error("{0:#}")]
     Invalid(wasmtime::Error),
     /// It ran past the load timeout (and was killed, in a child).
+    #[error("compiling took longer than {} ms", .0.as_millis())]
     Timeout(Duration),
     /// The child ran out of its memory cap.
+    #[error("compiling needed more than {} bytes of memory", .0)]
     Memory(u64),
 }
 
@@ -83,7 +86,11 @@ pub(crate) fn compile(
 /// Cranelift cannot be interrupted: past the deadline the compilation is left to
 /// finish (its size is capped by `--max-plugin-bytes`) and its result dropped, so
 /// that the loader (startup, the reload thread) moves on.
-fn on_a_thread(engine: &Engine, bytes: &[u8], timeout: Duration) -> Result<Component, CompileError> {
+fn on_a_thread(
+    engine: &Engine,
+    bytes: &[u8],
+    timeout: Duration,
+) -> Result<Component, CompileError> {
     let (done, result) = sync_channel(1);
     let engine = engine.clone();
     let bytes = bytes.to_vec();
@@ -94,7 +101,9 @@ fn on_a_thread(engine: &Engine, bytes: &[u8], timeout: Duration) -> Result<Compo
             let _ = done.send(Component::new(&engine, &bytes));
         })
         .map_err(|error| {
-            CompileError::Invalid(wasmtime::Error::msg(format!("cannot start compiling: {error}")))
+            CompileError::Invalid(wasmtime::Error::msg(format!(
+                "cannot start compiling: {error}"
+            )))
         })?;
     match result.recv_timeout(timeout) {
         Ok(compiled) => compiled.map_err(CompileError::Invalid),
@@ -111,18 +120,23 @@ fn in_a_child(
     timeout: Duration,
 ) -> Result<Component, CompileError> {
     let cannot = |what: &str, error: std::io::Error| {
-        CompileError::Invalid(wasmtime::Error::msg(format!("cannot {what} the compiler process: {error}")))
+        CompileError::Invalid(wasmtime::Error::msg(format!(
+            "cannot {what} the compiler process: {error}"
+        )))
     };
-    let mut child = Command::new(program)
+    let mut command = Command::new(program);
+    command
         .arg(COMPILE_COMMAND)
         .arg(COMPILE_MEMORY_ARG)
         .arg(max_memory.to_string())
         .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|error| cannot("start", error))?;
+        .stderr(Stdio::piped());
+    // It dies with the server; this thread waits for it, so the death signal (tied
+    // to the starting thread) cannot fire early.
+    crate::children::prepare(&mut command);
+    let mut child = command.spawn().map_err(|error| cannot("start", error))?;
     let (Some(mut stdin), Some(mut stdout), Some(mut stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -183,7 +197,10 @@ fn failed(status: &std::process::ExitStatus, reason: &str, max_memory: u64) -> C
     {
         use std::os::unix::process::ExitStatusExt;
         let out_of_memory = reason.contains("memory allocation of")
-            || matches!(status.signal(), Some(libc::SIGABRT | libc::SIGKILL | libc::SIGSEGV));
+            || matches!(
+                status.signal(),
+                Some(libc::SIGABRT | libc::SIGKILL | libc::SIGSEGV)
+            );
         if out_of_memory {
             return CompileError::Memory(max_memory);
         }

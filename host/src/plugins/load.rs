@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use wasmtime::Engine;
 use wasmtime::component::{Component, InstancePre};
 
+use super::compile::{self, CompileError, Compiler};
 use super::grants::Grants;
 use super::invoke::CallTarget;
 use super::metadata::{self, METADATA_INTERFACE, MetadataEntry};
@@ -37,6 +38,9 @@ pub struct LoadLimits {
     /// Wall time for compiling one plugin, and again for its `describe()`
     /// (`--load-timeout`): a plugin past it is skipped with the reason.
     pub load_timeout: Duration,
+    /// Where plugins are compiled (the binary: a child process capped by
+    /// `--max-compile-memory`).
+    pub compiler: Compiler,
 }
 
 impl Default for LoadLimits {
@@ -46,6 +50,7 @@ impl Default for LoadLimits {
             // The Python and JavaScript examples (12-40 MB components) compile in
             // about 10 s on a busy 2-vCPU machine: a tighter default skipped them.
             load_timeout: Duration::from_secs(30),
+            compiler: Compiler::InProcess,
         }
     }
 }
@@ -74,6 +79,9 @@ pub enum LoadError {
     /// Compiling took longer than `--load-timeout`.
     #[error("compiling took longer than {} ms (--load-timeout)", .0.as_millis())]
     CompileTimeout(Duration),
+    /// Compiling needed more memory than `--max-compile-memory`.
+    #[error("compiling needed more than {} of memory (--max-compile-memory)", crate::units::format_bytes(*.0))]
+    CompileMemory(u64),
     /// Its imports could not be linked.
     #[error("cannot link the component's imports: {0:#}")]
     Link(wasmtime::Error),
@@ -260,7 +268,10 @@ pub(crate) fn load_file(
     if bytes.get(6..8) != Some(&COMPONENT_LAYER[..]) {
         return Err(LoadError::CoreModule);
     }
-    let compile = || compile_within(engine, &bytes, limits.load_timeout);
+    let compile = || {
+        compile::compile(engine, &bytes, &limits.compiler, limits.load_timeout)
+            .map_err(wasmtime::Error::new)
+    };
     let cache_entry = cache.map(|cache| cache.entry(engine, PLUGIN_PREFIX, &bytes));
     let (component, cached) = match (cache, &cache_entry) {
         (Some(cache), Some(entry)) => cache
@@ -268,8 +279,10 @@ pub(crate) fn load_file(
             .map(|(c, origin)| (c, origin == Origin::Cached)),
         _ => compile().map(|c| (c, false)),
     }
-    .map_err(|error| match error.downcast::<CompileTimeout>() {
-        Ok(CompileTimeout(limit)) => LoadError::CompileTimeout(limit),
+    .map_err(|error| match error.downcast::<CompileError>() {
+        Ok(CompileError::Timeout(limit)) => LoadError::CompileTimeout(limit),
+        Ok(CompileError::Memory(max)) => LoadError::CompileMemory(max),
+        Ok(CompileError::Invalid(error)) => LoadError::Compile(error),
         Err(error) => LoadError::Compile(error),
     })?;
     let loaded = prepare(engine, path, &component, limits);
@@ -345,39 +358,6 @@ fn prepare(
         targets,
         ignored_exports,
     })
-}
-
-/// The error of a compilation that ran past its deadline.
-#[derive(Debug)]
-struct CompileTimeout(Duration);
-
-impl std::fmt::Display for CompileTimeout {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "compiling took longer than {} ms", self.0.as_millis())
-    }
-}
-
-impl std::error::Error for CompileTimeout {}
-
-/// Compiles `bytes` on a thread of its own and waits at most `timeout` for it.
-/// Cranelift cannot be interrupted: past the deadline the compilation is left to
-/// finish (its size is capped by `--max-plugin-bytes`) and its result dropped, so
-/// that the loader (startup, the reload thread) moves on.
-fn compile_within(engine: &Engine, bytes: &[u8], timeout: Duration) -> wasmtime::Result<Component> {
-    let (done, result) = std::sync::mpsc::sync_channel(1);
-    let engine = engine.clone();
-    let bytes = bytes.to_vec();
-    std::thread::Builder::new()
-        .name("codemode-compile".into())
-        .spawn(move || {
-            // The receiver is gone after a timeout; nobody wants the result then.
-            let _ = done.send(Component::new(&engine, &bytes));
-        })
-        .map_err(|error| wasmtime::Error::msg(format!("cannot start compiling: {error}")))?;
-    match result.recv_timeout(timeout) {
-        Ok(compiled) => compiled,
-        Err(_) => Err(wasmtime::Error::new(CompileTimeout(timeout))),
-    }
 }
 
 /// The name a plugin is known by in messages: its file name.

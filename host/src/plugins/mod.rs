@@ -5,6 +5,7 @@
 //! [`CapabilitySpec`](crate::catalog::CapabilitySpec)s and keeps, per capability, which
 //! plugin export serves it.
 
+mod compile;
 mod folder;
 mod grants;
 mod invoke;
@@ -18,6 +19,9 @@ mod sandbox;
 mod session;
 mod spare;
 
+pub use compile::{
+    COMPILE_COMMAND, COMPILE_MEMORY_ARG, Compiler, DEFAULT_COMPILE_MEMORY, compile_child,
+};
 pub use load::{LoadError, LoadLimits};
 pub use reflect::TypeError;
 

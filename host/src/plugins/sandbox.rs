@@ -82,6 +82,23 @@ pub(crate) fn engine(instances: u32) -> wasmtime::Result<Engine> {
     // says the ioctl exists. Both must hold to reset by the scan.
     let scan = *reset_check::checked() == reset_check::Verdict::Trusted
         && PoolingAllocationConfig::is_pagemap_scan_available();
+    Engine::new(&config(instances, scan))
+}
+
+/// An engine that compiles exactly as [`engine`]'s (the same settings; its
+/// artifacts load there) but runs nothing: for a compiler process, which needs no
+/// self-check of slot resets.
+///
+/// # Errors
+///
+/// When wasmtime rejects the configuration.
+pub(crate) fn compiling_engine() -> wasmtime::Result<Engine> {
+    Engine::new(&config(1, false))
+}
+
+/// The configuration of [`engine`]: `instances` instances, slots reset by the
+/// kernel's scan when `scan`.
+fn config(instances: u32, scan: bool) -> Config {
     let keep_resident = if scan {
         SCANNED_KEEP_RESIDENT_BYTES
     } else {
@@ -112,7 +129,7 @@ pub(crate) fn engine(instances: u32) -> wasmtime::Result<Engine> {
     config.consume_fuel(true);
     config.epoch_interruption(true);
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-    Engine::new(&config)
+    config
 }
 
 /// Caps every linear memory of one store and remembers whether a program hit the

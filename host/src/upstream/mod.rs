@@ -449,7 +449,7 @@ fn child(
     if let Some(cwd) = cwd {
         child.current_dir(cwd);
     }
-    crate::children::prepare(&mut child);
+    crate::children::prepare(child.as_std_mut());
     let mut child = child
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
