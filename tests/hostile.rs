@@ -67,7 +67,7 @@ fn schema_bombs_are_skipped_and_the_rest_of_the_upstream_serves() {
                     "WARN",
                     "upstream=hostile",
                     &format!("tool={tool} "),
-                    "its schemas describe more than 10000 types",
+                    "its schemas describe more than 10000 types or 1 MiB of names and values",
                     "upstream tool skipped",
                 ]
             )
@@ -366,7 +366,8 @@ fn no_child_or_grandchild_outlives_a_stop() {
 
 #[test]
 fn a_sigkilled_server_takes_its_children_along() {
-    let (config, log) = hostile_config("sigkill", "", "");
+    // The child stays after its stdin ends, as a server busy elsewhere would.
+    let (config, log) = hostile_config("sigkill", "linger", "");
     let server = HttpServer::start(&["--config", config.to_str().expect("utf-8")]);
     let child = logged_pid(&log, "started");
     let _reap = Reap(vec![child]);
@@ -442,6 +443,12 @@ fn oversized_deep_and_unterminated_answers_fail_their_call_and_nothing_else() {
         Ok(json!({"text": "after huge"})),
         "the session goes on"
     );
+    // Nested past serde's limit: before, the answer could not be read and the call
+    // waited out its budget.
+    assert_eq!(
+        execute_http(port, "def main():\n    return hostile.nested()"),
+        Err("capability failed: upstream hostile sent a result nested deeper than 100 levels or holding more than 250000 values".to_owned())
+    );
     // Half a line, never ended: the session ends after 5 s (the call fails as
     // unavailable) and the upstream is started again.
     assert_eq!(
@@ -466,4 +473,37 @@ fn oversized_deep_and_unterminated_answers_fail_their_call_and_nothing_else() {
         .matches("started ")
         .count();
     assert_eq!(starts, 2, "started once more after the half line");
+}
+
+#[test]
+fn grandchildren_left_by_a_crashed_upstream_are_ended_and_reaped() {
+    // The upstream starts a grandchild in its group and one in a session of its
+    // own, then crashes. The one in its group is killed with the group's
+    // leftovers; adopted by the server (a subreaper), its zombie must be reaped
+    // while the server serves, not pile up until it exits.
+    let (config, log) = hostile_config("orphans", "family,crash", "");
+    let server = HttpServer::start(&["--config", config.to_str().expect("utf-8")]);
+    let grandchild = logged_pid(&log, "grandchild");
+    let detached = logged_pid(&log, "detached");
+    let _reap = Reap(vec![grandchild, detached, logged_pid(&log, "started")]);
+    assert_eq!(
+        execute_http(server.port, "def main():\n    return hostile.crash()"),
+        Err("capability failed: upstream hostile is unavailable".to_owned())
+    );
+    crate::support::wait_until(
+        "the grandchild to be killed and reaped",
+        || !std::path::Path::new(&format!("/proc/{grandchild}")).exists(),
+        || {
+            std::fs::read_to_string(format!("/proc/{grandchild}/stat")).unwrap_or_default()
+                + &server.log()
+        },
+    );
+    assert!(
+        alive(detached),
+        "outside the group, it lives until the server exits"
+    );
+    server.terminate();
+    let (code, server_log) = server.wait();
+    assert_eq!(code, Some(0), "{server_log}");
+    wait_gone(&[detached], &server_log);
 }

@@ -5,13 +5,15 @@
 //! child's session. So:
 //! - each child leads a process group of its own ([`prepare`]), and stopping an
 //!   upstream ends the whole group: SIGTERM, then SIGKILL after a grace
-//!   ([`end_group`]);
+//!   ([`signal_group_terminate`], [`kill_group`]; `upstream/lines.rs` waits);
 //! - each child gets `PR_SET_PDEATHSIG` = SIGKILL, so a server that is SIGKILLed
 //!   (or crashes) takes its children along;
 //! - the binary makes the server a child subreaper ([`become_subreaper`]): a
 //!   grandchild orphaned by its parent (one that left the group with `setsid`)
-//!   becomes the server's child instead of init's, and at the end
-//!   [`end_orphans`] kills and reaps every such orphan.
+//!   becomes the server's child instead of init's: [`reap_adopted`] reaps those
+//!   that exit while the server runs (every few seconds; never a child the
+//!   server started, which tokio or std waits for: [`spawn_tokio`], [`spawn_std`]
+//!   remember those), and at the end [`end_orphans`] kills and reaps the rest.
 //!
 //! The death signal is tied to the thread that started the child, not the
 //! process: children are started on the one long-lived thread of the
@@ -36,27 +38,93 @@ pub(crate) fn prepare(command: &mut std::process::Command) {
     linux::die_with_parent(command);
 }
 
-/// Ends the process group `group` (a child's PID, as [`prepare`] made it): SIGTERM
-/// to every member, then SIGKILL to whoever is left after `grace`. Returns once the
-/// group is empty or SIGKILL was sent.
-pub(crate) async fn end_group(group: u32, grace: Duration) {
-    if !signal_group(group, Signal::Terminate) {
-        return;
-    }
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline {
-        if !group_alive(group) {
-            return;
-        }
-        tokio::time::sleep(POLL).await;
-    }
-    signal_group(group, Signal::Kill);
-}
-
 /// Sends SIGKILL to every process of group `group` at once (nothing when it has
 /// none left).
 pub(crate) fn kill_group(group: u32) {
     signal_group(group, Signal::Kill);
+}
+
+/// Sends SIGTERM to every process of group `group`.
+pub(crate) fn signal_group_terminate(group: u32) {
+    signal_group(group, Signal::Terminate);
+}
+
+/// Starts `command` (prepared by [`prepare`]) and remembers its child as one this
+/// process started, so that [`reap_adopted`] never reaps it.
+///
+/// # Errors
+///
+/// Why it could not be started.
+pub(crate) fn spawn_tokio(
+    command: &mut tokio::process::Command,
+) -> std::io::Result<tokio::process::Child> {
+    let mut started = started_lock();
+    let child = command.spawn()?;
+    if let Some(pid) = child.id() {
+        remember(&mut started, pid);
+    }
+    Ok(child)
+}
+
+/// [`spawn_tokio`] for a std command.
+///
+/// # Errors
+///
+/// Why it could not be started.
+pub(crate) fn spawn_std(
+    command: &mut std::process::Command,
+) -> std::io::Result<std::process::Child> {
+    let mut started = started_lock();
+    let child = command.spawn()?;
+    remember(&mut started, child.id());
+    Ok(child)
+}
+
+/// The PIDs of the children this process started (not adopted), most recent last,
+/// at most [`MAX_STARTED`]; and the lock held while one starts, so that a child
+/// that exits at once is never taken for an adopted orphan.
+static STARTED: std::sync::Mutex<std::collections::VecDeque<u32>> =
+    std::sync::Mutex::new(std::collections::VecDeque::new());
+
+/// Children remembered: far more than ever run at once.
+const MAX_STARTED: usize = 4096;
+
+fn started_lock() -> std::sync::MutexGuard<'static, std::collections::VecDeque<u32>> {
+    STARTED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn remember(started: &mut std::collections::VecDeque<u32>, pid: u32) {
+    if started.len() >= MAX_STARTED {
+        started.pop_front();
+    }
+    started.push_back(pid);
+}
+
+/// Reaps the adopted orphans that exited (zombie children this process did not
+/// start: a subreaper inherits them, and nothing else waits for them). Never
+/// reaps a child this process started: tokio and std wait for those. For the
+/// binary, every few seconds. Returns how many it reaped.
+pub fn reap_adopted() -> usize {
+    #[cfg(target_os = "linux")]
+    {
+        let mut started = started_lock();
+        let children = linux::children_with_state();
+        // Forget started children that are gone (their PIDs may come back).
+        started.retain(|pid| children.iter().any(|(child, _)| *child as u32 == *pid));
+        let mut reaped = 0;
+        for (pid, zombie) in children {
+            if zombie && !started.contains(&(pid as u32)) && linux::reap_one(pid) {
+                reaped += 1;
+            }
+        }
+        reaped
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        0
+    }
 }
 
 /// A signal this module sends.
@@ -91,6 +159,7 @@ fn signal_group(group: u32, signal: Signal) -> bool {
 }
 
 /// Whether group `group` still has a process (a zombie not yet reaped counts).
+#[cfg(test)]
 fn group_alive(group: u32) -> bool {
     #[cfg(unix)]
     {
@@ -194,7 +263,9 @@ mod linux {
             }
             // SAFETY: as above.
             if unsafe { libc::getppid() } != parent {
-                return Err(std::io::Error::other("the server exited while starting it"));
+                // The server exited while starting it. (No message: allocating is
+                // not allowed here.)
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
             }
             Ok(())
         };
@@ -229,10 +300,17 @@ mod linux {
         }
     }
 
-    /// The PIDs of this process's children that have not exited: `/proc` entries
-    /// whose parent is this process and whose state is not a zombie's.
+    /// Reaps child `pid` if it has exited; whether it did.
     #[cfg(target_os = "linux")]
-    pub(super) fn children() -> Vec<libc::pid_t> {
+    pub(super) fn reap_one(pid: libc::pid_t) -> bool {
+        let mut status = 0;
+        // SAFETY: waitpid writes the status into the local it is given.
+        unsafe { libc::waitpid(pid, &raw mut status, libc::WNOHANG) == pid }
+    }
+
+    /// This process's children not yet reaped, each with whether it is a zombie.
+    #[cfg(target_os = "linux")]
+    pub(super) fn children_with_state() -> Vec<(libc::pid_t, bool)> {
         let me = std::process::id().to_string();
         let Ok(entries) = std::fs::read_dir("/proc") else {
             return Vec::new();
@@ -257,11 +335,20 @@ mod linux {
             let (Some(state), Some(ppid)) = (rest.next(), rest.next()) else {
                 continue;
             };
-            if ppid == me && state != "Z" && state != "X" {
-                children.push(pid);
+            if ppid == me {
+                children.push((pid, state == "Z" || state == "X"));
             }
         }
         children
+    }
+
+    /// The PIDs of this process's children that have not exited.
+    #[cfg(target_os = "linux")]
+    pub(super) fn children() -> Vec<libc::pid_t> {
+        children_with_state()
+            .into_iter()
+            .filter_map(|(pid, zombie)| (!zombie).then_some(pid))
+            .collect()
     }
 }
 
@@ -276,14 +363,29 @@ mod tests {
             .build()
             .expect("a runtime");
         runtime.block_on(async {
-            // A shell leading its group, with a child that ignores SIGTERM.
+            // A shell leading its group, with a child, both ignoring SIGTERM; it
+            // says when its traps are set.
             let mut command = tokio::process::Command::new("sh");
-            command.args(["-c", "trap '' TERM; sleep 60 & trap '' TERM; wait"]);
+            command
+                .args(["-c", "trap '' TERM; sleep 60 & echo ready; wait"])
+                .stdout(std::process::Stdio::piped());
             prepare(command.as_std_mut());
-            let mut child = command.spawn().expect("start sh");
+            let mut child = spawn_tokio(&mut command).expect("start sh");
             let group = child.id().expect("a pid");
+            let stdout = child.stdout.take().expect("stdout");
+            let mut ready = String::new();
+            tokio::io::AsyncBufReadExt::read_line(
+                &mut tokio::io::BufReader::new(stdout),
+                &mut ready,
+            )
+            .await
+            .expect("read");
+            assert_eq!(ready, "ready\n");
             assert!(group_alive(group));
-            end_group(group, Duration::from_millis(200)).await;
+            signal_group_terminate(group);
+            let ignored = tokio::time::timeout(Duration::from_millis(200), child.wait()).await;
+            assert!(ignored.is_err(), "the shell ignores SIGTERM");
+            kill_group(group);
             let status = child.wait().await.expect("wait");
             assert!(!status.success());
             // The group's last member (the sleep, reparented to init and reaped

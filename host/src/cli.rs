@@ -314,6 +314,17 @@ fn size(text: &str) -> Result<usize, String> {
     Ok(size)
 }
 
+/// This binary, for its compiler processes: `/proc/self/exe` where there is one
+/// (the running binary even after it was replaced or deleted on disk), else its
+/// path.
+fn compiler_program() -> std::io::Result<PathBuf> {
+    let own = Path::new("/proc/self/exe");
+    if own.exists() {
+        return Ok(own.to_owned());
+    }
+    std::env::current_exe()
+}
+
 /// A compile memory cap: positive, at most 1 TiB.
 fn compile_memory(text: &str) -> Result<u64, String> {
     let size = parse_bytes(text)? as u64;
@@ -670,7 +681,7 @@ impl Cli {
     /// Where plugins are compiled: in a child process of this binary, unless its
     /// path cannot be had (then on a thread, with a WARN).
     fn compiler(&self) -> Compiler {
-        match std::env::current_exe() {
+        match compiler_program() {
             Ok(program) => Compiler::Child {
                 program,
                 max_memory: self.max_compile_memory.unwrap_or(DEFAULT_COMPILE_MEMORY),
@@ -729,7 +740,7 @@ mod tests {
                 max_plugin_bytes: 256 << 20,
                 load_timeout: Duration::from_secs(600),
                 compiler: Compiler::Child {
-                    program: std::env::current_exe()?,
+                    program: compiler_program()?,
                     max_memory: 4 << 30,
                 },
             }
@@ -743,7 +754,7 @@ mod tests {
         assert_eq!(
             cli.loading().compiler,
             Compiler::Child {
-                program: std::env::current_exe()?,
+                program: compiler_program()?,
                 max_memory: 512 << 20,
             }
         );

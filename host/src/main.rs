@@ -27,6 +27,9 @@ mod textlog;
 /// end by their own deadlines; their results have nobody to go to).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
+/// How often the orphans adopted as a subreaper that exited are reaped.
+const REAP_EVERY: Duration = Duration::from_secs(2);
+
 /// How long child processes left at exit get between SIGTERM and SIGKILL.
 const ORPHAN_GRACE: Duration = Duration::from_secs(2);
 
@@ -233,8 +236,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     };
     // Orphaned grandchildren of upstream children become ours, not init's, so that
     // none outlives the server (ended below).
-    if let Err(error) = children::become_subreaper() {
-        tracing::warn!(reason = %error, "cannot become a child subreaper; an upstream's orphaned grandchildren may outlive the server");
+    match children::become_subreaper() {
+        Ok(()) => {
+            // Orphans that exit while serving are reaped here (tokio and std only
+            // wait for the children they started).
+            let reaper = std::thread::Builder::new()
+                .name("codemode-reaper".into())
+                .spawn(|| {
+                    loop {
+                        std::thread::sleep(REAP_EVERY);
+                        children::reap_adopted();
+                    }
+                });
+            if let Err(error) = reaper {
+                tracing::warn!(reason = %error, "cannot start the reaper thread; orphaned grandchildren that exit stay zombies until the server exits");
+            }
+        }
+        Err(error) => {
+            tracing::warn!(reason = %error, "cannot become a child subreaper; an upstream's orphaned grandchildren may outlive the server");
+        }
     }
     // Over stdio one client's requests arrive one line at a time: one thread runs
     // them, so no request wakes a second worker to steal its task (a wake costs

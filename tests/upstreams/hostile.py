@@ -14,6 +14,7 @@ comma-separated list of:
   family    at start, start two grandchildren that ignore SIGTERM: one in this
             process's group, one in a session of its own (`setsid`); their PIDs
             are logged as `grandchild PID` and `detached PID`
+  linger    stay after stdin ends (the MCP client is gone), until killed
   crash     exit when `tools/call` names `crash` (a crash loop, as often as it is
             called)
   flood     on `notifications/initialized`, and after answering each tools/list,
@@ -21,8 +22,8 @@ comma-separated list of:
 
 Whatever the mode, it lists `echo` (answers its `text`), `fail` (a JSON-RPC error
 whose message is its `text`), `shout` (writes its `text` to stderr, then answers
-`ok`), `huge` (a result of HOSTILE_HUGE_BYTES bytes, default 17 MiB) and `stall`
-(writes half a line, never the rest). Each start appends `started PID` to the
+`ok`), `huge` (a result of HOSTILE_HUGE_BYTES bytes, default 17 MiB), `nested` (a
+result nested 150 levels deep) and `stall` (writes half a line, never the rest). Each start appends `started PID` to the
 file HOSTILE_LOG names, and each `tools/list` answered appends `listed T` (T: the
 monotonic clock, in seconds).
 """
@@ -115,6 +116,7 @@ def tools():
         text_tool("shout", "Writes its text to stderr."),
         {"name": "huge", "description": "Answers too much.", "inputSchema": {"type": "object"}},
         {"name": "stall", "description": "Never ends its answer.", "inputSchema": {"type": "object"}},
+        {"name": "nested", "description": "Answers a value nested 150 levels deep.", "inputSchema": {"type": "object"}},
     ]
     if "crash" in MODES:
         listed.append({"name": "crash", "description": "Ends the server mid-call.", "inputSchema": {"type": "object"}})
@@ -147,6 +149,13 @@ def call(request_id, name, arguments):
     elif name == "crash" and "crash" in MODES:
         log("crash")
         os._exit(3)
+    elif name == "nested":
+        deep = "x"
+        for _ in range(150):
+            deep = [deep]
+        answer = result("nested")
+        answer["structuredContent"] = {"deep": deep}
+        send({"jsonrpc": "2.0", "id": request_id, "result": answer})
     elif name == "stall":
         out.write(b'{"jsonrpc": "2.0", "id": ' + json.dumps(request_id).encode() + b', "res')
         out.flush()
@@ -208,6 +217,8 @@ def main():
             send({"jsonrpc": "2.0", "id": request_id, "result": {}})
         elif request_id is not None:
             send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": "no such method"}})
+    if "linger" in MODES:
+        time.sleep(3600)
 
 
 if __name__ == "__main__":

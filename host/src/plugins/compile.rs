@@ -136,36 +136,63 @@ fn in_a_child(
     // It dies with the server; this thread waits for it, so the death signal (tied
     // to the starting thread) cannot fire early.
     crate::children::prepare(&mut command);
-    let mut child = command.spawn().map_err(|error| cannot("start", error))?;
-    let (Some(mut stdin), Some(mut stdout), Some(mut stderr)) =
-        (child.stdin.take(), child.stdout.take(), child.stderr.take())
-    else {
+    let mut child =
+        crate::children::spawn_std(&mut command).map_err(|error| cannot("start", error))?;
+    let ended = |child: &mut std::process::Child| {
         let _ = child.kill();
         let _ = child.wait();
+    };
+    let (Some(mut stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        ended(&mut child);
         return Err(cannot("talk to", std::io::Error::other("no pipes")));
     };
-    // Writing and reading on threads of their own: a child that stops reading (it
-    // died) or writes much must not block this one past the deadline.
+    // Each pipe on a thread of its own: a child that stops reading (it died) or
+    // fills one pipe while this one reads the other must not block past the
+    // deadline.
     let component = bytes.to_vec();
     let writer = std::thread::Builder::new()
         .name("codemode-compile-in".into())
         .spawn(move || {
             let _ = stdin.write_all(&component);
-        })
-        .map_err(|error| cannot("feed", error))?;
+        });
     let (sent, received) = sync_channel(1);
+    // The artifact is read up to the child's own memory cap: more cannot be its.
     let reader = std::thread::Builder::new()
         .name("codemode-compile-out".into())
         .spawn(move || {
             let mut artifact = Vec::new();
-            let read = stdout.read_to_end(&mut artifact).map(|_| artifact);
+            let read = stdout
+                .take(max_memory)
+                .read_to_end(&mut artifact)
+                .map(|_| artifact);
+            let _ = sent.send(read);
+        });
+    let errors = std::thread::Builder::new()
+        .name("codemode-compile-err".into())
+        .spawn(move || {
+            let mut stderr = stderr;
             let mut reason = Vec::new();
             let _ = (&mut stderr)
                 .take(MAX_REASON_BYTES as u64)
                 .read_to_end(&mut reason);
-            let _ = sent.send((read, reason));
-        })
-        .map_err(|error| cannot("read", error))?;
+            // The rest is drained, not kept, so the child never blocks on it.
+            let _ = std::io::copy(&mut stderr, &mut std::io::sink());
+            reason
+        });
+    let (writer, reader, errors) = match (writer, reader, errors) {
+        (Ok(writer), Ok(reader), Ok(errors)) => (writer, reader, errors),
+        (writer, reader, errors) => {
+            ended(&mut child);
+            let error = [writer.err(), reader.err(), errors.err()]
+                .into_iter()
+                .flatten()
+                .next()
+                .unwrap_or_else(|| std::io::Error::other("no thread"));
+            return Err(cannot("read", error));
+        }
+    };
     let outcome = received.recv_timeout(timeout);
     if matches!(outcome, Err(RecvTimeoutError::Timeout)) {
         let _ = child.kill();
@@ -173,8 +200,9 @@ fn in_a_child(
     let status = child.wait();
     let _ = writer.join();
     let _ = reader.join();
-    let (artifact, reason) = match outcome {
-        Ok(outcome) => outcome,
+    let reason = errors.join().unwrap_or_default();
+    let artifact = match outcome {
+        Ok(artifact) => artifact,
         Err(RecvTimeoutError::Timeout) => return Err(CompileError::Timeout(timeout)),
         Err(RecvTimeoutError::Disconnected) => {
             return Err(cannot("read", std::io::Error::other("the reader ended")));
@@ -190,17 +218,14 @@ fn in_a_child(
 }
 
 /// What a child that did not succeed says: its own message (wasmtime refused the
-/// component), or that it ran out of memory (an allocation failure aborts it; a
-/// kernel that kills it instead sends SIGKILL).
+/// component), or that it ran out of memory (Rust's allocation failure says so
+/// before it aborts; a kernel out of memory sends SIGKILL instead).
 fn failed(status: &std::process::ExitStatus, reason: &str, max_memory: u64) -> CompileError {
     #[cfg(unix)]
     {
         use std::os::unix::process::ExitStatusExt;
-        let out_of_memory = reason.contains("memory allocation of")
-            || matches!(
-                status.signal(),
-                Some(libc::SIGABRT | libc::SIGKILL | libc::SIGSEGV)
-            );
+        let out_of_memory =
+            reason.contains("memory allocation of") || status.signal() == Some(libc::SIGKILL);
         if out_of_memory {
             return CompileError::Memory(max_memory);
         }

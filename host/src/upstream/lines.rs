@@ -40,6 +40,11 @@ pub(crate) const MAX_MESSAGE_TEXT: &str = "16 MiB";
 /// The deepest nesting of a message read as is (serde's own limit is 128).
 pub(crate) const MAX_MESSAGE_DEPTH: usize = 100;
 
+/// The most values (objects, arrays and the items in them) one message may hold:
+/// parsed, each costs far more than its text (a 16 MiB line of `{"a":0},` made
+/// more than 1 GB of maps).
+pub(crate) const MAX_MESSAGE_VALUES: usize = 250_000;
+
 /// How long the rest of a line may take once its first byte came.
 pub(crate) const UNTERMINATED_LINE: Duration = Duration::from_secs(5);
 
@@ -48,12 +53,26 @@ pub(crate) const UNTERMINATED_LINE: Duration = Duration::from_secs(5);
 pub(crate) const OVERSIZED_CODE: i32 = -32_090;
 
 /// The JSON-RPC error code of the answer made up for a result nested deeper than
-/// [`MAX_MESSAGE_DEPTH`].
+/// [`MAX_MESSAGE_DEPTH`] or holding more than [`MAX_MESSAGE_VALUES`] values.
 pub(crate) const TOO_DEEP_CODE: i32 = -32_091;
+
+/// The `data` of a made-up answer: an upstream's own error may use the same code,
+/// but never carries this marker from this process.
+pub(crate) fn made_up_marker() -> &'static str {
+    static MARKER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    MARKER.get_or_init(|| {
+        let mut random = [0u8; 16];
+        let _ = getrandom::fill(&mut random);
+        format!("codemode-host/{}", blake3::hash(&random).to_hex())
+    })
+}
 
 /// How long closing waits for the child after closing its stdin, and again after
 /// SIGTERM.
 const CLOSE_GRACE: Duration = Duration::from_secs(3);
+
+/// The most `tools/list` requests awaiting an answer that are remembered.
+const MAX_LISTING: usize = 64;
 
 /// A child's stdio as an rmcp transport (see the module's documentation).
 pub(crate) struct ChildLines {
@@ -158,7 +177,18 @@ impl ChildLines {
         if line.iter().all(u8::is_ascii_whitespace) {
             return Parsed::Skip;
         }
-        let (depth, id) = depth_and_id(line);
+        let (depth, values, id) = depth_values_and_id(line);
+        if values > MAX_MESSAGE_VALUES {
+            return match id {
+                Some(id) => made_up_error(
+                    &id,
+                    TOO_DEEP_CODE,
+                    &format!("the result holds more than {MAX_MESSAGE_VALUES} values"),
+                )
+                .map_or(Parsed::Skip, |message| Parsed::Message(Box::new(message))),
+                None => Parsed::TooDeep,
+            };
+        }
         let pruned;
         let line = if depth > MAX_MESSAGE_DEPTH {
             let listing = id.as_ref().is_some_and(|id| self.is_listing(id));
@@ -188,7 +218,11 @@ impl ChildLines {
                 Parsed::Message(Box::new(message))
             }
             Err(error) => {
-                let glued = !one_value(line) && contains(line, b"\"jsonrpc\"");
+                // Half a message (it starts like one) with another after it. A
+                // line of text that quotes a message is only left out.
+                let glued = line.trim_ascii_start().starts_with(b"{")
+                    && !one_value(line)
+                    && contains(line, b"\"jsonrpc\"");
                 if glued {
                     Parsed::Glued
                 } else {
@@ -251,14 +285,21 @@ impl Transport<RoleClient> for ChildLines {
         let listing = self.listing.clone();
         async move {
             let mut text = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
-            // serde_json writes compactly: a `tools/list` request holds this.
-            if contains(&text, br#""method":"tools/list""#)
-                && let (_, Some(id)) = depth_and_id(&text)
+            if let rmcp::model::JsonRpcMessage::Request(request) = &item
+                && matches!(
+                    request.request,
+                    rmcp::model::ClientRequest::ListToolsRequest(_)
+                )
+                && let Ok(id) = serde_json::to_string(&request.id)
             {
-                listing
+                let mut listing = listing
                     .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .insert(id);
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                // Requests never answered (abandoned) are not kept for ever.
+                if listing.len() >= MAX_LISTING {
+                    listing.clear();
+                }
+                listing.insert(id);
             }
             text.push(b'\n');
             let mut stdin = stdin.lock().await;
@@ -314,17 +355,32 @@ impl Transport<RoleClient> for ChildLines {
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
-        drop(self.stdin.lock().await.take());
+        // A send may hold stdin, blocked on a child that no longer reads: past the
+        // grace it is left to the kill below.
+        if let Ok(mut stdin) = tokio::time::timeout(CLOSE_GRACE, self.stdin.lock()).await {
+            drop(stdin.take());
+        }
+        let group = self.child.id();
         if tokio::time::timeout(CLOSE_GRACE, self.child.wait())
             .await
-            .is_ok()
+            .is_err()
         {
-            return Ok(());
+            if let Some(group) = group {
+                crate::children::signal_group_terminate(group);
+            }
+            // Waiting on the child reaps it the moment it exits.
+            if tokio::time::timeout(CLOSE_GRACE, self.child.wait())
+                .await
+                .is_err()
+            {
+                let _ = self.child.start_kill();
+                let _ = self.child.wait().await;
+            }
         }
-        if let Some(group) = self.child.id() {
-            crate::children::end_group(group, CLOSE_GRACE).await;
+        // Whatever else of its group is left (its own children) goes too.
+        if let Some(group) = group {
+            crate::children::kill_group(group);
         }
-        self.child.start_kill()?;
         Ok(())
     }
 }
@@ -335,7 +391,7 @@ fn made_up_error(id: &str, code: i32, message: &str) -> Option<RxJsonRpcMessage<
     let answer = serde_json::json!({
         "jsonrpc": "2.0",
         "id": id,
-        "error": {"code": code, "message": message},
+        "error": {"code": code, "message": message, "data": made_up_marker()},
     });
     serde_json::from_value(answer).ok()
 }
@@ -382,12 +438,13 @@ fn one_value(line: &[u8]) -> bool {
     false
 }
 
-/// The deepest nesting of the JSON text `line` (strings skipped), and its
-/// top-level `"id"` as JSON text.
-fn depth_and_id(line: &[u8]) -> (usize, Option<String>) {
+/// The deepest nesting of the JSON text `line` (strings skipped), how many values
+/// it holds at most (objects, arrays and the items in them), and its top-level
+/// `"id"` as JSON text.
+fn depth_values_and_id(line: &[u8]) -> (usize, usize, Option<String>) {
     let mut scan = IdScan::default();
     scan.feed(line);
-    (scan.deepest, scan.id())
+    (scan.deepest, scan.values, scan.id())
 }
 
 /// `line` with every value that starts deeper than `max` made `null`.
@@ -445,6 +502,8 @@ fn prune(line: &[u8], max: usize) -> Vec<u8> {
 struct IdScan {
     depth: usize,
     deepest: usize,
+    /// Objects, arrays and the separators between items: at least the values.
+    values: usize,
     in_string: bool,
     escaped: bool,
     /// Whether the current top-level string is a key (no `:` seen after the last
@@ -507,11 +566,14 @@ impl IdScan {
                 }
             }
             b',' if self.depth == 1 => {
+                self.values += 1;
                 self.finish_id();
                 self.in_key = true;
                 self.id_key = false;
             }
+            b',' => self.values += 1,
             b'{' | b'[' => {
+                self.values += 1;
                 self.depth += 1;
                 self.deepest = self.deepest.max(self.depth);
                 if self.depth == 1 {
@@ -549,6 +611,11 @@ impl IdScan {
 mod tests {
     use super::*;
 
+    fn depth_and_id(line: &[u8]) -> (usize, Option<String>) {
+        let (depth, _, id) = depth_values_and_id(line);
+        (depth, id)
+    }
+
     #[test]
     fn the_top_level_id_is_found_wherever_it_stands() {
         let cases: [(&str, Option<&str>); 6] = [
@@ -579,6 +646,14 @@ mod tests {
         }
         assert_eq!(scan.id().as_deref(), Some("42"));
         assert_eq!(scan.deepest, 4);
+    }
+
+    #[test]
+    fn values_are_counted_outside_strings() {
+        assert_eq!(
+            depth_values_and_id(br#"[{"a":0},{"a":0},{"a":"x,y"}]"#).1,
+            6
+        );
     }
 
     #[test]
@@ -618,8 +693,12 @@ mod tests {
         let text = serde_json::to_string(&message).unwrap_or_default();
         assert_eq!(
             text,
-            r#"{"jsonrpc":"2.0","id":"q-1","error":{"code":-32090,"message":"the result is over 16 MiB"}}"#
+            format!(
+                r#"{{"jsonrpc":"2.0","id":"q-1","error":{{"code":-32090,"message":"the result is over 16 MiB","data":"{}"}}}}"#,
+                made_up_marker()
+            )
         );
+        assert!(made_up_marker().starts_with("codemode-host/"));
         assert!(made_up_error("not json", OVERSIZED_CODE, "x").is_none());
     }
 }

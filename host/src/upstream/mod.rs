@@ -35,7 +35,10 @@ use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::io::AsyncReadExt;
 use tokio::sync::{Notify, oneshot};
 
-use self::lines::{ChildLines, MAX_MESSAGE_DEPTH, MAX_MESSAGE_TEXT, OVERSIZED_CODE, TOO_DEEP_CODE};
+use self::lines::{
+    ChildLines, MAX_MESSAGE_DEPTH, MAX_MESSAGE_TEXT, MAX_MESSAGE_VALUES, OVERSIZED_CODE,
+    TOO_DEEP_CODE, made_up_marker,
+};
 use self::schema::{SchemaError, Stop};
 use crate::catalog::{CapabilitySpec, DottedName, Field, validate_spec};
 use crate::error::{timed_out_detail, unavailable_detail};
@@ -119,6 +122,41 @@ impl std::fmt::Debug for Secret {
 /// How long starting an upstream, its `initialize` and its `tools/list` may take.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Most types all of an upstream's tools may describe together (each at most
+/// `schema::MAX_SCHEMA_NODES`); the tools past it are skipped with a WARN.
+const MAX_UPSTREAM_NODES: usize = 1_000_000;
+
+/// Most pages of `tools/list` followed: an upstream that always returns another
+/// cursor would otherwise grow the list until the connect timeout.
+const MAX_LIST_PAGES: usize = 100;
+
+/// Every page of the upstream's tools, at most [`MAX_LIST_PAGES`].
+///
+/// # Errors
+///
+/// Why a page could not be had, or that there are too many.
+async fn list_tools(peer: &Peer<RoleClient>) -> Result<Vec<Tool>, String> {
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..MAX_LIST_PAGES {
+        let params = cursor
+            .take()
+            .map(|cursor| rmcp::model::PaginatedRequestParams::default().with_cursor(Some(cursor)));
+        let page = peer
+            .list_tools(params)
+            .await
+            .map_err(|error| format!("tools/list: {error}"))?;
+        tools.extend(page.tools);
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(tools),
+        }
+    }
+    Err(format!(
+        "tools/list: more than {MAX_LIST_PAGES} pages of tools"
+    ))
+}
+
 /// The host's environment variables an upstream child gets besides its `env`.
 const INHERITED_ENV: [&str; 2] = ["PATH", "HOME"];
 
@@ -151,11 +189,26 @@ struct Link {
 /// A child's process group, killed (SIGKILL) when this is dropped: when its
 /// upstream's last version goes, or when connecting it is abandoned (a timeout, a
 /// stop), which would otherwise kill the child alone and leave its children.
-struct Group(u32);
+/// Disarmed (0) once the group was ended: its number may be reused later.
+struct Group(std::sync::atomic::AtomicU32);
+
+impl Group {
+    fn new(pid: u32) -> Self {
+        Self(std::sync::atomic::AtomicU32::new(pid))
+    }
+
+    /// SIGKILL to what is left of the group, once.
+    fn end(&self) {
+        let group = self.0.swap(0, std::sync::atomic::Ordering::AcqRel);
+        if group != 0 {
+            crate::children::kill_group(group);
+        }
+    }
+}
 
 impl Drop for Group {
     fn drop(&mut self) {
-        crate::children::kill_group(self.0);
+        self.end();
     }
 }
 
@@ -222,7 +275,7 @@ impl Upstream {
             UpstreamTransport::Command { command, env, cwd } => {
                 let transport = child(&config.name, command, env, cwd.as_deref())?;
                 // Held from here: if this future is dropped, the group goes too.
-                let group = transport.id().map(Group);
+                let group = transport.id().map(Group::new);
                 (events.serve(transport).await, group)
             }
             UpstreamTransport::Http {
@@ -246,10 +299,7 @@ impl Upstream {
             let _ = client.waiting().await;
             let _ = ended.send(());
         });
-        let listed = peer
-            .list_all_tools()
-            .await
-            .map_err(|error| format!("tools/list: {error}"))?;
+        let listed = list_tools(&peer).await?;
         let upstream = Self {
             name: config.name.clone(),
             label: format!("upstream {}", config.name),
@@ -271,11 +321,7 @@ impl Upstream {
     ///
     /// Why the list could not be had.
     async fn relisted(&self, config: &UpstreamConfig) -> Result<Self, String> {
-        let listed = self
-            .peer
-            .list_all_tools()
-            .await
-            .map_err(|error| format!("tools/list: {error}"))?;
+        let listed = list_tools(&self.peer).await?;
         Ok(Self {
             name: self.name.clone(),
             label: self.label.clone(),
@@ -286,23 +332,23 @@ impl Upstream {
         })
     }
 
-    /// Stops the session: closes the child's stdin, waits up to `grace` for the
-    /// session to end, then ends the child's whole process group (SIGTERM, and
-    /// SIGKILL after `grace` more). `closed` fires when the session ended.
+    /// Stops the session: closes it (the child's stdin, then SIGTERM and SIGKILL
+    /// to its process group, 3 s apart), waits up to `grace` for it to end, then
+    /// kills what is left of the group. `closed` fires when the session ended.
     pub(crate) async fn stop(&self, closed: &mut oneshot::Receiver<()>, grace: Duration) {
+        // Closing the session closes the transport, which ends the child
+        // (`ChildLines::close`: stdin, SIGTERM to the group, SIGKILL).
         self.link.close();
         let _ = tokio::time::timeout(grace, &mut *closed).await;
-        if let Some(Group(group)) = &self.link.group {
-            crate::children::end_group(*group, grace).await;
-        }
+        self.end_leftovers();
     }
 
     /// Kills what is left of the child's process group, when its session ended
     /// (the child exited): grandchildren it left behind go with it. Done at once:
     /// a group that stays empty long enough may see its number reused.
     pub(crate) fn end_leftovers(&self) {
-        if let Some(Group(group)) = &self.link.group {
-            crate::children::kill_group(*group);
+        if let Some(group) = &self.link.group {
+            group.end();
         }
     }
 
@@ -344,16 +390,16 @@ impl Upstream {
                 tracing::warn!(upstream = %self.name, tool = %tool.tool, "the tool asked for input or started a task, which code mode cannot give");
                 return outcome(Err(CallFailure::Failed(None)));
             }
-            Err(rmcp::ServiceError::McpError(error)) if error.code.0 == OVERSIZED_CODE => {
+            Err(rmcp::ServiceError::McpError(error)) if made_up(&error, OVERSIZED_CODE) => {
                 let detail = format!(
                     "upstream {} sent a result over {MAX_MESSAGE_TEXT}",
                     self.name
                 );
                 return outcome(Err(CallFailure::Failed(Some(detail))));
             }
-            Err(rmcp::ServiceError::McpError(error)) if error.code.0 == TOO_DEEP_CODE => {
+            Err(rmcp::ServiceError::McpError(error)) if made_up(&error, TOO_DEEP_CODE) => {
                 let detail = format!(
-                    "upstream {} sent a result nested deeper than {MAX_MESSAGE_DEPTH} levels",
+                    "upstream {} sent a result nested deeper than {MAX_MESSAGE_DEPTH} levels or holding more than {MAX_MESSAGE_VALUES} values",
                     self.name
                 );
                 return outcome(Err(CallFailure::Failed(Some(detail))));
@@ -418,6 +464,13 @@ impl Session for UpstreamSession {
     }
 }
 
+/// Whether `error` is an answer our transport made up with `code` (not an
+/// upstream's own error that happens to use the code).
+fn made_up(error: &rmcp::model::ErrorData, code: i32) -> bool {
+    error.code.0 == code
+        && error.data.as_ref().and_then(serde_json::Value::as_str) == Some(made_up_marker())
+}
+
 /// A call's outcome: an upstream call burns no fuel.
 fn outcome(result: Result<Value, CallFailure>) -> CallOutcome {
     CallOutcome { result, fuel: 0 }
@@ -450,11 +503,11 @@ fn child(
         child.current_dir(cwd);
     }
     crate::children::prepare(child.as_std_mut());
-    let mut child = child
+    child
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+        .stderr(Stdio::piped());
+    let mut child = crate::children::spawn_tokio(&mut child)
         .map_err(|error| format!("cannot start `{program}`: {error}"))?;
     if let Some(stderr) = child.stderr.take() {
         tokio::spawn(log_stderr(name.to_owned(), stderr));
@@ -543,7 +596,12 @@ async fn convert(config: &UpstreamConfig, listed: Vec<Tool>) -> Result<Vec<Upstr
 /// schemas fit one tool's budget. Ends early (with what it has) when `stop` is set.
 fn capabilities(config: &UpstreamConfig, listed: Vec<Tool>, stop: &Stop) -> Vec<UpstreamTool> {
     let mut tools: Vec<UpstreamTool> = Vec::new();
+    let mut spent = 0usize;
     for tool in listed {
+        if spent >= MAX_UPSTREAM_NODES {
+            tracing::warn!(upstream = %config.name, tool = %tool.name, max = MAX_UPSTREAM_NODES, "upstream tool skipped: the upstream's tools already describe the most types it may have");
+            continue;
+        }
         let original = tool.name.to_string();
         if let Some(allowed) = &config.tools
             && !allowed.contains(&original)
@@ -567,6 +625,7 @@ fn capabilities(config: &UpstreamConfig, listed: Vec<Tool>, stop: &Stop) -> Vec<
                 let params = schema::parameters(&tool.input_schema, &mut budget)?;
                 Ok((params, structured))
             });
+        spent += budget.nodes_spent();
         let (params, structured) = match shapes {
             Ok(shapes) => shapes,
             Err(SchemaError::Stopped) => return tools,

@@ -31,12 +31,18 @@ const MAX_SCHEMA_DEPTH: usize = 32;
 /// largest real tool seen (a cloud API's, 40 KB of schema) needs about 2,000.
 pub(crate) const MAX_SCHEMA_NODES: usize = 10_000;
 
+/// Most bytes of text (names, `enum` and `const` values) one tool's shapes may
+/// copy: each `$ref` followed copies its target's texts again, so 5,000
+/// references to one 8 MiB `const` would copy 40 GB.
+pub(crate) const MAX_SCHEMA_TEXT: usize = 1 << 20;
+
 /// Why a tool's schemas were not converted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum SchemaError {
-    /// They describe more than [`MAX_SCHEMA_NODES`] shapes.
+    /// They describe more than [`MAX_SCHEMA_NODES`] shapes, or more than
+    /// [`MAX_SCHEMA_TEXT`] bytes of names and values.
     #[error(
-        "its schemas describe more than {MAX_SCHEMA_NODES} types (every $ref followed counted), the most a tool may have"
+        "its schemas describe more than {MAX_SCHEMA_NODES} types or 1 MiB of names and values (every $ref followed counted), the most a tool may have"
     )]
     TooLarge,
     /// The walk's [`Stop`] was set.
@@ -47,6 +53,7 @@ pub(crate) enum SchemaError {
 /// What one tool's conversion may still spend, and the flag that stops it.
 pub(crate) struct Budget<'s> {
     nodes_left: usize,
+    text_left: usize,
     stop: &'s Stop,
 }
 
@@ -55,8 +62,23 @@ impl<'s> Budget<'s> {
     pub(crate) fn new(stop: &'s Stop) -> Self {
         Self {
             nodes_left: MAX_SCHEMA_NODES,
+            text_left: MAX_SCHEMA_TEXT,
             stop,
         }
+    }
+
+    /// Shapes spent so far.
+    pub(crate) fn nodes_spent(&self) -> usize {
+        MAX_SCHEMA_NODES - self.nodes_left
+    }
+
+    /// Spends `bytes` of copied text.
+    fn copy(&mut self, bytes: usize) -> Result<(), SchemaError> {
+        self.text_left = self
+            .text_left
+            .checked_sub(bytes)
+            .ok_or(SchemaError::TooLarge)?;
+        Ok(())
     }
 
     /// Spends one shape.
@@ -148,7 +170,11 @@ impl<'a, 'b, 's> Walk<'a, 'b, 's> {
         // A set: a tool listing 60,000 required names made a linear search of them
         // for each property cost 26 s.
         let required: BTreeSet<&str> = match schema.get("required") {
-            Some(Json::Array(names)) => names.iter().filter_map(Json::as_str).collect(),
+            Some(Json::Array(names)) => {
+                // Built again on each visit through a `$ref`: charged as text.
+                self.budget.copy(names.len().saturating_mul(8))?;
+                names.iter().filter_map(Json::as_str).collect()
+            }
             _ => BTreeSet::new(),
         };
         let mut fields = Vec::with_capacity(properties.len().min(MAX_SCHEMA_NODES));
@@ -159,6 +185,7 @@ impl<'a, 'b, 's> Walk<'a, 'b, 's> {
             } else {
                 optional(shape)
             };
+            self.budget.copy(name.len())?;
             fields.push(Field::new(name.clone(), shape));
         }
         Ok(fields)
@@ -176,9 +203,12 @@ impl<'a, 'b, 's> Walk<'a, 'b, 's> {
             return self.reference(reference, depth);
         }
         if let Some(Json::Array(values)) = schema.get("enum") {
+            let text: usize = values.iter().filter_map(Json::as_str).map(str::len).sum();
+            self.budget.copy(text)?;
             return Ok(literals(values));
         }
         if let Some(Json::String(value)) = schema.get("const") {
+            self.budget.copy(value.len())?;
             return Ok(Shape::Enum(vec![value.clone()]));
         }
         for key in ["anyOf", "oneOf"] {
@@ -520,7 +550,7 @@ mod tests {
         assert_eq!(budget.nodes_left, 0, "it spent exactly the budget");
         assert_eq!(
             SchemaError::TooLarge.to_string(),
-            "its schemas describe more than 10000 types (every $ref followed counted), the most a tool may have"
+            "its schemas describe more than 10000 types or 1 MiB of names and values (every $ref followed counted), the most a tool may have"
         );
     }
 
@@ -563,6 +593,34 @@ mod tests {
         assert_eq!(
             parameters(&schema, &mut Budget::new(&stop)),
             Err(SchemaError::TooLarge)
+        );
+    }
+
+    #[test]
+    fn copied_text_is_charged_too() {
+        // One 8 MiB const referenced 4,999 times: 9,998 shapes, within the node
+        // budget, but 40 GB of copies.
+        let long = "x".repeat(8 << 20);
+        let properties: Map<String, Json> = (0..4_999)
+            .map(|p| (format!("p{p}"), json!({"$ref": "#/$defs/C"})))
+            .collect();
+        let schema = object(json!({
+            "type": "object",
+            "properties": properties,
+            "$defs": {"C": {"const": long}}
+        }));
+        let stop = Stop::default();
+        assert_eq!(
+            parameters(&schema, &mut Budget::new(&stop)),
+            Err(SchemaError::TooLarge)
+        );
+        let short = object(json!({"properties": {"mode": {"enum": ["a", "b"]}}}));
+        let mut budget = Budget::new(&stop);
+        assert!(parameters(&short, &mut budget).is_ok());
+        assert_eq!(
+            budget.text_left,
+            MAX_SCHEMA_TEXT - 2 - 4,
+            "two values and a name"
         );
     }
 

@@ -27,12 +27,9 @@ const MAX_RETRY: Duration = Duration::from_secs(60);
 /// catalog rebuilds) in 15 s. Notifications meanwhile make one relist at the end.
 const RELIST_INTERVAL: Duration = Duration::from_secs(1);
 
-/// How long stopping an upstream's child waits after closing its stdin, and again
-/// after SIGTERM to its process group, before SIGKILL.
-const CHILD_GRACE: Duration = Duration::from_secs(3);
-
-/// How long stopping an upstream takes at most: [`CHILD_GRACE`] twice, and time
-/// for SIGKILL to land.
+/// How long stopping an upstream takes at most: its transport waits 3 s after
+/// closing the child's stdin and 3 s after SIGTERM (`ChildLines::close`), and
+/// SIGKILL needs a moment to land.
 pub(crate) const STOP_GRACE: Duration = Duration::from_secs(8);
 
 /// An upstream that just connected, with what its supervisor watches.
@@ -180,7 +177,7 @@ pub(crate) async fn supervise(slot: Slot, publish: Publish, mut stop: watch::Rec
                 tokio::select! {
                     _ = &mut closed => break,
                     _ = stop.changed() => {
-                        current.stop(&mut closed, CHILD_GRACE).await;
+                        current.stop(&mut closed, STOP_GRACE).await;
                         return;
                     }
                     () = tools_changed.notified(), if due.is_none() => {
