@@ -30,28 +30,7 @@ fn bomb_component() -> Vec<u8> {
         wat.push_str(&format!("    (i64.add (local.get {local}))\n"));
     }
     wat.push_str("  )\n)\n");
-    let mut resolve = wit_parser::Resolve::default();
-    let package = resolve
-        .push_str("bomb.wit", "package test:bomb@0.1.0;\n\nworld plugin {}\n")
-        .expect("the bomb's WIT");
-    let world = resolve
-        .select_world(&[package], Some("plugin"))
-        .expect("the bomb's world");
-    let mut module = wat::parse_str(&wat).expect("the bomb's module");
-    wit_component::embed_component_metadata(
-        &mut module,
-        &resolve,
-        world,
-        wit_component::StringEncoding::UTF8,
-        false,
-    )
-    .expect("the bomb's WIT embedded");
-    wit_component::ComponentEncoder::default()
-        .validate(true)
-        .module(&module)
-        .expect("the bomb's module")
-        .encode()
-        .expect("the bomb's component")
+    crate::probe::component_of("package test:bomb@0.1.0;\n\nworld plugin {}\n", &wat)
 }
 
 /// The bomb written to `target/test-plugins/bomb/bomb.wasm`.

@@ -474,6 +474,22 @@ fn slow_clients_are_cut_off_and_connections_are_capped() {
     assert_eq!(health.status, 200);
 }
 
+/// The port of `--metrics-listen 127.0.0.1:0`, from `server`'s log.
+fn metrics_listen_port(server: &HttpServer) -> u16 {
+    let log = server.log();
+    log.lines()
+        .find_map(|line| {
+            let at = line.find("probes and metrics at http://127.0.0.1:")?;
+            line[at + 39..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no --metrics-listen line in:\n{log}"))
+}
+
 #[test]
 fn probes_and_metrics_check_the_host_unless_served_on_metrics_listen() {
     let dir = plugin_folder("http-probe-hosts", &example_plugin_files());
@@ -484,19 +500,7 @@ fn probes_and_metrics_check_the_host_unless_served_on_metrics_listen() {
         "--metrics-listen",
         "127.0.0.1:0",
     ]);
-    let log = server.log();
-    let metrics_port: u16 = log
-        .lines()
-        .find_map(|line| {
-            let at = line.find("probes and metrics at http://127.0.0.1:")?;
-            line[at + 39..]
-                .chars()
-                .take_while(char::is_ascii_digit)
-                .collect::<String>()
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no --metrics-listen line in:\n{log}"));
+    let metrics_port = metrics_listen_port(&server);
     let foreign = [("Host", "rebound.evil.example:80")];
     for path in ["/healthz", "/readyz", "/metrics"] {
         // On --listen, a page whose name was rebound to 127.0.0.1 reads nothing.
@@ -710,19 +714,7 @@ fn with_tokens_readyz_and_metrics_need_one_but_healthz_and_metrics_listen_do_not
         "--metrics-listen",
         "127.0.0.1:0",
     ]);
-    let log = server.log();
-    let metrics_port: u16 = log
-        .lines()
-        .find_map(|line| {
-            let at = line.find("probes and metrics at http://127.0.0.1:")?;
-            line[at + 39..]
-                .chars()
-                .take_while(char::is_ascii_digit)
-                .collect::<String>()
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no --metrics-listen line in:\n{log}"));
+    let metrics_port = metrics_listen_port(&server);
     let auth = format!("Bearer {GUEST_TOKEN}");
     let with_token = [("Authorization", auth.as_str())];
     let wrong = [("Authorization", "Bearer not-a-token")];

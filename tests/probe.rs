@@ -229,12 +229,17 @@ fn module_text(seed: u32) -> String {
 
 /// The probe component made with `seed`, as bytes.
 pub(crate) fn component(seed: u32) -> Vec<u8> {
+    component_of(WIT, &module_text(seed))
+}
+
+/// The component of the core module `wat` in the world `plugin` of `wit`.
+pub(crate) fn component_of(wit: &str, wat: &str) -> Vec<u8> {
     let mut resolve = wit_parser::Resolve::default();
-    let package = resolve.push_str("probe.wit", WIT).expect("the probe's WIT");
+    let package = resolve.push_str("plugin.wit", wit).expect("the WIT");
     let world = resolve
         .select_world(&[package], Some("plugin"))
-        .expect("the probe's world");
-    let mut module = wat::parse_str(module_text(seed)).expect("the probe's module");
+        .expect("the world `plugin`");
+    let mut module = wat::parse_str(wat).expect("the module");
     wit_component::embed_component_metadata(
         &mut module,
         &resolve,
@@ -242,13 +247,13 @@ pub(crate) fn component(seed: u32) -> Vec<u8> {
         wit_component::StringEncoding::UTF8,
         false,
     )
-    .expect("the probe's WIT embedded");
+    .expect("the WIT embedded");
     wit_component::ComponentEncoder::default()
         .validate(true)
         .module(&module)
-        .expect("the probe's module")
+        .expect("the module")
         .encode()
-        .expect("the probe's component")
+        .expect("the component")
 }
 
 /// Writes the probe made with `seed` to `target/test-plugins/probe-<seed>/probe.wasm`

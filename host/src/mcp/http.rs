@@ -252,12 +252,7 @@ async fn require_token(
     request: Request,
     next: Next,
 ) -> Response {
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(bearer);
-    match presented {
+    match presented_token(&request) {
         None => unauthorized(None),
         Some(token) if tokens.load().resolve(token).is_none() => {
             unauthorized(Some("invalid_token"))
@@ -304,12 +299,7 @@ async fn authenticate(State(gate): State<Gate>, mut request: Request, next: Next
     let subject = match &gate.authentication {
         Authentication::Fixed(subject) => subject.clone(),
         Authentication::Tokens(tokens) => {
-            let presented = request
-                .headers()
-                .get(header::AUTHORIZATION)
-                .and_then(|value| value.to_str().ok())
-                .and_then(bearer);
-            let Some(token) = presented else {
+            let Some(token) = presented_token(&request) else {
                 service.metrics().http_unauthenticated();
                 return unauthorized(None);
             };
@@ -324,6 +314,15 @@ async fn authenticate(State(gate): State<Gate>, mut request: Request, next: Next
     };
     request.extensions_mut().insert(subject);
     next.run(request).await
+}
+
+/// The bearer token `request` presents, if any.
+fn presented_token(request: &Request) -> Option<&str> {
+    request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(bearer)
 }
 
 /// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive).
