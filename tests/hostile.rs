@@ -475,6 +475,78 @@ fn oversized_deep_and_unterminated_answers_fail_their_call_and_nothing_else() {
     assert_eq!(starts, 2, "started once more after the half line");
 }
 
+/// `hostile.py` serving Streamable HTTP in `mode` (with `http`) on a port of its
+/// own, ended when dropped. Returns it and its URL.
+fn hostile_http(label: &str, mode: &str) -> (Ended, String) {
+    let dir = root().join("target/e2e-hostile").join(label);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the upstream's folder");
+    let port_file = dir.join("port");
+    let child = std::process::Command::new(python())
+        .arg(root().join("tests/upstreams/hostile.py"))
+        .env("HOSTILE_MODE", mode)
+        .env("HOSTILE_PORT", &port_file)
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .expect("start hostile.py");
+    let ended = Ended(child);
+    let mut port = String::new();
+    crate::support::wait_until(
+        "hostile.py to write its port",
+        || {
+            port = std::fs::read_to_string(&port_file).unwrap_or_default();
+            !port.is_empty()
+        },
+        String::new,
+    );
+    (ended, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+/// A child process killed and waited for when dropped.
+struct Ended(std::process::Child);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn an_oversized_answer_over_http_fails_its_call_at_once_and_nothing_else() {
+    // As a JSON body, and as an SSE event: before, rmcp's refusal was a transport
+    // error, and the call failed as `upstream hostile is unavailable`.
+    for mode in ["http", "http,sse"] {
+        let (_upstream, url) = hostile_http(&format!("http-{}", mode.replace(',', "-")), mode);
+        let dir = root().join("target/e2e-hostile/http-server");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("plugins")).expect("create the plugins folder");
+        let config = dir.join("codemode.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "plugins = \"plugins\"\nallow-all = true\nmax-execution-time = \"20s\"\n\n[[upstream]]\nname = \"hostile\"\nurl = {url:?}\n"
+            ),
+        )
+        .expect("write the config");
+        let server = HttpServer::start(&["--config", config.to_str().expect("utf-8")]);
+        let port = server.port;
+        assert_eq!(
+            execute_http(port, "def main():\n    return hostile.huge()"),
+            Err("capability failed: upstream hostile sent a result over 16 MiB".to_owned()),
+            "{mode}"
+        );
+        assert_eq!(
+            execute_http(
+                port,
+                "def main():\n    return hostile.echo(text=\"after huge\")"
+            ),
+            Ok(json!({"text": "after huge"})),
+            "{mode}: the session goes on"
+        );
+    }
+}
+
 #[test]
 fn grandchildren_left_by_a_crashed_upstream_are_ended_and_reaped() {
     // The upstream starts a grandchild in its group and one in a session of its

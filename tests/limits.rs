@@ -229,3 +229,89 @@ fn an_error_from_a_native_call_names_the_capability_and_where_it_was_called() {
         assert!(metrics.body.contains(line), "{line} in\n{}", metrics.body);
     }
 }
+
+/// The most memory `pid` has had resident (`VmHWM`), in bytes.
+fn peak_resident(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kib| kib * 1024)
+}
+
+#[test]
+fn concurrent_executions_share_max_total_memory() {
+    // Eight executions at once, each hoarding up to its 256 MiB: before
+    // --max-total-memory, the server's peak grew by 1.5 GB (2 GiB when all
+    // overlap); now the sandboxes together stop at 512 MiB, and the executions
+    // that found no room end naming the total.
+    let plugins = plugin_folder("total-memory", &[test_plugin("hostile")]);
+    let server = HttpServer::start(&[
+        "--plugins",
+        plugins.to_str().expect("utf-8"),
+        "--allow-all",
+        "--no-watch",
+        "--max-concurrent-executions",
+        "8",
+        "--max-execution-time",
+        "60s",
+        "--max-total-memory",
+        "512MiB",
+    ]);
+    let before = peak_resident(server.pid());
+    let port = server.port;
+    let limits: Vec<(Option<String>, Value)> = std::thread::scope(|scope| {
+        let hogs: Vec<_> = (0..8)
+            .map(|_| {
+                scope.spawn(|| {
+                    let result = call_tool(
+                        port,
+                        "execute",
+                        json!({"source": "def main():\n    return hostile.hog()"}),
+                    );
+                    let text = result["content"][0]["text"].as_str().map(str::to_owned);
+                    (text, result["_meta"]["codemode/stats"]["limit"].clone())
+                })
+            })
+            .collect();
+        hogs.into_iter()
+            .map(|hog| hog.join().expect("a hog's thread"))
+            .collect()
+    });
+    let grown = peak_resident(server.pid()).saturating_sub(before);
+    for (text, limit) in &limits {
+        assert_eq!(text.as_deref(), Some("resource limit exceeded"));
+        assert!(
+            *limit == json!("--max-total-memory") || *limit == json!("--max-memory"),
+            "{limit}"
+        );
+    }
+    assert!(
+        limits
+            .iter()
+            .any(|(_, limit)| *limit == json!("--max-total-memory")),
+        "eight hogs of 256 MiB cannot all fit in 512 MiB: {limits:?}"
+    );
+    // The total, plus the host's own working memory (values, stacks, buffers).
+    assert!(
+        grown < (512 + 192) << 20,
+        "the peak grew by {} MiB",
+        grown >> 20
+    );
+    // Every reservation came back: a second round finds the same room.
+    let (text, stats) = execute(&server, "def main():\n    return hostile.hog()");
+    assert_eq!(text.as_deref(), Some("resource limit exceeded"));
+    assert_eq!(stats["limit"], "--max-memory", "one hog alone fits");
+    let metrics = raw_request(server.port, "GET", "/metrics", &[], "");
+    let reserved: Option<u64> = metrics
+        .body
+        .lines()
+        .find_map(|line| line.strip_prefix("codemode_sandbox_memory_bytes "))
+        .and_then(|value| value.parse().ok());
+    assert!(
+        reserved.is_some_and(|bytes| bytes <= 512 << 20),
+        "{}",
+        metrics.body
+    );
+}

@@ -368,6 +368,11 @@ impl HttpServer {
         format!("http://127.0.0.1:{}/mcp", self.port)
     }
 
+    /// Its process ID.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// What the server logged so far.
     pub(crate) fn log(&self) -> String {
         self.log.lock().expect("log lock").join("\n")

@@ -25,6 +25,8 @@ pub(crate) enum Budget {
     Fuel,
     /// Linear memory of the interpreter or a plugin instance.
     Memory,
+    /// Linear memory of every sandbox of the process together.
+    TotalMemory,
     /// A plugin's own fuel per call (its sidecar's `max_fuel_per_call`), where it is
     /// below what the execution had left.
     PluginFuel,
@@ -56,6 +58,7 @@ impl Budget {
             Budget::IntermediateValueBytes => "--max-intermediate-value-bytes",
             Budget::Fuel => "--max-fuel",
             Budget::Memory => "--max-memory",
+            Budget::TotalMemory => "--max-total-memory",
             Budget::PluginFuel => "max_fuel_per_call",
             Budget::PluginMemory => "max_memory",
             Budget::Capacity => "--max-concurrent-executions",

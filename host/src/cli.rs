@@ -251,6 +251,18 @@ pub struct Cli {
     #[arg(long, value_name = "SIZE", value_parser = size)]
     pub max_memory: Option<usize>,
 
+    /// Memory of all sandboxes together [default: half of this machine's]
+    ///
+    /// The interpreters and plugin instances of every running execution, and the
+    /// spare instances kept ready, share it. A sandbox whose memory would grow
+    /// past it fails, and its execution ends with `resource limit exceeded`
+    /// (limit --max-total-memory), instead of the server being killed for memory
+    /// when many executions run at once. The default is half of the machine's
+    /// memory, or of its cgroup's memory.max where that is lower (at least 1GiB).
+    /// At least --max-memory, at most 1TiB.
+    #[arg(long, value_name = "SIZE", value_parser = total_memory)]
+    pub max_total_memory: Option<usize>,
+
     /// Largest plugin file loaded [default: 256MiB]
     ///
     /// Checked from the file's size before it is read; a larger one is skipped
@@ -330,6 +342,19 @@ fn compile_memory(text: &str) -> Result<u64, String> {
     let size = parse_bytes(text)? as u64;
     if size == 0 {
         return Err("must be positive (e.g. 4GiB)".to_owned());
+    }
+    if size > 1 << 40 {
+        return Err("at most 1TiB".to_owned());
+    }
+    Ok(size)
+}
+
+/// A `--max-total-memory`: any size up to 1TiB (the execution limits check it
+/// against --max-memory).
+fn total_memory(text: &str) -> Result<usize, String> {
+    let size = parse_bytes(text)?;
+    if size == 0 {
+        return Err("must be positive (e.g. 8GiB)".to_owned());
     }
     if size > 1 << 40 {
         return Err("at most 1TiB".to_owned());
@@ -654,6 +679,7 @@ impl Cli {
                 .unwrap_or(d.max_concurrent_executions),
             max_fuel: self.max_fuel.unwrap_or(d.max_fuel),
             max_memory_bytes: self.max_memory.unwrap_or(d.max_memory_bytes),
+            max_total_memory_bytes: self.max_total_memory.unwrap_or(d.max_total_memory_bytes),
         }
     }
 

@@ -36,6 +36,7 @@ pub mod files;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod mcp;
+pub mod memory;
 mod metrics;
 mod plugins;
 mod service;

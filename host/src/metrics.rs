@@ -290,6 +290,17 @@ impl Metrics {
         }
         header(
             &mut out,
+            "codemode_sandbox_memory_bytes",
+            "gauge",
+            "Linear memory reserved by every sandbox together (--max-total-memory).",
+        );
+        let _ = writeln!(
+            out,
+            "codemode_sandbox_memory_bytes {}",
+            crate::memory::TOTAL.used()
+        );
+        header(
+            &mut out,
             "codemode_upstream_up",
             "gauge",
             "Whether an upstream MCP server is serving (1) or not (0).",

@@ -19,6 +19,10 @@ comma-separated list of:
             called)
   flood     on `notifications/initialized`, and after answering each tools/list,
             send 100 list_changed notifications
+  http      speak MCP's Streamable HTTP transport instead, on 127.0.0.1 at a port
+            of its own, written to the file HOSTILE_PORT names; answers are JSON
+            bodies
+  sse       with http, answer each request as an SSE stream instead
 
 Whatever the mode, it lists `echo` (answers its `text`), `fail` (a JSON-RPC error
 whose message is its `text`), `shout` (writes its `text` to stderr, then answers
@@ -35,6 +39,8 @@ import time
 
 MODES = set(filter(None, os.environ.get("HOSTILE_MODE", "").split(",")))
 out = sys.stdout.buffer
+# Where `send` writes: stdout, or (with http) the answer being built.
+sink = None
 
 
 def log(line):
@@ -45,6 +51,9 @@ def log(line):
 
 
 def send(message):
+    if sink is not None:
+        sink.append(message)
+        return
     out.write(json.dumps(message).encode() + b"\n")
     out.flush()
 
@@ -179,44 +188,99 @@ def family():
     log(f"detached {detached.pid}")
 
 
+def handle(message):
+    """Answers one message with `send`."""
+    method = message.get("method")
+    request_id = message.get("id")
+    params = message.get("params") or {}
+    if method == "initialize":
+        send({
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "result": {
+                "protocolVersion": params.get("protocolVersion", "2025-06-18"),
+                "capabilities": {"tools": {"listChanged": True}},
+                "serverInfo": {"name": "hostile", "version": "1.0.0"},
+            },
+        })
+    elif method == "notifications/initialized":
+        if "flood" in MODES:
+            flood()
+    elif method == "tools/list":
+        if "slowlist" in MODES:
+            time.sleep(float(os.environ.get("HOSTILE_SLOW", "60")))
+        log(f"listed {time.monotonic():.6f}")
+        send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": tools()}})
+        if "flood" in MODES:
+            flood()
+    elif method == "tools/call":
+        call(request_id, params.get("name"), params.get("arguments") or {})
+    elif method == "ping":
+        send({"jsonrpc": "2.0", "id": request_id, "result": {}})
+    elif request_id is not None:
+        send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": "no such method"}})
+
+
+def serve_http():
+    """Streamable HTTP: each POST's messages answered in its response."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            self.send_response(405)
+            self.end_headers()
+
+        def do_DELETE(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def do_POST(self):
+            global sink
+            message = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            sink = []
+            handle(message)
+            answers, sink = sink, None
+            if message.get("id") is None:
+                self.send_response(202)
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("mcp-session-id", "hostile")
+            if "sse" in MODES:
+                body = b"".join(b"data: " + json.dumps(a).encode() + b"\n\n" for a in answers)
+                self.send_header("content-type", "text/event-stream")
+            else:
+                body = json.dumps(answers[-1]).encode()
+                self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            try:
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client refused the answer (too large): what is tested
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    with open(os.environ["HOSTILE_PORT"], "w") as f:
+        f.write(str(server.server_address[1]))
+    server.serve_forever()
+
+
 def main():
     log(f"started {os.getpid()}")
     if "family" in MODES:
         family()
+    if "http" in MODES:
+        serve_http()
+        return
     for line in sys.stdin.buffer:
         try:
             message = json.loads(line)
         except ValueError:
             continue
-        method = message.get("method")
-        request_id = message.get("id")
-        params = message.get("params") or {}
-        if method == "initialize":
-            send({
-                "jsonrpc": "2.0",
-                "id": request_id,
-                "result": {
-                    "protocolVersion": params.get("protocolVersion", "2025-06-18"),
-                    "capabilities": {"tools": {"listChanged": True}},
-                    "serverInfo": {"name": "hostile", "version": "1.0.0"},
-                },
-            })
-        elif method == "notifications/initialized":
-            if "flood" in MODES:
-                flood()
-        elif method == "tools/list":
-            if "slowlist" in MODES:
-                time.sleep(float(os.environ.get("HOSTILE_SLOW", "60")))
-            log(f"listed {time.monotonic():.6f}")
-            send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": tools()}})
-            if "flood" in MODES:
-                flood()
-        elif method == "tools/call":
-            call(request_id, params.get("name"), params.get("arguments") or {})
-        elif method == "ping":
-            send({"jsonrpc": "2.0", "id": request_id, "result": {}})
-        elif request_id is not None:
-            send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": "no such method"}})
+        handle(message)
     if "linger" in MODES:
         time.sleep(3600)
 

@@ -18,6 +18,9 @@ use crate::units::{MAX_DURATION, MAX_DURATION_TEXT, MAX_MEMORY_BYTES};
 /// one tick) still stops.
 pub const DEFAULT_MAX_FUEL: u64 = 8_000_000_000;
 
+/// The largest `--max-total-memory`.
+const MAX_TOTAL_MEMORY_BYTES: usize = 1 << 40;
+
 /// All budgets of one execution.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
@@ -42,6 +45,9 @@ pub struct Limits {
     pub max_fuel: u64,
     /// Linear memory of the interpreter, and of each plugin instance, in bytes.
     pub max_memory_bytes: usize,
+    /// Linear memory of every sandbox of the process together, in bytes
+    /// ([`crate::memory`]).
+    pub max_total_memory_bytes: usize,
 }
 
 impl Default for Limits {
@@ -57,6 +63,7 @@ impl Default for Limits {
             max_concurrent_executions: 8,
             max_fuel: DEFAULT_MAX_FUEL,
             max_memory_bytes: 256 * 1024 * 1024,
+            max_total_memory_bytes: crate::memory::default_total(),
         }
     }
 }
@@ -120,6 +127,18 @@ impl Limits {
             return Err(LimitError {
                 field: "--max-memory",
                 requirement: "at most 4GiB (a 32-bit linear memory)",
+            });
+        }
+        if self.max_total_memory_bytes < self.max_memory_bytes {
+            return Err(LimitError {
+                field: "--max-total-memory",
+                requirement: "at least --max-memory",
+            });
+        }
+        if self.max_total_memory_bytes > MAX_TOTAL_MEMORY_BYTES {
+            return Err(LimitError {
+                field: "--max-total-memory",
+                requirement: "at most 1TiB",
             });
         }
         Ok(())

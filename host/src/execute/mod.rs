@@ -35,7 +35,7 @@ use crate::cache::ArtifactCache;
 use crate::catalog::Field;
 use crate::error::ToolError;
 use crate::metrics::Metrics;
-use crate::plugins::MemoryCap;
+use crate::plugins::{MemoryCap, MemoryHit};
 use crate::source::{CapabilitySource, Session};
 use crate::wait::{Cancel, Interrupted, Stop};
 use ledger::Ledger;
@@ -281,6 +281,7 @@ impl Executor {
             .map_err(RunnerError::Prepare)?;
         let stop_ticker = Arc::new(AtomicBool::new(false));
         start_ticker(config.engine.clone(), stop_ticker.clone());
+        crate::memory::TOTAL.set_max(config.limits.max_total_memory_bytes);
         Ok(Self {
             engine: config.engine.clone(),
             pre,
@@ -589,12 +590,15 @@ impl Job {
             (_, Some(error)) => return Err(error),
             (Ok(outcome), None) => outcome,
             (Err(error), None) => {
-                return Err(
-                    match classify_trap(&error, state.memory.hit || state.too_large) {
-                        Ok(budget) => state.ledger.exhaust(budget),
-                        Err(error) => error,
-                    },
-                );
+                let memory = match (state.memory.hit, state.too_large) {
+                    (Some(MemoryHit::Total), _) => Some(MemoryHit::Total),
+                    (Some(MemoryHit::Own), _) | (None, true) => Some(MemoryHit::Own),
+                    (None, false) => None,
+                };
+                return Err(match classify_trap(&error, memory) {
+                    Ok(budget) => state.ledger.exhaust(budget),
+                    Err(error) => error,
+                });
             }
         };
         stats.steps = outcome.steps;
@@ -631,7 +635,7 @@ impl Job {
 /// the budget that ran out, or the error the agent sees.
 pub(crate) fn classify_trap(
     error: &wasmtime::Error,
-    memory_hit: bool,
+    memory: Option<MemoryHit>,
 ) -> Result<Budget, ToolError> {
     if let Some(interrupted) = error.downcast_ref::<Interrupted>() {
         return match interrupted {
@@ -639,8 +643,10 @@ pub(crate) fn classify_trap(
             Interrupted::Deadline | Interrupted::CallTimeout => Ok(Budget::ExecutionTime),
         };
     }
-    if memory_hit {
-        return Ok(Budget::Memory);
+    match memory {
+        Some(MemoryHit::Own) => return Ok(Budget::Memory),
+        Some(MemoryHit::Total) => return Ok(Budget::TotalMemory),
+        None => {}
     }
     if error
         .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()

@@ -31,7 +31,7 @@ pub(crate) use grants::{GlobalCaps, SIDECAR_EXTENSION};
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use grants::{Grants, HostPattern};
 pub(crate) use load::{LoadedPlugin, PLUGIN_PREFIX, check_specs, file_label, load_file};
-pub(crate) use sandbox::{MemoryCap, engine, pool_instances};
+pub(crate) use sandbox::{MemoryCap, MemoryHit, engine, pool_instances};
 
 use std::path::{Path, PathBuf};
 

@@ -132,34 +132,62 @@ fn config(instances: u32, scan: bool) -> Config {
     config
 }
 
-/// Caps every linear memory of one store and remembers whether a program hit the
-/// cap, so that the trap that follows (an allocation failure aborts) is reported as a
-/// resource limit.
+/// Caps every linear memory of one store, reserves what they grow by in the
+/// process's total ([`crate::memory`]), and remembers whether a program hit either
+/// cap, so that the trap that follows (an allocation failure aborts) is reported as
+/// a resource limit.
 #[derive(Debug)]
 pub(crate) struct MemoryCap {
     max: usize,
-    /// Whether a memory tried to grow past `max`.
-    pub hit: bool,
+    /// Bytes this store reserved in the total, given back when it is dropped.
+    reserved: usize,
+    /// Which cap a memory tried to grow past, if one did.
+    pub hit: Option<MemoryHit>,
+}
+
+/// The memory cap a store hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MemoryHit {
+    /// Its own: `--max-memory` (or its plugin's `max_memory`).
+    Own,
+    /// The total of every sandbox: `--max-total-memory`.
+    Total,
 }
 
 impl MemoryCap {
     /// A cap of `max` bytes per linear memory.
     pub(crate) fn new(max: usize) -> Self {
-        Self { max, hit: false }
+        Self {
+            max,
+            reserved: 0,
+            hit: None,
+        }
+    }
+}
+
+impl Drop for MemoryCap {
+    fn drop(&mut self) {
+        crate::memory::TOTAL.release(self.reserved);
     }
 }
 
 impl ResourceLimiter for MemoryCap {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         if desired > self.max {
-            self.hit = true;
+            self.hit = Some(MemoryHit::Own);
             return Ok(false);
         }
+        let growth = desired.saturating_sub(current);
+        if !crate::memory::TOTAL.reserve(growth) {
+            self.hit = Some(MemoryHit::Total);
+            return Ok(false);
+        }
+        self.reserved += growth;
         Ok(true)
     }
 

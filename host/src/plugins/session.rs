@@ -21,7 +21,7 @@ use super::invoke::{CallTarget, OutputError, output};
 use super::load::LoadedPlugin;
 use super::output::Output;
 use super::plan::{Mismatch, lower_all};
-use super::sandbox::{PluginState, Unprovided};
+use super::sandbox::{MemoryHit, PluginState, Unprovided};
 use super::spare::{Spare, SpareTerms, Spares};
 use crate::budget::Budget;
 use crate::catalog::CapabilitySpec;
@@ -225,9 +225,9 @@ impl PluginSession {
         let instance = match waited {
             Some(Ok(instance)) => instance,
             Some(Err(error)) => {
-                let memory_hit = store.data().limits.hit;
+                let memory = store.data().limits.hit;
                 return failed(
-                    classify_plugin_trap(&error, memory_hit, caps, name, &plugin.file, explanation),
+                    classify_plugin_trap(&error, memory, caps, name, &plugin.file, explanation),
                     burned,
                 );
             }
@@ -304,7 +304,7 @@ fn new_store(
 /// message; anything else is the capability's failure (logged, never shown).
 fn classify_plugin_trap(
     error: &wasmtime::Error,
-    memory_hit: bool,
+    memory: Option<MemoryHit>,
     caps: Caps,
     name: &str,
     plugin: &str,
@@ -317,12 +317,11 @@ fn classify_plugin_trap(
             Interrupted::CallTimeout => CallFailure::Failed(explanation),
         };
     }
-    if memory_hit {
-        return CallFailure::Exhausted(if caps.memory {
-            Budget::PluginMemory
-        } else {
-            Budget::Memory
-        });
+    match memory {
+        Some(MemoryHit::Own) if caps.memory => return CallFailure::Exhausted(Budget::PluginMemory),
+        Some(MemoryHit::Own) => return CallFailure::Exhausted(Budget::Memory),
+        Some(MemoryHit::Total) => return CallFailure::Exhausted(Budget::TotalMemory),
+        None => {}
     }
     if matches!(
         error.downcast_ref::<wasmtime::Trap>(),
@@ -379,7 +378,7 @@ mod tests {
         assert_eq!(
             classify_plugin_trap(
                 &error,
-                false,
+                None,
                 Caps::default(),
                 "records.lookup",
                 "records.wasm",
@@ -388,7 +387,7 @@ mod tests {
             CallFailure::Exhausted(Budget::Capacity)
         );
         assert_eq!(
-            crate::execute::classify_trap(&error, false),
+            crate::execute::classify_trap(&error, None),
             Ok(Budget::Capacity)
         );
     }
@@ -402,34 +401,38 @@ mod tests {
         };
         let deadline = wasmtime::Error::new(Interrupted::Deadline);
         assert_eq!(
-            classify_plugin_trap(&deadline, false, own, "n", "n.wasm", None),
+            classify_plugin_trap(&deadline, None, own, "n", "n.wasm", None),
             CallFailure::Exhausted(Budget::ExecutionTime)
         );
         let fuel = wasmtime::Error::new(wasmtime::Trap::OutOfFuel);
         assert_eq!(
-            classify_plugin_trap(&fuel, false, global, "n", "n.wasm", None),
+            classify_plugin_trap(&fuel, None, global, "n", "n.wasm", None),
             CallFailure::Exhausted(Budget::Fuel)
         );
         assert_eq!(
-            classify_plugin_trap(&fuel, false, own, "n", "n.wasm", None),
+            classify_plugin_trap(&fuel, None, own, "n", "n.wasm", None),
             CallFailure::Exhausted(Budget::PluginFuel)
         );
         let trap = wasmtime::Error::new(wasmtime::Trap::UnreachableCodeReached);
         assert_eq!(
-            classify_plugin_trap(&trap, true, global, "n", "n.wasm", None),
+            classify_plugin_trap(&trap, Some(MemoryHit::Own), global, "n", "n.wasm", None),
             CallFailure::Exhausted(Budget::Memory)
         );
         assert_eq!(
-            classify_plugin_trap(&trap, true, own, "n", "n.wasm", None),
+            classify_plugin_trap(&trap, Some(MemoryHit::Own), own, "n", "n.wasm", None),
             CallFailure::Exhausted(Budget::PluginMemory)
+        );
+        assert_eq!(
+            classify_plugin_trap(&trap, Some(MemoryHit::Total), own, "n", "n.wasm", None),
+            CallFailure::Exhausted(Budget::TotalMemory)
         );
         let timeout = wasmtime::Error::new(Interrupted::CallTimeout);
         assert_eq!(
-            classify_plugin_trap(&timeout, false, global, "n", "n.wasm", Some("why".into())),
+            classify_plugin_trap(&timeout, None, global, "n", "n.wasm", Some("why".into())),
             CallFailure::Failed(Some("why".into()))
         );
         assert_eq!(
-            classify_plugin_trap(&trap, false, global, "n", "n.wasm", None),
+            classify_plugin_trap(&trap, None, global, "n", "n.wasm", None),
             CallFailure::Failed(None)
         );
     }

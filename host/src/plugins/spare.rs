@@ -29,7 +29,7 @@ use wasmtime::component::Instance;
 
 use super::load::LoadedPlugin;
 use super::output::Output;
-use super::sandbox::PluginState;
+use super::sandbox::{MemoryHit, PluginState};
 use crate::wait::{Abandoned, Cancel, Stop};
 use crate::worker::Worker;
 
@@ -149,8 +149,8 @@ impl Request {
                 Slot::Ready(Box::new(spare), self.terms)
             }
             // The server's capacity, not the plugin's: the next use asks again.
-            Err(Unmade::PoolFull) => {
-                tracing::debug!(plugin = %self.plugin.file, "no spare instance: the instance pool is full");
+            Err(Unmade::Capacity) => {
+                tracing::debug!(plugin = %self.plugin.file, "no spare instance: the instance pool or --max-total-memory is full");
                 Slot::Empty
             }
             Err(Unmade::Failed(reason)) => {
@@ -163,8 +163,9 @@ impl Request {
 
 /// Why no spare was made.
 enum Unmade {
-    /// Every slot of the instance pool is taken (by executions): try again later.
-    PoolFull,
+    /// Every slot of the instance pool is taken, or all of `--max-total-memory`
+    /// (by executions): try again later.
+    Capacity,
     /// Anything else, with the reason for the log: no spares for this plugin.
     Failed(String),
 }
@@ -201,11 +202,11 @@ fn make(plugin: &LoadedPlugin, terms: SpareTerms) -> Result<Spare, Unmade> {
             Abandoned::NoRuntime => "no runtime for host waits".to_owned(),
         })?
         .map_err(|error| {
-            if error
+            let pool_full = error
                 .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
-                .is_some()
-            {
-                Unmade::PoolFull
+                .is_some();
+            if pool_full || store.data().limits.hit == Some(MemoryHit::Total) {
+                Unmade::Capacity
             } else {
                 Unmade::Failed(format!("{error:#}"))
             }

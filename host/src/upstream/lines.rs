@@ -386,7 +386,11 @@ impl Transport<RoleClient> for ChildLines {
 }
 
 /// An error answer to request `id` (JSON text) with `code` and `message`.
-fn made_up_error(id: &str, code: i32, message: &str) -> Option<RxJsonRpcMessage<RoleClient>> {
+pub(crate) fn made_up_error(
+    id: &str,
+    code: i32,
+    message: &str,
+) -> Option<RxJsonRpcMessage<RoleClient>> {
     let id: Json = serde_json::from_str(id).ok()?;
     let answer = serde_json::json!({
         "jsonrpc": "2.0",

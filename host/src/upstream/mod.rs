@@ -9,6 +9,7 @@
 //! upstream's answer, so the executor abandons it at the execution's deadline (and
 //! dropping it sends `notifications/cancelled` upstream); no fuel burns meanwhile.
 
+mod http;
 mod json;
 mod lines;
 mod names;
@@ -26,11 +27,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use codemode_value::Value;
-use http::{HeaderName, HeaderValue};
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Tool};
 use rmcp::service::{NotificationContext, RunningServiceCancellationToken};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::io::AsyncReadExt;
 use tokio::sync::{Notify, oneshot};
@@ -283,7 +281,7 @@ impl Upstream {
                 bearer_token,
                 headers,
             } => {
-                let transport = http(url, bearer_token.as_ref(), headers)?;
+                let transport = http::transport(url, bearer_token.as_ref(), headers)?;
                 (events.serve(transport).await, None)
             }
         };
@@ -513,47 +511,6 @@ fn child(
         tokio::spawn(log_stderr(name.to_owned(), stderr));
     }
     ChildLines::new(name, child)
-}
-
-/// A Streamable HTTP client of `url`: TLS through rustls with the WebPKI roots,
-/// `bearer_token` and `headers` on every request.
-///
-/// # Errors
-///
-/// A header that is not a valid HTTP header, or a client that cannot be built.
-fn http(
-    url: &str,
-    bearer_token: Option<&Secret>,
-    headers: &BTreeMap<String, String>,
-) -> Result<StreamableHttpClientTransport<reqwest::Client>, String> {
-    let roots = rustls::RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
-    // rustls 0.23.48 deprecates the ring provider because it has no post-quantum
-    // key exchange; the aws-lc-rs provider that has one adds a C and assembly
-    // build of its own. Kept until ring gains ML-KEM or the build can take aws-lc
-    // (docs/architecture.md, departures).
-    #[allow(deprecated)]
-    let provider = rustls::crypto::ring::default_provider();
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
-        .with_safe_default_protocol_versions()
-        .map_err(|error| format!("TLS: {error}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let client = reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
-        .build()
-        .map_err(|error| format!("HTTP client: {error}"))?;
-    let mut config = StreamableHttpClientTransportConfig::with_uri(url);
-    config.auth_header = bearer_token.map(|token| token.0.clone());
-    for (name, value) in headers {
-        let header = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| format!("header `{name}` is not a valid header name"))?;
-        let value = HeaderValue::from_str(value)
-            .map_err(|_| format!("header `{name}` has a value that cannot be sent"))?;
-        config.custom_headers.insert(header, value);
-    }
-    Ok(StreamableHttpClientTransport::with_client(client, config))
 }
 
 /// The text blocks of a tool's content, joined with newlines.

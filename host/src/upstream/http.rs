@@ -1,0 +1,349 @@
+//! The Streamable HTTP transport of an upstream: rmcp's reqwest client, with an
+//! answer of our own for a result over the limit.
+//!
+//! rmcp refuses a JSON body over `max_json_response_size` and an SSE event over
+//! `max_sse_event_size` without reading the rest, but as a transport error: the
+//! call learns only that the upstream is unavailable. Here each refusal of a
+//! request's answer becomes a made-up JSON-RPC error answering that request
+//! ([`OVERSIZED_CODE`], as [`super::lines`] makes for stdio), so the one call fails
+//! at once saying why and the session serves on. Both limits are
+//! [`MAX_MESSAGE_BYTES`], the same as a stdio upstream's.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use http::{HeaderName, HeaderValue};
+use rmcp::model::{ClientJsonRpcMessage, RequestId, ServerJsonRpcMessage};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::{
+    SseError, StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError,
+    StreamableHttpPostResponse, StreamableHttpResponseLimits,
+};
+use sse_stream::Sse;
+
+use super::Secret;
+use super::lines::{MAX_MESSAGE_BYTES, MAX_MESSAGE_TEXT, OVERSIZED_CODE, made_up_error};
+
+/// How rmcp's error for an SSE event over its limit begins (its error type is
+/// private, so the text is all there is to tell it by; the end-to-end test of an
+/// oversized SSE answer fails if a new rmcp words it otherwise).
+const EVENT_TOO_LARGE: &str = "SSE event exceeded the maximum size";
+
+/// rmcp's reqwest client, answering for an oversized result (see the module's
+/// documentation).
+#[derive(Clone)]
+pub(crate) struct Bounded(reqwest::Client);
+
+/// A Streamable HTTP transport to `url`: TLS through rustls with the WebPKI roots,
+/// `bearer_token` and `headers` on every request, answers bounded as a stdio
+/// upstream's are.
+///
+/// # Errors
+///
+/// A header that is not a valid HTTP header, or a client that cannot be built.
+pub(crate) fn transport(
+    url: &str,
+    bearer_token: Option<&Secret>,
+    headers: &BTreeMap<String, String>,
+) -> Result<StreamableHttpClientTransport<Bounded>, String> {
+    let roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    // rustls 0.23.48 deprecates the ring provider because it has no post-quantum
+    // key exchange; the aws-lc-rs provider that has one adds a C and assembly
+    // build of its own. Kept until ring gains ML-KEM or the build can take aws-lc
+    // (docs/architecture.md, departures).
+    #[allow(deprecated)]
+    let provider = rustls::crypto::ring::default_provider();
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|error| format!("TLS: {error}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let client = reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .build()
+        .map_err(|error| format!("HTTP client: {error}"))?;
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url);
+    config.auth_header = bearer_token.map(|token| token.0.clone());
+    config.max_json_response_size = MAX_MESSAGE_BYTES;
+    config.max_sse_event_size = MAX_MESSAGE_BYTES;
+    for (name, value) in headers {
+        let header = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("header `{name}` is not a valid header name"))?;
+        let value = HeaderValue::from_str(value)
+            .map_err(|_| format!("header `{name}` has a value that cannot be sent"))?;
+        config.custom_headers.insert(header, value);
+    }
+    Ok(StreamableHttpClientTransport::with_client(
+        Bounded(client),
+        config,
+    ))
+}
+
+impl StreamableHttpClient for Bounded {
+    type Error = reqwest::Error;
+
+    fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> impl Future<Output = Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>>>
+    + Send
+    + '_ {
+        let limits = StreamableHttpResponseLimits::default();
+        self.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            limits,
+        )
+    }
+
+    fn post_message_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> impl Future<Output = Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>>>
+    + Send
+    + '_ {
+        let mut limits = StreamableHttpResponseLimits::default();
+        limits.max_sse_event_size = max_sse_event_size;
+        self.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            limits,
+        )
+    }
+
+    fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> impl Future<Output = Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>>>
+    + Send
+    + '_ {
+        let request = match &message {
+            ClientJsonRpcMessage::Request(request) => Some(request.id.clone()),
+            ClientJsonRpcMessage::Notification(_)
+            | ClientJsonRpcMessage::Response(_)
+            | ClientJsonRpcMessage::Error(_) => None,
+        };
+        async move {
+            let answer = self
+                .0
+                .post_message_with_response_limits(
+                    uri,
+                    message,
+                    session_id,
+                    auth_header,
+                    custom_headers,
+                    limits,
+                )
+                .await;
+            let Some(id) = request else {
+                return answer;
+            };
+            match answer {
+                Err(StreamableHttpError::ResponseBodyTooLarge { max_size }) => {
+                    match oversized(&id) {
+                        Some(made_up) => Ok(StreamableHttpPostResponse::Json(made_up, None)),
+                        None => Err(StreamableHttpError::ResponseBodyTooLarge { max_size }),
+                    }
+                }
+                Ok(StreamableHttpPostResponse::Sse(events, session)) => Ok(
+                    StreamableHttpPostResponse::Sse(bounded_events(events, id), session),
+                ),
+                other => other,
+            }
+        }
+    }
+
+    fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> impl Future<Output = Result<(), StreamableHttpError<Self::Error>>> + Send + '_ {
+        self.0
+            .delete_session(uri, session_id, auth_header, custom_headers)
+    }
+
+    fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> impl Future<
+        Output = Result<
+            BoxStream<'static, Result<Sse, SseError>>,
+            StreamableHttpError<Self::Error>,
+        >,
+    > + Send
+    + '_ {
+        self.get_stream_with_max_sse_event_size(
+            uri,
+            session_id,
+            last_event_id,
+            auth_header,
+            custom_headers,
+            MAX_MESSAGE_BYTES,
+        )
+    }
+
+    fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> impl Future<
+        Output = Result<
+            BoxStream<'static, Result<Sse, SseError>>,
+            StreamableHttpError<Self::Error>,
+        >,
+    > + Send
+    + '_ {
+        self.0.get_stream_with_max_sse_event_size(
+            uri,
+            session_id,
+            last_event_id,
+            auth_header,
+            custom_headers,
+            max_sse_event_size,
+        )
+    }
+}
+
+/// The made-up answer to request `id` whose result was over the limit.
+fn oversized(id: &RequestId) -> Option<ServerJsonRpcMessage> {
+    let id = serde_json::to_string(id).ok()?;
+    let detail = format!("the result is over {MAX_MESSAGE_TEXT}");
+    made_up_error(&id, OVERSIZED_CODE, &detail)
+}
+
+/// `message` as an SSE event, its data the JSON-RPC message.
+fn event_of(message: &ServerJsonRpcMessage) -> Option<Sse> {
+    Some(Sse {
+        event: None,
+        data: Some(serde_json::to_string(message).ok()?),
+        id: None,
+        retry: None,
+    })
+}
+
+/// `events` (the SSE answer to request `id`) with rmcp's refusal of an event over
+/// the limit replaced by the made-up answer to `id`, after which the stream ends.
+fn bounded_events(
+    events: BoxStream<'static, Result<Sse, SseError>>,
+    id: RequestId,
+) -> BoxStream<'static, Result<Sse, SseError>> {
+    events
+        .scan(false, move |ended, event| {
+            if *ended {
+                return std::future::ready(None);
+            }
+            let event = match event {
+                Err(SseError::Body(error)) if error.to_string().starts_with(EVENT_TOO_LARGE) => {
+                    *ended = true;
+                    match oversized(&id).as_ref().and_then(event_of) {
+                        Some(made_up) => Ok(made_up),
+                        None => Err(SseError::Body(error)),
+                    }
+                }
+                other => other,
+            };
+            std::future::ready(Some(event))
+        })
+        .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use futures::stream;
+
+    /// An SSE event with `data`.
+    fn event(data: &str) -> Sse {
+        Sse {
+            event: None,
+            data: Some(data.to_owned()),
+            id: None,
+            retry: None,
+        }
+    }
+
+    /// The data of each item of `events`, or its error's text.
+    fn drain(events: BoxStream<'static, Result<Sse, SseError>>) -> Vec<String> {
+        let items: Vec<_> = futures::executor::block_on(events.collect());
+        items
+            .into_iter()
+            .map(|item| match item {
+                Ok(sse) => sse.data.unwrap_or_default(),
+                Err(error) => format!("error: {error}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_event_over_the_limit_becomes_the_made_up_answer_and_ends_the_stream() {
+        let too_large: Box<dyn std::error::Error + Send + Sync> =
+            format!("{EVENT_TOO_LARGE} of 16777216 bytes").into();
+        let events = stream::iter(vec![
+            Ok(event("before")),
+            Err(SseError::Body(too_large)),
+            Ok(event("after")),
+        ])
+        .boxed();
+        let got = drain(bounded_events(events, RequestId::Number(7)));
+        assert_eq!(
+            got,
+            vec![
+                "before".to_owned(),
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":7,"error":{{"code":-32090,"message":"the result is over 16 MiB","data":"{}"}}}}"#,
+                    super::super::lines::made_up_marker()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn other_stream_errors_pass_as_they_are() {
+        let other: Box<dyn std::error::Error + Send + Sync> = "connection reset".into();
+        let events = stream::iter(vec![Err(SseError::Body(other)), Ok(event("next"))]).boxed();
+        let got = drain(bounded_events(events, RequestId::Number(7)));
+        assert_eq!(
+            got,
+            vec![
+                "error: body error: connection reset".to_owned(),
+                "next".to_owned()
+            ]
+        );
+    }
+}
