@@ -87,32 +87,6 @@ fn a_spare_instance_is_fresh_and_costs_what_instantiating_the_plugin_would() {
     );
 }
 
-#[test]
-fn a_spare_s_start_code_is_charged_to_the_call_that_takes_it() {
-    // The Python example's start code burns fuel (a Rust plugin's burns almost
-    // none): a spare that did not charge it would show as a cheaper first call.
-    let Some(geo) = crate::support::foreign_plugin("python_geo") else {
-        return;
-    };
-    let server = start(&plugin_folder("isolation-spare-fuel", &[geo]));
-    let distance = "def main():\n    return geo.distance(a={\"lat\": 52.5, \"lon\": 13.4}, b={\"lat\": 48.9, \"lon\": 2.4})";
-    let first = execute_http(server.port, distance).expect("the first execute");
-    wait_for_log(&server, "spare instance ready plugin=python_geo.wasm", 1);
-    assert_eq!(execute_http(server.port, distance), Ok(first));
-    wait_for_log(
-        &server,
-        "took a spare instance plugin=python_geo.wasm execution=2",
-        1,
-    );
-    wait_for_audit(&server, "\"capability\":\"geo.distance\"", 2);
-    let fuel = fuel_of_calls(&server.audit(), "geo.distance");
-    assert_eq!(fuel.len(), 2, "{fuel:?}");
-    assert_eq!(
-        fuel[1], fuel[0],
-        "instantiated by the call, then taken as a spare"
-    );
-}
-
 /// Bearer tokens of the two subjects the leak tests alternate between.
 const TOKENS: [(&str, &str); 2] = [
     ("tenant-a", "isolation-token-of-tenant-a"),
@@ -255,4 +229,35 @@ fn after_a_hot_reload_no_call_is_served_by_the_old_version_s_instances() {
         checked,
         4 * u64::from(PROBE_PAGES * 16 + crate::probe::TABLE_SLOTS + crate::probe::SEGMENT_BYTES)
     );
+}
+
+/// Tests of plugins built by another language's toolchain: `cargo xtask test`
+/// skips the tests under `toolchains::` when a toolchain cannot be installed here
+/// (CI installs them; a missing one fails its run).
+mod toolchains {
+    use super::*;
+
+    #[test]
+    fn a_spare_s_start_code_is_charged_to_the_call_that_takes_it() {
+        // The Python example's start code burns fuel (a Rust plugin's burns almost
+        // none): a spare that did not charge it would show as a cheaper first call.
+        let geo = crate::support::foreign_plugin("python_geo");
+        let server = start(&plugin_folder("isolation-spare-fuel", &[geo]));
+        let distance = "def main():\n    return geo.distance(a={\"lat\": 52.5, \"lon\": 13.4}, b={\"lat\": 48.9, \"lon\": 2.4})";
+        let first = execute_http(server.port, distance).expect("the first execute");
+        wait_for_log(&server, "spare instance ready plugin=python_geo.wasm", 1);
+        assert_eq!(execute_http(server.port, distance), Ok(first));
+        wait_for_log(
+            &server,
+            "took a spare instance plugin=python_geo.wasm execution=2",
+            1,
+        );
+        wait_for_audit(&server, "\"capability\":\"geo.distance\"", 2);
+        let fuel = fuel_of_calls(&server.audit(), "geo.distance");
+        assert_eq!(fuel.len(), 2, "{fuel:?}");
+        assert_eq!(
+            fuel[1], fuel[0],
+            "instantiated by the call, then taken as a spare"
+        );
+    }
 }

@@ -6,7 +6,6 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -326,19 +325,50 @@ fn the_cache_entry_of_a_replaced_or_removed_version_is_removed() {
     assert_eq!(entries(), Vec::<String>::new());
 }
 
+/// The inodes that the inotify instances of process `pid` watch.
+fn watched_inodes(pid: u32) -> Vec<u64> {
+    let mut inodes = Vec::new();
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).expect("list the server's files");
+    for fd in fds.map_while(Result::ok) {
+        let target = std::fs::read_link(fd.path()).unwrap_or_default();
+        if target.as_os_str() != "anon_inode:inotify" {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!(
+            "/proc/{pid}/fdinfo/{}",
+            fd.file_name().to_string_lossy()
+        ))
+        .unwrap_or_default();
+        // `inotify wd:1 ino:1a2b sdev:... mask:...`: the inode in hexadecimal.
+        inodes.extend(info.lines().filter_map(|line| {
+            let hex = line
+                .strip_prefix("inotify ")?
+                .split_whitespace()
+                .find_map(|f| f.strip_prefix("ino:"))?;
+            u64::from_str_radix(hex, 16).ok()
+        }));
+    }
+    inodes
+}
+
 #[test]
 fn no_watch_serves_the_folder_as_it_was_at_start() {
+    use std::os::unix::fs::MetadataExt;
     let examples = example_plugins();
+    // A watching server holds an inotify watch on the folder (the control)...
+    let watched = plugin_folder("reload-watched", &[examples.join("records.wasm")]);
+    let watching = server(&watched, &[]);
+    wait_for_log(&watching, "watching the plugins folder for changes", 1);
+    let inode = std::fs::metadata(&watched).expect("the folder").ino();
+    assert!(watched_inodes(watching.pid()).contains(&inode));
+    // ...one with --no-watch holds none, so nothing can ever reload its folder:
+    // decided from the server's own files, not from a time without a reload.
     let dir = plugin_folder("reload-no-watch", &[examples.join("records.wasm")]);
     let server = server(&dir, &["--no-watch"]);
+    let inode = std::fs::metadata(&dir).expect("the folder").ino();
+    assert!(!watched_inodes(server.pid()).contains(&inode));
     replace_atomically(&examples.join("stats.wasm"), &dir.join("stats.wasm"));
-    // A watching server would have reloaded within its longest debounce (2 s); this
-    // one must go on serving the folder as it was all that time.
-    let until = std::time::Instant::now() + Duration::from_millis(2500);
-    while std::time::Instant::now() < until {
-        assert!(search(server.port, "percentile").is_empty());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    assert!(search(server.port, "percentile").is_empty());
     let log = server.log();
     assert!(!log.contains("watching the plugins folder"), "{log}");
     assert!(!log.contains("catalog reloaded"), "{log}");

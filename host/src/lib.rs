@@ -22,6 +22,8 @@
 //! [`Authorizer`]: authz::Authorizer
 //! [`Tokens`]: authz::Tokens
 
+#[cfg(test)]
+mod architecture;
 pub mod audit;
 pub mod authz;
 mod budget;

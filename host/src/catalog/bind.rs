@@ -14,6 +14,7 @@ use std::borrow::Cow;
 
 use codemode_value::Value;
 
+use super::quote::{go_quote, is_printable};
 use super::shape::{Field, FloatKind, Shape};
 
 /// Why arguments could not be bound.
@@ -453,43 +454,34 @@ fn is_plain(name: &str) -> bool {
         && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
 }
 
-/// Whether a character may reach a model as is (Go's `strconv.IsPrint`, as the seed
-/// uses it for paths and failure messages).
-pub fn is_printable(c: char) -> bool {
-    !c.is_control() && !matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}')
-}
-
-/// Go's `%q`, byte for byte as the seed's diagnostics print it (hand-written for that
-/// reason): double quotes, `\"` and `\\`, `\n \r \t`, other non-printables as
-/// `\xNN` / `\uNNNN` / `\UNNNNNNNN`.
-pub fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\u{b}' => out.push_str("\\v"),
-            c if is_printable(c) => out.push(c),
-            c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c if (c as u32) <= 0xffff => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push_str(&format!("\\U{:08x}", c as u32)),
-        }
-    }
-    out.push('"');
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::catalog::shape::IntKind;
+
+    #[test]
+    fn paths_render_like_the_seed() {
+        let cases: [(&[Segment<'_>], &str); 6] = [
+            (
+                &[Segment::Root("filter"), Segment::Member("owner".into())],
+                "filter.owner",
+            ),
+            (&[Segment::Root("tags"), Segment::Index(1)], "tags[1]"),
+            (
+                &[Segment::Root("labels"), Segment::Key("env")],
+                "labels['env']",
+            ),
+            (
+                &[Segment::Root("window"), Segment::Member("until-day".into())],
+                "window['until-day']",
+            ),
+            (&[Segment::Root("m"), Segment::Key("it's")], r#"m["it's"]"#),
+            (&[Segment::Root("m"), Segment::Key("a\nb")], r#"m["a\nb"]"#),
+        ];
+        for (path, text) in cases {
+            assert_eq!(render(path), text);
+        }
+    }
 
     fn opt(shape: Shape) -> Shape {
         Shape::Option(Box::new(shape))
@@ -768,32 +760,5 @@ mod tests {
         // The argument map (1 + 1 entry), each list (1 + 1 item), the string (1).
         assert!(bind(&params, &args, 4, 7).is_ok());
         assert_eq!(bind(&params, &args, 4, 6), Err(BindError::TooBig));
-    }
-
-    #[test]
-    fn paths_render_like_the_seed() {
-        let cases: [(&[Segment<'_>], &str); 6] = [
-            (
-                &[Segment::Root("filter"), Segment::Member("owner".into())],
-                "filter.owner",
-            ),
-            (&[Segment::Root("tags"), Segment::Index(1)], "tags[1]"),
-            (
-                &[Segment::Root("labels"), Segment::Key("env")],
-                "labels['env']",
-            ),
-            (
-                &[Segment::Root("window"), Segment::Member("until-day".into())],
-                "window['until-day']",
-            ),
-            (&[Segment::Root("m"), Segment::Key("it's")], r#"m["it's"]"#),
-            (&[Segment::Root("m"), Segment::Key("a\nb")], r#"m["a\nb"]"#),
-        ];
-        for (path, text) in cases {
-            assert_eq!(render(path), text);
-        }
-        assert_eq!(go_quote("labels['env']"), r#""labels['env']""#);
-        assert_eq!(go_quote("m[\"a\"]"), r#""m[\"a\"]""#);
-        assert_eq!(go_quote("\u{1}"), r#""\x01""#);
     }
 }

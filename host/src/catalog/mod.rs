@@ -8,6 +8,7 @@
 
 mod bind;
 mod name;
+mod quote;
 mod search;
 mod shape;
 mod suggest;
@@ -15,8 +16,9 @@ mod tokenize;
 
 use std::collections::{BTreeMap, HashMap};
 
-pub use bind::{BindError, bind, canonical, is_printable};
+pub use bind::{BindError, bind, canonical};
 pub use name::{CapabilityId, DottedName, NameError};
+pub use quote::is_printable;
 pub use search::{
     MAX_SEARCH_RESPONSE_BYTES, MAX_SEARCH_RESULTS, SearchError, SearchResponse, SearchResult,
 };

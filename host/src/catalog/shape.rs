@@ -188,7 +188,7 @@ fn write_literals(values: &[String], out: &mut String) {
         if i > 0 {
             out.push_str(" | ");
         }
-        out.push_str(&super::bind::go_quote(value));
+        out.push_str(&super::quote::go_quote(value));
     }
     if values.len() > MAX_LITERALS_SHOWN {
         out.push_str(" | ...");

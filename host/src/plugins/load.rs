@@ -16,7 +16,7 @@ use super::metadata::{self, METADATA_INTERFACE, MetadataEntry};
 use super::plan::CallPlan;
 use super::reflect::{self, ExportedFunc, TypeError};
 use super::sandbox::{self, PluginState};
-use super::spare::Spares;
+use super::spare::{Spares, Template};
 use crate::cache::{ArtifactCache, Origin};
 use crate::catalog::{CapabilitySpec, snake_case};
 use crate::files::{FileError, read_regular};
@@ -245,6 +245,24 @@ pub(crate) struct LoadedPlugin {
     pub load_time: Duration,
     /// Its next fresh instance, made ahead of time.
     pub spares: Spares,
+}
+
+impl Template for LoadedPlugin {
+    fn file(&self) -> &str {
+        &self.file
+    }
+
+    fn pre(&self) -> &InstancePre<PluginState> {
+        &self.pre
+    }
+
+    fn grants(&self) -> &Arc<Grants> {
+        &self.grants
+    }
+
+    fn spares(&self) -> &Spares {
+        &self.spares
+    }
 }
 
 /// Loads the plugin at `path`.

@@ -163,7 +163,7 @@ impl PluginSession {
                     // outcome as instantiating it here, for the same fuel.
                     Some(spare) if spare.fuel < fuel => {
                         tracing::debug!(plugin = %plugin.file, execution = self.execution, "took a spare instance");
-                        Spares::replenish(&plugin, terms);
+                        Spares::replenish(plugin.clone(), terms);
                         let Spare {
                             mut store,
                             instance,
@@ -236,7 +236,7 @@ impl PluginSession {
         self.instance = Some((store, instance));
         self.stop_has_call_deadline = call_deadline.is_some();
         if let Some(terms) = instantiated {
-            Spares::replenish(&plugin, terms);
+            Spares::replenish(plugin.clone(), terms);
         }
         let [result] = results;
         let result =

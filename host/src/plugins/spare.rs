@@ -27,11 +27,12 @@ use std::time::{Duration, Instant};
 use wasmtime::Store;
 use wasmtime::component::Instance;
 
-use super::load::LoadedPlugin;
+use super::grants::Grants;
 use super::output::Output;
 use super::sandbox::{MemoryHit, PluginState};
 use crate::wait::{Abandoned, Cancel, Stop};
 use crate::worker::Worker;
+use wasmtime::component::InstancePre;
 
 /// How long a spare's start code may run, at most (a plugin's own `timeout` grant
 /// when shorter): the making of spares waits for nothing longer.
@@ -62,6 +63,19 @@ pub(crate) struct SpareTerms {
 #[derive(Default)]
 pub(crate) struct Spares {
     slot: Mutex<Slot>,
+}
+
+/// What a spare is made from: a loaded plugin (`load.rs` implements it, so that
+/// spares need nothing of loading).
+pub(crate) trait Template: Send + Sync + 'static {
+    /// The plugin's file name, for the log.
+    fn file(&self) -> &str;
+    /// Its component, ready to instantiate.
+    fn pre(&self) -> &InstancePre<PluginState>;
+    /// What its sidecar grants.
+    fn grants(&self) -> &Arc<Grants>;
+    /// Where its spare is kept.
+    fn spares(&self) -> &Spares;
 }
 
 /// Where a plugin's spare stands.
@@ -100,9 +114,9 @@ impl Spares {
 
     /// Has a spare made with `terms` in the background, unless one is ready or
     /// being made, or making one failed before.
-    pub(crate) fn replenish(plugin: &Arc<LoadedPlugin>, terms: SpareTerms) {
+    pub(crate) fn replenish(plugin: Arc<dyn Template>, terms: SpareTerms) {
         {
-            let mut slot = plugin.spares.lock();
+            let mut slot = plugin.spares().lock();
             match &*slot {
                 Slot::Empty => *slot = Slot::Making,
                 Slot::Making | Slot::Ready(..) | Slot::Off => return,
@@ -111,17 +125,14 @@ impl Spares {
         static MAKER: OnceLock<Option<Worker<Request>>> = OnceLock::new();
         let maker = MAKER
             .get_or_init(|| Worker::start("codemode-spares", yield_to_executions, Request::fulfil));
-        let request = Request {
-            plugin: plugin.clone(),
-            terms,
-        };
+        let request = Request { plugin, terms };
         let unsent = match maker {
             Some(maker) => maker.send(request),
             None => Err(request),
         };
         // No thread to make spares: this plugin gets none.
         if let Err(request) = unsent {
-            *request.plugin.spares.lock() = Slot::Off;
+            *request.plugin.spares().lock() = Slot::Off;
         }
     }
 
@@ -134,27 +145,27 @@ impl Spares {
 
 /// A spare to make.
 struct Request {
-    plugin: Arc<LoadedPlugin>,
+    plugin: Arc<dyn Template>,
     terms: SpareTerms,
 }
 
 impl Request {
     /// Makes the spare, on the spares thread, and puts it in its plugin's slot.
     fn fulfil(self) {
-        let made = make(&self.plugin, self.terms);
-        let mut slot = self.plugin.spares.lock();
+        let made = make(&*self.plugin, self.terms);
+        let mut slot = self.plugin.spares().lock();
         *slot = match made {
             Ok(spare) => {
-                tracing::debug!(plugin = %self.plugin.file, "spare instance ready");
+                tracing::debug!(plugin = %self.plugin.file(), "spare instance ready");
                 Slot::Ready(Box::new(spare), self.terms)
             }
             // The server's capacity, not the plugin's: the next use asks again.
             Err(Unmade::Capacity) => {
-                tracing::debug!(plugin = %self.plugin.file, "no spare instance: the instance pool or --max-total-memory is full");
+                tracing::debug!(plugin = %self.plugin.file(), "no spare instance: the instance pool or --max-total-memory is full");
                 Slot::Empty
             }
             Err(Unmade::Failed(reason)) => {
-                tracing::info!(plugin = %self.plugin.file, reason = %reason, "no spare instances for this plugin: making one failed; executions instantiate it themselves");
+                tracing::info!(plugin = %self.plugin.file(), reason = %reason, "no spare instances for this plugin: making one failed; executions instantiate it themselves");
                 Slot::Off
             }
         };
@@ -179,22 +190,22 @@ impl From<String> for Unmade {
 /// Instantiates `plugin` in a store of its own, on `terms`, within
 /// [`SPARE_START_TIME`] (or the plugin's `timeout`), as an execution's call would
 /// (outbound HTTP bounded by the same deadline).
-fn make(plugin: &LoadedPlugin, terms: SpareTerms) -> Result<Spare, Unmade> {
+fn make(plugin: &dyn Template, terms: SpareTerms) -> Result<Spare, Unmade> {
     let output = Output::default();
-    let state = PluginState::new(&plugin.file, &plugin.grants, terms.max_memory, &output)?;
-    let mut store = Store::new(plugin.pre.engine(), state);
+    let state = PluginState::new(plugin.file(), plugin.grants(), terms.max_memory, &output)?;
+    let mut store = Store::new(plugin.pre().engine(), state);
     store.limiter(|s| &mut s.limits);
     store
         .set_fuel(terms.fuel)
         .map_err(|error| format!("{error:#}"))?;
     let time = plugin
-        .grants
+        .grants()
         .timeout
         .map_or(SPARE_START_TIME, |t| t.min(SPARE_START_TIME));
     let deadline = Instant::now() + time;
     Stop::new(deadline, Arc::new(Cancel::default())).install(&mut store);
     store.data_mut().outbound.deadline = deadline;
-    let instance = crate::wait::until(deadline, None, plugin.pre.instantiate_async(&mut store))
+    let instance = crate::wait::until(deadline, None, plugin.pre().instantiate_async(&mut store))
         .map_err(|abandoned| match abandoned {
             Abandoned::Deadline => format!("its start code ran past {} ms", time.as_millis()),
             // Nothing cancels a spare's wait.
