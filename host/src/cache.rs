@@ -393,6 +393,20 @@ fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The default cache folder: `$XDG_CACHE_HOME/codemode-host`, else
+/// `$HOME/.cache/codemode-host`; none when neither is set.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|home| PathBuf::from(home).join(".cache"))
+        })
+        .map(|dir| dir.join("codemode-host"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -49,12 +49,11 @@ mod wait;
 pub mod watch;
 mod worker;
 
+pub use cache::default_cache_dir;
 pub use catalog::{Description, FieldShape, SearchResponse, SearchResult};
 pub use check::{Checked, check_plugin};
 pub use error::ToolError;
-pub use execute::{
-    Executed, Execution, FailedCall, LimitError, Limits, RunnerError, Stats, default_cache_dir,
-};
+pub use execute::{Executed, Execution, FailedCall, LimitError, Limits, RunnerError, Stats};
 pub use plugins::{
     COMPILE_COMMAND, COMPILE_MEMORY_ARG, Compiler, DEFAULT_COMPILE_MEMORY, LoadError, LoadLimits,
     Skipped, TypeError, compile_child,

@@ -8,6 +8,7 @@
 //! [`Names`]). Rust projects take the SDK by path from the checkout this binary was
 //! built from; Python and JavaScript ones get the plugin ABI's WIT copied in.
 
+use heck::{ToKebabCase, ToLowerCamelCase, ToUpperCamelCase};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
@@ -52,19 +53,11 @@ impl Names {
                 "`{name}` cannot name a plugin: use lowercase words of letters and digits, each starting with a letter, joined by `_` (e.g. `greet` or `my_tool`)"
             );
         }
-        let capitalized = |word: &&str| {
-            let mut chars = word.chars();
-            chars.next().map_or_else(String::new, |first| {
-                first.to_ascii_uppercase().to_string() + chars.as_str()
-            })
-        };
-        let pascal: String = words.iter().map(capitalized).collect();
-        let camel = words[0].to_owned() + &words[1..].iter().map(capitalized).collect::<String>();
         Ok(Self {
             name: name.to_owned(),
-            kebab: words.join("-"),
-            pascal,
-            camel,
+            kebab: name.to_kebab_case(),
+            pascal: name.to_upper_camel_case(),
+            camel: name.to_lower_camel_case(),
         })
     }
 

@@ -26,7 +26,7 @@ use wasmtime::{Engine, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 pub use limits::{LimitError, Limits};
-pub use runner::{RunnerError, default_cache_dir};
+pub use runner::RunnerError;
 
 use crate::audit::AuditLog;
 use crate::authz::{Authorizer, Subject};

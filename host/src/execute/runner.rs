@@ -8,8 +8,6 @@
 //! the pooling allocator with copy-on-write memory: a fresh interpreter in
 //! microseconds, nothing shared with earlier executions.
 
-use std::path::PathBuf;
-use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use wasmtime::component::{
@@ -139,7 +137,9 @@ fn snapshot(engine: &Engine) -> wasmtime::Result<Vec<u8>> {
         store: &mut store,
         instance,
     };
-    block_on(wizer.snapshot_component(&cx, &mut state))
+    // Every await of wizer's snapshot over the synchronous accessors below is
+    // complete at once; a thread-parking executor, not a runtime, is all it needs.
+    futures::executor::block_on(wizer.snapshot_component(&cx, &mut state))
 }
 
 /// Gives wizer read access to the initialized instance's state.
@@ -202,30 +202,4 @@ impl wasmtime_wizer::ComponentInstanceState for SnapshotState<'_> {
             .expect("wizer's instrumentation exports its accessors")
             .to_bits()
     }
-}
-
-/// Drives a future whose every await is already complete (wizer's snapshot over the
-/// synchronous accessors above) without an async runtime.
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    let mut cx = Context::from_waker(Waker::noop());
-    loop {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-            return output;
-        }
-    }
-}
-
-/// The default cache folder: `$XDG_CACHE_HOME/codemode-host`, else
-/// `$HOME/.cache/codemode-host`; none when neither is set.
-pub fn default_cache_dir() -> Option<PathBuf> {
-    std::env::var_os("XDG_CACHE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|v| !v.is_empty())
-                .map(|home| PathBuf::from(home).join(".cache"))
-        })
-        .map(|dir| dir.join("codemode-host"))
 }

@@ -664,3 +664,122 @@ fn emit_line(upstream: &str, line: &[u8], dropped: u64) {
     let text = String::from_utf8_lossy(line);
     tracing::info!(upstream = %upstream, dropped_bytes = dropped, line = ?text, "upstream stderr");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A listed tool `name` taking one string `text`.
+    fn tool(name: &str) -> Tool {
+        serde_json::from_value(serde_json::json!({
+            "name": name,
+            "description": format!("Does {name}. More words."),
+            "inputSchema": {
+                "type": "object",
+                "properties": {"text": {"type": "string"}},
+                "required": ["text"],
+            },
+        }))
+        .expect("a tool")
+    }
+
+    fn config(tools: Option<&[&str]>) -> UpstreamConfig {
+        UpstreamConfig {
+            name: "h".to_owned(),
+            transport: UpstreamTransport::Command {
+                command: vec!["unused".to_owned()],
+                env: BTreeMap::new(),
+                cwd: None,
+            },
+            timeout: None,
+            tools: tools.map(|t| t.iter().map(|n| (*n).to_owned()).collect()),
+        }
+    }
+
+    /// Name, ID and summary of each capability made of `listed`.
+    fn made(
+        config: &UpstreamConfig,
+        listed: Vec<Tool>,
+        stop: &Stop,
+    ) -> Vec<(String, String, String)> {
+        capabilities(config, listed, stop)
+            .into_iter()
+            .map(|t| (t.spec.name, t.spec.id.unwrap_or_default(), t.spec.summary))
+            .collect()
+    }
+
+    #[test]
+    fn tools_become_capabilities_in_the_allow_list_and_first_claimant_order() {
+        let listed = vec![
+            tool("getTime"),
+            tool("get_time"),
+            tool("secret"),
+            tool("echo"),
+        ];
+        let stop = Stop::default();
+        assert_eq!(
+            made(&config(None), listed.clone(), &stop),
+            vec![
+                (
+                    "h.get_time".to_owned(),
+                    "mcp:h/getTime".to_owned(),
+                    "Does getTime.".to_owned()
+                ),
+                (
+                    "h.secret".to_owned(),
+                    "mcp:h/secret".to_owned(),
+                    "Does secret.".to_owned()
+                ),
+                (
+                    "h.echo".to_owned(),
+                    "mcp:h/echo".to_owned(),
+                    "Does echo.".to_owned()
+                ),
+            ],
+            "`get_time` maps to the name `getTime` took first"
+        );
+        assert_eq!(
+            made(&config(Some(&["echo", "missing"])), listed, &stop),
+            vec![(
+                "h.echo".to_owned(),
+                "mcp:h/echo".to_owned(),
+                "Does echo.".to_owned()
+            )]
+        );
+    }
+
+    #[test]
+    fn a_stopped_conversion_ends_with_what_it_has() {
+        let stop = Stop::default();
+        stop.set();
+        assert_eq!(made(&config(None), vec![tool("echo")], &stop), vec![]);
+    }
+
+    #[test]
+    fn only_our_own_made_up_answers_count_as_made_up() {
+        let ours = rmcp::model::ErrorData::new(
+            rmcp::model::ErrorCode(OVERSIZED_CODE),
+            "the result is over 16 MiB",
+            Some(serde_json::Value::String(made_up_marker().to_owned())),
+        );
+        assert!(made_up(&ours, OVERSIZED_CODE));
+        assert!(!made_up(&ours, TOO_DEEP_CODE));
+        let theirs = rmcp::model::ErrorData::new(
+            rmcp::model::ErrorCode(OVERSIZED_CODE),
+            "the result is over 16 MiB",
+            Some(serde_json::Value::String("codemode-host/guess".to_owned())),
+        );
+        assert!(!made_up(&theirs, OVERSIZED_CODE));
+    }
+
+    #[test]
+    fn a_result_s_text_is_its_text_blocks_joined() {
+        let content: Vec<ContentBlock> = serde_json::from_value(serde_json::json!([
+            {"type": "text", "text": "one"},
+            {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+            {"type": "text", "text": "two"},
+        ]))
+        .expect("content");
+        assert_eq!(text_of(&content), "one\ntwo");
+    }
+}

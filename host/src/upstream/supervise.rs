@@ -6,9 +6,11 @@
 //! upstream (or `None` while it is down) to a [`Publish`] callback, which the
 //! service turns into the same catalog swap as a plugin reload.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use tokio::sync::{Notify, oneshot, watch};
 use tokio::task::JoinHandle;
 
@@ -32,10 +34,66 @@ const RELIST_INTERVAL: Duration = Duration::from_secs(1);
 /// SIGKILL needs a moment to land.
 pub(crate) const STOP_GRACE: Duration = Duration::from_secs(8);
 
+/// What a supervisor keeps serving: an [`Upstream`] (or, in the tests, a fake
+/// whose sessions end, fail and change tools when the test says).
+pub(crate) trait Supervised: Send + Sync + Sized + 'static {
+    /// Connects as `config` says (the supervisor bounds it by [`CONNECT_TIMEOUT`]).
+    fn connect(
+        config: &UpstreamConfig,
+    ) -> impl Future<Output = Result<Connected<Self>, String>> + Send;
+    /// The same session with its tools listed again.
+    fn relisted(
+        &self,
+        config: &UpstreamConfig,
+    ) -> impl Future<Output = Result<Self, String>> + Send;
+    /// Closes the session and waits at most `grace` for it to end (`closed` fires
+    /// when it did), then ends what it left behind.
+    fn stop(
+        &self,
+        closed: &mut oneshot::Receiver<()>,
+        grace: Duration,
+    ) -> impl Future<Output = ()> + Send;
+    /// Ends what a session that ended left behind (its child's process group).
+    fn end_leftovers(&self);
+    /// How many capabilities it serves, for the log.
+    fn capability_count(&self) -> usize;
+}
+
+impl Supervised for Upstream {
+    fn connect(
+        config: &UpstreamConfig,
+    ) -> impl Future<Output = Result<Connected<Self>, String>> + Send {
+        Upstream::connect(config)
+    }
+
+    fn relisted(
+        &self,
+        config: &UpstreamConfig,
+    ) -> impl Future<Output = Result<Self, String>> + Send {
+        Upstream::relisted(self, config)
+    }
+
+    fn stop(
+        &self,
+        closed: &mut oneshot::Receiver<()>,
+        grace: Duration,
+    ) -> impl Future<Output = ()> + Send {
+        Upstream::stop(self, closed, grace)
+    }
+
+    fn end_leftovers(&self) {
+        Upstream::end_leftovers(self);
+    }
+
+    fn capability_count(&self) -> usize {
+        Upstream::capability_count(self)
+    }
+}
+
 /// An upstream that just connected, with what its supervisor watches.
-pub(crate) struct Connected {
+pub(crate) struct Connected<S = Upstream> {
     /// The upstream.
-    pub upstream: Arc<Upstream>,
+    pub upstream: Arc<S>,
     /// Fires when the session ends (the child exited, the protocol broke, or the
     /// session was closed).
     pub closed: oneshot::Receiver<()>,
@@ -44,18 +102,18 @@ pub(crate) struct Connected {
 }
 
 /// One configured upstream and its first connection, if it succeeded.
-pub(crate) struct Slot {
+pub(crate) struct Slot<S = Upstream> {
     /// As configured.
     pub config: UpstreamConfig,
     /// The first attempt's upstream; `None` when it failed (logged).
-    pub first: Option<Connected>,
+    pub first: Option<Connected<S>>,
 }
 
 /// Where a supervisor sends each new version of its upstream (`None`: it is down).
 /// Returns `false` once nobody is listening (the service is gone): the supervisor
 /// then stops. It may block (it rebuilds the catalog), so it is called on a blocking
 /// thread.
-pub(crate) type Publish = Arc<dyn Fn(Option<Arc<Upstream>>) -> bool + Send + Sync>;
+pub(crate) type Publish<S = Upstream> = Arc<dyn Fn(Option<Arc<S>>) -> bool + Send + Sync>;
 
 /// Upstreams connecting in the background ([`connect_all`]).
 pub(crate) struct Connecting {
@@ -64,11 +122,11 @@ pub(crate) struct Connecting {
 }
 
 /// One connection attempt: the upstream, or why it cannot serve.
-type Attempt = Result<Connected, String>;
+type Attempt<S = Upstream> = Result<Connected<S>, String>;
 
 /// Connects `config` within [`CONNECT_TIMEOUT`].
-async fn attempt(config: &UpstreamConfig) -> Attempt {
-    match tokio::time::timeout(CONNECT_TIMEOUT, Upstream::connect(config)).await {
+async fn attempt<S: Supervised>(config: &UpstreamConfig) -> Attempt<S> {
+    match tokio::time::timeout(CONNECT_TIMEOUT, S::connect(config)).await {
         Ok(attempt) => attempt,
         Err(_) => Err(format!("no answer within {}s", CONNECT_TIMEOUT.as_secs())),
     }
@@ -81,7 +139,7 @@ pub(crate) fn connect_all(configs: &[UpstreamConfig]) -> Connecting {
         .iter()
         .map(|config| {
             let owned = config.clone();
-            let handle = wait::spawn(async move { attempt(&owned).await });
+            let handle = wait::spawn(async move { attempt::<Upstream>(&owned).await });
             (config.clone(), handle)
         })
         .collect();
@@ -124,7 +182,7 @@ impl Connecting {
     }
 }
 
-fn connected_log(name: &str, connected: &Connected) {
+fn connected_log<S: Supervised>(name: &str, connected: &Connected<S>) {
     tracing::info!(upstream = %name, capabilities = connected.upstream.capability_count(), "upstream connected");
 }
 
@@ -134,7 +192,7 @@ fn unavailable_log(name: &str, reason: &str, retry: Duration) {
 
 /// Hands `upstream` to `publish` on a blocking thread; `false` when the service is
 /// gone.
-async fn hand_over(publish: &Publish, upstream: Option<Arc<Upstream>>) -> bool {
+async fn hand_over<S: Supervised>(publish: &Publish<S>, upstream: Option<Arc<S>>) -> bool {
     let publish = publish.clone();
     tokio::task::spawn_blocking(move || publish(upstream))
         .await
@@ -146,7 +204,11 @@ async fn hand_over(publish: &Publish, upstream: Option<Arc<Upstream>>) -> bool {
 /// ends, publishes `None` and reconnects after 1 s, doubling the wait after each
 /// failure up to 60 s. `first` was published already (at start). Stopping closes the
 /// session and ends the child's process group within [`STOP_GRACE`].
-pub(crate) async fn supervise(slot: Slot, publish: Publish, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn supervise<S: Supervised>(
+    slot: Slot<S>,
+    publish: Publish<S>,
+    mut stop: watch::Receiver<bool>,
+) {
     let Slot { config, first } = slot;
     let name = config.name.clone();
     let mut retry = FIRST_RETRY;
@@ -186,6 +248,9 @@ pub(crate) async fn supervise(slot: Slot, publish: Publish, mut stop: watch::Rec
                     }
                     () = relist => {
                         due = None;
+                        // This list reflects every change notified so far: a
+                        // notification stored meanwhile asks for nothing more.
+                        let _ = tools_changed.notified().now_or_never();
                         last_relist = Some(tokio::time::Instant::now());
                         match tokio::time::timeout(CONNECT_TIMEOUT, current.relisted(&config)).await {
                             Ok(Ok(relisted)) => {
@@ -214,7 +279,7 @@ pub(crate) async fn supervise(slot: Slot, publish: Publish, mut stop: watch::Rec
         // A stop while connecting drops the attempt, which kills the child's
         // process group.
         let attempted = tokio::select! {
-            attempted = attempt(&config) => attempted,
+            attempted = attempt::<S>(&config) => attempted,
             _ = stop.changed() => return,
         };
         match attempted {
@@ -227,5 +292,283 @@ pub(crate) async fn supervise(slot: Slot, publish: Publish, mut stop: watch::Rec
                 unavailable_log(&name, &reason, retry);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::collections::{BTreeMap, VecDeque};
+    use std::sync::Mutex;
+
+    use crate::upstream::UpstreamTransport;
+
+    /// What a test scripts for its fake upstream, and what happened to it.
+    #[derive(Default)]
+    struct Script {
+        /// What each connect does, in order: `true` connects, `false` fails; when
+        /// none is left, a connect never ends.
+        connects: VecDeque<bool>,
+        /// What happened, at what (paused) time since the test began.
+        events: Vec<(Duration, String)>,
+        /// Ending the session of each connection (as its child exiting would).
+        ends: Vec<oneshot::Sender<()>>,
+        /// The tools-changed signal of each connection.
+        changes: Vec<Arc<Notify>>,
+        /// Connections made so far.
+        versions: u32,
+        /// When the test began, on its runtime's paused clock.
+        start: Option<tokio::time::Instant>,
+    }
+
+    /// The scripts of the tests, by upstream name (tests run on threads of one
+    /// process).
+    static SCRIPTS: Mutex<BTreeMap<String, Script>> = Mutex::new(BTreeMap::new());
+
+    /// Records `what` for the upstream `name`, at the time since its test began.
+    fn record(name: &str, what: String) {
+        script(name, |s| {
+            let at = s
+                .start
+                .map_or(Duration::ZERO, |start| tokio::time::Instant::now() - start);
+            s.events.push((at, what));
+        });
+    }
+
+    /// Runs `f` on the script of `name`.
+    fn script<T>(name: &str, f: impl FnOnce(&mut Script) -> T) -> T {
+        let mut scripts = SCRIPTS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(scripts.entry(name.to_owned()).or_default())
+    }
+
+    /// Records its being dropped: a connect abandoned.
+    struct Dropped(String);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            record(&self.0, "connect dropped".to_owned());
+        }
+    }
+
+    /// One version of a fake upstream.
+    struct Fake {
+        name: String,
+        version: u32,
+    }
+
+    impl Supervised for Fake {
+        async fn connect(config: &UpstreamConfig) -> Result<Connected<Self>, String> {
+            let name = config.name.clone();
+            record(&name, "connect".to_owned());
+            let Some(connects) = script(&name, |s| s.connects.pop_front()) else {
+                let _dropped = Dropped(name);
+                return std::future::pending().await;
+            };
+            if !connects {
+                return Err("refused".to_owned());
+            }
+            let (end, closed) = oneshot::channel();
+            let tools_changed = Arc::new(Notify::new());
+            let version = script(&name, |s| {
+                s.ends.push(end);
+                s.changes.push(tools_changed.clone());
+                s.versions += 1;
+                s.versions
+            });
+            Ok(Connected {
+                upstream: Arc::new(Fake { name, version }),
+                closed,
+                tools_changed,
+            })
+        }
+
+        async fn relisted(&self, _config: &UpstreamConfig) -> Result<Self, String> {
+            record(&self.name, format!("relist {}", self.version));
+            Ok(Fake {
+                name: self.name.clone(),
+                version: self.version + 1,
+            })
+        }
+
+        async fn stop(&self, _closed: &mut oneshot::Receiver<()>, _grace: Duration) {
+            record(&self.name, format!("stop {}", self.version));
+        }
+
+        fn end_leftovers(&self) {
+            record(&self.name, format!("leftovers {}", self.version));
+        }
+
+        fn capability_count(&self) -> usize {
+            0
+        }
+    }
+
+    fn config(name: &str) -> UpstreamConfig {
+        UpstreamConfig {
+            name: name.to_owned(),
+            transport: UpstreamTransport::Command {
+                command: vec!["unused".to_owned()],
+                env: BTreeMap::new(),
+                cwd: None,
+            },
+            timeout: None,
+            tools: None,
+        }
+    }
+
+    /// A publisher recording what it is handed.
+    fn publisher(name: &str) -> Publish<Fake> {
+        let name = name.to_owned();
+        Arc::new(move |upstream: Option<Arc<Fake>>| {
+            let what = match upstream {
+                Some(fake) => format!("publish {}", fake.version),
+                None => "publish none".to_owned(),
+            };
+            record(&name, what);
+            true
+        })
+    }
+
+    /// A supervisor of the fake `name` scripted with `connects`, its first
+    /// connection made (`connected`) or not, on the test's paused runtime; the
+    /// sender that stops it; and when the test began.
+    async fn start(
+        name: &str,
+        connects: &[bool],
+        connected: bool,
+    ) -> (JoinHandle<()>, watch::Sender<bool>, tokio::time::Instant) {
+        let began = tokio::time::Instant::now();
+        script(name, |s| {
+            *s = Script {
+                connects: connects.iter().copied().collect(),
+                start: Some(began),
+                ..Script::default()
+            }
+        });
+        let first = if connected {
+            Some(
+                Fake::connect(&config(name))
+                    .await
+                    .expect("the first connect"),
+            )
+        } else {
+            None
+        };
+        let (stop, stopped) = watch::channel(false);
+        let slot = Slot {
+            config: config(name),
+            first,
+        };
+        let handle = tokio::spawn(supervise(slot, publisher(name), stopped));
+        (handle, stop, began)
+    }
+
+    /// Waits (in paused time, so at once) until the events of `name` number
+    /// `count`; returns them as (seconds, what).
+    async fn events(name: &str, count: usize) -> Vec<(f64, String)> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3600);
+        loop {
+            let events = script(name, |s| s.events.clone());
+            if events.len() >= count || tokio::time::Instant::now() > deadline {
+                return events
+                    .into_iter()
+                    .map(|(at, what)| (at.as_secs_f64(), what))
+                    .collect();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// `(seconds, what)` pairs as [`events`] returns them.
+    fn expect(list: &[(f64, &str)]) -> Vec<(f64, String)> {
+        list.iter()
+            .map(|(at, what)| (*at, (*what).to_owned()))
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_upstream_is_retried_after_1_2_4_s_up_to_a_minute() {
+        let script = [false, false, false, false, false, false, false, false, true];
+        let (_handle, _stop, _) = start("backoff", &script, false).await;
+        let events = events("backoff", 10).await;
+        assert_eq!(
+            events,
+            expect(&[
+                (1.0, "connect"),
+                (3.0, "connect"),
+                (7.0, "connect"),
+                (15.0, "connect"),
+                (31.0, "connect"),
+                (63.0, "connect"),
+                (123.0, "connect"),
+                (183.0, "connect"),
+                (243.0, "connect"),
+                (243.0, "publish 1"),
+            ])
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_session_that_ends_is_withdrawn_then_restarted_after_a_second() {
+        let (handle, stop, began) = start("restart", &[true, true], true).await;
+        let _ = script("restart", |s| s.ends.remove(0)).send(());
+        let events_so_far = events("restart", 5).await;
+        assert_eq!(
+            events_so_far,
+            expect(&[
+                (0.0, "connect"),
+                (0.0, "leftovers 1"),
+                (0.0, "publish none"),
+                (1.0, "connect"),
+                (1.0, "publish 2"),
+            ])
+        );
+        // Stopping stops the serving session, and the supervisor ends.
+        tokio::time::sleep_until(began + Duration::from_secs(5)).await;
+        let _ = stop.send(true);
+        handle.await.expect("the supervisor ends");
+        assert_eq!(
+            events("restart", 6).await[5..],
+            expect(&[(5.0, "stop 2")])[..]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flood_of_tools_changed_relists_at_most_once_a_second() {
+        let (_handle, _stop, began) = start("flood", &[true], true).await;
+        let changes = script("flood", |s| s.changes[0].clone());
+        changes.notify_one();
+        events("flood", 3).await;
+        for _ in 0..100 {
+            changes.notify_one();
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep_until(began + Duration::from_secs(10)).await;
+        assert_eq!(
+            events("flood", 5).await,
+            expect(&[
+                (0.0, "connect"),
+                (0.0, "relist 1"),
+                (0.0, "publish 2"),
+                (1.0, "relist 2"),
+                (1.0, "publish 3"),
+            ])
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_while_connecting_abandons_the_attempt() {
+        let (handle, stop, began) = start("connecting", &[], false).await;
+        events("connecting", 1).await;
+        tokio::time::sleep_until(began + Duration::from_secs(5)).await;
+        let _ = stop.send(true);
+        handle.await.expect("the supervisor ends");
+        assert_eq!(
+            events("connecting", 2).await,
+            expect(&[(1.0, "connect"), (5.0, "connect dropped")])
+        );
     }
 }
