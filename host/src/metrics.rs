@@ -1,15 +1,22 @@
-//! Counters and histograms for operators, rendered in the Prometheus text format at
-//! `/metrics`.
+//! Counters, gauges and histograms for operators, served at `/metrics` in the
+//! OpenMetrics text format by the `prometheus-client` crate.
 //!
-//! Plain atomics and one small map: recording costs nanoseconds on the execution
-//! path, and rendering happens only when scraped. Outcomes are the fixed error texts
-//! (or `ok`), never a detail, so label values stay few and hold no caller data.
+//! Recording is an atomic add on the execution path (an execution's successful
+//! calls are counted once, when it ends); encoding happens only when scraped.
+//! Outcomes are the fixed error texts (or `ok`), never a detail, so label values
+//! stay few and hold no caller data.
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// The content type of [`Metrics::render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// `codemode_reloads_total{outcome}`: every changed file loaded.
 pub const RELOAD_OK: &str = "ok";
@@ -28,89 +35,157 @@ const LATENCY_BUCKETS: [f64; 12] = [
 /// Upper bounds of the execution fuel histogram.
 const FUEL_BUCKETS: [f64; 8] = [1e5, 1e6, 1e7, 1e8, 1e9, 2e9, 4e9, 8e9];
 
-/// A cumulative histogram over fixed bounds.
-#[derive(Debug)]
-struct Histogram {
-    bounds: &'static [f64],
-    counts: Vec<AtomicU64>,
-    sum: Mutex<f64>,
-    count: AtomicU64,
-}
+/// A label value from outside (a capability, a plugin file, an upstream name),
+/// escaped as the text format needs: the crate writes label values as they are,
+/// and a file name holding `"` or a newline would otherwise forge samples.
+#[derive(Debug, Clone, Hash, PartialEq, Eq)]
+struct Text(String);
 
-impl Histogram {
-    fn new(bounds: &'static [f64]) -> Self {
-        Self {
-            bounds,
-            counts: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
-            sum: Mutex::new(0.0),
-            count: AtomicU64::new(0),
-        }
-    }
-
-    fn observe(&self, value: f64) {
-        if let Some(i) = self.bounds.iter().position(|b| value <= *b) {
-            self.counts[i].fetch_add(1, Ordering::Relaxed);
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        if let Ok(mut sum) = self.sum.lock() {
-            *sum += value;
-        }
-    }
-
-    fn render(&self, out: &mut String, name: &str) {
-        let mut cumulative = 0;
-        for (bound, count) in self.bounds.iter().zip(&self.counts) {
-            cumulative += count.load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
-        }
-        let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
-        let sum = self.sum.lock().map(|s| *s).unwrap_or_default();
-        let _ = writeln!(out, "{name}_sum {sum}");
-        let _ = writeln!(out, "{name}_count {count}");
+impl EncodeLabelValue for Text {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        std::fmt::Write::write_str(encoder, &escape(&self.0))
     }
 }
 
-/// What the server counts.
+/// A label value: backslash, double quote and newline escaped.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The label of a metric counted by outcome.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Outcome {
+    outcome: &'static str,
+}
+
+/// The labels of a native call.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Call {
+    capability: Text,
+    outcome: &'static str,
+}
+
+/// The label of a plugin file.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Plugin {
+    plugin: Text,
+}
+
+/// The label of an upstream MCP server.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamLabel {
+    upstream: Text,
+}
+
+/// What the server counts; each metric is registered once, in the order of the
+/// exposition.
 #[derive(Debug)]
 pub struct Metrics {
-    executes: Mutex<BTreeMap<&'static str, u64>>,
-    /// Capability → outcome → count; nested so that counting a call looks the name
-    /// up without allocating a key.
-    native_calls: Mutex<BTreeMap<String, BTreeMap<&'static str, u64>>>,
+    registry: Registry,
+    executes: Family<Outcome, Counter>,
+    native_calls: Family<Call, Counter>,
+    plugin_load_failures: Family<Plugin, Counter>,
+    reloads: Family<Outcome, Counter>,
+    http_unauthenticated: Counter,
     latency: Histogram,
     fuel: Histogram,
-    plugins_loaded: AtomicU64,
-    capabilities: AtomicU64,
-    upstreams: Mutex<BTreeMap<String, bool>>,
-    plugin_load_failures: Mutex<BTreeMap<String, u64>>,
-    reloads: Mutex<BTreeMap<&'static str, u64>>,
-    http_unauthenticated: AtomicU64,
+    plugins_loaded: Gauge,
+    capabilities: Gauge,
+    sandbox_memory: Gauge,
+    upstreams: Family<UpstreamLabel, Gauge>,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
+        let metrics = Self {
+            registry: Registry::default(),
+            executes: Family::default(),
+            native_calls: Family::default(),
+            plugin_load_failures: Family::default(),
+            reloads: Family::default(),
+            http_unauthenticated: Counter::default(),
+            latency: Histogram::new(LATENCY_BUCKETS),
+            fuel: Histogram::new(FUEL_BUCKETS),
+            plugins_loaded: Gauge::default(),
+            capabilities: Gauge::default(),
+            sandbox_memory: Gauge::default(),
+            upstreams: Family::default(),
+        };
+        let mut registry = Registry::default();
+        registry.register(
+            "codemode_executes",
+            "Finished execute calls by outcome",
+            metrics.executes.clone(),
+        );
+        registry.register(
+            "codemode_native_calls",
+            "Native calls by capability and outcome",
+            metrics.native_calls.clone(),
+        );
+        registry.register(
+            "codemode_plugin_load_failures",
+            "Plugin files that failed to load or were refused, at start or on a reload",
+            metrics.plugin_load_failures.clone(),
+        );
+        registry.register(
+            "codemode_reloads",
+            "Reloads of the plugins folder by outcome (ok, failed: some file did not load, error: nothing applied)",
+            metrics.reloads.clone(),
+        );
+        registry.register(
+            "codemode_http_unauthenticated",
+            "HTTP requests refused without a valid bearer token",
+            metrics.http_unauthenticated.clone(),
+        );
+        registry.register(
+            "codemode_execute_duration_seconds",
+            "Wall time of execute calls, queueing included",
+            metrics.latency.clone(),
+        );
+        registry.register(
+            "codemode_execute_fuel",
+            "Fuel burned per execution, interpreter and plugins",
+            metrics.fuel.clone(),
+        );
+        registry.register(
+            "codemode_plugins_loaded",
+            "Plugins being served",
+            metrics.plugins_loaded.clone(),
+        );
+        registry.register(
+            "codemode_capabilities",
+            "Capabilities being served",
+            metrics.capabilities.clone(),
+        );
+        registry.register(
+            "codemode_sandbox_memory_bytes",
+            "Linear memory reserved by every sandbox together (--max-total-memory)",
+            metrics.sandbox_memory.clone(),
+        );
+        registry.register(
+            "codemode_upstream_up",
+            "Whether an upstream MCP server is serving (1) or not (0)",
+            metrics.upstreams.clone(),
+        );
         Self {
-            executes: Mutex::new(BTreeMap::new()),
-            native_calls: Mutex::new(BTreeMap::new()),
-            latency: Histogram::new(&LATENCY_BUCKETS),
-            fuel: Histogram::new(&FUEL_BUCKETS),
-            plugins_loaded: AtomicU64::new(0),
-            capabilities: AtomicU64::new(0),
-            upstreams: Mutex::new(BTreeMap::new()),
-            plugin_load_failures: Mutex::new(BTreeMap::new()),
-            reloads: Mutex::new(BTreeMap::new()),
-            http_unauthenticated: AtomicU64::new(0),
+            registry,
+            ..metrics
         }
     }
+}
+
+/// A count as a gauge's value.
+fn gauge_value(count: usize) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
 }
 
 impl Metrics {
     /// One finished `execute`: its outcome (`ok` or a fixed error text) and wall time.
     pub fn execute(&self, outcome: &'static str, elapsed: Duration) {
-        if let Ok(mut executes) = self.executes.lock() {
-            *executes.entry(outcome).or_default() += 1;
-        }
+        self.executes.get_or_create(&Outcome { outcome }).inc();
         self.latency.observe(elapsed.as_secs_f64());
     }
 
@@ -127,210 +202,62 @@ impl Metrics {
     /// `count` native calls of `capability` ended with `outcome` (an execution's
     /// successful calls are counted together when it ends).
     pub fn native_calls(&self, capability: &str, outcome: &'static str, count: u64) {
-        if let Ok(mut calls) = self.native_calls.lock() {
-            let outcomes = match calls.get_mut(capability) {
-                Some(outcomes) => outcomes,
-                None => calls.entry(capability.to_owned()).or_default(),
-            };
-            *outcomes.entry(outcome).or_default() += count;
-        }
+        let labels = Call {
+            capability: Text(capability.to_owned()),
+            outcome,
+        };
+        self.native_calls.get_or_create(&labels).inc_by(count);
     }
 
     /// The plugins and capabilities being served.
     pub fn catalog(&self, plugins: usize, capabilities: usize) {
-        self.plugins_loaded.store(plugins as u64, Ordering::Relaxed);
-        self.capabilities
-            .store(capabilities as u64, Ordering::Relaxed);
+        self.plugins_loaded.set(gauge_value(plugins));
+        self.capabilities.set(gauge_value(capabilities));
     }
 
     /// Whether upstream `name` serves now (the `codemode_upstream_up` gauge).
     pub fn upstream(&self, name: &str, up: bool) {
-        if let Ok(mut upstreams) = self.upstreams.lock() {
-            upstreams.insert(name.to_owned(), up);
-        }
+        let labels = UpstreamLabel {
+            upstream: Text(name.to_owned()),
+        };
+        self.upstreams.get_or_create(&labels).set(i64::from(up));
     }
 
     /// Plugin file `plugin` failed to load, or loaded and was refused (at start or
     /// on a reload).
     pub fn plugin_load_failure(&self, plugin: &str) {
-        if let Ok(mut failures) = self.plugin_load_failures.lock() {
-            *failures.entry(plugin.to_owned()).or_default() += 1;
-        }
+        let labels = Plugin {
+            plugin: Text(plugin.to_owned()),
+        };
+        self.plugin_load_failures.get_or_create(&labels).inc();
     }
 
     /// One reload of the plugins folder and its outcome ([`RELOAD_OK`],
     /// [`RELOAD_FAILED`], [`RELOAD_ERROR`]).
     pub fn reload(&self, outcome: &'static str) {
-        if let Ok(mut reloads) = self.reloads.lock() {
-            *reloads.entry(outcome).or_default() += 1;
-        }
+        self.reloads.get_or_create(&Outcome { outcome }).inc();
     }
 
     /// One HTTP request refused for want of a valid bearer token.
     pub fn http_unauthenticated(&self) {
-        self.http_unauthenticated.fetch_add(1, Ordering::Relaxed);
+        self.http_unauthenticated.inc();
     }
 
     /// Plugins serving now (the `codemode_plugins_loaded` gauge).
     pub fn plugins_loaded(&self) -> usize {
-        self.plugins_loaded.load(Ordering::Relaxed) as usize
+        usize::try_from(self.plugins_loaded.get()).unwrap_or_default()
     }
 
-    /// Everything, in the Prometheus text exposition format (version 0.0.4).
+    /// Everything, in the OpenMetrics text format ([`CONTENT_TYPE`]).
     pub fn render(&self) -> String {
+        self.sandbox_memory
+            .set(gauge_value(crate::memory::TOTAL.used()));
         let mut out = String::new();
-        header(
-            &mut out,
-            "codemode_executes_total",
-            "counter",
-            "Finished execute calls by outcome.",
-        );
-        if let Ok(executes) = self.executes.lock() {
-            for (outcome, count) in executes.iter() {
-                let _ = writeln!(
-                    out,
-                    "codemode_executes_total{{outcome=\"{}\"}} {count}",
-                    escape(outcome)
-                );
-            }
-        }
-        header(
-            &mut out,
-            "codemode_native_calls_total",
-            "counter",
-            "Native calls by capability and outcome.",
-        );
-        if let Ok(calls) = self.native_calls.lock() {
-            let counts = calls.iter().flat_map(|(capability, outcomes)| {
-                outcomes
-                    .iter()
-                    .map(move |(outcome, count)| (capability, outcome, count))
-            });
-            for (capability, outcome, count) in counts {
-                let _ = writeln!(
-                    out,
-                    "codemode_native_calls_total{{capability=\"{}\",outcome=\"{}\"}} {count}",
-                    escape(capability),
-                    escape(outcome)
-                );
-            }
-        }
-        header(
-            &mut out,
-            "codemode_plugin_load_failures_total",
-            "counter",
-            "Plugin files that failed to load or were refused, at start or on a reload.",
-        );
-        if let Ok(failures) = self.plugin_load_failures.lock() {
-            for (plugin, count) in failures.iter() {
-                let _ = writeln!(
-                    out,
-                    "codemode_plugin_load_failures_total{{plugin=\"{}\"}} {count}",
-                    escape(plugin)
-                );
-            }
-        }
-        header(
-            &mut out,
-            "codemode_reloads_total",
-            "counter",
-            "Reloads of the plugins folder by outcome (ok, failed: some file did not load, error: nothing applied).",
-        );
-        if let Ok(reloads) = self.reloads.lock() {
-            for (outcome, count) in reloads.iter() {
-                let _ = writeln!(
-                    out,
-                    "codemode_reloads_total{{outcome=\"{}\"}} {count}",
-                    escape(outcome)
-                );
-            }
-        }
-        header(
-            &mut out,
-            "codemode_http_unauthenticated_total",
-            "counter",
-            "HTTP requests refused without a valid bearer token.",
-        );
-        let _ = writeln!(
-            out,
-            "codemode_http_unauthenticated_total {}",
-            self.http_unauthenticated.load(Ordering::Relaxed)
-        );
-        let histograms = [
-            (
-                "codemode_execute_duration_seconds",
-                "Wall time of execute calls, queueing included.",
-                &self.latency,
-            ),
-            (
-                "codemode_execute_fuel",
-                "Fuel burned per execution, interpreter and plugins.",
-                &self.fuel,
-            ),
-        ];
-        for (name, help, histogram) in histograms {
-            header(&mut out, name, "histogram", help);
-            histogram.render(&mut out, name);
-        }
-        let gauges = [
-            (
-                "codemode_plugins_loaded",
-                "Plugins being served.",
-                &self.plugins_loaded,
-            ),
-            (
-                "codemode_capabilities",
-                "Capabilities being served.",
-                &self.capabilities,
-            ),
-        ];
-        for (name, help, value) in gauges {
-            header(&mut out, name, "gauge", help);
-            let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
-        }
-        header(
-            &mut out,
-            "codemode_sandbox_memory_bytes",
-            "gauge",
-            "Linear memory reserved by every sandbox together (--max-total-memory).",
-        );
-        let _ = writeln!(
-            out,
-            "codemode_sandbox_memory_bytes {}",
-            crate::memory::TOTAL.used()
-        );
-        header(
-            &mut out,
-            "codemode_upstream_up",
-            "gauge",
-            "Whether an upstream MCP server is serving (1) or not (0).",
-        );
-        if let Ok(upstreams) = self.upstreams.lock() {
-            for (upstream, up) in upstreams.iter() {
-                let _ = writeln!(
-                    out,
-                    "codemode_upstream_up{{upstream=\"{}\"}} {}",
-                    escape(upstream),
-                    u8::from(*up)
-                );
-            }
+        if let Err(error) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::error!(reason = %error, "cannot encode the metrics");
         }
         out
     }
-}
-
-/// The `# HELP` and `# TYPE` lines of a metric.
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-/// A label value: backslash, double quote and newline escaped.
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -366,11 +293,11 @@ mod tests {
             "codemode_execute_duration_seconds_bucket{le=\"0.00025\"} 0",
             "codemode_execute_duration_seconds_bucket{le=\"0.0005\"} 1",
             "codemode_execute_duration_seconds_bucket{le=\"0.05\"} 2",
-            "codemode_execute_duration_seconds_bucket{le=\"5\"} 2",
+            "codemode_execute_duration_seconds_bucket{le=\"5.0\"} 2",
             "codemode_execute_duration_seconds_bucket{le=\"+Inf\"} 3",
             "codemode_execute_duration_seconds_count 3",
-            "codemode_execute_fuel_bucket{le=\"100000\"} 1",
-            "codemode_execute_fuel_sum 85000",
+            "codemode_execute_fuel_bucket{le=\"100000.0\"} 1",
+            "codemode_execute_fuel_sum 85000.0",
             "codemode_plugins_loaded 3",
             "codemode_capabilities 9",
             "# TYPE codemode_execute_fuel histogram",
@@ -379,7 +306,7 @@ mod tests {
             "codemode_upstream_up{upstream=\"time\"} 1",
             "# TYPE codemode_upstream_up gauge",
             "codemode_plugin_load_failures_total{plugin=\"broken.wasm\"} 2",
-            "# TYPE codemode_plugin_load_failures_total counter",
+            "# TYPE codemode_plugin_load_failures counter",
             "codemode_reloads_total{outcome=\"failed\"} 1",
             "codemode_reloads_total{outcome=\"ok\"} 2",
             "codemode_http_unauthenticated_total 1",
@@ -392,8 +319,85 @@ mod tests {
         }
     }
 
+
+    #[test]
+    fn the_exposition_is_pinned() {
+        let metrics = Metrics::default();
+        metrics.catalog(1, 2);
+        metrics.execute("ok", Duration::from_millis(3));
+        metrics.fuel(2_000_000);
+        metrics.native_calls("records.lookup", "ok", 3);
+        metrics.upstream("git", true);
+        metrics.plugin_load_failure("odd \"name\".wasm");
+        metrics.reload(RELOAD_ERROR);
+        let text = metrics.render();
+        let bucket = |name: &str, bounds: &[&str], counts: &[u64]| -> String {
+            bounds
+                .iter()
+                .zip(counts)
+                .map(|(le, n)| format!("{name}_bucket{{le=\"{le}\"}} {n}\n"))
+                .collect()
+        };
+        let latency = bucket(
+            "codemode_execute_duration_seconds",
+            &["0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.05", "0.1", "0.5", "1.0", "5.0", "+Inf"],
+            &[0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1],
+        );
+        let fuel = bucket(
+            "codemode_execute_fuel",
+            &["100000.0", "1000000.0", "10000000.0", "100000000.0", "1000000000.0", "2000000000.0", "4000000000.0", "8000000000.0", "+Inf"],
+            &[0, 0, 1, 1, 1, 1, 1, 1, 1],
+        );
+        let expected = format!(
+            "# HELP codemode_executes Finished execute calls by outcome.\n\
+             # TYPE codemode_executes counter\n\
+             codemode_executes_total{{outcome=\"ok\"}} 1\n\
+             # HELP codemode_native_calls Native calls by capability and outcome.\n\
+             # TYPE codemode_native_calls counter\n\
+             codemode_native_calls_total{{capability=\"records.lookup\",outcome=\"ok\"}} 3\n\
+             # HELP codemode_plugin_load_failures Plugin files that failed to load or were refused, at start or on a reload.\n\
+             # TYPE codemode_plugin_load_failures counter\n\
+             codemode_plugin_load_failures_total{{plugin=\"odd \\\"name\\\".wasm\"}} 1\n\
+             # HELP codemode_reloads Reloads of the plugins folder by outcome (ok, failed: some file did not load, error: nothing applied).\n\
+             # TYPE codemode_reloads counter\n\
+             codemode_reloads_total{{outcome=\"error\"}} 1\n\
+             # HELP codemode_http_unauthenticated HTTP requests refused without a valid bearer token.\n\
+             # TYPE codemode_http_unauthenticated counter\n\
+             codemode_http_unauthenticated_total 0\n\
+             # HELP codemode_execute_duration_seconds Wall time of execute calls, queueing included.\n\
+             # TYPE codemode_execute_duration_seconds histogram\n\
+             codemode_execute_duration_seconds_sum 0.003\n\
+             codemode_execute_duration_seconds_count 1\n\
+             {latency}\
+             # HELP codemode_execute_fuel Fuel burned per execution, interpreter and plugins.\n\
+             # TYPE codemode_execute_fuel histogram\n\
+             codemode_execute_fuel_sum 2000000.0\n\
+             codemode_execute_fuel_count 1\n\
+             {fuel}\
+             # HELP codemode_plugins_loaded Plugins being served.\n\
+             # TYPE codemode_plugins_loaded gauge\n\
+             codemode_plugins_loaded 1\n\
+             # HELP codemode_capabilities Capabilities being served.\n\
+             # TYPE codemode_capabilities gauge\n\
+             codemode_capabilities 2\n\
+             # HELP codemode_sandbox_memory_bytes Linear memory reserved by every sandbox together (--max-total-memory).\n\
+             # TYPE codemode_sandbox_memory_bytes gauge\n\
+             codemode_sandbox_memory_bytes {}\n\
+             # HELP codemode_upstream_up Whether an upstream MCP server is serving (1) or not (0).\n\
+             # TYPE codemode_upstream_up gauge\n\
+             codemode_upstream_up{{upstream=\"git\"}} 1\n\
+             # EOF\n",
+            crate::memory::TOTAL.used()
+        );
+        assert_eq!(text, expected);
+    }
+
     #[test]
     fn label_values_are_escaped() {
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        let metrics = Metrics::default();
+        metrics.plugin_load_failure("x\"} 1\ncodemode_forged 9\n#.wasm");
+        let text = metrics.render();
+        assert!(!text.lines().any(|line| line.starts_with("codemode_forged")), "{text}");
     }
 }

@@ -237,10 +237,7 @@ async fn metrics(State(readiness): State<Readiness>) -> Response {
         .map(|service| service.metrics().render())
         .unwrap_or_default();
     (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         text,
     )
         .into_response()
