@@ -394,7 +394,9 @@ fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// The default cache folder: `$XDG_CACHE_HOME/codemode-host`, else
-/// `$HOME/.cache/codemode-host`; none when neither is set.
+/// `$HOME/.cache/codemode-host`; none when neither is set. Written here rather
+/// than taken from the `dirs` crate, whose `option-ext` dependency is MPL-2.0,
+/// a license deny.toml does not allow.
 pub fn default_cache_dir() -> Option<PathBuf> {
     std::env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())

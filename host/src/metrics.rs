@@ -319,7 +319,6 @@ mod tests {
         }
     }
 
-
     #[test]
     fn the_exposition_is_pinned() {
         let metrics = Metrics::default();
@@ -340,12 +339,25 @@ mod tests {
         };
         let latency = bucket(
             "codemode_execute_duration_seconds",
-            &["0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.05", "0.1", "0.5", "1.0", "5.0", "+Inf"],
+            &[
+                "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.05", "0.1",
+                "0.5", "1.0", "5.0", "+Inf",
+            ],
             &[0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1],
         );
         let fuel = bucket(
             "codemode_execute_fuel",
-            &["100000.0", "1000000.0", "10000000.0", "100000000.0", "1000000000.0", "2000000000.0", "4000000000.0", "8000000000.0", "+Inf"],
+            &[
+                "100000.0",
+                "1000000.0",
+                "10000000.0",
+                "100000000.0",
+                "1000000000.0",
+                "2000000000.0",
+                "4000000000.0",
+                "8000000000.0",
+                "+Inf",
+            ],
             &[0, 0, 1, 1, 1, 1, 1, 1, 1],
         );
         let expected = format!(
@@ -398,6 +410,9 @@ mod tests {
         let metrics = Metrics::default();
         metrics.plugin_load_failure("x\"} 1\ncodemode_forged 9\n#.wasm");
         let text = metrics.render();
-        assert!(!text.lines().any(|line| line.starts_with("codemode_forged")), "{text}");
+        assert!(
+            !text.lines().any(|line| line.starts_with("codemode_forged")),
+            "{text}"
+        );
     }
 }

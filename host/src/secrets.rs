@@ -9,18 +9,19 @@
 //!
 //! Files are watched through their folders (editors and secret managers replace a
 //! file by renaming a new one over it, which a watch on the file itself would
-//! lose). Changes are debounced like the plugins folder's: one reload after
-//! [`DEBOUNCE`] without a change.
+//! lose). Changes are debounced by the plugins folder's [`Debounce`]: one reload
+//! once they have been quiet for 300 ms, and at the latest 2 s after the first (a
+//! file rewritten without pause cannot hold a revocation back).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel, sync_channel};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use codemode_host::authz::{RegoAuthorizer, Replaceable, Tokens};
-use codemode_host::watch::DEBOUNCE;
+use codemode_host::watch::Debounce;
 use notify::event::{AccessKind, AccessMode};
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 
@@ -251,16 +252,19 @@ fn reload_loop(reloadable: &Reloadable, causes: &Receiver<Cause>) {
     }
 }
 
-/// Waits until no change came for [`DEBOUNCE`]; a signal meanwhile wins.
+/// Waits until the reload a change called for is due ([`Debounce`]); a signal
+/// meanwhile wins.
 fn settle(causes: &Receiver<Cause>) -> Cause {
     let mut cause = Cause::Changed;
-    loop {
-        match causes.recv_timeout(DEBOUNCE) {
+    let mut debounce = Debounce::new(Instant::now());
+    while let Some(wait) = debounce.remaining(Instant::now()) {
+        match causes.recv_timeout(wait) {
             Ok(Cause::Signal) => cause = Cause::Signal,
-            Ok(Cause::Changed) => {}
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return cause,
+            Ok(Cause::Changed) => debounce.event(true, Instant::now()),
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
         }
     }
+    cause
 }
 
 /// Whether `event` may have changed one of `files` (absolute paths): a write, a
@@ -341,5 +345,29 @@ mod tests {
         causes.send(Cause::Changed).expect("send");
         causes.send(Cause::Signal).expect("send");
         assert_eq!(settle(&received), Cause::Signal);
+    }
+
+    #[test]
+    fn changes_without_pause_settle_at_the_latest_after_max_delay() {
+        // A file rewritten every 50 ms for up to 20 s: before, the reload waited for
+        // 300 ms of quiet that never came, and a revoked token stayed valid.
+        let (causes, received) = channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flooding = stop.clone();
+        let flood = std::thread::spawn(move || {
+            for _ in 0..400 {
+                if flooding.load(Ordering::Acquire) || causes.send(Cause::Changed).is_err() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            false
+        });
+        assert_eq!(settle(&received), Cause::Changed);
+        stop.store(true, Ordering::Release);
+        assert!(
+            flood.join().expect("the flood's thread"),
+            "settled only after the flood ended"
+        );
     }
 }

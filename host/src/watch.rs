@@ -59,16 +59,17 @@ pub fn watch(service: &Arc<Service>) -> Result<Watch, notify::Error> {
 }
 
 /// When a reload is due: [`DEBOUNCE`] after the last relevant event, and at most
-/// [`MAX_DELAY`] after the first.
+/// [`MAX_DELAY`] after the first. The one debouncer of every watched file: the
+/// plugins folder here, the tokens and policy files in the binary's secrets reload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Debounce {
+pub struct Debounce {
     quiet_at: Instant,
     latest: Instant,
 }
 
 impl Debounce {
     /// A relevant event at `now` started the wait.
-    fn new(now: Instant) -> Self {
+    pub fn new(now: Instant) -> Self {
         Self {
             quiet_at: now + DEBOUNCE,
             latest: now + MAX_DELAY,
@@ -77,14 +78,14 @@ impl Debounce {
 
     /// Another event at `now`: a relevant one restarts the quiet period (never past
     /// the latest); others change nothing.
-    fn event(&mut self, relevant: bool, now: Instant) {
+    pub fn event(&mut self, relevant: bool, now: Instant) {
         if relevant {
             self.quiet_at = now + DEBOUNCE;
         }
     }
 
     /// How long to wait for more events; `None` when the reload is due.
-    fn remaining(&self, now: Instant) -> Option<Duration> {
+    pub fn remaining(&self, now: Instant) -> Option<Duration> {
         let due = self.quiet_at.min(self.latest);
         (due > now).then(|| due - now)
     }

@@ -236,11 +236,7 @@ async fn metrics(State(readiness): State<Readiness>) -> Response {
         .service()
         .map(|service| service.metrics().render())
         .unwrap_or_default();
-    (
-        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
-        text,
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response()
 }
 
 /// Answers 401 unless the request carries a bearer token of a subject.
