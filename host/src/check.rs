@@ -36,7 +36,10 @@ pub fn check_plugin(
         )]
     })?;
     let cache = crate::service::open_cache(cache_dir);
-    let plugin = load_file(&engine, path, cache.as_ref(), loading).map_err(|e| e.messages())?;
+    // `check` runs no execution: the default --max-memory stands in.
+    let max_memory = crate::units::DEFAULT_MAX_MEMORY_BYTES;
+    let plugin =
+        load_file(&engine, path, cache.as_ref(), loading, max_memory).map_err(|e| e.messages())?;
     check_specs(&plugin.capabilities).map_err(|e| e.messages())?;
     let mut builder = CatalogBuilder::new();
     let specs: Vec<_> = plugin.capabilities.iter().map(|c| c.spec.clone()).collect();

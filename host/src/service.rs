@@ -181,7 +181,9 @@ pub fn precompile(
     }];
     for path in files {
         let started = Instant::now();
-        let outcome = plugins::load_file(&engine, &path, Some(&cache), loading)
+        // Precompiling runs no execution: the default --max-memory stands in.
+        let max_memory = crate::units::DEFAULT_MAX_MEMORY_BYTES;
+        let outcome = plugins::load_file(&engine, &path, Some(&cache), loading, max_memory)
             .map(|plugin| plugin.cached)
             .map_err(|error| error.to_string());
         report.push(Precompiled {

@@ -12,6 +12,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use codemode_value::Value;
@@ -47,31 +48,52 @@ pub(crate) trait Session: Send {
 /// The future of one call.
 pub(crate) type CallFuture<'a> = Pin<Box<dyn Future<Output = CallOutcome> + Send + 'a>>;
 
-/// What one call may spend.
+/// What one call may spend: the execution's deadline and cancellation, the room
+/// its result has, and the execution's [`Meter`].
 #[derive(Debug, Clone)]
 pub(crate) struct CallBudget {
     /// When the execution's time budget runs out.
     pub deadline: Instant,
     /// The request's cancellation.
     pub cancel: Arc<Cancel>,
-    /// Fuel left to the execution.
-    pub fuel: u64,
-    /// Linear memory an instance may grow to, in bytes.
-    pub max_memory_bytes: usize,
     /// Depth the result may have (the result record is depth 1).
     pub max_depth: usize,
     /// Nodes the result may have: each value takes one, as binding charges them.
     pub max_nodes: usize,
+    /// The execution's work allowance, for a source that meters its work.
+    pub meter: Meter,
 }
 
-/// How one call ended, and what it spent.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct CallOutcome {
-    /// The result record as a dict, or why there is none.
-    pub result: Result<Value, CallFailure>,
-    /// Fuel burned (instantiation included).
-    pub fuel: u64,
+/// The execution's remaining work allowance, lent to one call. A source that
+/// meters its work (the plugin source, in WebAssembly fuel, the unit the
+/// interpreter spends too) sizes the call by [`Meter::remaining`] and charges what
+/// it spent; a source that does not (an upstream, bounded by time) leaves it alone.
+#[derive(Debug, Clone)]
+pub(crate) struct Meter(Arc<AtomicU64>);
+
+impl Meter {
+    /// An allowance of `remaining` units.
+    pub(crate) fn new(remaining: u64) -> Self {
+        Self(Arc::new(AtomicU64::new(remaining)))
+    }
+
+    /// The units left.
+    pub(crate) fn remaining(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Takes `spent` units (all that is left, if more).
+    pub(crate) fn charge(&self, spent: u64) {
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+                Some(left.saturating_sub(spent))
+            });
+    }
 }
+
+/// How one call ended: the result record as a dict, or why there is none.
+pub(crate) type CallOutcome = Result<Value, CallFailure>;
 
 /// Why a call has no result.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -20,7 +20,7 @@ use crate::authz::{AuthorizationInput, AuthzError};
 use crate::budget::Budget;
 use crate::catalog::{self, BindError};
 use crate::error::ToolError;
-use crate::source::{CallBudget, CallFailure};
+use crate::source::{CallBudget, CallFailure, Meter};
 use crate::wait::{self, Abandoned};
 
 /// Bytes reserved for a capability's encoded result: most results fit, so the buffer
@@ -284,13 +284,13 @@ fn invoke(
 ) -> Result<codemode_value::Value, ToolError> {
     let remaining = store.get_fuel().map_err(|_| ToolError::Internal)?;
     let state = store.data_mut();
+    let meter = Meter::new(remaining);
     let budget = CallBudget {
         deadline: state.stop.deadline(),
         cancel: state.stop.cancel().clone(),
-        fuel: remaining,
-        max_memory_bytes: state.ledger.limits().max_memory_bytes,
         max_depth: state.ledger.limits().max_value_depth,
         max_nodes: state.ledger.result_room(),
+        meter: meter.clone(),
     };
     let deadline = budget.deadline;
     let Some(source) = dispatch.sources.get(route.source) else {
@@ -318,12 +318,11 @@ fn invoke(
         Err(Abandoned::Cancelled) => return Err(ToolError::Canceled),
         Err(Abandoned::NoRuntime) => return Err(ToolError::Internal),
     };
-    trace.fuel = outcome.fuel;
-    store
-        .set_fuel(remaining.saturating_sub(outcome.fuel))
-        .map_err(|_| ToolError::Internal)?;
+    let left = meter.remaining();
+    trace.fuel = remaining.saturating_sub(left);
+    store.set_fuel(left).map_err(|_| ToolError::Internal)?;
     let state = store.data_mut();
-    let value = match outcome.result {
+    let value = match outcome {
         Ok(value) => value,
         Err(CallFailure::Failed(detail)) => return Err(ToolError::CapabilityFailed(detail)),
         Err(CallFailure::Exhausted(Budget::ValueBytes)) => {

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::units::{MAX_DURATION, MAX_DURATION_TEXT, MAX_MEMORY_BYTES};
+use crate::units::{DEFAULT_MAX_MEMORY_BYTES, MAX_DURATION, MAX_DURATION_TEXT, MAX_MEMORY_BYTES};
 
 /// Fuel (roughly one unit per WebAssembly instruction) an execution may spend in the
 /// interpreter and every plugin instance together.
@@ -62,7 +62,7 @@ impl Default for Limits {
             max_intermediate_value_bytes: 8_388_608,
             max_concurrent_executions: 8,
             max_fuel: DEFAULT_MAX_FUEL,
-            max_memory_bytes: 256 * 1024 * 1024,
+            max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
             max_total_memory_bytes: crate::memory::default_total(),
         }
     }

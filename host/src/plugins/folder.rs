@@ -194,7 +194,7 @@ impl PluginFolder {
                 continue;
             }
             let last_good = previous.and_then(|t| t.serving.clone());
-            let serving = match load_valid(engine, &path, cache, &self.limits) {
+            let serving = match load_valid(engine, &path, cache, &self.limits, &self.caps) {
                 Ok(plugin) => {
                     tracing::info!(
                         plugin = %plugin.file,
@@ -322,9 +322,10 @@ fn load_valid(
     path: &Path,
     cache: Option<&ArtifactCache>,
     limits: &LoadLimits,
+    caps: &GlobalCaps,
 ) -> Result<LoadedPlugin, (String, bool)> {
-    let plugin =
-        load_file(engine, path, cache, limits).map_err(|e| (e.to_string(), e.is_transient()))?;
+    let plugin = load_file(engine, path, cache, limits, caps.max_memory)
+        .map_err(|e| (e.to_string(), e.is_transient()))?;
     check_specs(&plugin.capabilities).map_err(|e| (e.to_string(), false))?;
     Ok(plugin)
 }

@@ -245,6 +245,9 @@ pub(crate) struct LoadedPlugin {
     pub load_time: Duration,
     /// Its next fresh instance, made ahead of time.
     pub spares: Spares,
+    /// `--max-memory` as it was loaded with: what each linear memory of its
+    /// instances may grow to, unless its own `max_memory` grant is lower.
+    pub max_memory_bytes: usize,
 }
 
 impl Template for LoadedPlugin {
@@ -265,7 +268,8 @@ impl Template for LoadedPlugin {
     }
 }
 
-/// Loads the plugin at `path`.
+/// Loads the plugin at `path`, its instances to grow each linear memory to at most
+/// `max_memory_bytes` (`--max-memory`; its own grant may be lower).
 ///
 /// # Errors
 ///
@@ -275,6 +279,7 @@ pub(crate) fn load_file(
     path: &Path,
     cache: Option<&ArtifactCache>,
     limits: &LoadLimits,
+    max_memory_bytes: usize,
 ) -> Result<LoadedPlugin, LoadError> {
     let started = Instant::now();
     let grants = Grants::for_plugin(path).map_err(LoadError::Sidecar)?;
@@ -330,6 +335,7 @@ pub(crate) fn load_file(
         cache_entry,
         load_time: started.elapsed(),
         spares: Spares::default(),
+        max_memory_bytes,
     })
 }
 

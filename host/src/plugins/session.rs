@@ -26,7 +26,9 @@ use super::spare::{Spare, SpareTerms, Spares};
 use crate::budget::Budget;
 use crate::catalog::CapabilitySpec;
 use crate::error::timed_out_detail;
-use crate::source::{CallBudget, CallFailure, CallFuture, CallOutcome, CapabilitySource, Session};
+use crate::source::{
+    CallBudget, CallFailure, CallFuture, CallOutcome, CapabilitySource, Meter, Session,
+};
 use crate::wait::{Interrupted, Stop};
 
 impl CapabilitySource for LoadedPlugin {
@@ -107,29 +109,26 @@ impl PluginSession {
             (plugin.capabilities.get(index), plugin.targets.get(index))
         else {
             tracing::error!(plugin = %plugin.file, index, "a call named a capability the plugin does not have");
-            return failed(CallFailure::Internal, 0);
+            return Err(CallFailure::Internal);
         };
         let name = capability.spec.name.as_str();
         let params = match lower_all(&target.plan, arguments) {
             Ok(params) => params,
             Err(Mismatch) => {
                 tracing::error!(capability = %name, "bound arguments do not match the export's plan");
-                return failed(CallFailure::Internal, 0);
+                return Err(CallFailure::Internal);
             }
         };
         let grants = &plugin.grants;
-        let fuel = grants
-            .max_fuel_per_call
-            .map_or(budget.fuel, |cap| cap.min(budget.fuel));
+        let left = budget.meter.remaining();
+        let fuel = grants.max_fuel_per_call.map_or(left, |cap| cap.min(left));
         // Which budget a plugin that runs out answers to: its sidecar's, where that
         // is the tighter one.
         let caps = Caps {
-            fuel: grants
-                .max_fuel_per_call
-                .is_some_and(|cap| cap < budget.fuel),
+            fuel: grants.max_fuel_per_call.is_some_and(|cap| cap < left),
             memory: grants
                 .max_memory
-                .is_some_and(|cap| cap < budget.max_memory_bytes),
+                .is_some_and(|cap| cap < plugin.max_memory_bytes),
         };
         let call_deadline = grants
             .timeout
@@ -142,7 +141,7 @@ impl PluginSession {
         let (mut store, instance) = match self.instance.take() {
             Some((mut store, instance)) => {
                 if store.set_fuel(fuel).is_err() {
-                    return failed(CallFailure::Internal, 0);
+                    return Err(CallFailure::Internal);
                 }
                 // The execution's deadline and cancellation are the same for every
                 // call of a session; only a call deadline changes the stop.
@@ -155,7 +154,7 @@ impl PluginSession {
             }
             None => {
                 let terms = SpareTerms {
-                    max_memory: max_memory(&plugin, budget.max_memory_bytes),
+                    max_memory: max_memory(&plugin, plugin.max_memory_bytes),
                     fuel,
                 };
                 match plugin.spares.take(terms.max_memory) {
@@ -171,7 +170,7 @@ impl PluginSession {
                             fuel: spent,
                         } = spare;
                         if store.set_fuel(fuel - spent).is_err() {
-                            return failed(CallFailure::Internal, 0);
+                            return Err(CallFailure::Internal);
                         }
                         stop.install(&mut store);
                         self.output = output;
@@ -182,7 +181,7 @@ impl PluginSession {
                             instantiated = Some(terms);
                             (store, None)
                         }
-                        Err(failure) => return failed(failure, 0),
+                        Err(failure) => return Err(failure),
                     },
                 }
             }
@@ -227,11 +226,12 @@ impl PluginSession {
             Some(Err(error)) => {
                 let memory = store.data().limits.hit;
                 return failed(
+                    &budget.meter,
                     classify_plugin_trap(&error, memory, caps, name, &plugin.file, explanation),
                     burned,
                 );
             }
-            None => return failed(CallFailure::Failed(explanation), burned),
+            None => return failed(&budget.meter, CallFailure::Failed(explanation), burned),
         };
         self.instance = Some((store, instance));
         self.stop_has_call_deadline = call_deadline.is_some();
@@ -246,10 +246,8 @@ impl PluginSession {
                     OutputError::Exhausted(budget) => CallFailure::Exhausted(budget),
                 },
             );
-        CallOutcome {
-            result,
-            fuel: burned,
-        }
+        budget.meter.charge(burned);
+        result
     }
 }
 
@@ -262,11 +260,10 @@ struct Caps {
     memory: bool,
 }
 
-fn failed(failure: CallFailure, fuel: u64) -> CallOutcome {
-    CallOutcome {
-        result: Err(failure),
-        fuel,
-    }
+/// A call that failed after burning `fuel`, charged to `meter`.
+fn failed(meter: &Meter, failure: CallFailure, fuel: u64) -> CallOutcome {
+    meter.charge(fuel);
+    Err(failure)
 }
 
 /// The cap on each linear memory of an instance of `plugin`: its own `max_memory`

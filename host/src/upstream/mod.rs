@@ -469,9 +469,10 @@ fn made_up(error: &rmcp::model::ErrorData, code: i32) -> bool {
         && error.data.as_ref().and_then(serde_json::Value::as_str) == Some(made_up_marker())
 }
 
-/// A call's outcome: an upstream call burns no fuel.
+/// A call's outcome: an upstream's work is bounded by time, so it charges nothing
+/// to the execution's meter.
 fn outcome(result: Result<Value, CallFailure>) -> CallOutcome {
-    CallOutcome { result, fuel: 0 }
+    result
 }
 
 /// Starts `command` as a child with `env` (plus `PATH` and `HOME`) in `cwd`; its
