@@ -35,14 +35,18 @@ fn code_of(path: &Path) -> String {
         .join("\n")
 }
 
-/// The module names a root file declares (`mod x;`, `pub mod x;`).
+/// The module names a root file declares (`mod x;`, `pub mod x;`,
+/// `pub(crate) mod x;`, an attribute before it on the same line or not).
 fn declared(root: &str) -> BTreeSet<String> {
     root.lines()
         .filter_map(|line| {
-            let line = line.trim();
-            let rest = line
-                .strip_prefix("pub mod ")
-                .or_else(|| line.strip_prefix("mod "))?;
+            let mut line = line.trim();
+            while let Some(rest) = line.strip_prefix("#[") {
+                line = rest.split_once(']')?.1.trim();
+            }
+            let rest = ["pub mod ", "pub(crate) mod ", "mod "]
+                .iter()
+                .find_map(|prefix| line.strip_prefix(prefix))?;
             Some(rest.strip_suffix(';')?.trim().to_owned())
         })
         .collect()
@@ -52,7 +56,11 @@ fn declared(root: &str) -> BTreeSet<String> {
 fn reexports(root: &str) -> BTreeMap<String, String> {
     let mut names = BTreeMap::new();
     for item in root.split(';') {
-        let Some(rest) = item.trim().strip_prefix("pub use ") else {
+        let item = item.trim();
+        let Some(rest) = item
+            .strip_prefix("pub use ")
+            .or_else(|| item.strip_prefix("pub(crate) use "))
+        else {
             continue;
         };
         let Some((module, list)) = rest.split_once("::") else {
@@ -311,12 +319,18 @@ fn folder_imports() -> BTreeMap<String, BTreeSet<String>> {
             .filter_map(|f| Some(f.file_stem()?.to_string_lossy().into_owned()))
             .collect();
         let code = code_of(&file);
+        // A name the folder's `mod.rs` re-exports stands for the file it is from.
+        let renamed = reexports(&code_of(&src.join(folder).join("mod.rs")));
         let mut found = roots_under(&code, &format!("crate::{folder}::"));
         if me == "mod" {
             found.extend(roots_under(&code, "self::"));
         } else {
             found.extend(roots_under(&code, "super::"));
         }
+        let found: BTreeSet<String> = found
+            .into_iter()
+            .map(|name| renamed.get(&name).cloned().unwrap_or(name))
+            .collect();
         let node = format!("{folder}/{me}");
         let entry = graph.entry(node).or_default();
         for name in found {
@@ -386,7 +400,14 @@ fn imports_are_read_from_paths_groups_and_reexports() {
         roots_under(code, "crate::"),
         ["a", "b", "e", "g"].map(str::to_owned).into()
     );
-    let root = "pub use service::{Service, ServiceConfig};\npub use error::ToolError;";
+    let root = "pub use service::{Service, ServiceConfig};\npub use error::ToolError;\npub(crate) use plan::Plan;";
+    assert_eq!(reexports(root)["Plan"], "plan");
+    assert_eq!(
+        declared(
+            "mod a;\npub mod b;\npub(crate) mod c;\n#[cfg(test)] mod d;\n#[cfg(test)]\nmod e;"
+        ),
+        ["a", "b", "c", "d", "e"].map(str::to_owned).into()
+    );
     assert_eq!(reexports(root)["ServiceConfig"], "service");
     assert_eq!(reexports(root)["ToolError"], "error");
     let graph: BTreeMap<String, BTreeSet<String>> = [

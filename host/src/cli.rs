@@ -258,8 +258,8 @@ pub struct Cli {
     /// past it fails, and its execution ends with `resource limit exceeded`
     /// (limit --max-total-memory), instead of the server being killed for memory
     /// when many executions run at once. The default is half of the machine's
-    /// memory, or of its cgroup's memory.max where that is lower (at least 1GiB).
-    /// At least --max-memory, at most 1TiB.
+    /// memory, or of its cgroup's memory.max where that is lower (at least 1GiB,
+    /// and never below --max-memory). At least --max-memory, at most 1TiB.
     #[arg(long, value_name = "SIZE", value_parser = total_memory)]
     pub max_total_memory: Option<usize>,
 
@@ -679,7 +679,12 @@ impl Cli {
                 .unwrap_or(d.max_concurrent_executions),
             max_fuel: self.max_fuel.unwrap_or(d.max_fuel),
             max_memory_bytes: self.max_memory.unwrap_or(d.max_memory_bytes),
-            max_total_memory_bytes: self.max_total_memory.unwrap_or(d.max_total_memory_bytes),
+            // Unless given, never below --max-memory: a small machine's default
+            // must not refuse the per-sandbox cap its operator chose.
+            max_total_memory_bytes: self.max_total_memory.unwrap_or_else(|| {
+                d.max_total_memory_bytes
+                    .max(self.max_memory.unwrap_or(d.max_memory_bytes))
+            }),
         }
     }
 
@@ -815,6 +820,25 @@ mod tests {
         assert_eq!(limits.max_native_calls, 3);
         assert_eq!(limits.max_memory_bytes, 64 << 20);
         assert_eq!(limits.max_execution_steps, 1_000_000);
+        // A per-sandbox cap above the machine's default total raises the total.
+        let cli = Cli::try_parse_from(["codemode-host", "--max-memory", "4GiB"])?;
+        let limits = cli.limits();
+        assert_eq!(
+            limits.max_total_memory_bytes,
+            codemode_host::memory::default_total().max(4 << 30)
+        );
+        assert_eq!(limits.validate(), Ok(()));
+        let cli = Cli::try_parse_from([
+            "codemode-host",
+            "--max-memory",
+            "512MiB",
+            "--max-total-memory",
+            "256MiB",
+        ])?;
+        assert_eq!(
+            cli.limits().validate().map_err(|e| e.to_string()),
+            Err("--max-total-memory must be at least --max-memory".to_owned())
+        );
         let error = Cli::try_parse_from(["codemode-host", "--max-execution-time", "5"])
             .unwrap_err()
             .to_string();

@@ -16,8 +16,9 @@ use std::time::SystemTime;
 
 use wasmtime::Engine;
 
+use super::file_label;
 use super::grants::{GlobalCaps, Grants, SIDECAR_EXTENSION};
-use super::load::{LoadLimits, LoadedPlugin, check_specs, file_label, load_file};
+use super::load::{LoadLimits, LoadedPlugin, check_specs, load_file};
 use crate::cache::ArtifactCache;
 
 /// Exports that component toolchains add for themselves, never capabilities:

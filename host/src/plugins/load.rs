@@ -10,6 +10,7 @@ use wasmtime::Engine;
 use wasmtime::component::{Component, InstancePre};
 
 use super::compile::{self, CompileError, Compiler};
+use super::file_label;
 use super::grants::Grants;
 use super::invoke::CallTarget;
 use super::metadata::{self, METADATA_INTERFACE, MetadataEntry};
@@ -382,14 +383,6 @@ fn prepare(
         targets,
         ignored_exports,
     })
-}
-
-/// The name a plugin is known by in messages: its file name.
-pub(crate) fn file_label(path: &Path) -> String {
-    path.file_name().map_or_else(
-        || path.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    )
 }
 
 /// Pairs metadata entries with exported functions. Returns the capabilities in

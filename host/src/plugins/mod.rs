@@ -30,7 +30,7 @@ pub use folder::Skipped;
 pub(crate) use grants::{GlobalCaps, SIDECAR_EXTENSION};
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use grants::{Grants, HostPattern};
-pub(crate) use load::{LoadedPlugin, PLUGIN_PREFIX, check_specs, file_label, load_file};
+pub(crate) use load::{LoadedPlugin, PLUGIN_PREFIX, check_specs, load_file};
 pub(crate) use sandbox::{MemoryCap, MemoryHit, engine, pool_instances};
 
 use std::path::{Path, PathBuf};
@@ -53,4 +53,13 @@ pub(crate) fn plugin_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     }
     files.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
     Ok(files)
+}
+
+/// The name a plugin is known by in messages: its file name. Here, not in a file
+/// of its own folder's, because loading, grants and the folder all name plugins.
+pub(crate) fn file_label(path: &std::path::Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }

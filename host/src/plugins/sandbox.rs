@@ -141,6 +141,9 @@ pub(crate) struct MemoryCap {
     max: usize,
     /// Bytes this store reserved in the total, given back when it is dropped.
     reserved: usize,
+    /// What the last grow allowed reserved: given back if wasmtime then fails it
+    /// (the system refused the pages).
+    last_growth: usize,
     /// Which cap a memory tried to grow past, if one did.
     pub hit: Option<MemoryHit>,
 }
@@ -160,6 +163,7 @@ impl MemoryCap {
         Self {
             max,
             reserved: 0,
+            last_growth: 0,
             hit: None,
         }
     }
@@ -176,10 +180,16 @@ impl ResourceLimiter for MemoryCap {
         &mut self,
         current: usize,
         desired: usize,
-        _maximum: Option<usize>,
+        maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
+        self.last_growth = 0;
         if desired > self.max {
             self.hit = Some(MemoryHit::Own);
+            return Ok(false);
+        }
+        // Past the memory's own declared maximum the grow fails anyway (wasm's
+        // `memory.grow` answers -1): nothing to reserve, and no cap of ours hit.
+        if maximum.is_some_and(|maximum| desired > maximum) {
             return Ok(false);
         }
         let growth = desired.saturating_sub(current);
@@ -188,7 +198,17 @@ impl ResourceLimiter for MemoryCap {
             return Ok(false);
         }
         self.reserved += growth;
+        self.last_growth = growth;
         Ok(true)
+    }
+
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        // Allowed, then refused by the system: the memory did not grow.
+        crate::memory::TOTAL.release(self.last_growth);
+        self.reserved -= self.last_growth;
+        self.last_growth = 0;
+        tracing::debug!(reason = %format!("{error:#}"), "a linear memory could not grow");
+        Ok(())
     }
 
     fn table_growing(
@@ -476,6 +496,34 @@ fn stub_unprovided_imports(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_memory_cap_reserves_what_grows_and_gives_back_what_did_not() {
+        let mut cap = MemoryCap::new(1 << 20);
+        assert!(
+            cap.memory_growing(0, 65_536, Some(131_072))
+                .unwrap_or(false)
+        );
+        assert_eq!(cap.reserved, 65_536);
+        // Past the memory's own maximum: refused, nothing reserved, no cap hit.
+        assert!(
+            !cap.memory_growing(65_536, 196_608, Some(131_072))
+                .unwrap_or(true)
+        );
+        assert_eq!((cap.reserved, cap.hit), (65_536, None));
+        // Allowed, then refused by the system: given back.
+        assert!(
+            cap.memory_growing(65_536, 131_072, Some(131_072))
+                .unwrap_or(false)
+        );
+        assert_eq!(cap.reserved, 131_072);
+        cap.memory_grow_failed(wasmtime::Error::msg("no pages"))
+            .unwrap_or_default();
+        assert_eq!(cap.reserved, 65_536);
+        // Past our own cap.
+        assert!(!cap.memory_growing(65_536, 2 << 20, None).unwrap_or(true));
+        assert_eq!((cap.reserved, cap.hit), (65_536, Some(MemoryHit::Own)));
+    }
 
     #[test]
     fn the_pool_holds_every_execution_s_instances() {

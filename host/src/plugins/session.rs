@@ -186,6 +186,9 @@ impl PluginSession {
                 }
             }
         };
+        // A grow refused in an earlier call (or in a spare's start code) that the
+        // plugin got over says nothing about how this call ends.
+        store.data_mut().limits.hit = None;
         let outbound = &mut store.data_mut().outbound;
         outbound.deadline = stop.wait_deadline();
         outbound.denied = None;

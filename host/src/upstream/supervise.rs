@@ -229,6 +229,8 @@ pub(crate) async fn supervise<S: Supervised>(
             // the last one was: relists are at least RELIST_INTERVAL apart.
             let mut due: Option<tokio::time::Instant> = None;
             let mut last_relist: Option<tokio::time::Instant> = None;
+            // After a failed relist, when the next try comes: 1 s, doubling to 60 s.
+            let mut relist_retry = RELIST_INTERVAL;
             loop {
                 let relist = async move {
                     match due {
@@ -252,16 +254,25 @@ pub(crate) async fn supervise<S: Supervised>(
                         // notification stored meanwhile asks for nothing more.
                         let _ = tools_changed.notified().now_or_never();
                         last_relist = Some(tokio::time::Instant::now());
-                        match tokio::time::timeout(CONNECT_TIMEOUT, current.relisted(&config)).await {
+                        let failure = match tokio::time::timeout(CONNECT_TIMEOUT, current.relisted(&config)).await {
                             Ok(Ok(relisted)) => {
                                 current = Arc::new(relisted);
+                                relist_retry = RELIST_INTERVAL;
                                 tracing::info!(upstream = %name, capabilities = current.capability_count(), "upstream tools changed");
                                 if !hand_over(&publish, Some(current.clone())).await {
                                     return;
                                 }
+                                None
                             }
-                            Ok(Err(reason)) => tracing::warn!(upstream = %name, reason = %reason, "upstream tools changed, but cannot be listed"),
-                            Err(_) => tracing::warn!(upstream = %name, "upstream tools changed, but listing them took too long"),
+                            Ok(Err(reason)) => Some(reason),
+                            Err(_) => Some(format!("no answer within {}s", CONNECT_TIMEOUT.as_secs())),
+                        };
+                        // The change still waits to be seen (its notification was
+                        // consumed above): try again, less often each time.
+                        if let Some(reason) = failure {
+                            tracing::warn!(upstream = %name, reason = %reason, retry_in_s = relist_retry.as_secs(), "upstream tools changed, but cannot be listed");
+                            due = Some(tokio::time::Instant::now() + relist_retry);
+                            relist_retry = (relist_retry * 2).min(MAX_RETRY);
                         }
                     }
                 }
@@ -316,6 +327,9 @@ mod tests {
         ends: Vec<oneshot::Sender<()>>,
         /// The tools-changed signal of each connection.
         changes: Vec<Arc<Notify>>,
+        /// What each relist does, in order: `false` fails; when none is left, it
+        /// succeeds.
+        relists: VecDeque<bool>,
         /// Connections made so far.
         versions: u32,
         /// When the test began, on its runtime's paused clock.
@@ -387,6 +401,9 @@ mod tests {
 
         async fn relisted(&self, _config: &UpstreamConfig) -> Result<Self, String> {
             record(&self.name, format!("relist {}", self.version));
+            if script(&self.name, |s| s.relists.pop_front()) == Some(false) {
+                return Err("refused".to_owned());
+            }
             Ok(Fake {
                 name: self.name.clone(),
                 version: self.version + 1,
@@ -569,6 +586,25 @@ mod tests {
         assert_eq!(
             events("connecting", 2).await,
             expect(&[(1.0, "connect"), (5.0, "connect dropped")])
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_relist_is_tried_again_after_1_then_2_s() {
+        let (_handle, _stop, began) = start("relist", &[true], true).await;
+        script("relist", |s| s.relists = [false, false].into());
+        let changes = script("relist", |s| s.changes[0].clone());
+        changes.notify_one();
+        tokio::time::sleep_until(began + Duration::from_secs(10)).await;
+        assert_eq!(
+            events("relist", 5).await,
+            expect(&[
+                (0.0, "connect"),
+                (0.0, "relist 1"),
+                (1.0, "relist 1"),
+                (3.0, "relist 1"),
+                (3.0, "publish 2"),
+            ])
         );
     }
 }
