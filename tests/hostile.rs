@@ -112,9 +112,9 @@ fn a_plugin_cannot_take_an_upstreams_root_or_an_upstream_id() {
             &log,
             &[
                 "ERROR",
-                "plugin=hostile.wasm",
+                "source=hostile.wasm",
                 "capability name `hostile.spin` is under `hostile`, the root of the configured upstream hostile",
-                "plugin refused",
+                "source refused",
             ]
         )
         .len(),
@@ -125,10 +125,10 @@ fn a_plugin_cannot_take_an_upstreams_root_or_an_upstream_id() {
         lines_with(
             &log,
             &[
-                "ERROR",
+                "WARN",
                 "plugin=squatter.wasm",
                 "capability ID `mcp:hostile/echo` is in the `mcp:` namespace, which only upstream MCP servers' tools use",
-                "plugin refused",
+                "plugin skipped",
             ]
         )
         .len(),

@@ -265,7 +265,7 @@ fn a_folder_that_serves_nothing_says_why_and_what_to_do() {
         let d = dir.to_str().expect("utf-8");
         let (log, _) = startup_log(&["--plugins", d]);
         let want = format!(
-            "WARN codemode_host::service: no plugin loaded; serving no capabilities folder={d} reason={reason}"
+            "WARN codemode_host::plugins::provider: no plugin loaded; serving no capabilities folder={d} reason={reason}"
         );
         assert!(
             log.iter().any(|line| line.ends_with(&want)),

@@ -409,6 +409,19 @@ pub fn default_cache_dir() -> Option<PathBuf> {
         .map(|dir| dir.join("codemode-host"))
 }
 
+/// Opens the artifact cache in `dir`; one that cannot be opened is logged and
+/// bypassed (everything is compiled).
+pub(crate) fn open_cache(dir: Option<&Path>) -> Option<ArtifactCache> {
+    let dir = dir?;
+    match ArtifactCache::open(dir) {
+        Ok(cache) => Some(cache),
+        Err(error) => {
+            tracing::warn!(folder = %dir.display(), reason = %error, "cannot use the cache folder; compiling everything");
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,7 +35,7 @@ pub fn check_plugin(
             "cannot configure the WebAssembly engine: {error:#}"
         )]
     })?;
-    let cache = crate::service::open_cache(cache_dir);
+    let cache = crate::cache::open_cache(cache_dir);
     // `check` runs no execution: the default --max-memory stands in.
     let max_memory = crate::units::DEFAULT_MAX_MEMORY_BYTES;
     let plugin =

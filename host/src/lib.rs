@@ -41,6 +41,8 @@ pub mod mcp;
 pub mod memory;
 mod metrics;
 mod plugins;
+mod precompile;
+mod registry;
 mod service;
 mod source;
 pub mod units;
@@ -56,9 +58,9 @@ pub use error::ToolError;
 pub use execute::{Executed, Execution, FailedCall, LimitError, Limits, RunnerError, Stats};
 pub use plugins::{
     COMPILE_COMMAND, COMPILE_MEMORY_ARG, Compiler, DEFAULT_COMPILE_MEMORY, LoadError, LoadLimits,
-    Skipped, TypeError, compile_child,
+    Reloaded, TypeError, compile_child,
 };
-pub use service::{
-    LOCAL_SUBJECT, Precompiled, Reloaded, Service, ServiceConfig, StartError, precompile,
-};
+pub use precompile::{Precompiled, precompile};
+pub use service::{LOCAL_SUBJECT, Service, ServiceConfig, StartError};
+pub use source::Skipped;
 pub use upstream::{Secret, UpstreamConfig, UpstreamTransport, check_name as check_upstream_name};

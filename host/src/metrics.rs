@@ -209,9 +209,13 @@ impl Metrics {
         self.native_calls.get_or_create(&labels).inc_by(count);
     }
 
-    /// The plugins and capabilities being served.
-    pub fn catalog(&self, plugins: usize, capabilities: usize) {
+    /// The plugins being served.
+    pub fn plugins(&self, plugins: usize) {
         self.plugins_loaded.set(gauge_value(plugins));
+    }
+
+    /// The capabilities being served.
+    pub fn capabilities(&self, capabilities: usize) {
         self.capabilities.set(gauge_value(capabilities));
     }
 
@@ -248,6 +252,11 @@ impl Metrics {
         usize::try_from(self.plugins_loaded.get()).unwrap_or_default()
     }
 
+    /// Capabilities serving now (the `codemode_capabilities` gauge).
+    pub fn capabilities_serving(&self) -> usize {
+        usize::try_from(self.capabilities.get()).unwrap_or_default()
+    }
+
     /// Everything, in the OpenMetrics text format ([`CONTENT_TYPE`]).
     pub fn render(&self) -> String {
         self.sandbox_memory
@@ -267,7 +276,8 @@ mod tests {
     #[test]
     fn renders_counters_histograms_and_gauges() {
         let metrics = Metrics::default();
-        metrics.catalog(3, 9);
+        metrics.plugins(3);
+        metrics.capabilities(9);
         metrics.execute("ok", Duration::from_micros(400));
         metrics.execute("ok", Duration::from_millis(20));
         metrics.execute("permission denied", Duration::from_secs(10));
@@ -322,7 +332,8 @@ mod tests {
     #[test]
     fn the_exposition_is_pinned() {
         let metrics = Metrics::default();
-        metrics.catalog(1, 2);
+        metrics.plugins(1);
+        metrics.capabilities(2);
         metrics.execute("ok", Duration::from_millis(3));
         metrics.fuel(2_000_000);
         metrics.native_calls("records.lookup", "ok", 3);

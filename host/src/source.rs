@@ -8,12 +8,18 @@
 //! execution's deadline and cancellation and drops it when it loses, so a source
 //! blocked outside WebAssembly (a host call, a socket, a remote server) never holds
 //! an execution past its budget. Nothing here knows wasmtime, MCP or the executor.
+//!
+//! Sources come from a [`Provider`] (the plugins folder, one upstream MCP server),
+//! which the registry starts, refreshes and stops, and which offers its sources
+//! through a [`Publisher`] whenever they change.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
+
+use crate::catalog::SpecError;
 
 use codemode_value::Value;
 
@@ -34,6 +40,119 @@ pub(crate) trait CapabilitySource: Send + Sync {
     /// state calls of that execution share (a plugin's instance), made fresh for
     /// each execution.
     fn session(self: Arc<Self>, execution: u64) -> Box<dyn Session>;
+}
+
+/// What supplies capability sources over time, and its lifecycle: the registry
+/// [`starts`](Provider::start) it once and [`stops`](Provider::stop) it at the
+/// end of serving. In between it refreshes itself (the plugins folder when a file
+/// changes or the operator reloads, an upstream when its tools change or its
+/// child restarts) and offers each new set of sources through the [`Publisher`]
+/// it got.
+pub(crate) trait Provider: Send + Sync + 'static {
+    /// Its name in logs (`plugins folder`, `upstream git`).
+    fn name(&self) -> &str;
+
+    /// What only this provider's sources may claim, even while it serves none.
+    fn reserved(&self) -> Reserved {
+        Reserved::default()
+    }
+
+    /// Starts it. It must offer its first sources through `publisher` (none, if
+    /// it has none yet) within a bounded time, from this call or from a task it
+    /// starts: the catalog is first built when every provider has.
+    fn start(&self, publisher: Publisher);
+
+    /// Hears what became of its sources in a catalog now serving: after its own
+    /// offer (`own`, and the first catalog), or another provider's.
+    fn served(&self, assembly: &Assembly, own: bool) {
+        let _ = (assembly, own);
+    }
+
+    /// Asks it to stop (close its sessions, end its children) and waits until
+    /// `deadline` at most; a `deadline` already past only asks.
+    fn stop(&self, deadline: Instant);
+}
+
+/// The namespace of the stable IDs of upstream MCP servers' tools
+/// (`mcp:<upstream>/<tool>`): a plugin's ID may not start with it, so that a
+/// policy naming an upstream tool's ID never allows a plugin.
+pub(crate) const UPSTREAM_ID_PREFIX: &str = "mcp:";
+
+/// Capability names and IDs a provider keeps for its own sources.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Reserved {
+    /// Roots of capability names (`git` of `git.git_log`): an upstream's name.
+    pub roots: Vec<String>,
+    /// Prefixes of stable IDs (`mcp:git/`).
+    pub id_prefixes: Vec<String>,
+}
+
+/// What a provider offers at one moment.
+#[derive(Clone, Default)]
+pub(crate) struct Offer {
+    /// Its sources serving now, in its own order.
+    pub sources: Vec<Arc<dyn CapabilitySource>>,
+    /// What it could not serve (plugin files that failed to load), by name.
+    pub failures: Vec<Skipped>,
+}
+
+/// A source left out of the catalog, and why: what `/readyz` lists and
+/// `--require-all-plugins` refuses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The source's label: a plugin's file name in the plugins folder.
+    pub plugin: String,
+    /// Why it does not serve (or, when `earlier_serves`, why its new version does
+    /// not).
+    pub reason: String,
+    /// Whether an earlier version of it still serves.
+    pub earlier_serves: bool,
+}
+
+/// What the registry did with an offer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Accepted {
+    /// Kept for the first catalog, which waits for every provider's first offer.
+    Held,
+    /// A new catalog serves.
+    Serving(Assembly),
+    /// The registry is gone (the service stopped): offer nothing more.
+    Gone,
+}
+
+/// What became of one provider's sources in a catalog.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Assembly {
+    /// Of its sources, how many serve.
+    pub serving: usize,
+    /// Of its sources, those refused (a claim lost, or they do not fit the
+    /// catalog), by label.
+    pub refused: Vec<String>,
+    /// Capabilities serving in all.
+    pub capabilities: usize,
+}
+
+/// Where one provider offers its sources: each offer replaces its previous one and
+/// rebuilds the catalog.
+#[derive(Clone)]
+pub(crate) struct Publisher(Arc<dyn Fn(Offer) -> Result<Accepted, SpecError> + Send + Sync>);
+
+impl Publisher {
+    /// A publisher that hands each offer to `accept`.
+    pub(crate) fn new(
+        accept: impl Fn(Offer) -> Result<Accepted, SpecError> + Send + Sync + 'static,
+    ) -> Self {
+        Self(Arc::new(accept))
+    }
+
+    /// Offers `offer`. It may block (it rebuilds the catalog).
+    ///
+    /// # Errors
+    ///
+    /// When the catalog cannot be rebuilt (the last one keeps serving).
+    pub(crate) fn offer(&self, offer: Offer) -> Result<Accepted, SpecError> {
+        (self.0)(offer)
+    }
 }
 
 /// One execution's use of one source.

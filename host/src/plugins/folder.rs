@@ -20,6 +20,7 @@ use super::file_label;
 use super::grants::{GlobalCaps, Grants, SIDECAR_EXTENSION};
 use super::load::{LoadLimits, LoadedPlugin, check_specs, load_file};
 use crate::cache::ArtifactCache;
+use crate::source::Skipped;
 
 /// Exports that component toolchains add for themselves, never capabilities:
 /// componentize-py's pre-initialization entry point. Ignored without a warning,
@@ -42,19 +43,6 @@ pub(crate) struct PluginFolder {
     /// Whether a folder that does not exist holds no plugins rather than being an
     /// error.
     optional: bool,
-}
-
-/// A plugin file left out of the catalog, and why: what `/readyz` lists and
-/// `--require-all-plugins` refuses.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Skipped {
-    /// The file's name in the plugins folder.
-    pub plugin: String,
-    /// Why it does not serve (or, when `earlier_serves`, why its new version does
-    /// not).
-    pub reason: String,
-    /// Whether an earlier version of the file still serves.
-    pub earlier_serves: bool,
 }
 
 /// One file as of the last scan.

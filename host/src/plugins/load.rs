@@ -21,6 +21,7 @@ use super::spare::{Spares, Template};
 use crate::cache::{ArtifactCache, Origin};
 use crate::catalog::{CapabilitySpec, snake_case};
 use crate::files::{FileError, read_regular};
+use crate::source::UPSTREAM_ID_PREFIX;
 
 /// The name of plugins' cache entries.
 pub(crate) const PLUGIN_PREFIX: &str = "plugin";
@@ -163,11 +164,26 @@ impl LoadError {
 }
 
 /// What the catalog refuses in `capabilities`' metadata, every problem at once:
-/// each capability is checked alone, then (when each passed) the group, for
-/// names and IDs the plugin gives twice.
+/// each capability is checked alone (an ID in the upstream tools' namespace
+/// included), then (when each passed) the group, for names and IDs the plugin
+/// gives twice.
 pub(crate) fn check_specs(capabilities: &[PluginCapability]) -> Result<(), LoadError> {
     let mut errors = Vec::new();
     for capability in capabilities {
+        let spec = &capability.spec;
+        if let Some(id) = spec
+            .id
+            .as_deref()
+            .filter(|id| id.starts_with(UPSTREAM_ID_PREFIX))
+        {
+            errors.push(LoadError::Spec {
+                export: capability.export.clone(),
+                reason: format!(
+                    "capability ID `{id}` is in the `{UPSTREAM_ID_PREFIX}` namespace, which only upstream MCP servers' tools use"
+                ),
+            });
+            continue;
+        }
         if let Err((_, error)) =
             crate::catalog::CatalogBuilder::new().add_group(std::slice::from_ref(&capability.spec))
         {

@@ -13,6 +13,7 @@ mod load;
 mod metadata;
 mod output;
 mod plan;
+mod provider;
 mod reflect;
 mod reset_check;
 mod sandbox;
@@ -26,11 +27,12 @@ pub use load::{LoadError, LoadLimits};
 pub use reflect::TypeError;
 
 pub(crate) use folder::PluginFolder;
-pub use folder::Skipped;
 pub(crate) use grants::{GlobalCaps, SIDECAR_EXTENSION};
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use grants::{Grants, HostPattern};
-pub(crate) use load::{LoadedPlugin, PLUGIN_PREFIX, check_specs, load_file};
+pub(crate) use load::{PLUGIN_PREFIX, check_specs, load_file};
+pub use provider::Reloaded;
+pub(crate) use provider::{PluginsProvider, ReloadError};
 pub(crate) use sandbox::{MemoryCap, MemoryHit, engine, pool_instances};
 
 use std::path::{Path, PathBuf};

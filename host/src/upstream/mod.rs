@@ -13,11 +13,12 @@ mod http;
 mod json;
 mod lines;
 mod names;
+mod provider;
 mod schema;
 mod supervise;
 
-pub(crate) use names::ID_PREFIX;
-pub(crate) use supervise::{Connected, Publish, STOP_GRACE, connect_all, supervise};
+pub(crate) use provider::UpstreamProvider;
+pub(crate) use supervise::{Connected, STOP_GRACE};
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -353,11 +354,6 @@ impl Upstream {
     /// How many capabilities its tools became.
     pub(crate) fn capability_count(&self) -> usize {
         self.tools.len()
-    }
-
-    /// The upstream's name, the root of its capabilities.
-    pub(crate) fn name(&self) -> &str {
-        &self.name
     }
 
     /// Calls tool `index` with `bound` arguments.

@@ -2,7 +2,7 @@
 //! ID and its texts.
 
 /// The prefix of every upstream capability's stable ID: `mcp:<upstream>/<tool>`.
-pub(crate) const ID_PREFIX: &str = "mcp:";
+pub(crate) use crate::source::UPSTREAM_ID_PREFIX as ID_PREFIX;
 
 /// The last segment of the capability for tool `tool`: camelCase split into
 /// snake_case, lower case, and every character that is not a letter, digit or `_`

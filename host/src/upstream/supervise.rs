@@ -1,21 +1,19 @@
-//! Keeping upstreams serving: the first connection at start, then one supervisor
-//! task per upstream that republishes it when its tools change, and reconnects it
-//! (restarting its child) with backoff when it goes away.
+//! Keeping upstreams serving: one task per upstream that connects it first, then
+//! republishes it when its tools change, and reconnects it (restarting its child)
+//! with backoff when it goes away.
 //!
 //! The supervisor knows nothing of the catalog: it hands each new version of its
-//! upstream (or `None` while it is down) to a [`Publish`] callback, which the
-//! service turns into the same catalog swap as a plugin reload.
+//! upstream (or `None` while it is down) to a [`Publish`] callback, which its
+//! provider ([`super::provider`]) offers to the registry.
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::FutureExt;
 use tokio::sync::{Notify, oneshot, watch};
-use tokio::task::JoinHandle;
 
 use super::{CONNECT_TIMEOUT, Upstream, UpstreamConfig};
-use crate::wait;
 
 /// How long the first reconnection waits; each failure doubles it, up to
 /// [`MAX_RETRY`].
@@ -115,12 +113,6 @@ pub(crate) struct Slot<S = Upstream> {
 /// thread.
 pub(crate) type Publish<S = Upstream> = Arc<dyn Fn(Option<Arc<S>>) -> bool + Send + Sync>;
 
-/// Upstreams connecting in the background ([`connect_all`]).
-pub(crate) struct Connecting {
-    started: Instant,
-    pending: Vec<(UpstreamConfig, Option<JoinHandle<Attempt>>)>,
-}
-
 /// One connection attempt: the upstream, or why it cannot serve.
 type Attempt<S = Upstream> = Result<Connected<S>, String>;
 
@@ -132,54 +124,34 @@ async fn attempt<S: Supervised>(config: &UpstreamConfig) -> Attempt<S> {
     }
 }
 
-/// Starts connecting every upstream at once on the runtime that drives host waits
-/// (so their sessions outlive whoever asked).
-pub(crate) fn connect_all(configs: &[UpstreamConfig]) -> Connecting {
-    let pending = configs
-        .iter()
-        .map(|config| {
-            let owned = config.clone();
-            let handle = wait::spawn(async move { attempt::<Upstream>(&owned).await });
-            (config.clone(), handle)
-        })
-        .collect();
-    Connecting {
-        started: Instant::now(),
-        pending,
-    }
-}
-
-impl Connecting {
-    /// Waits for every upstream's first attempt; a failure is logged with the
-    /// reason, and its supervisor will try again.
-    pub(crate) fn finish(self) -> Vec<Slot> {
-        // Each attempt ends by its own timeout; this only guards against a task that
-        // never ends.
-        let deadline = self.started + CONNECT_TIMEOUT + Duration::from_secs(1);
-        let mut slots = Vec::with_capacity(self.pending.len());
-        for (config, handle) in self.pending {
-            let outcome = match handle {
-                Some(handle) => match wait::until(deadline, None, handle) {
-                    Ok(Ok(outcome)) => outcome,
-                    Ok(Err(error)) => Err(format!("the connecting task failed: {error}")),
-                    Err(_) => Err("no answer in time".to_owned()),
-                },
-                None => Err("no runtime to connect on".to_owned()),
-            };
-            let first = match outcome {
-                Ok(connected) => {
-                    connected_log(&config.name, &connected);
-                    Some(connected)
-                }
-                Err(reason) => {
-                    unavailable_log(&config.name, &reason, FIRST_RETRY);
-                    None
-                }
-            };
-            slots.push(Slot { config, first });
+/// Connects `config` for the first time and publishes the outcome (`None`: it
+/// failed, logged with the reason), then [`supervise`]s it.
+pub(crate) async fn run<S: Supervised>(
+    config: UpstreamConfig,
+    publish: Publish<S>,
+    mut stop: watch::Receiver<bool>,
+) {
+    // A stop while connecting drops the attempt, which kills the child's process
+    // group.
+    let attempted = tokio::select! {
+        attempted = attempt::<S>(&config) => attempted,
+        _ = stop.changed() => return,
+    };
+    let first = match attempted {
+        Ok(connected) => {
+            connected_log(&config.name, &connected);
+            Some(connected)
         }
-        slots
+        Err(reason) => {
+            unavailable_log(&config.name, &reason, FIRST_RETRY);
+            None
+        }
+    };
+    let upstream = first.as_ref().map(|connected| connected.upstream.clone());
+    if !hand_over(&publish, upstream).await {
+        return;
     }
+    supervise(Slot { config, first }, publish, stop).await;
 }
 
 fn connected_log<S: Supervised>(name: &str, connected: &Connected<S>) {
@@ -312,6 +284,8 @@ mod tests {
 
     use std::collections::{BTreeMap, VecDeque};
     use std::sync::Mutex;
+
+    use tokio::task::JoinHandle;
 
     use crate::upstream::UpstreamTransport;
 

@@ -1,0 +1,714 @@
+//! The registry of capability sources: it starts and stops the
+//! [`Provider`]s (the plugins folder, each upstream MCP server), takes each
+//! provider's offers, and assembles from all of them, with one claim policy
+//! ([`claims`]), the catalog that searches and describes read and the routes
+//! executions call. The two are built together and swapped in together as one
+//! [`Snapshot`], so no request sees the catalog of one set and the routes of another;
+//! an execution keeps the snapshot it started with.
+//!
+//! Nothing here knows which kind of source it holds: providers are kept in the
+//! order they were given (that order only breaks ties in the log), each offer
+//! replaces its provider's previous one.
+
+mod claims;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+
+use crate::catalog::{Catalog, CatalogBuilder, SpecError};
+use crate::execute::{Dispatch, Route};
+use crate::metrics::Metrics;
+use crate::source::{
+    Accepted, Assembly, CapabilitySource, Offer, Provider, Publisher, Reserved, Skipped,
+};
+
+use self::claims::Candidate;
+
+/// How long the first catalog waits for a provider's first offer; a provider
+/// bounds its own start (an upstream's connection within 30 s), so this only
+/// guards against one that never offers.
+const FIRST_OFFER_TIMEOUT: Duration = Duration::from_secs(40);
+
+/// The providers and the snapshot assembled from their offers.
+pub(crate) struct Registry {
+    inner: Arc<Inner>,
+}
+
+/// What the registry and its providers' publishers share.
+struct Inner {
+    snapshot: ArcSwap<Snapshot>,
+    state: Mutex<State>,
+    /// Signalled on each offer before the first catalog.
+    offered: Condvar,
+    /// Capability IDs left out of the catalog (`--disable`).
+    disabled: Vec<String>,
+    metrics: Arc<Metrics>,
+    /// In the order given: an offer names its provider by its index here.
+    providers: Vec<Arc<dyn Provider>>,
+}
+
+/// The latest offer of each provider.
+struct State {
+    /// One per provider, in order.
+    slots: Vec<Slot>,
+    /// Whether the first catalog serves: offers before it are held for it.
+    serving: bool,
+}
+
+/// One provider's place in the registry.
+struct Slot {
+    name: String,
+    reserved: Reserved,
+    /// Its latest offer; `None` until its first.
+    offer: Option<Offer>,
+}
+
+/// One set of sources as it serves.
+pub(crate) struct Snapshot {
+    /// What searches and describes read.
+    pub catalog: Arc<Catalog>,
+    /// What executions call.
+    pub dispatch: Arc<Dispatch>,
+    /// Sources offered but left out, and sources their providers could not serve,
+    /// by label.
+    skipped: Vec<Skipped>,
+}
+
+impl Snapshot {
+    /// Every source left out, by label.
+    pub(crate) fn skipped(&self) -> &[Skipped] {
+        &self.skipped
+    }
+}
+
+impl Registry {
+    /// Starts every provider in `providers` and builds the first catalog from
+    /// their first offers, leaving out the capability IDs in `disabled`.
+    ///
+    /// # Errors
+    ///
+    /// [`SpecError`] when the catalog cannot be built (a `disabled` ID names no
+    /// capability); the providers are stopped then.
+    pub(crate) fn start(
+        providers: Vec<Arc<dyn Provider>>,
+        disabled: Vec<String>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, SpecError> {
+        let started = Instant::now();
+        let inner = Arc::new(Inner {
+            snapshot: ArcSwap::from_pointee(Snapshot {
+                catalog: Arc::new(CatalogBuilder::new().build(&[])?),
+                dispatch: Arc::new(Dispatch::default()),
+                skipped: Vec::new(),
+            }),
+            state: Mutex::new(State {
+                slots: providers
+                    .iter()
+                    .map(|provider| Slot {
+                        name: provider.name().to_owned(),
+                        reserved: provider.reserved(),
+                        offer: None,
+                    })
+                    .collect(),
+                serving: false,
+            }),
+            offered: Condvar::new(),
+            disabled,
+            metrics,
+            providers,
+        });
+        for (index, provider) in inner.providers.iter().enumerate() {
+            provider.start(publisher(&inner, index));
+        }
+        let deadline = started + FIRST_OFFER_TIMEOUT;
+        let mut state = inner.lock();
+        while state.slots.iter().any(|slot| slot.offer.is_none()) {
+            let now = Instant::now();
+            if now >= deadline {
+                for slot in state.slots.iter_mut().filter(|slot| slot.offer.is_none()) {
+                    tracing::error!(provider = %slot.name, "no first offer in time; it serves nothing until it offers");
+                    slot.offer = Some(Offer::default());
+                }
+                break;
+            }
+            state = inner
+                .offered
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+        let built = assemble(&state.slots, &HashSet::new(), &inner.disabled, true);
+        let (snapshot, assemblies) = match built {
+            Ok((snapshot, assemblies)) => (Arc::new(snapshot), assemblies),
+            Err(error) => {
+                drop(state);
+                let registry = Self { inner };
+                registry.stop(Instant::now());
+                return Err(error);
+            }
+        };
+        state.serving = true;
+        inner.snapshot.store(snapshot.clone());
+        for (provider, assembly) in inner.providers.iter().zip(&assemblies) {
+            provider.served(assembly, true);
+        }
+        inner.metrics.capabilities(snapshot.catalog.len());
+        tracing::debug!(
+            capabilities = snapshot.catalog.len(),
+            build_us = started.elapsed().as_micros() as u64,
+            "first catalog built"
+        );
+        drop(state);
+        Ok(Self { inner })
+    }
+
+    /// The snapshot serving now.
+    pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
+        self.inner.snapshot.load_full()
+    }
+
+    /// Stops every provider, waiting for them until `deadline` at most: all are
+    /// asked first, so they stop together.
+    pub(crate) fn stop(&self, deadline: Instant) {
+        for provider in &self.inner.providers {
+            provider.stop(Instant::now());
+        }
+        for provider in &self.inner.providers {
+            provider.stop(deadline);
+        }
+    }
+}
+
+impl Drop for Registry {
+    /// Asks every provider to stop; [`Registry::stop`] also waits.
+    fn drop(&mut self) {
+        self.stop(Instant::now());
+    }
+}
+
+/// The publisher of provider number `index`: each offer replaces its slot and,
+/// once the first catalog serves, rebuilds the catalog; `Gone` once the registry
+/// is.
+fn publisher(inner: &Arc<Inner>, index: usize) -> Publisher {
+    let inner: Weak<Inner> = Arc::downgrade(inner);
+    Publisher::new(move |offer| match inner.upgrade() {
+        Some(inner) => inner.accept(index, offer),
+        None => Ok(Accepted::Gone),
+    })
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Takes provider `index`'s `offer` (see [`publisher`]).
+    fn accept(&self, index: usize, offer: Offer) -> Result<Accepted, SpecError> {
+        let started = Instant::now();
+        let mut state = self.lock();
+        let Some(slot) = state.slots.get_mut(index) else {
+            return Ok(Accepted::Gone);
+        };
+        slot.offer = Some(offer);
+        if !state.serving {
+            self.offered.notify_all();
+            return Ok(Accepted::Held);
+        }
+        let incumbents: HashSet<String> = self
+            .snapshot
+            .load()
+            .dispatch
+            .sources
+            .iter()
+            .map(|source| source.label().to_owned())
+            .collect();
+        let (snapshot, assemblies) = assemble(&state.slots, &incumbents, &self.disabled, false)
+            .inspect_err(|error| {
+                tracing::error!(reason = %error, "the catalog could not be rebuilt; the last one serves");
+            })?;
+        let capabilities = snapshot.catalog.len();
+        self.snapshot.store(Arc::new(snapshot));
+        self.metrics.capabilities(capabilities);
+        for (p, (provider, assembly)) in self.providers.iter().zip(&assemblies).enumerate() {
+            provider.served(assembly, p == index);
+        }
+        tracing::debug!(
+            provider = %state.slots[index].name,
+            capabilities,
+            build_us = started.elapsed().as_micros() as u64,
+            "catalog rebuilt"
+        );
+        Ok(Accepted::Serving(
+            assemblies.into_iter().nth(index).unwrap_or_default(),
+        ))
+    }
+}
+
+/// Builds the snapshot from the latest offer of every slot: the claim policy
+/// ([`claims`]) with `incumbents` keeping what they serve, then each source's
+/// capabilities added to the catalog as a group (a source that does not fit is
+/// refused), then the routes of every enabled capability. With `strict`, a
+/// `disabled` ID that names no capability is an error (start); otherwise it is
+/// ignored (later: the source that had it may be gone). Also returns what became
+/// of each slot's sources.
+fn assemble(
+    slots: &[Slot],
+    incumbents: &HashSet<String>,
+    disabled: &[String],
+    strict: bool,
+) -> Result<(Snapshot, Vec<Assembly>), SpecError> {
+    let candidates: Vec<Candidate<'_>> = slots
+        .iter()
+        .enumerate()
+        .flat_map(|(provider, slot)| {
+            slot.offer
+                .iter()
+                .flat_map(|offer| &offer.sources)
+                .map(move |source| Candidate { provider, source })
+        })
+        .collect();
+    let reserved: Vec<&Reserved> = slots.iter().map(|slot| &slot.reserved).collect();
+    let mut refused = claims::refused(&candidates, &reserved, incumbents);
+    let mut builder = CatalogBuilder::new();
+    let mut serving: Vec<Arc<dyn CapabilitySource>> = Vec::new();
+    let mut refusals = Vec::new();
+    let mut assemblies = vec![Assembly::default(); slots.len()];
+    for (c, candidate) in candidates.iter().enumerate() {
+        let source = candidate.source;
+        let reason = match refused.remove(&c) {
+            Some(reason) => Some(reason),
+            None => {
+                let specs: Vec<_> = source.capabilities().into_iter().cloned().collect();
+                builder.add_group(&specs).err().map(|(index, error)| {
+                    let name = specs.get(index).map_or("", |spec| spec.name.as_str());
+                    let reason = format!("`{name}`: {error}");
+                    tracing::error!(source = %source.label(), reason = %reason, "source refused: it does not fit the catalog");
+                    reason
+                })
+            }
+        };
+        let assembly = &mut assemblies[candidate.provider];
+        match reason {
+            Some(reason) => {
+                assembly.refused.push(source.label().to_owned());
+                refusals.push(Skipped {
+                    plugin: source.label().to_owned(),
+                    reason,
+                    earlier_serves: false,
+                });
+            }
+            None => {
+                assembly.serving += 1;
+                serving.push(source.clone());
+            }
+        }
+    }
+    let disabled: Vec<String> = if strict {
+        disabled.to_vec()
+    } else {
+        disabled
+            .iter()
+            .filter(|id| builder.has_id(id))
+            .cloned()
+            .collect()
+    };
+    let catalog = builder.build(&disabled)?;
+    let mut routes = Vec::new();
+    for (s, source) in serving.iter().enumerate() {
+        for (index, spec) in source.capabilities().into_iter().enumerate() {
+            if let Some(entry) = catalog.get(&spec.name) {
+                routes.push((
+                    spec.name.clone(),
+                    Route {
+                        source: s,
+                        index,
+                        id: entry.id.to_string(),
+                        params: spec.params.clone(),
+                    },
+                ));
+            }
+        }
+    }
+    // The catalog holds each name once, so sorting by name alone is a total order.
+    routes.sort_by(|(a, _), (b, _)| a.cmp(b));
+    let (names, routes): (Vec<String>, Vec<Route>) = routes.into_iter().unzip();
+    let mut skipped: Vec<Skipped> = slots
+        .iter()
+        .flat_map(|slot| {
+            slot.offer
+                .iter()
+                .flat_map(|offer| offer.failures.iter().cloned())
+        })
+        .chain(refusals)
+        .collect();
+    skipped.sort_by(|a, b| a.plugin.cmp(&b.plugin));
+    let capabilities = catalog.len();
+    for assembly in &mut assemblies {
+        assembly.capabilities = capabilities;
+    }
+    Ok((
+        Snapshot {
+            catalog: Arc::new(catalog),
+            dispatch: Arc::new(Dispatch {
+                names,
+                routes,
+                sources: serving,
+            }),
+            skipped,
+        },
+        assemblies,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use crate::catalog::CapabilitySpec;
+    use crate::source::{CallBudget, CallFailure, CallFuture, Session};
+
+    /// A source serving `specs` under `label`; never called.
+    struct FakeSource {
+        label: String,
+        specs: Vec<CapabilitySpec>,
+    }
+
+    /// The session of a [`FakeSource`]: every call fails.
+    struct FakeSession;
+
+    impl Session for FakeSession {
+        fn call(
+            &mut self,
+            _: usize,
+            _: Vec<codemode_value::Value>,
+            _: CallBudget,
+        ) -> CallFuture<'_> {
+            Box::pin(std::future::ready(Err(CallFailure::Internal)))
+        }
+    }
+
+    impl CapabilitySource for FakeSource {
+        fn label(&self) -> &str {
+            &self.label
+        }
+
+        fn capabilities(&self) -> Vec<&CapabilitySpec> {
+            self.specs.iter().collect()
+        }
+
+        fn session(self: Arc<Self>, _: u64) -> Box<dyn Session> {
+            Box::new(FakeSession)
+        }
+    }
+
+    /// A source labelled `label` serving capabilities `names` (ID: `id:<name>`
+    /// when the name starts with `!`, else the name).
+    fn source(label: &str, names: &[&str]) -> Arc<dyn CapabilitySource> {
+        Arc::new(FakeSource {
+            label: label.to_owned(),
+            specs: names
+                .iter()
+                .map(|name| CapabilitySpec {
+                    name: name.trim_start_matches('!').to_owned(),
+                    id: name
+                        .strip_prefix('!')
+                        .map(|name| format!("mcp:{}", name.replace('.', "/"))),
+                    summary: "Does a thing.".to_owned(),
+                    description: None,
+                    search_terms: Vec::new(),
+                    params: Vec::new(),
+                    output: Vec::new(),
+                })
+                .collect(),
+        })
+    }
+
+    /// A provider whose first offer is `first`, made from a thread of its own;
+    /// it records what it heard and how often it was asked to stop.
+    struct FakeProvider {
+        name: String,
+        reserved: Reserved,
+        first: Vec<Arc<dyn CapabilitySource>>,
+        publisher: Mutex<Option<Publisher>>,
+        served: Mutex<Vec<(Assembly, bool)>>,
+        stops: AtomicUsize,
+        /// The thread of its first offer.
+        thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    }
+
+    fn provider(
+        name: &str,
+        reserved: Reserved,
+        first: Vec<Arc<dyn CapabilitySource>>,
+    ) -> Arc<FakeProvider> {
+        Arc::new(FakeProvider {
+            name: name.to_owned(),
+            reserved,
+            first,
+            publisher: Mutex::new(None),
+            served: Mutex::new(Vec::new()),
+            stops: AtomicUsize::new(0),
+            thread: Mutex::new(None),
+        })
+    }
+
+    impl FakeProvider {
+        /// Waits for the thread of its first offer to end.
+        fn join(&self) {
+            if let Some(thread) = self.thread.lock().unwrap().take() {
+                thread.join().unwrap();
+            }
+        }
+
+        /// Offers `sources` as its next set.
+        fn offer(&self, sources: Vec<Arc<dyn CapabilitySource>>) -> Result<Accepted, SpecError> {
+            let publisher = self.publisher.lock().unwrap().clone().unwrap();
+            publisher.offer(Offer {
+                sources,
+                failures: Vec::new(),
+            })
+        }
+    }
+
+    impl Provider for FakeProvider {
+        fn name(&self) -> &str {
+            &self.name
+        }
+
+        fn reserved(&self) -> Reserved {
+            self.reserved.clone()
+        }
+
+        fn start(&self, publisher: Publisher) {
+            *self.publisher.lock().unwrap() = Some(publisher.clone());
+            let first = self.first.clone();
+            let thread = std::thread::spawn(move || {
+                publisher
+                    .offer(Offer {
+                        sources: first,
+                        failures: Vec::new(),
+                    })
+                    .unwrap();
+            });
+            *self.thread.lock().unwrap() = Some(thread);
+        }
+
+        fn served(&self, assembly: &Assembly, own: bool) {
+            self.served.lock().unwrap().push((assembly.clone(), own));
+        }
+
+        fn stop(&self, _: Instant) {
+            self.stops.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn upstream_reserves(name: &str) -> Reserved {
+        Reserved {
+            roots: vec![name.to_owned()],
+            id_prefixes: vec![format!("mcp:{name}/")],
+        }
+    }
+
+    fn names(registry: &Registry) -> Vec<String> {
+        registry.snapshot().dispatch.names.clone()
+    }
+
+    fn skipped(registry: &Registry) -> Vec<(String, String)> {
+        registry
+            .snapshot()
+            .skipped()
+            .iter()
+            .map(|s| (s.plugin.clone(), s.reason.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn the_first_catalog_waits_for_every_first_offer_and_applies_one_claim_policy() {
+        // `git` serves nothing yet (down) but keeps its root and ID prefix.
+        let git = provider("upstream git", upstream_reserves("git"), Vec::new());
+        let time = provider(
+            "upstream time",
+            upstream_reserves("time"),
+            vec![source("upstream time", &["!time.now"])],
+        );
+        let plugins = provider(
+            "plugins folder",
+            Reserved::default(),
+            vec![
+                source("a.wasm", &["text.upper", "shared.x"]),
+                source("b.wasm", &["shared.x"]),
+                source("c.wasm", &["git.log"]),
+                source("d.wasm", &["!git.status"]),
+                source("e.wasm", &["stats.mean"]),
+            ],
+        );
+        let registry = Registry::start(
+            vec![git.clone(), time.clone(), plugins.clone()],
+            Vec::new(),
+            Arc::new(Metrics::default()),
+        )
+        .unwrap();
+        assert_eq!(names(&registry), ["stats.mean", "time.now"]);
+        assert_eq!(
+            skipped(&registry),
+            [
+                ("a.wasm".to_owned(), "capability ID `shared.x` is claimed by a.wasm and b.wasm".to_owned()),
+                ("b.wasm".to_owned(), "capability ID `shared.x` is claimed by a.wasm and b.wasm".to_owned()),
+                (
+                    "c.wasm".to_owned(),
+                    "capability name `git.log` is under `git`, the root of the configured upstream git".to_owned()
+                ),
+                (
+                    "d.wasm".to_owned(),
+                    "capability ID `mcp:git/status` is under `mcp:git/`, which only its upstream's tools use".to_owned()
+                ),
+            ]
+        );
+        let refused: Vec<String> = ["a.wasm", "b.wasm", "c.wasm", "d.wasm"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            *plugins.served.lock().unwrap(),
+            [(
+                Assembly {
+                    serving: 1,
+                    refused,
+                    capabilities: 2
+                },
+                true
+            )]
+        );
+        assert_eq!(
+            *time.served.lock().unwrap(),
+            [(
+                Assembly {
+                    serving: 1,
+                    refused: Vec::new(),
+                    capabilities: 2
+                },
+                true
+            )]
+        );
+    }
+
+    #[test]
+    fn a_later_offer_rebuilds_the_catalog_and_the_serving_source_keeps_its_names() {
+        let git = provider("upstream git", upstream_reserves("git"), Vec::new());
+        let plugins = provider(
+            "plugins folder",
+            Reserved::default(),
+            vec![source("records.wasm", &["records.find"])],
+        );
+        let registry = Registry::start(
+            vec![git.clone(), plugins.clone()],
+            Vec::new(),
+            Arc::new(Metrics::default()),
+        )
+        .unwrap();
+        assert_eq!(names(&registry), ["records.find"]);
+        // The upstream comes up: its names join the catalog.
+        let accepted = git
+            .offer(vec![source("upstream git", &["!git.log"])])
+            .unwrap();
+        assert_eq!(
+            accepted,
+            Accepted::Serving(Assembly {
+                serving: 1,
+                refused: Vec::new(),
+                capabilities: 2
+            })
+        );
+        assert_eq!(names(&registry), ["git.log", "records.find"]);
+        assert_eq!(
+            plugins.served.lock().unwrap().last().cloned(),
+            Some((
+                Assembly {
+                    serving: 1,
+                    refused: Vec::new(),
+                    capabilities: 2
+                },
+                false
+            )),
+            "the plugins hear of the upstream's offer"
+        );
+        // A newcomer sorting first claims the serving plugin's name: refused.
+        let accepted = plugins
+            .offer(vec![
+                source("arecords.wasm", &["records.find"]),
+                source("records.wasm", &["records.find"]),
+            ])
+            .unwrap();
+        assert_eq!(
+            accepted,
+            Accepted::Serving(Assembly {
+                serving: 1,
+                refused: vec!["arecords.wasm".to_owned()],
+                capabilities: 2
+            })
+        );
+        assert_eq!(
+            skipped(&registry),
+            [(
+                "arecords.wasm".to_owned(),
+                "capability ID `records.find` is already served by records.wasm".to_owned()
+            )]
+        );
+        // The upstream goes down: its names leave, the plugin's stay.
+        git.offer(Vec::new()).unwrap();
+        assert_eq!(names(&registry), ["records.find"]);
+    }
+
+    #[test]
+    fn an_unknown_disabled_id_stops_the_start_and_a_gone_registry_takes_no_offer() {
+        let plugins = provider(
+            "plugins folder",
+            Reserved::default(),
+            vec![source("records.wasm", &["records.find"])],
+        );
+        let error = Registry::start(
+            vec![plugins.clone()],
+            vec!["records.nope".to_owned()],
+            Arc::new(Metrics::default()),
+        )
+        .err();
+        assert_eq!(
+            error,
+            Some(SpecError::UnknownDisabled("records.nope".to_owned()))
+        );
+        assert!(plugins.stops.load(Ordering::Relaxed) > 0);
+
+        let plugins = provider(
+            "plugins folder",
+            Reserved::default(),
+            vec![source("records.wasm", &["records.find", "records.list"])],
+        );
+        let registry = Registry::start(
+            vec![plugins.clone()],
+            vec!["records.list".to_owned()],
+            Arc::new(Metrics::default()),
+        )
+        .unwrap();
+        assert_eq!(names(&registry), ["records.find"]);
+        // Later, a disabled ID that names nothing any more is no error.
+        assert!(matches!(
+            plugins.offer(Vec::new()),
+            Ok(Accepted::Serving(_))
+        ));
+        assert_eq!(names(&registry), Vec::<String>::new());
+        // Its first offer's thread may still hold the registry a moment.
+        plugins.join();
+        drop(registry);
+        assert!(plugins.stops.load(Ordering::Relaxed) > 0);
+        assert_eq!(
+            plugins.offer(vec![source("records.wasm", &["records.find"])]),
+            Ok(Accepted::Gone)
+        );
+    }
+}

@@ -1,0 +1,357 @@
+//! The three operations behind the MCP tools, independent of any transport, and
+//! the composition root that wires them: the engine, the artifact cache, the
+//! capability-source providers (the plugins folder, each upstream), the
+//! [`Registry`] that assembles the catalog from them, and the executor.
+//!
+//! The MCP adapter decodes a request, calls one method here and projects the error;
+//! nothing in this module knows MCP.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::authz::Subject;
+use crate::cache::open_cache;
+use crate::catalog::{Catalog, Description, SearchError, SearchResponse};
+use crate::error::ToolError;
+use crate::execute::{Executed, Execution, Executor, ExecutorConfig};
+use crate::metrics::Metrics;
+use crate::plugins::{self, GlobalCaps, PluginFolder, PluginsProvider, ReloadError, Reloaded};
+use crate::registry::Registry;
+use crate::source::{Provider, Skipped};
+use crate::upstream::{STOP_GRACE, UpstreamProvider};
+
+pub use setup::{ServiceConfig, StartError};
+
+mod setup;
+
+/// The subject of the single local user of a stdio server.
+pub const LOCAL_SUBJECT: &str = "local";
+
+/// The search / describe / execute service over the plugins of one folder and the
+/// upstreams configured.
+///
+/// What serves is one snapshot (the catalog and the routes to its sources),
+/// replaced whole when a source changes ([`Service::reload`], an upstream's
+/// restart); an execution keeps the snapshot it started with.
+pub struct Service {
+    registry: Registry,
+    /// The plugins folder, also among the registry's providers.
+    plugins: Arc<PluginsProvider>,
+    executor: Executor,
+    metrics: Arc<Metrics>,
+    /// [`ServiceConfig::require_all_plugins`].
+    require_all_plugins: bool,
+}
+
+impl Service {
+    /// Loads every plugin in `config.plugins_dir`, connects every upstream and
+    /// builds the catalog. A plugin that fails to load, or whose capabilities
+    /// conflict with another's, is logged with the reason and skipped; an upstream
+    /// that cannot connect is tried again in the background.
+    ///
+    /// # Errors
+    ///
+    /// [`StartError`] when the folder cannot be listed, the engine cannot be built, or
+    /// a `--disable` ID names no capability.
+    pub fn load(config: &ServiceConfig) -> Result<Self, StartError> {
+        config.limits.validate().map_err(StartError::Limits)?;
+        // The folder is listed once more here to size the pool (plugins added later
+        // fit if there is room; past it, executions fail with a resource limit).
+        let plugin_count = plugins::plugin_files(&config.plugins_dir).map_or(0, |f| f.len());
+        let instances =
+            plugins::pool_instances(config.limits.max_concurrent_executions, plugin_count);
+        let engine = plugins::engine(instances).map_err(StartError::Engine)?;
+        tracing::debug!(instances, "instance pool sized");
+        let cache = open_cache(config.cache_dir.as_deref());
+        let caps = GlobalCaps {
+            max_memory: config.limits.max_memory_bytes,
+            max_fuel: config.limits.max_fuel,
+            max_execution_time: config.limits.max_execution_time,
+        };
+        let folder = PluginFolder::new(config.plugins_dir.clone(), config.loading.clone(), caps)
+            .optional(config.plugins_optional);
+        let metrics = Arc::new(Metrics::default());
+        let plugins = Arc::new(PluginsProvider::new(
+            folder,
+            engine.clone(),
+            cache.clone(),
+            metrics.clone(),
+            !config.upstreams.is_empty(),
+        ));
+        // Upstreams first: they connect in the background while the plugins load.
+        let mut providers: Vec<Arc<dyn Provider>> = config
+            .upstreams
+            .iter()
+            .map(|upstream| {
+                Arc::new(UpstreamProvider::new(upstream.clone(), metrics.clone()))
+                    as Arc<dyn Provider>
+            })
+            .collect();
+        providers.push(plugins.clone());
+        let registry = Registry::start(providers, config.disabled.clone(), metrics.clone());
+        if let Some(reason) = plugins.take_first_error() {
+            return Err(StartError::PluginsDir {
+                path: config.plugins_dir.clone(),
+                reason,
+            });
+        }
+        let registry = registry.map_err(StartError::Catalog)?;
+        let snapshot = registry.snapshot();
+        if config.require_all_plugins && !snapshot.skipped().is_empty() {
+            return Err(StartError::PluginsRequired(snapshot.skipped().to_vec()));
+        }
+        let plugin_count = metrics.plugins_loaded();
+        tracing::info!(
+            plugins = plugin_count,
+            capabilities = snapshot.catalog.len(),
+            upstreams = snapshot.dispatch.sources.len().saturating_sub(plugin_count),
+            "catalog ready"
+        );
+        let executor = Executor::new(ExecutorConfig {
+            engine: &engine,
+            limits: config.limits.clone(),
+            authorizer: config.authorizer.clone(),
+            audit: config.audit.clone(),
+            metrics: metrics.clone(),
+            cache: cache.as_ref(),
+        })
+        .map_err(StartError::Runner)?;
+        Ok(Self {
+            registry,
+            plugins,
+            executor,
+            metrics,
+            require_all_plugins: config.require_all_plugins,
+        })
+    }
+
+    /// Closes every upstream's session and waits (a few seconds at most) for their
+    /// children to exit; calls of their capabilities then fail as unavailable. For
+    /// the end of serving.
+    pub fn close_upstreams(&self) {
+        self.registry
+            .stop(Instant::now() + STOP_GRACE + std::time::Duration::from_secs(1));
+    }
+
+    /// Rescans the plugins folder: loads new and changed files (a changed file that
+    /// fails to load keeps its last good version), drops removed ones, and when
+    /// anything changed builds a new catalog and swaps it in. Searches, describes and
+    /// executions that start after the swap see the new catalog; running executions
+    /// finish on theirs. Reloads run one at a time.
+    ///
+    /// # Errors
+    ///
+    /// [`StartError::PluginsDir`] when the folder cannot be listed (the current
+    /// catalog keeps serving).
+    pub fn reload(&self) -> Result<Reloaded, StartError> {
+        self.plugins.reload().map_err(|error| match error {
+            ReloadError::Folder(reason) => StartError::PluginsDir {
+                path: self.plugins.dir(),
+                reason,
+            },
+            ReloadError::Catalog(error) => StartError::Catalog(error),
+        })
+    }
+
+    /// The plugin files left out of the catalog now (failed to load, or refused),
+    /// by file name. A file whose new version failed while an earlier one serves is
+    /// listed too ([`Skipped::earlier_serves`]).
+    pub fn skipped(&self) -> Vec<Skipped> {
+        self.registry.snapshot().skipped().to_vec()
+    }
+
+    /// Whether the service is fit to serve: always, unless every plugin is required
+    /// ([`ServiceConfig::require_all_plugins`]) and [`Service::skipped`] lists one.
+    pub fn ready(&self) -> bool {
+        !self.require_all_plugins || self.registry.snapshot().skipped().is_empty()
+    }
+
+    /// Whether every plugin file must load ([`ServiceConfig::require_all_plugins`]).
+    pub fn requires_all_plugins(&self) -> bool {
+        self.require_all_plugins
+    }
+
+    /// The plugins folder this service serves.
+    pub fn plugins_dir(&self) -> PathBuf {
+        self.plugins.dir()
+    }
+
+    /// `execute`: runs one program for `subject`, whose native calls the authorizer
+    /// decides on. Dropping the future cancels it.
+    ///
+    /// # Errors
+    ///
+    /// The [`ToolError`] the model sees; [`ToolError::Unauthenticated`] for an empty
+    /// subject.
+    pub async fn execute(&self, subject: &Subject, source: &str) -> Result<Executed, ToolError> {
+        self.run(subject, source).await.into_result()
+    }
+
+    /// `execute`, with its cost whether it succeeded or not: on a resource limit,
+    /// [`Stats::limit`](crate::Stats::limit) names the budget that ran out. Dropping
+    /// the future cancels it.
+    pub async fn run(&self, subject: &Subject, source: &str) -> Execution {
+        self.run_since(subject, source, Instant::now()).await
+    }
+
+    /// [`Service::run`] of a request that arrived at `arrived`: its time budget
+    /// runs from then, so a wait before the service could take it (the load, over
+    /// stdio) is part of it.
+    pub(crate) async fn run_since(
+        &self,
+        subject: &Subject,
+        source: &str,
+        arrived: Instant,
+    ) -> Execution {
+        if subject.id.is_empty() {
+            return Execution::refused(ToolError::Unauthenticated, None);
+        }
+        let dispatch = self.registry.snapshot().dispatch.clone();
+        self.executor
+            .execute(dispatch, subject, source, arrived)
+            .await
+    }
+
+    /// What the service counts, for `/metrics`.
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// How many executions got a slot and started running (queued ones that were
+    /// cancelled or timed out never count).
+    pub fn executions_started(&self) -> u64 {
+        self.executor.executions_started()
+    }
+
+    /// The language surface the interpreter actually provides, as the seed prints it
+    /// (read from a fresh interpreter instance).
+    ///
+    /// # Errors
+    ///
+    /// When the interpreter cannot be instantiated.
+    pub fn surface(&self) -> anyhow::Result<String> {
+        Ok(self.executor.surface()?)
+    }
+
+    /// How many capabilities serve now.
+    pub fn capability_count(&self) -> usize {
+        self.catalog().len()
+    }
+
+    /// `search_api`: ranked discovery.
+    ///
+    /// # Errors
+    ///
+    /// [`ToolError::ResourceLimit`] for a query over 256 bytes or 16 distinct tokens.
+    pub fn search(&self, query: &str) -> Result<SearchResponse, ToolError> {
+        self.catalog().search(query).map_err(|e| match e {
+            SearchError::QueryLimit => ToolError::ResourceLimit,
+        })
+    }
+
+    /// `describe_api`: the exact name's signature and field shapes.
+    ///
+    /// # Errors
+    ///
+    /// [`ToolError::NotFound`] for any name that is not exactly an enabled capability.
+    pub fn describe(&self, name: &str) -> Result<Description, ToolError> {
+        self.catalog().describe(name).ok_or(ToolError::NotFound)
+    }
+
+    /// The catalog this service answers from now.
+    pub(crate) fn catalog(&self) -> Arc<Catalog> {
+        self.registry.snapshot().catalog.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authz::AllowAll;
+    use std::path::Path;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A fresh folder under the system's temporary folder, holding `files`.
+    fn folder(files: &[(&str, &[u8])]) -> PathBuf {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "codemode-service-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the folder");
+        for (name, bytes) in files {
+            std::fs::write(dir.join(name), bytes).expect("write a file");
+        }
+        dir
+    }
+
+    /// The service of `dir`, allowing every call, with the tests' artifact cache (the
+    /// interpreter compiles once for all of them).
+    fn service(dir: &Path) -> Service {
+        Service::load(&ServiceConfig {
+            cache_dir: Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-cache")),
+            ..ServiceConfig::new(dir, Arc::new(AllowAll))
+        })
+        .expect("the service starts")
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    }
+
+    #[test]
+    fn a_folder_without_loadable_plugins_serves_no_capabilities_and_still_executes() {
+        // Not WebAssembly, and a core module: both skipped, neither stops the start.
+        let dir = folder(&[
+            ("notes.wasm", b"not a component"),
+            ("core.wasm", b"\0asm\x01\0\0\0"),
+            ("readme.txt", b"ignored"),
+        ]);
+        let service = service(&dir);
+        assert_eq!(service.capability_count(), 0);
+        assert_eq!(service.plugins_dir(), dir);
+        let found = service.search("records").expect("a search");
+        assert!(found.results.is_empty() && !found.truncated);
+        assert_eq!(
+            service.describe("records.lookup").map(|d| d.name),
+            Err(ToolError::NotFound)
+        );
+        let runtime = runtime();
+        assert_eq!(
+            runtime
+                .block_on(service.execute(&Subject::new(""), "def main():\n    return 1"))
+                .map(|e| e.value),
+            Err(ToolError::Unauthenticated),
+            "an empty subject is refused before the program runs"
+        );
+        assert_eq!(service.executions_started(), 0);
+        assert_eq!(
+            runtime
+                .block_on(service.execute(&Subject::new("test"), "def main():\n    return 1"))
+                .map(|e| e.value),
+            Ok(serde_json::json!(1))
+        );
+        assert_eq!(service.executions_started(), 1);
+        // A reload of an unchanged folder keeps serving the same (empty) set.
+        let reloaded = service.reload().expect("a reload");
+        assert_eq!((reloaded.plugins, reloaded.capabilities), (0, 0));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_search_over_its_budget_is_a_resource_limit() {
+        let dir = folder(&[]);
+        let service = service(&dir);
+        assert_eq!(
+            service.search(&"a ".repeat(200)).map(|r| r.results.len()),
+            Err(ToolError::ResourceLimit)
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,124 @@
+//! What a [`Service`](super::Service) is built from, and why it may not start.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::audit::AuditLog;
+use crate::authz::Authorizer;
+use crate::catalog::SpecError;
+use crate::execute::{LimitError, Limits, RunnerError};
+use crate::plugins::LoadLimits;
+use crate::source::Skipped;
+use crate::upstream::UpstreamConfig;
+
+/// What the service is built from.
+///
+/// There is no default: who decides on native calls must be said
+/// ([`ServiceConfig::new`]); allowing every call is a choice
+/// ([`crate::authz::AllowAll`]), never what an omission means.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// Who decides on native calls.
+    pub authorizer: Arc<dyn Authorizer>,
+    /// Where each native call's audit line goes; `None` keeps no audit log.
+    pub audit: Option<Arc<AuditLog>>,
+    /// The folder whose `*.wasm` files (non-recursive) are the plugins, each with its
+    /// optional sidecar `<plugin>.toml` of grants.
+    pub plugins_dir: PathBuf,
+    /// Capability IDs to remove from search, describe and execute.
+    pub disabled: Vec<String>,
+    /// The budgets of every execution.
+    pub limits: Limits,
+    /// What loading one plugin may cost (size, compile and describe time).
+    pub loading: LoadLimits,
+    /// Where compiled components (the interpreter and the plugins) are cached; `None`
+    /// compiles them at every start.
+    pub cache_dir: Option<PathBuf>,
+    /// MCP servers whose tools are capabilities too, connected while the plugins
+    /// load.
+    pub upstreams: Vec<UpstreamConfig>,
+    /// Whether every plugin file must load: one that does not is a start error, and
+    /// after a reload it makes [`Service::ready`] false.
+    pub require_all_plugins: bool,
+    /// Whether a missing plugins folder means no plugins (a gateway of upstreams
+    /// only) instead of a start error.
+    pub plugins_optional: bool,
+}
+
+impl ServiceConfig {
+    /// Serves the plugins in `plugins_dir`, every native call decided by
+    /// `authorizer`; everything else at its default: the default budgets and load
+    /// limits, nothing disabled, no audit log, no artifact cache.
+    pub fn new(plugins_dir: impl Into<PathBuf>, authorizer: Arc<dyn Authorizer>) -> Self {
+        Self {
+            authorizer,
+            audit: None,
+            plugins_dir: plugins_dir.into(),
+            disabled: Vec::new(),
+            limits: Limits::default(),
+            loading: LoadLimits::default(),
+            cache_dir: None,
+            upstreams: Vec::new(),
+            require_all_plugins: false,
+            plugins_optional: false,
+        }
+    }
+}
+
+/// Why the service could not start. Problems of single plugins are not start errors:
+/// those plugins are logged and skipped.
+///
+/// An I/O cause is a `reason`, not an error `source`: the message already says it,
+/// and a printer of error chains (`{:#}`) would say it twice.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The plugins folder could not be listed.
+    #[error("plugins folder `{path}`: {reason}")]
+    PluginsDir {
+        /// The folder.
+        path: PathBuf,
+        /// Why it could not be listed.
+        reason: std::io::Error,
+    },
+    /// The wasmtime engine could not be configured.
+    #[error("cannot configure the WebAssembly engine: {0:#}")]
+    Engine(wasmtime::Error),
+    /// The catalog could not be built (e.g. an unknown `--disable` ID).
+    #[error("{0}")]
+    Catalog(SpecError),
+    /// A budget is zero or out of range.
+    #[error("{0}")]
+    Limits(LimitError),
+    /// The cache folder cannot be used (`precompile` needs it).
+    #[error("cache folder `{path}`: {reason}")]
+    Cache {
+        /// The folder.
+        path: PathBuf,
+        /// Why it cannot be used.
+        reason: std::io::Error,
+    },
+    /// The interpreter could not be prepared.
+    #[error("{0}")]
+    Runner(RunnerError),
+    /// Every plugin must load ([`ServiceConfig::require_all_plugins`]) and these
+    /// did not.
+    #[error("{}", required_message(.0))]
+    PluginsRequired(Vec<Skipped>),
+}
+
+/// The message of [`StartError::PluginsRequired`]: each file and its reason.
+fn required_message(skipped: &[Skipped]) -> String {
+    let mut message = format!(
+        "every plugin must load, and {} did not:",
+        if skipped.len() == 1 {
+            "1 plugin".to_owned()
+        } else {
+            format!("{} plugins", skipped.len())
+        }
+    );
+    for s in skipped {
+        message.push_str(&format!("\n  {}: {}", s.plugin, s.reason));
+    }
+    message
+}

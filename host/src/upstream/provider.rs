@@ -1,0 +1,108 @@
+//! One upstream MCP server as a capability-source provider: started, it connects
+//! in the background and its supervisor ([`super::supervise`]) offers each new
+//! version of it (none while it is down); stopped, it closes the session and ends
+//! the child.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::names::ID_PREFIX;
+use super::supervise::{Publish, run};
+use super::{Upstream, UpstreamConfig};
+use crate::metrics::Metrics;
+use crate::source::{Accepted, CapabilitySource, Offer, Provider, Publisher, Reserved};
+use crate::wait;
+
+/// One configured upstream, as [`Provider`].
+pub(crate) struct UpstreamProvider {
+    config: UpstreamConfig,
+    /// `upstream <name>`.
+    name: String,
+    metrics: Arc<Metrics>,
+    /// Tells the supervisor to close the session and stop.
+    stop: watch::Sender<bool>,
+    /// The supervisor, once started.
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl UpstreamProvider {
+    /// The upstream `config` describes; not connected before [`Provider::start`].
+    pub(crate) fn new(config: UpstreamConfig, metrics: Arc<Metrics>) -> Self {
+        Self {
+            name: format!("upstream {}", config.name),
+            config,
+            metrics,
+            stop: watch::channel(false).0,
+            task: Mutex::new(None),
+        }
+    }
+}
+
+impl Provider for UpstreamProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its name as the root of capability names and its `mcp:<name>/` IDs, so that
+    /// no plugin takes them while it is down.
+    fn reserved(&self) -> Reserved {
+        Reserved {
+            roots: vec![self.config.name.clone()],
+            id_prefixes: vec![format!("{ID_PREFIX}{}/", self.config.name)],
+        }
+    }
+
+    fn start(&self, publisher: Publisher) {
+        let name = self.config.name.clone();
+        let metrics = self.metrics.clone();
+        self.metrics.upstream(&name, false);
+        let offer = move |upstream: Option<Arc<Upstream>>| {
+            metrics.upstream(&name, upstream.is_some());
+            let sources = upstream
+                .into_iter()
+                .map(|upstream| upstream as Arc<dyn CapabilitySource>)
+                .collect();
+            match publisher.offer(Offer {
+                sources,
+                failures: Vec::new(),
+            }) {
+                Ok(Accepted::Serving(assembly)) => {
+                    tracing::info!(upstream = %name, capabilities = assembly.capabilities, "catalog updated for an upstream");
+                    true
+                }
+                Ok(Accepted::Held) => true,
+                Ok(Accepted::Gone) => false,
+                // Logged; the last catalog serves and the supervisor goes on.
+                Err(_) => true,
+            }
+        };
+        let publish: Publish = Arc::new(offer.clone());
+        let task = wait::spawn(run(self.config.clone(), publish, self.stop.subscribe()));
+        if task.is_none() {
+            tracing::error!(upstream = %self.config.name, "no runtime to connect on");
+            offer(None);
+        }
+        *self
+            .task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = task;
+    }
+
+    fn stop(&self, deadline: Instant) {
+        self.stop.send_replace(true);
+        if deadline <= Instant::now() {
+            return;
+        }
+        let task = self
+            .task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(task) = task {
+            let _ = wait::until(deadline, None, task);
+        }
+    }
+}
