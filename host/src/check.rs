@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use crate::catalog::{CatalogBuilder, Shape};
-use crate::plugins::{self, LoadLimits, check_specs, load_file};
+use crate::plugins::{self, LoadLimits, load_file};
 
 /// One capability of a checked plugin, as agents will see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,23 +40,22 @@ pub fn check_plugin(
     let max_memory = crate::units::DEFAULT_MAX_MEMORY_BYTES;
     let plugin =
         load_file(&engine, path, cache.as_ref(), loading, max_memory).map_err(|e| e.messages())?;
-    check_specs(&plugin.capabilities).map_err(|e| e.messages())?;
     let mut builder = CatalogBuilder::new();
-    let specs: Vec<_> = plugin.capabilities.iter().map(|c| c.spec.clone()).collect();
     builder
-        .add_group(&specs)
+        .add(&plugin.capabilities)
         .map_err(|(_, error)| vec![error.to_string()])?;
     let catalog = builder
         .build(&[])
         .map_err(|error| vec![error.to_string()])?;
-    Ok(specs
+    Ok(plugin
+        .capabilities
         .iter()
-        .filter_map(|spec| {
-            let description = catalog.describe(&spec.name)?;
-            let output = Shape::Record(spec.output.clone()).notation();
+        .filter_map(|capability| {
+            let description = catalog.describe(capability.name.as_str())?;
+            let output = Shape::Record(capability.output.clone()).notation();
             Some(Checked {
                 signature: format!("{} -> {output}", description.signature),
-                id: spec.id.clone().unwrap_or_else(|| spec.name.clone()),
+                id: capability.id.to_string(),
                 summary: description.summary,
             })
         })

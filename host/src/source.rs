@@ -1,8 +1,8 @@
 //! The capability-source port: what the executor needs from whatever serves
 //! capabilities — WebAssembly plugins today, upstream MCP servers next.
 //!
-//! A source offers capabilities (their [`CapabilitySpec`]s: names, IDs, texts,
-//! shapes) and opens a [`Session`] per execution that uses it. A session's
+//! A source offers capabilities (validated [`Capability`]s: names, IDs, texts,
+//! shapes, each one `Arc` that the catalog and the routes share) and opens a [`Session`] per execution that uses it. A session's
 //! [`Session::call`] takes arguments already bound against the capability's shapes
 //! and a [`CallBudget`], and is asynchronous: the executor races it against the
 //! execution's deadline and cancellation and drops it when it loses, so a source
@@ -24,7 +24,7 @@ use crate::catalog::SpecError;
 use codemode_value::Value;
 
 use crate::budget::Budget;
-use crate::catalog::{CapabilitySpec, is_printable};
+use crate::catalog::{Capability, is_printable};
 use crate::wait::Cancel;
 
 /// A set of capabilities served from one place (one plugin file, one upstream).
@@ -34,7 +34,7 @@ pub(crate) trait CapabilitySource: Send + Sync {
 
     /// The capabilities it offers, in its own order: a call names one by its index
     /// in this list.
-    fn capabilities(&self) -> Vec<&CapabilitySpec>;
+    fn capabilities(&self) -> &[Arc<Capability>];
 
     /// A session for execution number `execution` (the audit log's): whatever
     /// state calls of that execution share (a plugin's instance), made fresh for
@@ -57,13 +57,15 @@ pub(crate) trait Provider: Send + Sync + 'static {
         Reserved::default()
     }
 
-    /// Starts it. It must offer its first sources through `publisher` (none, if
-    /// it has none yet) within a bounded time, from this call or from a task it
-    /// starts: the catalog is first built when every provider has.
-    fn start(&self, publisher: Publisher);
+    /// Starts it, without blocking: the registry starts every provider before it
+    /// waits for any. It must offer its first sources through `publisher` (none,
+    /// if it has none yet) within a bounded time, from a thread or task it starts:
+    /// the catalog is first built when every provider has.
+    fn start(self: Arc<Self>, publisher: Publisher);
 
     /// Hears what became of its sources in a catalog now serving: after its own
-    /// offer (`own`, and the first catalog), or another provider's.
+    /// offer (`own`, and the first catalog), or another provider's. Called while
+    /// the registry rebuilds: it must not offer from here.
     fn served(&self, assembly: &Assembly, own: bool) {
         let _ = (assembly, own);
     }

@@ -15,6 +15,7 @@ mod suggest;
 mod tokenize;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 pub use bind::{BindError, bind, canonical};
 pub use name::{CapabilityId, DottedName, NameError};
@@ -59,7 +60,8 @@ pub struct CapabilitySpec {
     pub output: Vec<Field>,
 }
 
-/// A validated, enabled capability.
+/// A validated capability: made once by its source ([`validate_spec`]) and shared,
+/// as one `Arc`, by the source, the catalog and the routes executions call.
 #[derive(Debug, Clone)]
 pub struct Capability {
     /// Dotted name agents call.
@@ -76,6 +78,10 @@ pub struct Capability {
     pub params: Vec<Field>,
     /// Result record fields.
     pub output: Vec<Field>,
+    /// Discovery-only phrases.
+    pub search_terms: Vec<String>,
+    /// Raw searchable bytes as declared, counted against [`MAX_METADATA_BYTES`].
+    pub metadata_bytes: usize,
 }
 
 /// The successful value of `describe_api`.
@@ -213,6 +219,8 @@ pub fn validate_spec(spec: &CapabilitySpec) -> Result<Capability, SpecError> {
         signature,
         params: spec.params.clone(),
         output: spec.output.clone(),
+        search_terms: spec.search_terms.clone(),
+        metadata_bytes: metadata_bytes(spec),
     })
 }
 
@@ -229,7 +237,7 @@ pub fn metadata_bytes(spec: &CapabilitySpec) -> usize {
 /// One-shot: [`CatalogBuilder::build`] consumes it.
 #[derive(Default)]
 pub struct CatalogBuilder {
-    capabilities: Vec<(Capability, Vec<String>)>,
+    capabilities: Vec<Arc<Capability>>,
     names: HashMap<String, usize>,
     ids: HashMap<String, usize>,
     metadata_bytes: usize,
@@ -241,22 +249,38 @@ impl CatalogBuilder {
         Self::default()
     }
 
-    /// Checks a whole group of specs (one plugin) against each other and against what
-    /// was already added, and adds them all or none.
+    /// Validates a whole group of specs ([`validate_spec`]) and adds them as
+    /// [`CatalogBuilder::add`] does: all or none. For the tests and the fuzz
+    /// targets, which start from specs.
     ///
     /// # Errors
     ///
     /// The first [`SpecError`] found, with the index of the spec it concerns.
+    #[cfg(any(test, feature = "fuzzing"))]
     pub fn add_group(&mut self, specs: &[CapabilitySpec]) -> Result<(), (usize, SpecError)> {
-        let mut accepted: Vec<Capability> = Vec::new();
+        let group = specs
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| validate_spec(spec).map(Arc::new).map_err(|e| (i, e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.add(&group)
+    }
+
+    /// Checks a whole group of capabilities (one source's) against each other and
+    /// against what was already added, and adds them all or none.
+    ///
+    /// # Errors
+    ///
+    /// The first [`SpecError`] found, with the index of the capability it concerns.
+    pub fn add(&mut self, group: &[Arc<Capability>]) -> Result<(), (usize, SpecError)> {
         let mut bytes = 0;
-        for (i, spec) in specs.iter().enumerate() {
-            let cap = validate_spec(spec).map_err(|e| (i, e))?;
+        for (i, cap) in group.iter().enumerate() {
+            let accepted = &group[..i];
             let clash_name = |n: &DottedName| {
                 self.capabilities
                     .iter()
-                    .map(|(c, _)| &c.name)
-                    .chain(accepted.iter().map(|c| &c.name))
+                    .chain(accepted)
+                    .map(|c| &c.name)
                     .find_map(|other| {
                         if other == n {
                             Some(SpecError::DuplicateName(n.to_string()))
@@ -281,21 +305,20 @@ impl CatalogBuilder {
             if self.ids.contains_key(cap.id.as_str()) || accepted.iter().any(|c| c.id == cap.id) {
                 return Err((i, SpecError::DuplicateId(cap.id.to_string())));
             }
-            if self.capabilities.len() + accepted.len() >= MAX_CAPABILITIES {
+            if self.capabilities.len() + i >= MAX_CAPABILITIES {
                 return Err((i, SpecError::TooManyCapabilities));
             }
-            bytes += metadata_bytes(spec);
+            bytes += cap.metadata_bytes;
             if self.metadata_bytes + bytes > MAX_METADATA_BYTES {
                 return Err((i, SpecError::MetadataBytes));
             }
-            accepted.push(cap);
         }
         self.metadata_bytes += bytes;
-        for (cap, spec) in accepted.into_iter().zip(specs) {
+        for cap in group {
             let index = self.capabilities.len();
             self.names.insert(cap.name.to_string(), index);
             self.ids.insert(cap.id.to_string(), index);
-            self.capabilities.push((cap, spec.search_terms.clone()));
+            self.capabilities.push(cap.clone());
         }
         Ok(())
     }
@@ -319,24 +342,23 @@ impl CatalogBuilder {
         {
             return Err(SpecError::UnknownDisabled(unknown.clone()));
         }
-        let enabled: Vec<(Capability, Vec<String>)> = self
+        let capabilities: Vec<Arc<Capability>> = self
             .capabilities
             .into_iter()
-            .filter(|(c, _)| !disabled.iter().any(|d| d == c.id.as_str()))
+            .filter(|c| !disabled.iter().any(|d| d == c.id.as_str()))
             .collect();
-        let docs: Vec<Document<'_>> = enabled
+        let docs: Vec<Document<'_>> = capabilities
             .iter()
-            .map(|(c, terms)| Document {
+            .map(|c| Document {
                 name: c.name.as_str(),
                 signature: &c.signature,
                 summary: &c.summary,
                 description: &c.description,
-                search_terms: terms,
+                search_terms: &c.search_terms,
             })
             .collect();
         let index = SearchIndex::new(&docs);
         let mut by_name = BTreeMap::new();
-        let capabilities: Vec<Capability> = enabled.into_iter().map(|(c, _)| c).collect();
         for (i, c) in capabilities.iter().enumerate() {
             by_name.insert(c.name.to_string(), i);
         }
@@ -350,7 +372,7 @@ impl CatalogBuilder {
 
 /// The immutable set of enabled capabilities with their search index.
 pub struct Catalog {
-    capabilities: Vec<Capability>,
+    capabilities: Vec<Arc<Capability>>,
     by_name: BTreeMap<String, usize>,
     index: SearchIndex,
 }
@@ -366,7 +388,7 @@ impl Catalog {
     }
 
     /// The exact capability named `name` (no trimming, no case folding).
-    pub fn get(&self, name: &str) -> Option<&Capability> {
+    pub fn get(&self, name: &str) -> Option<&Arc<Capability>> {
         self.by_name.get(name).map(|&i| &self.capabilities[i])
     }
 

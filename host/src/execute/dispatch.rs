@@ -132,7 +132,10 @@ fn audit(
     let (name, capability_id) = match trace.route {
         Some((_, route)) => (
             dispatch.names.get(route).map_or("", String::as_str),
-            dispatch.routes.get(route).map_or("", |r| r.id.as_str()),
+            dispatch
+                .routes
+                .get(route)
+                .map_or("", |r| r.capability.id.as_str()),
         ),
         None => ("", ""),
     };
@@ -224,7 +227,7 @@ fn call(
         }
         Err(codemode_value::DecodeError::Malformed) => return Err(ToolError::Internal),
     };
-    let bound = match catalog::bind(&route.params, &arguments, max_depth, max_bytes) {
+    let bound = match catalog::bind(&route.capability.params, &arguments, max_depth, max_bytes) {
         Ok(bound) => bound,
         Err(BindError::Invalid(detail)) => return Err(ToolError::InvalidArguments(Some(detail))),
         Err(BindError::TooDeep) => return Err(state.ledger.exhaust(Budget::ValueDepth)),
@@ -235,13 +238,13 @@ fn call(
         .check_arguments(codemode_value::json_len(&arguments))?;
     drop(arguments);
     let canonical = if state.authorizer.wants_arguments() {
-        catalog::canonical(&route.params, &bound)
+        catalog::canonical(&route.capability.params, &bound)
     } else {
         codemode_value::Value::Dict(Vec::new())
     };
     let input = AuthorizationInput {
         subject: &state.subject,
-        capability_id: &route.id,
+        capability_id: route.capability.id.as_str(),
         capability_name: name,
         arguments: &canonical,
     };
@@ -294,7 +297,7 @@ fn invoke(
     };
     let deadline = budget.deadline;
     let Some(source) = dispatch.sources.get(route.source) else {
-        tracing::error!(capability_id = %route.id, "a route names a source that is not there");
+        tracing::error!(capability_id = %route.capability.id, "a route names a source that is not there");
         return Err(ToolError::Internal);
     };
     let execution = state.execution;
@@ -310,7 +313,7 @@ fn invoke(
     let outcome = match waited {
         Ok(outcome) => outcome,
         Err(Abandoned::Deadline) => {
-            tracing::info!(capability_id = %route.id, source = %source.label(), "call abandoned at the execution's deadline");
+            tracing::info!(capability_id = %route.capability.id, source = %source.label(), "call abandoned at the execution's deadline");
             // The session's state went with the abandoned call.
             state.sessions.remove(&route.source);
             return Err(state.ledger.exhaust(Budget::ExecutionTime));

@@ -32,7 +32,7 @@ use crate::audit::AuditLog;
 use crate::authz::{Authorizer, Subject};
 use crate::budget::Budget;
 use crate::cache::ArtifactCache;
-use crate::catalog::Field;
+use crate::catalog::Capability;
 use crate::error::ToolError;
 use crate::metrics::Metrics;
 use crate::plugins::{MemoryCap, MemoryHit};
@@ -55,10 +55,9 @@ pub(crate) struct Route {
     pub source: usize,
     /// The capability's index among its source's capabilities.
     pub index: usize,
-    /// The capability's stable ID (for authorization).
-    pub id: String,
-    /// Its parameters, which binding checks arguments against.
-    pub params: Vec<Field>,
+    /// The capability, as its source and the catalog hold it: its stable ID (for
+    /// authorization) and the parameters binding checks arguments against.
+    pub capability: Arc<Capability>,
 }
 
 /// The catalog as the executor sees it: names, routes and the sources behind them.

@@ -18,7 +18,7 @@ use wasmtime::Engine;
 
 use super::file_label;
 use super::grants::{GlobalCaps, Grants, SIDECAR_EXTENSION};
-use super::load::{LoadLimits, LoadedPlugin, check_specs, load_file};
+use super::load::{LoadLimits, LoadedPlugin, load_file};
 use crate::cache::ArtifactCache;
 use crate::source::Skipped;
 
@@ -302,10 +302,10 @@ impl PluginFolder {
     }
 }
 
-/// Loads the plugin at `path` and checks its capabilities on their own (names, IDs,
-/// texts), so that a version the catalog would refuse never replaces a good one.
-/// Conflicts with other plugins are the catalog's to settle. A failure comes with
-/// whether it may pass if tried again.
+/// Loads the plugin at `path`, whose capabilities loading checks on their own
+/// (names, IDs, texts), so that a version the catalog would refuse never replaces
+/// a good one. Conflicts with other plugins are the registry's to settle. A failure
+/// comes with whether it may pass if tried again.
 fn load_valid(
     engine: &Engine,
     path: &Path,
@@ -313,10 +313,8 @@ fn load_valid(
     limits: &LoadLimits,
     caps: &GlobalCaps,
 ) -> Result<LoadedPlugin, (String, bool)> {
-    let plugin = load_file(engine, path, cache, limits, caps.max_memory)
-        .map_err(|e| (e.to_string(), e.is_transient()))?;
-    check_specs(&plugin.capabilities).map_err(|e| (e.to_string(), false))?;
-    Ok(plugin)
+    load_file(engine, path, cache, limits, caps.max_memory)
+        .map_err(|e| (e.to_string(), e.is_transient()))
 }
 
 /// Why `sidecar` matches none of `plugins`, and the name it probably meant.

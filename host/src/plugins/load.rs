@@ -19,7 +19,7 @@ use super::reflect::{self, ExportedFunc, TypeError};
 use super::sandbox::{self, PluginState};
 use super::spare::{Spares, Template};
 use crate::cache::{ArtifactCache, Origin};
-use crate::catalog::{CapabilitySpec, snake_case};
+use crate::catalog::{Capability, CapabilitySpec, CatalogBuilder, snake_case, validate_spec};
 use crate::files::{FileError, read_regular};
 use crate::source::UPSTREAM_ID_PREFIX;
 
@@ -163,46 +163,50 @@ impl LoadError {
     }
 }
 
-/// What the catalog refuses in `capabilities`' metadata, every problem at once:
-/// each capability is checked alone (an ID in the upstream tools' namespace
-/// included), then (when each passed) the group, for names and IDs the plugin
-/// gives twice.
-pub(crate) fn check_specs(capabilities: &[PluginCapability]) -> Result<(), LoadError> {
+/// Validates `capabilities`' metadata into the capabilities the catalog takes,
+/// every problem at once: each is checked alone (an ID in the upstream tools'
+/// namespace included), then (when each passed) the group, for names and IDs the
+/// plugin gives twice.
+///
+/// # Errors
+///
+/// Every problem, each naming its export.
+pub(crate) fn check_specs(
+    capabilities: &[PluginCapability],
+) -> Result<Vec<Arc<Capability>>, LoadError> {
     let mut errors = Vec::new();
+    let mut valid = Vec::with_capacity(capabilities.len());
     for capability in capabilities {
         let spec = &capability.spec;
+        let refusal = |reason: String| LoadError::Spec {
+            export: capability.export.clone(),
+            reason,
+        };
         if let Some(id) = spec
             .id
             .as_deref()
             .filter(|id| id.starts_with(UPSTREAM_ID_PREFIX))
         {
-            errors.push(LoadError::Spec {
-                export: capability.export.clone(),
-                reason: format!(
-                    "capability ID `{id}` is in the `{UPSTREAM_ID_PREFIX}` namespace, which only upstream MCP servers' tools use"
-                ),
-            });
+            errors.push(refusal(format!(
+                "capability ID `{id}` is in the `{UPSTREAM_ID_PREFIX}` namespace, which only upstream MCP servers' tools use"
+            )));
             continue;
         }
-        if let Err((_, error)) =
-            crate::catalog::CatalogBuilder::new().add_group(std::slice::from_ref(&capability.spec))
-        {
-            errors.push(LoadError::Spec {
-                export: capability.export.clone(),
-                reason: error.to_string(),
-            });
+        match validate_spec(spec) {
+            Ok(valid_one) => valid.push(Arc::new(valid_one)),
+            Err(error) => errors.push(refusal(error.to_string())),
         }
     }
-    if errors.is_empty() {
-        let specs: Vec<_> = capabilities.iter().map(|c| c.spec.clone()).collect();
-        if let Err((index, error)) = crate::catalog::CatalogBuilder::new().add_group(&specs) {
-            errors.push(LoadError::Spec {
-                export: capabilities[index].export.clone(),
-                reason: error.to_string(),
-            });
-        }
+    if errors.is_empty()
+        && let Err((index, error)) = CatalogBuilder::new().add(&valid)
+    {
+        errors.push(LoadError::Spec {
+            export: capabilities[index].export.clone(),
+            reason: error.to_string(),
+        });
     }
-    LoadError::all(errors)
+    LoadError::all(errors)?;
+    Ok(valid)
 }
 
 /// `EMFILE`, `ENFILE`, `ENOMEM`, `EAGAIN`, `EINTR`: errors of the moment, not of
@@ -225,10 +229,11 @@ fn transient_io(error: &std::io::Error) -> bool {
     )
 }
 
-/// A capability as one plugin provides it: the catalog's spec plus where to call it.
+/// A capability as one plugin declares it, while it loads: its metadata (not yet
+/// validated) plus where to call it.
 #[derive(Debug, Clone)]
 pub(crate) struct PluginCapability {
-    /// What the catalog needs.
+    /// What the catalog needs, as declared.
     pub spec: CapabilitySpec,
     /// The export, `<interface>.<function>` in WIT names.
     pub export: String,
@@ -248,9 +253,10 @@ pub(crate) struct LoadedPlugin {
     pub pre: InstancePre<PluginState>,
     /// What its sidecar grants.
     pub grants: Arc<Grants>,
-    /// Its capabilities, in metadata order.
-    pub capabilities: Vec<PluginCapability>,
-    /// Where to call each capability (same order as `capabilities`).
+    /// Its capabilities, in metadata order, as the catalog and routes share them.
+    pub capabilities: Vec<Arc<Capability>>,
+    /// Where to call each capability (same order as `capabilities`), and how its
+    /// arguments and result cross.
     pub targets: Vec<CallTarget>,
     /// Exports no metadata entry names (ignored; logged as a warning).
     pub ignored_exports: Vec<String>,
@@ -359,7 +365,7 @@ pub(crate) fn load_file(
 /// What loading makes of a compiled component.
 struct Prepared {
     pre: InstancePre<PluginState>,
-    capabilities: Vec<PluginCapability>,
+    capabilities: Vec<Arc<Capability>>,
     targets: Vec<CallTarget>,
     ignored_exports: Vec<String>,
 }
@@ -379,18 +385,17 @@ fn prepare(
     let pre = sandbox::pre_instantiate(engine, component).map_err(LoadError::Link)?;
     let entries = metadata::describe(&file_label(path), engine, &pre, limits.load_timeout)
         .map_err(LoadError::Describe)?;
-    let (capabilities, ignored_exports) = assemble(funcs, entries)?;
-    let targets = capabilities
-        .iter()
+    let (declared, ignored_exports) = assemble(funcs, entries)?;
+    let capabilities = check_specs(&declared)?;
+    let targets = declared
+        .into_iter()
         .map(|c| {
-            CallTarget::resolve(component, &c.instance, &c.function, c.plan.clone()).ok_or_else(
-                || {
-                    LoadError::Link(wasmtime::Error::msg(format!(
-                        "export `{}` cannot be resolved for calling",
-                        c.export
-                    )))
-                },
-            )
+            CallTarget::resolve(component, &c.instance, &c.function, c.plan).ok_or_else(|| {
+                LoadError::Link(wasmtime::Error::msg(format!(
+                    "export `{}` cannot be resolved for calling",
+                    c.export
+                )))
+            })
         })
         .collect::<Result<_, _>>()?;
     Ok(Prepared {

@@ -30,7 +30,7 @@ pub(crate) use folder::PluginFolder;
 pub(crate) use grants::{GlobalCaps, SIDECAR_EXTENSION};
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use grants::{Grants, HostPattern};
-pub(crate) use load::{PLUGIN_PREFIX, check_specs, load_file};
+pub(crate) use load::{PLUGIN_PREFIX, load_file};
 pub use provider::Reloaded;
 pub(crate) use provider::{PluginsProvider, ReloadError};
 pub(crate) use sandbox::{MemoryCap, MemoryHit, engine, pool_instances};

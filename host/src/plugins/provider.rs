@@ -3,6 +3,7 @@
 //! plugins that serve and the files that failed.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
@@ -27,6 +28,9 @@ pub(crate) struct PluginsProvider {
     publisher: OnceLock<Publisher>,
     /// Why the first scan could not list the folder.
     first_error: Mutex<Option<std::io::Error>>,
+    /// Whether the refusals of the next catalog built from its own offer are
+    /// counted as load failures.
+    count_refusals: AtomicBool,
 }
 
 /// What one reload of the plugins folder did.
@@ -75,6 +79,7 @@ impl PluginsProvider {
             upstreams,
             publisher: OnceLock::new(),
             first_error: Mutex::new(None),
+            count_refusals: AtomicBool::new(true),
         }
     }
 
@@ -148,6 +153,8 @@ impl PluginsProvider {
                 elapsed: started.elapsed(),
             });
         }
+        self.count_refusals
+            .store(report.changed(), Ordering::Release);
         let accepted = self.publish(Self::offer(&folder)).map_err(|error| {
             self.metrics.reload(RELOAD_ERROR);
             ReloadError::Catalog(error)
@@ -185,10 +192,39 @@ impl Provider for PluginsProvider {
         "plugins folder"
     }
 
-    /// Scans the folder for the first time and offers what loaded; a folder that
-    /// cannot be listed offers nothing ([`PluginsProvider::take_first_error`]).
-    fn start(&self, publisher: Publisher) {
+    /// Scans the folder for the first time on a thread of its own (the upstreams
+    /// connect meanwhile) and offers what loaded.
+    fn start(self: Arc<Self>, publisher: Publisher) {
         let _ = self.publisher.set(publisher);
+        let provider = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("codemode-first-scan".to_owned())
+            .spawn(move || provider.first_scan());
+        if spawned.is_err() {
+            self.first_scan();
+        }
+    }
+
+    /// Records how many plugins serve, and counts each refused plugin as a load
+    /// failure when the refusal follows the first scan or a reload that loaded or
+    /// removed something (not a scan that only found a failure, which would count
+    /// the same refusal again).
+    fn served(&self, assembly: &Assembly, own: bool) {
+        self.metrics.plugins(assembly.serving);
+        if own && self.count_refusals.swap(false, Ordering::AcqRel) {
+            for refused in &assembly.refused {
+                self.metrics.plugin_load_failure(refused);
+            }
+        }
+    }
+
+    fn stop(&self, _deadline: Instant) {}
+}
+
+impl PluginsProvider {
+    /// The first scan, offered; a folder that cannot be listed offers nothing
+    /// ([`PluginsProvider::take_first_error`]).
+    fn first_scan(&self) {
         let mut folder = self.folder();
         let report = match folder.scan(&self.engine, self.cache.as_ref()) {
             Ok(report) => report,
@@ -230,19 +266,6 @@ impl Provider for PluginsProvider {
         // Held for the first catalog: it cannot fail yet.
         let _ = self.publish(offer);
     }
-
-    /// Records how many plugins serve, and counts each refused plugin as a load
-    /// failure when the refusal follows a scan.
-    fn served(&self, assembly: &Assembly, own: bool) {
-        self.metrics.plugins(assembly.serving);
-        if own {
-            for refused in &assembly.refused {
-                self.metrics.plugin_load_failure(refused);
-            }
-        }
-    }
-
-    fn stop(&self, _deadline: Instant) {}
 }
 
 /// File names that say a folder holds a plugin's sources rather than its component.

@@ -24,7 +24,7 @@ use super::plan::{Mismatch, lower_all};
 use super::sandbox::{MemoryHit, PluginState, Unprovided};
 use super::spare::{Spare, SpareTerms, Spares};
 use crate::budget::Budget;
-use crate::catalog::CapabilitySpec;
+use crate::catalog::Capability;
 use crate::error::timed_out_detail;
 use crate::source::{
     CallBudget, CallFailure, CallFuture, CallOutcome, CapabilitySource, Meter, Session,
@@ -36,8 +36,8 @@ impl CapabilitySource for LoadedPlugin {
         &self.file
     }
 
-    fn capabilities(&self) -> Vec<&CapabilitySpec> {
-        self.capabilities.iter().map(|c| &c.spec).collect()
+    fn capabilities(&self) -> &[Arc<Capability>] {
+        &self.capabilities
     }
 
     fn session(self: Arc<Self>, execution: u64) -> Box<dyn Session> {
@@ -93,7 +93,7 @@ impl PluginSession {
         let capability = self
             .last
             .and_then(|index| self.plugin.capabilities.get(index))
-            .map_or("-", |c| c.spec.name.as_str());
+            .map_or("-", |c| c.name.as_str());
         self.output
             .emit(&self.plugin.file, capability, Some(self.execution));
     }
@@ -111,7 +111,7 @@ impl PluginSession {
             tracing::error!(plugin = %plugin.file, index, "a call named a capability the plugin does not have");
             return Err(CallFailure::Internal);
         };
-        let name = capability.spec.name.as_str();
+        let name = capability.name.as_str();
         let params = match lower_all(&target.plan, arguments) {
             Ok(params) => params,
             Err(Mismatch) => {

@@ -51,9 +51,9 @@ fn reserved_claim(candidate: &Candidate<'_>, reserved: &[&Reserved]) -> Option<S
     candidate
         .source
         .capabilities()
-        .into_iter()
-        .find_map(|spec| {
-            let id = spec.id.as_deref().unwrap_or(&spec.name);
+        .iter()
+        .find_map(|capability| {
+            let id = capability.id.as_str();
             if let Some(prefix) = others()
                 .flat_map(|r| &r.id_prefixes)
                 .find(|prefix| id.starts_with(prefix.as_str()))
@@ -62,11 +62,11 @@ fn reserved_claim(candidate: &Candidate<'_>, reserved: &[&Reserved]) -> Option<S
                     "capability ID `{id}` is under `{prefix}`, which only its upstream's tools use"
                 ));
             }
-            let root = spec.name.split('.').next().unwrap_or_default();
+            let name = capability.name.as_str();
+            let root = name.split('.').next().unwrap_or_default();
             others().flat_map(|r| &r.roots).find(|r| *r == root).map(|_| {
                 format!(
-                    "capability name `{}` is under `{root}`, the root of the configured upstream {root}",
-                    spec.name
+                    "capability name `{name}` is under `{root}`, the root of the configured upstream {root}"
                 )
             })
         })
@@ -80,18 +80,19 @@ fn contested(
     mut refused: BTreeMap<usize, String>,
 ) -> BTreeMap<usize, String> {
     let mut claims: BTreeMap<(&str, &str), Vec<usize>> = BTreeMap::new();
-    let capabilities: Vec<_> = candidates
-        .iter()
-        .map(|candidate| candidate.source.capabilities())
-        .collect();
-    for (c, specs) in capabilities.iter().enumerate() {
+    for (c, candidate) in candidates.iter().enumerate() {
         if refused.contains_key(&c) {
             continue;
         }
-        for spec in specs {
-            claims.entry(("name", &spec.name)).or_default().push(c);
-            let id = spec.id.as_deref().unwrap_or(&spec.name);
-            claims.entry(("ID", id)).or_default().push(c);
+        for capability in candidate.source.capabilities() {
+            claims
+                .entry(("name", capability.name.as_str()))
+                .or_default()
+                .push(c);
+            claims
+                .entry(("ID", capability.id.as_str()))
+                .or_default()
+                .push(c);
         }
     }
     let label = |c: usize| candidates[c].source.label();

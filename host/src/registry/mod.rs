@@ -32,6 +32,10 @@ use self::claims::Candidate;
 /// guards against one that never offers.
 const FIRST_OFFER_TIMEOUT: Duration = Duration::from_secs(40);
 
+/// How long a start that fails waits for the providers it started to stop (an
+/// upstream closes its session within 8 s).
+const FAILED_START_STOP: Duration = Duration::from_secs(10);
+
 /// The providers and the snapshot assembled from their offers.
 pub(crate) struct Registry {
     inner: Arc<Inner>,
@@ -121,7 +125,7 @@ impl Registry {
             providers,
         });
         for (index, provider) in inner.providers.iter().enumerate() {
-            provider.start(publisher(&inner, index));
+            provider.clone().start(publisher(&inner, index));
         }
         let deadline = started + FIRST_OFFER_TIMEOUT;
         let mut state = inner.lock();
@@ -145,8 +149,7 @@ impl Registry {
             Ok((snapshot, assemblies)) => (Arc::new(snapshot), assemblies),
             Err(error) => {
                 drop(state);
-                let registry = Self { inner };
-                registry.stop(Instant::now());
+                Self { inner }.stop(Instant::now() + FAILED_START_STOP);
                 return Err(error);
             }
         };
@@ -283,9 +286,9 @@ fn assemble(
         let reason = match refused.remove(&c) {
             Some(reason) => Some(reason),
             None => {
-                let specs: Vec<_> = source.capabilities().into_iter().cloned().collect();
-                builder.add_group(&specs).err().map(|(index, error)| {
-                    let name = specs.get(index).map_or("", |spec| spec.name.as_str());
+                let capabilities = source.capabilities();
+                builder.add(capabilities).err().map(|(index, error)| {
+                    let name = capabilities.get(index).map_or("", |c| c.name.as_str());
                     let reason = format!("`{name}`: {error}");
                     tracing::error!(source = %source.label(), reason = %reason, "source refused: it does not fit the catalog");
                     reason
@@ -320,15 +323,14 @@ fn assemble(
     let catalog = builder.build(&disabled)?;
     let mut routes = Vec::new();
     for (s, source) in serving.iter().enumerate() {
-        for (index, spec) in source.capabilities().into_iter().enumerate() {
-            if let Some(entry) = catalog.get(&spec.name) {
+        for (index, capability) in source.capabilities().iter().enumerate() {
+            if catalog.get(capability.name.as_str()).is_some() {
                 routes.push((
-                    spec.name.clone(),
+                    capability.name.to_string(),
                     Route {
                         source: s,
                         index,
-                        id: entry.id.to_string(),
-                        params: spec.params.clone(),
+                        capability: capability.clone(),
                     },
                 ));
             }
@@ -371,13 +373,13 @@ mod tests {
 
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use crate::catalog::CapabilitySpec;
+    use crate::catalog::{Capability, CapabilitySpec, validate_spec};
     use crate::source::{CallBudget, CallFailure, CallFuture, Session};
 
     /// A source serving `specs` under `label`; never called.
     struct FakeSource {
         label: String,
-        specs: Vec<CapabilitySpec>,
+        capabilities: Vec<Arc<Capability>>,
     }
 
     /// The session of a [`FakeSource`]: every call fails.
@@ -399,8 +401,8 @@ mod tests {
             &self.label
         }
 
-        fn capabilities(&self) -> Vec<&CapabilitySpec> {
-            self.specs.iter().collect()
+        fn capabilities(&self) -> &[Arc<Capability>] {
+            &self.capabilities
         }
 
         fn session(self: Arc<Self>, _: u64) -> Box<dyn Session> {
@@ -413,7 +415,7 @@ mod tests {
     fn source(label: &str, names: &[&str]) -> Arc<dyn CapabilitySource> {
         Arc::new(FakeSource {
             label: label.to_owned(),
-            specs: names
+            capabilities: names
                 .iter()
                 .map(|name| CapabilitySpec {
                     name: name.trim_start_matches('!').to_owned(),
@@ -426,6 +428,7 @@ mod tests {
                     params: Vec::new(),
                     output: Vec::new(),
                 })
+                .map(|spec| Arc::new(validate_spec(&spec).unwrap()))
                 .collect(),
         })
     }
@@ -486,7 +489,7 @@ mod tests {
             self.reserved.clone()
         }
 
-        fn start(&self, publisher: Publisher) {
+        fn start(self: Arc<Self>, publisher: Publisher) {
             *self.publisher.lock().unwrap() = Some(publisher.clone());
             let first = self.first.clone();
             let thread = std::thread::spawn(move || {
@@ -663,6 +666,44 @@ mod tests {
         // The upstream goes down: its names leave, the plugin's stay.
         git.offer(Vec::new()).unwrap();
         assert_eq!(names(&registry), ["records.find"]);
+    }
+
+    #[test]
+    fn an_upstream_cannot_push_a_serving_plugin_past_the_catalogs_limits() {
+        let plugins = provider(
+            "plugins folder",
+            Reserved::default(),
+            vec![source("records.wasm", &["records.find"])],
+        );
+        let big = provider("upstream big", upstream_reserves("big"), Vec::new());
+        let registry = Registry::start(
+            vec![plugins.clone(), big.clone()],
+            Vec::new(),
+            Arc::new(Metrics::default()),
+        )
+        .unwrap();
+        let tools: Vec<String> = (0..crate::catalog::MAX_CAPABILITIES)
+            .map(|i| format!("!big.t{i}"))
+            .collect();
+        let tools: Vec<&str> = tools.iter().map(String::as_str).collect();
+        let accepted = big.offer(vec![source("upstream big", &tools)]).unwrap();
+        assert_eq!(
+            accepted,
+            Accepted::Serving(Assembly {
+                serving: 0,
+                refused: vec!["upstream big".to_owned()],
+                capabilities: 1
+            })
+        );
+        assert_eq!(names(&registry), ["records.find"]);
+        let last = crate::catalog::MAX_CAPABILITIES - 1;
+        assert_eq!(
+            skipped(&registry),
+            [(
+                "upstream big".to_owned(),
+                format!("`big.t{last}`: {}", SpecError::TooManyCapabilities)
+            )]
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::authz::Subject;
 use crate::cache::open_cache;
@@ -57,8 +57,22 @@ impl Service {
     pub fn load(config: &ServiceConfig) -> Result<Self, StartError> {
         config.limits.validate().map_err(StartError::Limits)?;
         // The folder is listed once more here to size the pool (plugins added later
-        // fit if there is room; past it, executions fail with a resource limit).
-        let plugin_count = plugins::plugin_files(&config.plugins_dir).map_or(0, |f| f.len());
+        // fit if there is room; past it, executions fail with a resource limit), and
+        // to fail before any upstream's child starts.
+        let plugin_count = match plugins::plugin_files(&config.plugins_dir) {
+            Ok(files) => files.len(),
+            Err(error)
+                if config.plugins_optional && error.kind() == std::io::ErrorKind::NotFound =>
+            {
+                0
+            }
+            Err(reason) => {
+                return Err(StartError::PluginsDir {
+                    path: config.plugins_dir.clone(),
+                    reason,
+                });
+            }
+        };
         let instances =
             plugins::pool_instances(config.limits.max_concurrent_executions, plugin_count);
         let engine = plugins::engine(instances).map_err(StartError::Engine)?;
@@ -79,27 +93,37 @@ impl Service {
             metrics.clone(),
             !config.upstreams.is_empty(),
         ));
-        // Upstreams first: they connect in the background while the plugins load.
-        let mut providers: Vec<Arc<dyn Provider>> = config
-            .upstreams
-            .iter()
-            .map(|upstream| {
-                Arc::new(UpstreamProvider::new(upstream.clone(), metrics.clone()))
-                    as Arc<dyn Provider>
-            })
-            .collect();
-        providers.push(plugins.clone());
-        let registry = Registry::start(providers, config.disabled.clone(), metrics.clone());
+        // The plugins first: their capabilities enter the catalog first, so an
+        // upstream's cannot push them past the catalog's limits. All start at once:
+        // the upstreams connect while the folder is scanned.
+        let mut providers: Vec<Arc<dyn Provider>> = vec![plugins.clone()];
+        providers.extend(config.upstreams.iter().map(|upstream| {
+            Arc::new(UpstreamProvider::new(upstream.clone(), metrics.clone())) as Arc<dyn Provider>
+        }));
+        let registry = Registry::start(providers, config.disabled.clone(), metrics.clone())
+            .map_err(StartError::Catalog);
+        // A start that fails ends the upstreams it started, children included.
+        let fail = |registry: &Registry, error: StartError| {
+            registry.stop(Instant::now() + STOP_GRACE + Duration::from_secs(1));
+            Err(error)
+        };
         if let Some(reason) = plugins.take_first_error() {
-            return Err(StartError::PluginsDir {
+            let error = StartError::PluginsDir {
                 path: config.plugins_dir.clone(),
                 reason,
-            });
+            };
+            return match &registry {
+                Ok(registry) => fail(registry, error),
+                Err(_) => Err(error),
+            };
         }
-        let registry = registry.map_err(StartError::Catalog)?;
+        let registry = registry?;
         let snapshot = registry.snapshot();
         if config.require_all_plugins && !snapshot.skipped().is_empty() {
-            return Err(StartError::PluginsRequired(snapshot.skipped().to_vec()));
+            return fail(
+                &registry,
+                StartError::PluginsRequired(snapshot.skipped().to_vec()),
+            );
         }
         let plugin_count = metrics.plugins_loaded();
         tracing::info!(
@@ -108,15 +132,17 @@ impl Service {
             upstreams = snapshot.dispatch.sources.len().saturating_sub(plugin_count),
             "catalog ready"
         );
-        let executor = Executor::new(ExecutorConfig {
+        let executor = match Executor::new(ExecutorConfig {
             engine: &engine,
             limits: config.limits.clone(),
             authorizer: config.authorizer.clone(),
             audit: config.audit.clone(),
             metrics: metrics.clone(),
             cache: cache.as_ref(),
-        })
-        .map_err(StartError::Runner)?;
+        }) {
+            Ok(executor) => executor,
+            Err(error) => return fail(&registry, StartError::Runner(error)),
+        };
         Ok(Self {
             registry,
             plugins,
@@ -131,7 +157,7 @@ impl Service {
     /// the end of serving.
     pub fn close_upstreams(&self) {
         self.registry
-            .stop(Instant::now() + STOP_GRACE + std::time::Duration::from_secs(1));
+            .stop(Instant::now() + STOP_GRACE + Duration::from_secs(1));
     }
 
     /// Rescans the plugins folder: loads new and changed files (a changed file that

@@ -39,7 +39,7 @@ use self::lines::{
     TOO_DEEP_CODE, made_up_marker,
 };
 use self::schema::{SchemaError, Stop};
-use crate::catalog::{CapabilitySpec, DottedName, Field, validate_spec};
+use crate::catalog::{Capability, CapabilitySpec, DottedName, Field, validate_spec};
 use crate::error::{timed_out_detail, unavailable_detail};
 use crate::source::{
     CallBudget, CallFailure, CallFuture, CallOutcome, CapabilitySource, Session, sanitize_message,
@@ -173,6 +173,8 @@ pub(crate) struct Upstream {
     /// Keeps the session open while any version of this upstream serves.
     link: Arc<Link>,
     tools: Vec<UpstreamTool>,
+    /// The capability of each tool, in the same order: what the registry reads.
+    capabilities: Vec<Arc<Capability>>,
 }
 
 /// An upstream's MCP session, open until the last [`Upstream`] sharing it is
@@ -251,7 +253,8 @@ impl ClientHandler for Events {
 struct UpstreamTool {
     /// Its name upstream, as `tools/call` needs it.
     tool: String,
-    spec: CapabilitySpec,
+    /// The capability it is.
+    capability: Arc<Capability>,
     /// The fields of its structured result; `None`: the result is its text.
     structured: Option<Vec<Field>>,
 }
@@ -299,13 +302,15 @@ impl Upstream {
             let _ = ended.send(());
         });
         let listed = list_tools(&peer).await?;
+        let tools = convert(config, listed).await?;
         let upstream = Self {
             name: config.name.clone(),
             label: format!("upstream {}", config.name),
             timeout: config.timeout,
             peer,
             link,
-            tools: convert(config, listed).await?,
+            capabilities: tools.iter().map(|t| t.capability.clone()).collect(),
+            tools,
         };
         Ok(Connected {
             upstream: Arc::new(upstream),
@@ -321,13 +326,15 @@ impl Upstream {
     /// Why the list could not be had.
     async fn relisted(&self, config: &UpstreamConfig) -> Result<Self, String> {
         let listed = list_tools(&self.peer).await?;
+        let tools = convert(config, listed).await?;
         Ok(Self {
             name: self.name.clone(),
             label: self.label.clone(),
             timeout: self.timeout,
             peer: self.peer.clone(),
             link: self.link.clone(),
-            tools: convert(config, listed).await?,
+            capabilities: tools.iter().map(|t| t.capability.clone()).collect(),
+            tools,
         })
     }
 
@@ -363,7 +370,7 @@ impl Upstream {
             return outcome(Err(CallFailure::Internal));
         };
         let mut params = CallToolRequestParams::new(tool.tool.clone());
-        params.arguments = Some(json::arguments(&tool.spec.params, bound));
+        params.arguments = Some(json::arguments(&tool.capability.params, bound));
         // Dropping this future (the execution's deadline, a cancelled request, the
         // upstream's own timeout below) sends `notifications/cancelled` upstream.
         let call = self.peer.call_tool_once(params);
@@ -372,7 +379,7 @@ impl Upstream {
                 Ok(answered) => answered,
                 Err(_) => {
                     tracing::info!(upstream = %self.name, tool = %tool.tool, "call abandoned at the upstream's timeout");
-                    let detail = timed_out_detail(&tool.spec.name);
+                    let detail = timed_out_detail(tool.capability.name.as_str());
                     return outcome(Err(CallFailure::Failed(Some(detail))));
                 }
             },
@@ -438,8 +445,8 @@ impl CapabilitySource for Upstream {
         &self.label
     }
 
-    fn capabilities(&self) -> Vec<&CapabilitySpec> {
-        self.tools.iter().map(|tool| &tool.spec).collect()
+    fn capabilities(&self) -> &[Arc<Capability>] {
+        &self.capabilities
     }
 
     fn session(self: Arc<Self>, _execution: u64) -> Box<dyn Session> {
@@ -600,21 +607,30 @@ fn capabilities(config: &UpstreamConfig, listed: Vec<Tool>, stop: &Stop) -> Vec<
             params,
             output,
         };
-        let refused = match validate_spec(&spec) {
-            Err(error) => Some(error.to_string()),
-            Ok(_) if tools.iter().any(|t| t.spec.name == spec.name) => Some(format!(
-                "capability name `{}` is taken by another of its tools",
-                spec.name
-            )),
-            Ok(_) => None,
+        let validated = match validate_spec(&spec) {
+            Err(error) => Err(error.to_string()),
+            Ok(_)
+                if tools
+                    .iter()
+                    .any(|t| t.capability.name.as_str() == spec.name) =>
+            {
+                Err(format!(
+                    "capability name `{}` is taken by another of its tools",
+                    spec.name
+                ))
+            }
+            Ok(capability) => Ok(capability),
         };
-        if let Some(reason) = refused {
-            tracing::warn!(upstream = %config.name, tool = %original, reason = %reason, "upstream tool skipped");
-            continue;
-        }
+        let capability = match validated {
+            Ok(capability) => Arc::new(capability),
+            Err(reason) => {
+                tracing::warn!(upstream = %config.name, tool = %original, reason = %reason, "upstream tool skipped");
+                continue;
+            }
+        };
         tools.push(UpstreamTool {
             tool: original,
-            spec,
+            capability,
             structured,
         });
     }
@@ -701,7 +717,10 @@ mod tests {
     ) -> Vec<(String, String, String)> {
         capabilities(config, listed, stop)
             .into_iter()
-            .map(|t| (t.spec.name, t.spec.id.unwrap_or_default(), t.spec.summary))
+            .map(|t| {
+                let c = &t.capability;
+                (c.name.to_string(), c.id.to_string(), c.summary.clone())
+            })
             .collect()
     }
 

@@ -55,7 +55,7 @@ impl Provider for UpstreamProvider {
         }
     }
 
-    fn start(&self, publisher: Publisher) {
+    fn start(self: Arc<Self>, publisher: Publisher) {
         let name = self.config.name.clone();
         let metrics = self.metrics.clone();
         self.metrics.upstream(&name, false);
