@@ -41,6 +41,42 @@ pub(crate) enum Budget {
     Stack,
 }
 
+/// What is left of one value's node budget, shared by everything that walks a value
+/// crossing the sandbox (binding arguments, lifting a plugin's result, projecting
+/// an upstream's): every value takes one node, and a container's length is
+/// charged before its items are visited, so a huge container is refused before
+/// any of it is copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Nodes(usize);
+
+/// A value has more nodes than its budget ([`Budget::ValueBytes`], or the room
+/// left for results).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OutOfNodes;
+
+impl Nodes {
+    /// A budget of `max` nodes.
+    pub(crate) fn new(max: usize) -> Self {
+        Self(max)
+    }
+
+    /// Takes `count` nodes.
+    ///
+    /// # Errors
+    ///
+    /// [`OutOfNodes`] when fewer are left (nothing is taken then).
+    pub(crate) fn charge(&mut self, count: usize) -> Result<(), OutOfNodes> {
+        self.0 = self.0.checked_sub(count).ok_or(OutOfNodes)?;
+        Ok(())
+    }
+
+    /// The nodes left.
+    #[cfg(test)]
+    pub(crate) fn left(self) -> usize {
+        self.0
+    }
+}
+
 /// How [`Budget::Stack`] is named where the other budgets name their flag.
 pub(crate) const STACK_LIMIT: &str = "interpreter stack";
 

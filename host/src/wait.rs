@@ -12,6 +12,18 @@
 //! The host's timers, sockets and blocking file operations run on one small runtime
 //! of their own ([`runtime`]), so this works the same from the server, a
 //! single-threaded runtime in a library user's test, or a plain thread (the loader).
+//!
+//! [`until`] is hand-written rather than a crate's `block_on` (`pollster`, which it
+//! used before) raced against a runtime timer, for speed: that parked the
+//! execution's thread at once and registered a timer on the host-waits runtime for
+//! every pending wait, and waking a parked thread costs tens of µs on a virtual
+//! machine whose CPU went idle. Here the work is polled on the execution's thread
+//! with a waker of its own, the thread yields for up to [`SPIN`] while a local
+//! answer may come, then parks with the deadline as its timeout (no timer). The
+//! bench row it moved is `upstream call: execute beyond direct` (`cargo xtask
+//! bench`): 292-297 µs with `pollster` and a timer, 153-219 µs (median 158) with
+//! this (five runs each, p50; docs/performance.md). The runner's `block_on`
+//! (`execute/runner.rs`) waits on no I/O and uses the `futures` crate's.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -16,6 +16,7 @@ use codemode_value::Value;
 
 use super::quote::{go_quote, is_printable};
 use super::shape::{Field, FloatKind, Shape};
+use crate::budget::{Nodes, OutOfNodes};
 
 /// Why arguments could not be bound.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +27,12 @@ pub enum BindError {
     TooDeep,
     /// The arguments have more values than the node budget.
     TooBig,
+}
+
+impl From<OutOfNodes> for BindError {
+    fn from(OutOfNodes: OutOfNodes) -> Self {
+        BindError::TooBig
+    }
 }
 
 /// Binds `arguments` (the program's keyword arguments as a dict, or a list when it
@@ -67,9 +74,9 @@ pub fn bind(
     };
     let mut binder = Binder {
         path: Vec::new(),
-        nodes: max_nodes,
+        nodes: Nodes::new(max_nodes),
     };
-    binder.charge(entries.len() + 1)?;
+    binder.nodes.charge(entries.len() + 1)?;
     for (name, _) in entries {
         if !params.iter().any(|p| p.name == *name) {
             return Err(BindError::Invalid(format!(
@@ -158,7 +165,7 @@ enum Segment<'a> {
 
 struct Binder<'a> {
     path: Vec<Segment<'a>>,
-    nodes: usize,
+    nodes: Nodes,
 }
 
 /// What kind of value a slot wants, for "must be ..." messages.
@@ -182,11 +189,6 @@ fn one_of(names: &[String]) -> String {
 }
 
 impl<'a> Binder<'a> {
-    fn charge(&mut self, count: usize) -> Result<(), BindError> {
-        self.nodes = self.nodes.checked_sub(count).ok_or(BindError::TooBig)?;
-        Ok(())
-    }
-
     fn fail(&self, message: &str) -> BindError {
         BindError::Invalid(format!(
             "argument {} {message}",
@@ -215,7 +217,7 @@ impl<'a> Binder<'a> {
         if depth == 0 {
             return Err(BindError::TooDeep);
         }
-        self.charge(1)?;
+        self.nodes.charge(1)?;
         match (shape, value) {
             (Shape::Str, Value::Str(s)) => Ok(Value::Str(s.clone())),
             (Shape::Char, Value::Str(s)) => {
@@ -254,7 +256,7 @@ impl<'a> Binder<'a> {
                 Ok(Value::Int(*i))
             }
             (Shape::Flags(flags), Value::List(items)) => {
-                self.charge(items.len())?;
+                self.nodes.charge(items.len())?;
                 let mut set: Vec<Value> = Vec::with_capacity(items.len());
                 for (i, item) in items.iter().enumerate() {
                     self.path.push(Segment::Index(i));
@@ -272,7 +274,7 @@ impl<'a> Binder<'a> {
                 Ok(Value::List(set))
             }
             (Shape::List(elem), Value::List(items)) => {
-                self.charge(items.len())?;
+                self.nodes.charge(items.len())?;
                 let mut out = Vec::with_capacity(items.len());
                 for (i, item) in items.iter().enumerate() {
                     self.path.push(Segment::Index(i));
@@ -286,7 +288,7 @@ impl<'a> Binder<'a> {
                 Value::NonStringKeys,
             ) => Err(self.fail("keys must be strings")),
             (Shape::Dict(elem), Value::Dict(entries)) => {
-                self.charge(entries.len())?;
+                self.nodes.charge(entries.len())?;
                 let mut out = Vec::with_capacity(entries.len());
                 for (key, item) in entries {
                     self.path.push(Segment::Key(key));
@@ -297,7 +299,7 @@ impl<'a> Binder<'a> {
                 Ok(Value::Dict(out))
             }
             (Shape::Record(fields), Value::Dict(entries)) => {
-                self.charge(entries.len())?;
+                self.nodes.charge(entries.len())?;
                 for (key, _) in entries {
                     if !fields.iter().any(|f| f.name == *key) {
                         self.path.push(Segment::Member(Cow::Borrowed(key)));
@@ -372,7 +374,7 @@ impl<'a> Binder<'a> {
             Value::Float(_) => Err(self.fail("is not finite")),
             Value::Str(s) => Ok(Value::Str(s.clone())),
             Value::List(items) => {
-                self.charge(items.len())?;
+                self.nodes.charge(items.len())?;
                 let mut out = Vec::with_capacity(items.len());
                 for (i, item) in items.iter().enumerate() {
                     self.path.push(Segment::Index(i));
@@ -382,7 +384,7 @@ impl<'a> Binder<'a> {
                 Ok(Value::List(out))
             }
             Value::Dict(entries) => {
-                self.charge(entries.len())?;
+                self.nodes.charge(entries.len())?;
                 let mut out = Vec::with_capacity(entries.len());
                 for (key, item) in entries {
                     self.path.push(Segment::Key(key));

@@ -9,7 +9,7 @@ use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, ComponentExportIndex, Val};
 
 use super::plan::{CallPlan, ErrorKind, LiftError, lift};
-use crate::budget::Budget;
+use crate::budget::{Budget, Nodes};
 use crate::source::sanitize_message;
 
 /// Where and how to call one capability's export.
@@ -84,7 +84,7 @@ pub(crate) fn output(
             return Err(OutputError::Failed(None));
         }
     };
-    let mut nodes = max_nodes;
+    let mut nodes = Nodes::new(max_nodes);
     lift(&plan.output, record, max_depth, &mut nodes).map_err(|error| match error {
         LiftError::Failed => OutputError::Failed(None),
         LiftError::TooDeep => OutputError::Exhausted(Budget::ValueDepth),

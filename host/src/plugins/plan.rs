@@ -9,6 +9,7 @@
 use codemode_value::Value;
 use wasmtime::component::Val;
 
+use crate::budget::{Nodes, OutOfNodes};
 use crate::catalog::{FloatKind, IntKind};
 
 /// How one WIT type crosses the boundary.
@@ -237,7 +238,7 @@ pub(crate) fn lift(
     plan: &Plan,
     val: Val,
     depth: usize,
-    nodes: &mut usize,
+    nodes: &mut Nodes,
 ) -> Result<Value, LiftError> {
     if let Plan::Option(inner) = plan {
         return match val {
@@ -249,7 +250,7 @@ pub(crate) fn lift(
     if depth == 0 {
         return Err(LiftError::TooDeep);
     }
-    charge(nodes, 1)?;
+    nodes.charge(1)?;
     Ok(match (plan, val) {
         (Plan::Bool, Val::Bool(b)) => Value::Bool(b),
         (Plan::Int(IntKind::S8), Val::S8(i)) => Value::Int(i.into()),
@@ -267,11 +268,11 @@ pub(crate) fn lift(
         (Plan::Char, Val::Char(c)) => Value::Str(c.to_string()),
         (Plan::Str, Val::String(s)) | (Plan::Enum, Val::Enum(s)) => Value::Str(s),
         (Plan::Flags, Val::Flags(flags)) => {
-            charge(nodes, flags.len())?;
+            nodes.charge(flags.len())?;
             Value::List(flags.into_iter().map(Value::Str).collect())
         }
         (Plan::List(elem), Val::List(items)) => {
-            charge(nodes, items.len())?;
+            nodes.charge(items.len())?;
             let mut out = Vec::with_capacity(items.len());
             for item in items {
                 out.push(lift(elem, item, depth - 1, nodes)?);
@@ -279,7 +280,7 @@ pub(crate) fn lift(
             Value::List(out)
         }
         (Plan::PairList(elem), Val::List(items)) => {
-            charge(nodes, items.len())?;
+            nodes.charge(items.len())?;
             let mut entries = Vec::with_capacity(items.len());
             for item in items {
                 let Val::Tuple(mut pair) = item else {
@@ -295,7 +296,7 @@ pub(crate) fn lift(
             Value::Dict(sorted_last_wins(entries))
         }
         (Plan::Map(elem), Val::Map(pairs)) => {
-            charge(nodes, pairs.len())?;
+            nodes.charge(pairs.len())?;
             let mut entries = Vec::with_capacity(pairs.len());
             for (key, value) in pairs {
                 let Val::String(key) = key else {
@@ -309,7 +310,7 @@ pub(crate) fn lift(
             if values.len() != fields.len() {
                 return Err(LiftError::Failed);
             }
-            charge(nodes, values.len())?;
+            nodes.charge(values.len())?;
             let mut entries = Vec::with_capacity(values.len());
             for (field, (wit_name, value)) in fields.iter().zip(values) {
                 // The value's own copy of the name serves when the names agree (a
@@ -342,9 +343,10 @@ pub(crate) fn lift(
     })
 }
 
-fn charge(nodes: &mut usize, count: usize) -> Result<(), LiftError> {
-    *nodes = nodes.checked_sub(count).ok_or(LiftError::TooBig)?;
-    Ok(())
+impl From<OutOfNodes> for LiftError {
+    fn from(OutOfNodes: OutOfNodes) -> Self {
+        LiftError::TooBig
+    }
 }
 
 /// Dict entries in key order; of duplicate keys the last one wins (a WIT map or a
@@ -402,7 +404,7 @@ mod tests {
                 ),
             ])
         );
-        let mut nodes = 100;
+        let mut nodes = Nodes::new(100);
         let value = lift(&record(), val, 8, &mut nodes).expect("lifted");
         assert_eq!(
             value,
@@ -418,12 +420,12 @@ mod tests {
             ])
         );
         // The record and its 2 fields, the u8, the pair list and its 2 entries, 2 floats.
-        assert_eq!(nodes, 100 - 9);
+        assert_eq!(nodes.left(), 100 - 9);
     }
 
     #[test]
     fn values_a_program_cannot_hold_fail_the_capability() {
-        let mut nodes = 10;
+        let mut nodes = Nodes::new(10);
         assert_eq!(
             lift(&Plan::Int(IntKind::U64), Val::U64(u64::MAX), 4, &mut nodes),
             Err(LiftError::Failed)
@@ -445,7 +447,7 @@ mod tests {
             lift(&Plan::Str, Val::String("x".into()), 0, &mut nodes),
             Err(LiftError::TooDeep)
         );
-        let mut none = 0;
+        let mut none = Nodes::new(0);
         assert_eq!(
             lift(&Plan::Str, Val::String("x".into()), 4, &mut none),
             Err(LiftError::TooBig)

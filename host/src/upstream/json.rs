@@ -4,7 +4,7 @@
 use codemode_value::Value;
 use serde_json::{Map, Value as Json};
 
-use crate::budget::Budget;
+use crate::budget::{Budget, Nodes, OutOfNodes};
 use crate::catalog::{Field, Shape};
 
 /// The `arguments` object of a tools/call: one member per parameter, in order, an
@@ -84,7 +84,7 @@ pub(crate) fn result(
     max_depth: usize,
     max_nodes: usize,
 ) -> Result<Value, Budget> {
-    let mut nodes = max_nodes;
+    let mut nodes = Nodes::new(max_nodes);
     let mut entries = Vec::with_capacity(structured.len().max(output.len()));
     for (key, value) in structured {
         entries.push((key, from_json(value, max_depth, 2, &mut nodes)?));
@@ -94,15 +94,16 @@ pub(crate) fn result(
             entries.push((field.name.clone(), Value::None));
         }
     }
-    charge(&mut nodes, 1)?;
+    nodes.charge(1).map_err(|OutOfNodes| Budget::ValueBytes)?;
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(Value::Dict(entries))
 }
 
 /// The result of a tool without structured output: `{"text": ...}`.
 pub(crate) fn text_result(text: String, max_nodes: usize) -> Result<Value, Budget> {
-    let mut nodes = max_nodes;
-    charge(&mut nodes, 2)?;
+    Nodes::new(max_nodes)
+        .charge(2)
+        .map_err(|OutOfNodes| Budget::ValueBytes)?;
     Ok(Value::Dict(vec![("text".to_owned(), Value::Str(text))]))
 }
 
@@ -112,12 +113,12 @@ fn from_json(
     json: Json,
     max_depth: usize,
     depth: usize,
-    nodes: &mut usize,
+    nodes: &mut Nodes,
 ) -> Result<Value, Budget> {
     if depth > max_depth {
         return Err(Budget::ValueDepth);
     }
-    charge(nodes, 1)?;
+    nodes.charge(1).map_err(|OutOfNodes| Budget::ValueBytes)?;
     Ok(match json {
         Json::Null => Value::None,
         Json::Bool(b) => Value::Bool(b),
@@ -141,11 +142,6 @@ fn from_json(
             Value::Dict(entries)
         }
     })
-}
-
-fn charge(nodes: &mut usize, count: usize) -> Result<(), Budget> {
-    *nodes = nodes.checked_sub(count).ok_or(Budget::ValueBytes)?;
-    Ok(())
 }
 
 #[cfg(test)]
