@@ -692,20 +692,17 @@ pub(crate) fn library_service(
 ) -> std::sync::Arc<codemode_host::Service> {
     use codemode_host::Limits;
     let config = codemode_host::ServiceConfig {
-        loading: codemode_host::LoadLimits::default(),
         plugins_dir: dir,
-        disabled: Vec::new(),
         limits: Limits {
             max_concurrent_executions: slots,
             max_execution_time: time,
             ..Limits::default()
         },
         cache_dir: Some(cache_dir().into()),
-        authorizer: std::sync::Arc::new(codemode_host::authz::AllowAll),
-        audit: None,
-        upstreams: Vec::new(),
-        require_all_plugins: false,
-        plugins_optional: false,
+        ..codemode_host::ServiceConfig::new(
+            PathBuf::new(),
+            std::sync::Arc::new(codemode_host::authz::AllowAll),
+        )
     };
     std::sync::Arc::new(codemode_host::Service::load(&config).expect("load the service"))
 }

@@ -6,7 +6,8 @@
 
 /// One budget of an execution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Budget {
+#[non_exhaustive]
+pub enum Budget {
     /// Bytes of program source.
     SourceBytes,
     /// Starlark ticks.
@@ -83,7 +84,7 @@ pub(crate) const STACK_LIMIT: &str = "interpreter stack";
 impl Budget {
     /// The flag that sets this budget, as operators write it (a sidecar setting for
     /// a plugin's own caps).
-    pub(crate) fn flag(self) -> &'static str {
+    pub fn flag(self) -> &'static str {
         match self {
             Budget::SourceBytes => "--max-source-bytes",
             Budget::ExecutionSteps => "--max-execution-steps",

@@ -44,7 +44,7 @@ mod plugins;
 mod precompile;
 mod registry;
 mod service;
-mod source;
+pub mod source;
 pub mod units;
 mod upstream;
 mod wait;

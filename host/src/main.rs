@@ -233,6 +233,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         require_all_plugins: cli.require_all_plugins,
         // A gateway of upstreams needs no plugins folder unless one was named.
         plugins_optional: !cli.plugins_given && !cli.upstreams.is_empty(),
+        providers: Vec::new(),
     };
     // Orphaned grandchildren of upstream children become ours, not init's, so that
     // none outlives the server (ended below).

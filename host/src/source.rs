@@ -1,8 +1,10 @@
 //! The capability-source port: what the executor needs from whatever serves
-//! capabilities — WebAssembly plugins today, upstream MCP servers next.
+//! capabilities (WebAssembly plugins, upstream MCP servers, or a source of a
+//! library user's own, given to [`ServiceConfig::providers`](crate::ServiceConfig::providers)).
 //!
 //! A source offers capabilities (validated [`Capability`]s: names, IDs, texts,
-//! shapes, each one `Arc` that the catalog and the routes share) and opens a [`Session`] per execution that uses it. A session's
+//! shapes, each one `Arc` that the catalog and the routes share) and opens a
+//! [`Session`] per execution that uses it. A session's
 //! [`Session::call`] takes arguments already bound against the capability's shapes
 //! and a [`CallBudget`], and is asynchronous: the executor races it against the
 //! execution's deadline and cancellation and drops it when it loses, so a source
@@ -10,8 +12,13 @@
 //! an execution past its budget. Nothing here knows wasmtime, MCP or the executor.
 //!
 //! Sources come from a [`Provider`] (the plugins folder, one upstream MCP server),
-//! which the registry starts, refreshes and stops, and which offers its sources
-//! through a [`Publisher`] whenever they change.
+//! which the registry starts and stops, and which offers its sources through a
+//! [`Publisher`] whenever they change. Whatever a source does, the executor binds,
+//! authorizes, audits and budgets its calls as every other's.
+//!
+//! The types a source deals in are re-exported here: [`Capability`] (made with
+//! [`validate_spec`] from a [`CapabilitySpec`]), the [`Shape`]s of its fields, the
+//! [`Value`]s of its arguments and results, the [`Budget`] that ran out.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -19,16 +26,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use crate::catalog::SpecError;
+pub use crate::budget::Budget;
+pub use crate::catalog::{
+    Capability, CapabilityId, CapabilitySpec, DottedName, Field, FloatKind, IntKind, Shape,
+    SpecError, validate_spec,
+};
+pub use crate::wait::Cancel;
+pub use codemode_value::Value;
 
-use codemode_value::Value;
-
-use crate::budget::Budget;
-use crate::catalog::{Capability, is_printable};
-use crate::wait::Cancel;
+use crate::catalog::is_printable;
 
 /// A set of capabilities served from one place (one plugin file, one upstream).
-pub(crate) trait CapabilitySource: Send + Sync {
+pub trait CapabilitySource: Send + Sync {
     /// The name messages about this source use (a plugin's file name).
     fn label(&self) -> &str;
 
@@ -48,7 +57,7 @@ pub(crate) trait CapabilitySource: Send + Sync {
 /// changes or the operator reloads, an upstream when its tools change or its
 /// child restarts) and offers each new set of sources through the [`Publisher`]
 /// it got.
-pub(crate) trait Provider: Send + Sync + 'static {
+pub trait Provider: Send + Sync + 'static {
     /// Its name in logs (`plugins folder`, `upstream git`).
     fn name(&self) -> &str;
 
@@ -59,8 +68,8 @@ pub(crate) trait Provider: Send + Sync + 'static {
 
     /// Starts it, without blocking: the registry starts every provider before it
     /// waits for any. It must offer its first sources through `publisher` (none,
-    /// if it has none yet) within a bounded time, from a thread or task it starts:
-    /// the catalog is first built when every provider has.
+    /// if it has none yet) within a bounded time, from here or from a thread or
+    /// task it starts: the catalog is first built when every provider has.
     fn start(self: Arc<Self>, publisher: Publisher);
 
     /// Hears what became of its sources in a catalog now serving: after its own
@@ -82,7 +91,7 @@ pub(crate) const UPSTREAM_ID_PREFIX: &str = "mcp:";
 
 /// Capability names and IDs a provider keeps for its own sources.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Reserved {
+pub struct Reserved {
     /// Roots of capability names (`git` of `git.git_log`): an upstream's name.
     pub roots: Vec<String>,
     /// Prefixes of stable IDs (`mcp:git/`).
@@ -91,7 +100,7 @@ pub(crate) struct Reserved {
 
 /// What a provider offers at one moment.
 #[derive(Clone, Default)]
-pub(crate) struct Offer {
+pub struct Offer {
     /// Its sources serving now, in its own order.
     pub sources: Vec<Arc<dyn CapabilitySource>>,
     /// What it could not serve (plugin files that failed to load), by name.
@@ -113,7 +122,7 @@ pub struct Skipped {
 
 /// What the registry did with an offer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Accepted {
+pub enum Accepted {
     /// Kept for the first catalog, which waits for every provider's first offer.
     Held,
     /// A new catalog serves.
@@ -124,7 +133,7 @@ pub(crate) enum Accepted {
 
 /// What became of one provider's sources in a catalog.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Assembly {
+pub struct Assembly {
     /// Of its sources, how many serve.
     pub serving: usize,
     /// Of its sources, those refused (a claim lost, or they do not fit the
@@ -137,7 +146,7 @@ pub(crate) struct Assembly {
 /// Where one provider offers its sources: each offer replaces its previous one and
 /// rebuilds the catalog.
 #[derive(Clone)]
-pub(crate) struct Publisher(Arc<dyn Fn(Offer) -> Result<Accepted, SpecError> + Send + Sync>);
+pub struct Publisher(Arc<dyn Fn(Offer) -> Result<Accepted, SpecError> + Send + Sync>);
 
 impl Publisher {
     /// A publisher that hands each offer to `accept`.
@@ -152,13 +161,13 @@ impl Publisher {
     /// # Errors
     ///
     /// When the catalog cannot be rebuilt (the last one keeps serving).
-    pub(crate) fn offer(&self, offer: Offer) -> Result<Accepted, SpecError> {
+    pub fn offer(&self, offer: Offer) -> Result<Accepted, SpecError> {
         (self.0)(offer)
     }
 }
 
 /// One execution's use of one source.
-pub(crate) trait Session: Send {
+pub trait Session: Send {
     /// Calls capability `index` of the source with `arguments` (one per parameter,
     /// as binding returned them), within `budget`. The returned future may be
     /// dropped at any await point (the deadline passed, the request was cancelled);
@@ -167,12 +176,12 @@ pub(crate) trait Session: Send {
 }
 
 /// The future of one call.
-pub(crate) type CallFuture<'a> = Pin<Box<dyn Future<Output = CallOutcome> + Send + 'a>>;
+pub type CallFuture<'a> = Pin<Box<dyn Future<Output = CallOutcome> + Send + 'a>>;
 
 /// What one call may spend: the execution's deadline and cancellation, the room
 /// its result has, and the execution's [`Meter`].
 #[derive(Debug, Clone)]
-pub(crate) struct CallBudget {
+pub struct CallBudget {
     /// When the execution's time budget runs out.
     pub deadline: Instant,
     /// The request's cancellation.
@@ -190,7 +199,7 @@ pub(crate) struct CallBudget {
 /// interpreter spends too) sizes the call by [`Meter::remaining`] and charges what
 /// it spent; a source that does not (an upstream, bounded by time) leaves it alone.
 #[derive(Debug, Clone)]
-pub(crate) struct Meter(Arc<AtomicU64>);
+pub struct Meter(Arc<AtomicU64>);
 
 impl Meter {
     /// An allowance of `remaining` units.
@@ -199,12 +208,12 @@ impl Meter {
     }
 
     /// The units left.
-    pub(crate) fn remaining(&self) -> u64 {
+    pub fn remaining(&self) -> u64 {
         self.0.load(Ordering::Acquire)
     }
 
     /// Takes `spent` units (all that is left, if more).
-    pub(crate) fn charge(&self, spent: u64) {
+    pub fn charge(&self, spent: u64) {
         let _ = self
             .0
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
@@ -214,11 +223,11 @@ impl Meter {
 }
 
 /// How one call ended: the result record as a dict, or why there is none.
-pub(crate) type CallOutcome = Result<Value, CallFailure>;
+pub type CallOutcome = Result<Value, CallFailure>;
 
 /// Why a call has no result.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum CallFailure {
+pub enum CallFailure {
     /// The capability failed, with a message a model may see if there is one.
     Failed(Option<String>),
     /// A budget of the execution ran out during the call.
@@ -236,7 +245,7 @@ pub const MAX_FAILURE_MESSAGE_BYTES: usize = 256;
 /// from: non-printable characters become spaces; longer than
 /// [`MAX_FAILURE_MESSAGE_BYTES`] it is cut on a character boundary and ends in `...`;
 /// empty means no detail.
-pub(crate) fn sanitize_message(message: &str) -> Option<String> {
+pub fn sanitize_message(message: &str) -> Option<String> {
     let clean: String = message
         .chars()
         .map(|c| if is_printable(c) { c } else { ' ' })

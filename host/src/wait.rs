@@ -49,7 +49,7 @@ pub(crate) enum Abandoned {
 /// A cancellation flag that a waiting [`until`] notices at once (and code in a
 /// sandbox at its next epoch tick, by reading [`Cancel::is_cancelled`]).
 #[derive(Debug, Default)]
-pub(crate) struct Cancel {
+pub struct Cancel {
     flag: AtomicBool,
     notify: Notify,
 }
@@ -61,8 +61,8 @@ impl Cancel {
         self.notify.notify_waiters();
     }
 
-    /// Whether [`Cancel::cancel`] was called.
-    pub(crate) fn is_cancelled(&self) -> bool {
+    /// Whether the request was cancelled.
+    pub fn is_cancelled(&self) -> bool {
         self.flag.load(Ordering::Relaxed)
     }
 

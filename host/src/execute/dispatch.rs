@@ -20,7 +20,7 @@ use crate::authz::{AuthorizationInput, AuthzError};
 use crate::budget::Budget;
 use crate::catalog::{self, BindError};
 use crate::error::ToolError;
-use crate::source::{CallBudget, CallFailure, Meter};
+use crate::source::{CallBudget, CallFailure, Meter, sanitize_message};
 use crate::wait::{self, Abandoned};
 
 /// Bytes reserved for a capability's encoded result: most results fit, so the buffer
@@ -327,7 +327,11 @@ fn invoke(
     let state = store.data_mut();
     let value = match outcome {
         Ok(value) => value,
-        Err(CallFailure::Failed(detail)) => return Err(ToolError::CapabilityFailed(detail)),
+        // Sanitized again here: a source of a library user's own may not have.
+        Err(CallFailure::Failed(detail)) => {
+            let detail = detail.and_then(|detail| sanitize_message(&detail));
+            return Err(ToolError::CapabilityFailed(detail));
+        }
         Err(CallFailure::Exhausted(Budget::ValueBytes)) => {
             let budget = state.ledger.result_budget();
             return Err(state.ledger.exhaust(budget));

@@ -100,6 +100,7 @@ impl Service {
         providers.extend(config.upstreams.iter().map(|upstream| {
             Arc::new(UpstreamProvider::new(upstream.clone(), metrics.clone())) as Arc<dyn Provider>
         }));
+        providers.extend(config.providers.iter().cloned());
         let registry = Registry::start(providers, config.disabled.clone(), metrics.clone())
             .map_err(StartError::Catalog);
         // A start that fails ends the upstreams it started, children included.

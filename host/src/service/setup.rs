@@ -8,7 +8,7 @@ use crate::authz::Authorizer;
 use crate::catalog::SpecError;
 use crate::execute::{LimitError, Limits, RunnerError};
 use crate::plugins::LoadLimits;
-use crate::source::Skipped;
+use crate::source::{Provider, Skipped};
 use crate::upstream::UpstreamConfig;
 
 /// What the service is built from.
@@ -16,7 +16,7 @@ use crate::upstream::UpstreamConfig;
 /// There is no default: who decides on native calls must be said
 /// ([`ServiceConfig::new`]); allowing every call is a choice
 /// ([`crate::authz::AllowAll`]), never what an omission means.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ServiceConfig {
     /// Who decides on native calls.
     pub authorizer: Arc<dyn Authorizer>,
@@ -43,6 +43,29 @@ pub struct ServiceConfig {
     /// Whether a missing plugins folder means no plugins (a gateway of upstreams
     /// only) instead of a start error.
     pub plugins_optional: bool,
+    /// More capability sources, of the library user's own, after the plugins
+    /// folder and the upstreams: their capabilities are searched, described,
+    /// authorized, audited and budgeted as every other's.
+    pub providers: Vec<Arc<dyn Provider>>,
+}
+
+impl std::fmt::Debug for ServiceConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let providers: Vec<&str> = self.providers.iter().map(|p| p.name()).collect();
+        f.debug_struct("ServiceConfig")
+            .field("authorizer", &self.authorizer)
+            .field("audit", &self.audit)
+            .field("plugins_dir", &self.plugins_dir)
+            .field("disabled", &self.disabled)
+            .field("limits", &self.limits)
+            .field("loading", &self.loading)
+            .field("cache_dir", &self.cache_dir)
+            .field("upstreams", &self.upstreams)
+            .field("require_all_plugins", &self.require_all_plugins)
+            .field("plugins_optional", &self.plugins_optional)
+            .field("providers", &providers)
+            .finish()
+    }
 }
 
 impl ServiceConfig {
@@ -61,6 +84,7 @@ impl ServiceConfig {
             upstreams: Vec::new(),
             require_all_plugins: false,
             plugins_optional: false,
+            providers: Vec::new(),
         }
     }
 }
