@@ -66,10 +66,12 @@ pub trait Provider: Send + Sync + 'static {
         Reserved::default()
     }
 
-    /// Starts it, without blocking: the registry starts every provider before it
-    /// waits for any. It must offer its first sources through `publisher` (none,
-    /// if it has none yet) within a bounded time, from here or from a thread or
-    /// task it starts: the catalog is first built when every provider has.
+    /// Starts it. It must offer its first sources through `publisher` (none, if
+    /// it has none yet) within a bounded time, from here or from a thread or task
+    /// it starts: the catalog is first built when every provider has. The
+    /// registry starts providers last first, so that one working on the calling
+    /// thread (the plugins folder, first in the catalog) runs while the others'
+    /// background work (an upstream's connection) is under way.
     fn start(self: Arc<Self>, publisher: Publisher);
 
     /// Hears what became of its sources in a catalog now serving: after its own

@@ -124,7 +124,8 @@ impl Registry {
             metrics,
             providers,
         });
-        for (index, provider) in inner.providers.iter().enumerate() {
+        // Last first: see `Provider::start`.
+        for (index, provider) in inner.providers.iter().enumerate().rev() {
             provider.clone().start(publisher(&inner, index));
         }
         let deadline = started + FIRST_OFFER_TIMEOUT;
