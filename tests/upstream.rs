@@ -174,13 +174,16 @@ fn the_allow_list_and_disable_remove_upstream_tools() {
 fn a_misbehaving_upstream_stays_contained() {
     let dir = root().join("target/e2e-upstream/double");
     let log = dir.join("double.log");
+    let hold = dir.join("double.hold");
+    let _ = std::fs::remove_file(&hold);
     let double = root().join("tests/upstreams/double.py");
     let upstream = |name: &str, timeout: &str| {
         format!(
-            "[[upstream]]\nname = {name:?}\ncommand = [{:?}, {:?}]\nenv = {{ DOUBLE_LOG = {:?} }}\ntimeout = {timeout:?}\n",
+            "[[upstream]]\nname = {name:?}\ncommand = [{:?}, {:?}]\nenv = {{ DOUBLE_LOG = {:?}, DOUBLE_HOLD = {:?} }}\ntimeout = {timeout:?}\n",
             python().display().to_string(),
             double.display().to_string(),
             log.display().to_string(),
+            hold.display().to_string(),
         )
     };
     let path = config(
@@ -216,6 +219,14 @@ fn a_misbehaving_upstream_stays_contained() {
             main_returning("double.extra()"),
             main_returning("quick.huge()"),
             main_returning("quick.wait(seconds=0)"),
+            // Down for its next two starts (1 s, then 2 s of backoff): its names
+            // stay, its calls fail at once.
+            main_returning("double.crash_and_stay_down(starts=2)"),
+            call("describe_api", json!({"name": "double.env"})),
+            main_returning("double.env(name=\"PATH\")"),
+            until(main_returning(
+                "double.env(name=\"PATH\")[\"result\"] != \"<unset>\""
+            )),
         ]),
     );
 
@@ -268,12 +279,28 @@ fn a_misbehaving_upstream_stays_contained() {
     // session goes on.
     assert_eq!(err(&results[13]), "capability failed: quick.huge timed out");
     assert_eq!(ok(&results[14])["result"], json!({"result": "done"}));
+    assert_eq!(
+        err(&results[15]),
+        "capability failed: upstream double is unavailable"
+    );
+    assert_eq!(
+        ok(&results[16])["signature"],
+        "double.env(*, name: str)",
+        "a restarting upstream keeps its names"
+    );
+    assert_eq!(
+        err(&results[17]),
+        "capability failed: upstream double is unavailable",
+        "a call while it is down fails as unavailable, never as an unknown name"
+    );
+    assert_eq!(ok(&results[18])["result"], json!(true), "and it is back");
     let log_text = std::fs::read_to_string(&log).unwrap_or_default();
     assert_eq!(
         log_text.matches("started ").count(),
-        3,
-        "double, quick, and double once more: {log_text}"
+        4,
+        "double, quick, double once more, and after two held starts: {log_text}"
     );
+    assert_eq!(log_text.matches("held").count(), 2, "{log_text}");
     // Both abandoned waits were cancelled upstream, not left running.
     wait_until(
         "the upstreams to log both cancellations",

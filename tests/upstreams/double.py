@@ -4,7 +4,9 @@ Run by codemode-host as a `[[upstream]]` child over stdio. Its tools report what
 child sees (its environment), wait (to be cancelled at a deadline: a cancellation is
 written to the file named by DOUBLE_LOG, one line per cancelled call), fail with
 `isError`, end the process in the middle of a call, or add a tool while serving.
-Each start writes `started PID` to that file.
+Each start writes `started PID` to that file. `crash_and_stay_down` also makes the
+next starts fail at once (counted in the file named by DOUBLE_HOLD), so the server
+sees the upstream down for a while.
 """
 
 import asyncio
@@ -59,6 +61,29 @@ def crash() -> str:
     os._exit(3)
 
 
+@server.tool()
+def crash_and_stay_down(starts: int) -> str:
+    """Ends the server in the middle of the call; its next `starts` starts fail."""
+    with open(os.environ["DOUBLE_HOLD"], "w") as f:
+        f.write(str(starts))
+    log("crash")
+    os._exit(3)
+
+
+def held():
+    """Whether this start must fail (DOUBLE_HOLD counts the starts left to fail)."""
+    path = os.environ.get("DOUBLE_HOLD")
+    if not path or not os.path.exists(path):
+        return False
+    with open(path) as f:
+        left = int(f.read() or "0")
+    if left <= 0:
+        return False
+    with open(path, "w") as f:
+        f.write(str(left - 1))
+    return True
+
+
 def extra() -> str:
     """A tool added while serving."""
     return "extra"
@@ -79,5 +104,8 @@ def list_files(pattern: str, limit: int | None = None, kind: str = "file") -> st
 
 
 if __name__ == "__main__":
+    if held():
+        log("held")
+        os._exit(1)
     log(f"started {os.getpid()}")
     server.run()

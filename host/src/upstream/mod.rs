@@ -185,6 +185,9 @@ struct Link {
     stop: std::sync::Mutex<Option<RunningServiceCancellationToken>>,
     /// The child's process group (none over HTTP).
     group: Option<Group>,
+    /// Set when the session ended: the names of this upstream keep serving while
+    /// it restarts, and a call of one fails at once as unavailable.
+    ended: std::sync::atomic::AtomicBool,
 }
 
 /// A child's process group, killed (SIGKILL) when this is dropped: when its
@@ -294,11 +297,16 @@ impl Upstream {
         let link = Arc::new(Link {
             stop: std::sync::Mutex::new(Some(client.cancellation_token())),
             group,
+            ended: std::sync::atomic::AtomicBool::new(false),
         });
         // The session runs until the child goes away or the link closes it.
         let (ended, closed) = oneshot::channel();
+        let watched = Arc::downgrade(&link);
         tokio::spawn(async move {
             let _ = client.waiting().await;
+            if let Some(link) = watched.upgrade() {
+                link.ended.store(true, std::sync::atomic::Ordering::Release);
+            }
             let _ = ended.send(());
         });
         let listed = list_tools(&peer).await?;
@@ -369,6 +377,11 @@ impl Upstream {
             tracing::error!(upstream = %self.name, index, "a call names a tool that is not there");
             return outcome(Err(CallFailure::Internal));
         };
+        if self.link.ended.load(std::sync::atomic::Ordering::Acquire) {
+            // Restarting: its names still serve, the call fails now.
+            let detail = unavailable_detail(&self.name);
+            return outcome(Err(CallFailure::Failed(Some(detail))));
+        }
         let mut params = CallToolRequestParams::new(tool.tool.clone());
         params.arguments = Some(json::arguments(&tool.capability.params, bound));
         // Dropping this future (the execution's deadline, a cancelled request, the

@@ -1,8 +1,9 @@
 //! One upstream MCP server as a capability-source provider: started, it connects
 //! in the background and its supervisor ([`super::supervise`]) offers each new
-//! version of it (none while it is down); stopped, it closes the session and ends
-//! the child.
+//! version of it (while it restarts, the last one keeps its names); stopped, it
+//! closes the session and ends the child.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -55,12 +56,23 @@ impl Provider for UpstreamProvider {
         }
     }
 
+    /// Connects in the background; each version the supervisor publishes is
+    /// offered. When a session ends, its names keep serving (nothing is offered):
+    /// calls of them fail at once as unavailable until it is back, so an agent
+    /// never takes a restart for a name it got wrong. Only a new list (after the
+    /// restart, or a relist) changes its names.
     fn start(self: Arc<Self>, publisher: Publisher) {
         let name = self.config.name.clone();
         let metrics = self.metrics.clone();
         self.metrics.upstream(&name, false);
+        // Whether a version of it was offered: a session's end then keeps it.
+        let offered = Arc::new(AtomicBool::new(false));
         let offer = move |upstream: Option<Arc<Upstream>>| {
             metrics.upstream(&name, upstream.is_some());
+            if upstream.is_none() && offered.load(Ordering::Acquire) {
+                return true;
+            }
+            offered.store(upstream.is_some(), Ordering::Release);
             let sources = upstream
                 .into_iter()
                 .map(|upstream| upstream as Arc<dyn CapabilitySource>)
