@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::stdio::{call, err, ok};
 use crate::support::{
     HttpServer, drive, drive_in, drive_with_env, example_plugins, install_venv, python,
-    raw_request, root, wait_for_audit, wait_until,
+    raw_request, root, startup_log, wait_for_audit, wait_until,
 };
 
 /// The third-party upstream servers, pinned.
@@ -709,5 +709,45 @@ fn a_gateway_of_upstreams_alone_needs_no_plugins_folder() {
     assert!(
         stderr.contains("plugins folder `mine`: No such file or directory (os error 2)"),
         "{stderr}"
+    );
+}
+
+#[test]
+fn disabling_an_upstream_id_is_checked_against_the_configured_upstreams() {
+    // An upstream that cannot start: its IDs may be disabled all the same.
+    let down = config(
+        "disable-down",
+        &format!(
+            "plugins = {:?}\n\n[[upstream]]\nname = \"gone\"\ncommand = [\"/nonexistent/gone\"]\n",
+            example_plugins().display().to_string(),
+        ),
+    );
+    let down = down.to_str().expect("utf-8");
+    let (log, code) = startup_log(&["--config", down, "--disable", "mcp:gone/anything"]);
+    let log = log.join("\n");
+    assert!(log.contains("catalog ready"), "{log}");
+    assert_eq!(code, Some(0), "{log}");
+
+    // An ID of an upstream nobody configured names nothing, whatever serves.
+    let (log, code) = startup_log(&["--config", down, "--disable", "mcp:nope/x"]);
+    let log = log.join("\n");
+    assert_eq!(code, Some(1), "{log}");
+    assert!(
+        log.contains("unknown disabled capability ID \"mcp:nope/x\""),
+        "{log}"
+    );
+
+    // A configured upstream without that tool: a WARN when it lists its tools.
+    let time = time_config("disable-unknown-tool", "");
+    let (log, _) = startup_log(&[
+        "--config",
+        time.to_str().expect("utf-8"),
+        "--disable",
+        "mcp:time/no_such_tool",
+    ]);
+    let log = log.join("\n");
+    assert!(
+        log.contains("WARN codemode_host::registry: a disabled capability ID names none of its tools provider=upstream time id=mcp:time/no_such_tool"),
+        "{log}"
     );
 }

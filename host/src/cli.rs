@@ -80,7 +80,9 @@ pub struct Cli {
     ///
     /// The capability disappears from search_api, describe_api and execute. An ID
     /// that names no loaded capability stops startup with an error (fail closed), so
-    /// a typo cannot leave a capability enabled.
+    /// a typo cannot leave a capability enabled. An upstream tool's ID
+    /// (mcp:<upstream>/<tool>) needs its upstream configured, not up: a tool it
+    /// does not list is a WARN when it first lists its tools.
     #[arg(long = "disable", value_name = "ID")]
     pub disable: Vec<String>,
 

@@ -68,6 +68,42 @@ struct Slot {
     reserved: Reserved,
     /// Its latest offer; `None` until its first.
     offer: Option<Offer>,
+    /// Whether it offered a source yet: the disabled IDs under its reserved
+    /// prefixes are checked against its first list.
+    listed: bool,
+}
+
+impl Slot {
+    /// Warns about each of `disabled` under this slot's reserved ID prefixes that
+    /// none of its sources has, the first time it offers a source.
+    fn warn_disabled(&mut self, disabled: &[String]) {
+        let Some(offer) = self
+            .offer
+            .as_ref()
+            .filter(|offer| !offer.sources.is_empty())
+        else {
+            return;
+        };
+        if std::mem::replace(&mut self.listed, true) {
+            return;
+        }
+        for id in disabled.iter().filter(|id| {
+            self.reserved
+                .id_prefixes
+                .iter()
+                .any(|prefix| id.starts_with(prefix.as_str()))
+        }) {
+            let known = offer.sources.iter().any(|source| {
+                source
+                    .capabilities()
+                    .iter()
+                    .any(|capability| capability.id.as_str() == id.as_str())
+            });
+            if !known {
+                tracing::warn!(provider = %self.name, id = %id, "a disabled capability ID names none of its tools");
+            }
+        }
+    }
 }
 
 /// One set of sources as it serves.
@@ -115,6 +151,7 @@ impl Registry {
                         name: provider.name().to_owned(),
                         reserved: provider.reserved(),
                         offer: None,
+                        listed: false,
                     })
                     .collect(),
                 serving: false,
@@ -155,6 +192,9 @@ impl Registry {
             }
         };
         state.serving = true;
+        for slot in &mut state.slots {
+            slot.warn_disabled(&inner.disabled);
+        }
         inner.snapshot.store(snapshot.clone());
         for (provider, assembly) in inner.providers.iter().zip(&assemblies) {
             provider.served(assembly, true);
@@ -236,6 +276,7 @@ impl Inner {
                 tracing::error!(reason = %error, "the catalog could not be rebuilt; the last one serves");
             })?;
         let capabilities = snapshot.catalog.len();
+        state.slots[index].warn_disabled(&self.disabled);
         self.snapshot.store(Arc::new(snapshot));
         self.metrics.capabilities(capabilities);
         for (p, (provider, assembly)) in self.providers.iter().zip(&assemblies).enumerate() {
@@ -257,8 +298,9 @@ impl Inner {
 /// ([`claims`]) with `incumbents` keeping what they serve, then each source's
 /// capabilities added to the catalog as a group (a source that does not fit is
 /// refused), then the routes of every enabled capability. With `strict`, a
-/// `disabled` ID that names no capability is an error (start); otherwise it is
-/// ignored (later: the source that had it may be gone). Also returns what became
+/// `disabled` ID that names no capability is an error (start), unless it is under
+/// an ID prefix a provider reserves (an upstream's `mcp:<name>/`: it may not be
+/// up yet); otherwise it is ignored (later: the source that had it may be gone). Also returns what became
 /// of each slot's sources.
 fn assemble(
     slots: &[Slot],
@@ -312,8 +354,21 @@ fn assemble(
             }
         }
     }
+    // An ID under a prefix a provider reserves (`mcp:git/`) is that provider's to
+    // list, whether it serves now or not: checked when it lists (`warn_disabled`),
+    // never against whether it is up.
+    let reserved_id = |id: &str| {
+        slots
+            .iter()
+            .flat_map(|slot| &slot.reserved.id_prefixes)
+            .any(|prefix| id.starts_with(prefix.as_str()))
+    };
     let disabled: Vec<String> = if strict {
-        disabled.to_vec()
+        disabled
+            .iter()
+            .filter(|id| builder.has_id(id) || !reserved_id(id))
+            .cloned()
+            .collect()
     } else {
         disabled
             .iter()
@@ -705,6 +760,34 @@ mod tests {
                 format!("`big.t{last}`: {}", SpecError::TooManyCapabilities)
             )]
         );
+    }
+
+    #[test]
+    fn a_disabled_id_of_an_upstream_waits_for_its_list() {
+        let git = provider("upstream git", upstream_reserves("git"), Vec::new());
+        // No upstream `nope`: its ID names nothing, at start already.
+        let error = Registry::start(
+            vec![git.clone()],
+            vec!["mcp:git/log".to_owned(), "mcp:nope/x".to_owned()],
+            Arc::new(Metrics::default()),
+        )
+        .err();
+        assert_eq!(
+            error,
+            Some(SpecError::UnknownDisabled("mcp:nope/x".to_owned()))
+        );
+        // `git` is down at start: its ID is no error, and applies once it lists.
+        let git = provider("upstream git", upstream_reserves("git"), Vec::new());
+        let registry = Registry::start(
+            vec![git.clone()],
+            vec!["mcp:git/log".to_owned()],
+            Arc::new(Metrics::default()),
+        )
+        .unwrap();
+        assert_eq!(names(&registry), Vec::<String>::new());
+        git.offer(vec![source("upstream git", &["!git.log", "!git.status"])])
+            .unwrap();
+        assert_eq!(names(&registry), ["git.status"]);
     }
 
     #[test]
