@@ -750,4 +750,8 @@ fn disabling_an_upstream_id_is_checked_against_the_configured_upstreams() {
         log.contains("WARN codemode_host::registry: a disabled capability ID names none of its tools provider=upstream time id=mcp:time/no_such_tool"),
         "{log}"
     );
+    assert!(
+        log.contains("WARN codemode_host::service: an upstream's timeout is above --max-execution-time, which ends its calls first upstream=time timeout=20s max_execution_time=5s"),
+        "the time config's 20 s timeout against the default 5 s budget: {log}"
+    );
 }

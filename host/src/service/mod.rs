@@ -56,6 +56,12 @@ impl Service {
     /// a `--disable` ID names no capability.
     pub fn load(config: &ServiceConfig) -> Result<Self, StartError> {
         config.limits.validate().map_err(StartError::Limits)?;
+        let max_time = config.limits.max_execution_time;
+        for upstream in &config.upstreams {
+            if let Some(timeout) = upstream.timeout.filter(|timeout| *timeout > max_time) {
+                tracing::warn!(upstream = %upstream.name, timeout = ?timeout, max_execution_time = ?max_time, "an upstream's timeout is above --max-execution-time, which ends its calls first");
+            }
+        }
         // The folder is listed once more here to size the pool (plugins added later
         // fit if there is room; past it, executions fail with a resource limit), and
         // to fail before any upstream's child starts.
