@@ -384,6 +384,13 @@ fn with_log_format_json_every_log_line_is_an_object_and_audit_lines_have_no_leve
             })),
         "{stderr}"
     );
+    // Durations are JSON numbers (milliseconds, to a tenth), not strings.
+    let loaded = logs
+        .iter()
+        .find(|l| l["message"] == json!("plugin loaded"))
+        .unwrap_or_else(|| panic!("a plugin loaded line: {stderr}"));
+    assert!(loaded["load_ms"].is_f64(), "{loaded}");
+    assert_eq!(loaded["capabilities"], json!(4), "{loaded}");
     // The one native call's audit line: JSON too, without a level.
     assert_eq!(audit.len(), 1, "{stderr}");
     assert_eq!(audit[0]["capability"], json!("records.lookup"));

@@ -38,6 +38,12 @@ pub fn format_bytes(bytes: u64) -> String {
     format!("{bytes} bytes")
 }
 
+/// `duration` in milliseconds, to a tenth: how log lines give a duration, as a
+/// number (a JSON log's field is then a JSON number, not a string).
+pub fn millis(duration: Duration) -> f64 {
+    (duration.as_secs_f64() * 1e4).round() / 10.0
+}
+
 /// Parses a duration: a number with `ms`, `s`, `m` or `h` (`5s`, `500ms`, `1.5s`).
 ///
 /// # Errors
@@ -99,6 +105,14 @@ pub fn parse_bytes(text: &str) -> Result<usize, String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn millis_are_to_a_tenth() {
+        assert_eq!(millis(Duration::from_micros(2_849)), 2.8);
+        assert_eq!(millis(Duration::from_micros(2_850)), 2.9);
+        assert_eq!(millis(Duration::from_secs(3)), 3000.0);
+        assert_eq!(millis(Duration::ZERO), 0.0);
+    }
     use super::*;
 
     #[test]

@@ -331,7 +331,7 @@ impl Executor {
                         .failed_call
                         .as_ref()
                         .map_or("-", |call| call.capability.as_str()),
-                    elapsed_ms = format_args!("{:.1}", started.elapsed().as_secs_f64() * 1e3),
+                    elapsed_ms = crate::units::millis(started.elapsed()),
                     "execution failed"
                 );
                 error.fixed_text()

@@ -230,7 +230,7 @@ fn not_loaded_yet(
             outcome = error.fixed_text(),
             limit = execution.stats.limit.unwrap_or("-"),
             capability = "-",
-            elapsed_ms = format_args!("{:.1}", arrived.elapsed().as_secs_f64() * 1e3),
+            elapsed_ms = crate::units::millis(arrived.elapsed()),
             "execution failed before the plugins finished loading"
         );
     }

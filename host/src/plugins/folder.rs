@@ -189,7 +189,7 @@ impl PluginFolder {
                         plugin = %plugin.file,
                         capabilities = plugin.capabilities.len(),
                         cached = plugin.cached,
-                        load_ms = format_args!("{:.1}", plugin.load_time.as_secs_f64() * 1e3),
+                        load_ms = crate::units::millis(plugin.load_time),
                         "plugin loaded"
                     );
                     for (setting, asks, cap) in plugin.grants.above(&self.caps) {

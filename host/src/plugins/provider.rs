@@ -179,7 +179,7 @@ impl PluginsProvider {
                 plugins = reloaded.plugins,
                 capabilities = reloaded.capabilities,
                 failed,
-                reload_ms = format_args!("{:.1}", reloaded.elapsed.as_secs_f64() * 1e3),
+                reload_ms = crate::units::millis(reloaded.elapsed),
                 "catalog reloaded"
             );
         }
