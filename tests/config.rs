@@ -157,6 +157,15 @@ fn a_bad_setting_stops_startup_naming_its_source() {
     assert_eq!(code, Some(2), "{log}");
     assert!(
         log.starts_with(
+            "error: invalid value '5' for CODEMODE_MAX_EXECUTION_TIME (the variable of --max-execution-time): `5` needs a unit: ms, s, m or h (e.g. 5s)"
+        ),
+        "{log}"
+    );
+    // Typed on the command line, the flag is named as ever.
+    let (code, log) = run(&["--max-execution-time", "5"], &[]);
+    assert_eq!(code, Some(2), "{log}");
+    assert!(
+        log.starts_with(
             "error: invalid value '5' for '--max-execution-time <DURATION>': `5` needs a unit: ms, s, m or h (e.g. 5s)"
         ),
         "{log}"

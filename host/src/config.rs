@@ -13,7 +13,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use clap::builder::BoolishValueParser;
-use clap::error::ErrorKind;
+use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Command, CommandFactory, FromArgMatches, ValueHint};
 use codemode_host::files::{FileError, read_text};
@@ -123,7 +123,10 @@ fn read_file(path: &Path, command: &Command, given: &ArgMatches) -> Result<FileS
 
 /// Parses `args` in full, with every check.
 fn finish(command: &mut Command, args: Vec<OsString>) -> Result<Cli, clap::Error> {
-    let matches = command.try_get_matches_from_mut(args)?;
+    let matches = match command.try_get_matches_from_mut(&args) {
+        Ok(matches) => matches,
+        Err(error) => return Err(name_variable(error, &args)),
+    };
     let mut cli = Cli::from_arg_matches(&matches).map_err(|error| error.format(command))?;
     // The file's keys are command-line arguments by now.
     cli.plugins_given = !matches!(
@@ -131,6 +134,43 @@ fn finish(command: &mut Command, args: Vec<OsString>) -> Result<Cli, clap::Error
         None | Some(ValueSource::DefaultValue)
     );
     Ok(cli)
+}
+
+/// `error`, naming the `CODEMODE_<FLAG>` variable when the bad value came from it
+/// (the flag is in none of `args`, which hold the config file's keys too): the
+/// operator never typed the flag.
+fn name_variable(error: clap::Error, args: &[OsString]) -> clap::Error {
+    if !matches!(
+        error.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        return error;
+    }
+    let Some(ContextValue::String(arg)) = error.get(ContextKind::InvalidArg) else {
+        return error;
+    };
+    let flag = arg.split(' ').next().unwrap_or(arg);
+    let Some(long) = flag.strip_prefix("--") else {
+        return error;
+    };
+    let typed = args.iter().any(|given| {
+        let given = given.to_string_lossy();
+        given == flag || given.starts_with(&format!("{flag}="))
+    });
+    let variable = env_name(long);
+    if typed || std::env::var_os(&variable).is_none() {
+        return error;
+    }
+    let rendered = error.render().to_string();
+    let message = rendered
+        .strip_prefix("error: ")
+        .unwrap_or(&rendered)
+        .replacen(
+            &format!("'{arg}'"),
+            &format!("{variable} (the variable of {flag})"),
+            1,
+        );
+    clap::Error::raw(error.kind(), message)
 }
 
 /// The `--key=value` arguments of the config file `text`: one per value of each key
