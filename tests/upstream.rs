@@ -713,7 +713,7 @@ fn a_gateway_of_upstreams_alone_needs_no_plugins_folder() {
 }
 
 #[test]
-fn disabling_an_upstream_id_is_checked_against_the_configured_upstreams() {
+fn disabling_an_upstream_id_needs_it_configured_not_up_and_readyz_names_it_down() {
     // An upstream that cannot start: its IDs may be disabled all the same.
     let down = config(
         "disable-down",
@@ -727,6 +727,14 @@ fn disabling_an_upstream_id_is_checked_against_the_configured_upstreams() {
     let log = log.join("\n");
     assert!(log.contains("catalog ready"), "{log}");
     assert_eq!(code, Some(0), "{log}");
+    // /readyz says which upstreams are down.
+    let server = HttpServer::start(&["--config", down, "--allow-all"]);
+    let readyz = raw_request(server.port, "GET", "/readyz", &[], "");
+    assert_eq!(
+        (readyz.status, readyz.body.as_str()),
+        (200, "ready\nupstreams down:\n  gone\n")
+    );
+    drop(server);
 
     // An ID of an upstream nobody configured names nothing, whatever serves.
     let (log, code) = startup_log(&["--config", down, "--disable", "mcp:nope/x"]);

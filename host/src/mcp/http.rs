@@ -201,8 +201,8 @@ struct Gate {
 }
 
 /// `/readyz`: 503 `loading` until the catalog is in place; then 200 `ready`,
-/// followed by the plugin files left out and why, or 503 when every plugin is
-/// required and one is left out.
+/// followed by the plugin files left out and why and the upstreams down, or 503
+/// when every plugin is required and one is left out.
 async fn ready(State(readiness): State<Readiness>) -> Response {
     let Some(service) = readiness.service() else {
         return (StatusCode::SERVICE_UNAVAILABLE, "loading\n").into_response();
@@ -226,6 +226,14 @@ async fn ready(State(readiness): State<Readiness>) -> Response {
             };
             let reason = without_host_paths(&s.reason.replace('\n', " "));
             body.push_str(&format!("  {}: {reason}{earlier}\n", s.plugin));
+        }
+    }
+    let down = service.upstreams_down();
+    if !down.is_empty() {
+        // Their capabilities (if they ever listed any) fail as unavailable.
+        body.push_str("upstreams down:\n");
+        for name in &down {
+            body.push_str(&format!("  {name}\n"));
         }
     }
     (status, body).into_response()

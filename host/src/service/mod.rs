@@ -38,6 +38,8 @@ pub struct Service {
     registry: Registry,
     /// The plugins folder, also among the registry's providers.
     plugins: Arc<PluginsProvider>,
+    /// The configured upstreams, also among the registry's providers.
+    upstreams: Vec<Arc<UpstreamProvider>>,
     executor: Executor,
     metrics: Arc<Metrics>,
     /// [`ServiceConfig::require_all_plugins`].
@@ -102,10 +104,17 @@ impl Service {
         // The plugins first: their capabilities enter the catalog first, so an
         // upstream's cannot push them past the catalog's limits. All start at once:
         // the upstreams connect while the folder is scanned.
+        let upstreams: Vec<Arc<UpstreamProvider>> = config
+            .upstreams
+            .iter()
+            .map(|upstream| Arc::new(UpstreamProvider::new(upstream.clone(), metrics.clone())))
+            .collect();
         let mut providers: Vec<Arc<dyn Provider>> = vec![plugins.clone()];
-        providers.extend(config.upstreams.iter().map(|upstream| {
-            Arc::new(UpstreamProvider::new(upstream.clone(), metrics.clone())) as Arc<dyn Provider>
-        }));
+        providers.extend(
+            upstreams
+                .iter()
+                .map(|upstream| upstream.clone() as Arc<dyn Provider>),
+        );
         providers.extend(config.providers.iter().cloned());
         let registry = Registry::start(providers, config.disabled.clone(), metrics.clone())
             .map_err(StartError::Catalog);
@@ -153,6 +162,7 @@ impl Service {
         Ok(Self {
             registry,
             plugins,
+            upstreams,
             executor,
             metrics,
             require_all_plugins: config.require_all_plugins,
@@ -192,6 +202,16 @@ impl Service {
     /// listed too ([`Skipped::earlier_serves`]).
     pub fn skipped(&self) -> Vec<Skipped> {
         self.registry.snapshot().skipped().to_vec()
+    }
+
+    /// The configured upstreams without a session now (connecting or restarting),
+    /// by name, in configuration order.
+    pub fn upstreams_down(&self) -> Vec<String> {
+        self.upstreams
+            .iter()
+            .filter(|upstream| !upstream.is_up())
+            .map(|upstream| upstream.upstream().to_owned())
+            .collect()
     }
 
     /// Whether the service is fit to serve: always, unless every plugin is required

@@ -27,6 +27,8 @@ pub(crate) struct UpstreamProvider {
     stop: watch::Sender<bool>,
     /// The supervisor, once started.
     task: Mutex<Option<JoinHandle<()>>>,
+    /// Whether a session of it serves now.
+    up: Arc<AtomicBool>,
 }
 
 impl UpstreamProvider {
@@ -38,7 +40,18 @@ impl UpstreamProvider {
             metrics,
             stop: watch::channel(false).0,
             task: Mutex::new(None),
+            up: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Its name as configured.
+    pub(crate) fn upstream(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Whether a session of it serves now (not while it connects or restarts).
+    pub(crate) fn is_up(&self) -> bool {
+        self.up.load(Ordering::Acquire)
     }
 }
 
@@ -67,8 +80,10 @@ impl Provider for UpstreamProvider {
         self.metrics.upstream(&name, false);
         // Whether a version of it was offered: a session's end then keeps it.
         let offered = Arc::new(AtomicBool::new(false));
+        let up = self.up.clone();
         let offer = move |upstream: Option<Arc<Upstream>>| {
             metrics.upstream(&name, upstream.is_some());
+            up.store(upstream.is_some(), Ordering::Release);
             if upstream.is_none() && offered.load(Ordering::Acquire) {
                 return true;
             }
