@@ -28,8 +28,8 @@ use std::time::Instant;
 
 pub use crate::budget::Budget;
 pub use crate::catalog::{
-    Capability, CapabilityId, CapabilitySpec, DottedName, Field, FloatKind, IntKind, Shape,
-    SpecError, validate_spec,
+    Capability, CapabilityId, CapabilitySpec, DottedName, Field, FloatKind, IntKind, NameError,
+    Shape, SpecError, validate_spec,
 };
 pub use crate::wait::Cancel;
 pub use codemode_value::Value;
@@ -151,8 +151,9 @@ pub struct Assembly {
 pub struct Publisher(Arc<dyn Fn(Offer) -> Result<Accepted, SpecError> + Send + Sync>);
 
 impl Publisher {
-    /// A publisher that hands each offer to `accept`.
-    pub(crate) fn new(
+    /// A publisher that hands each offer to `accept` (the registry's; a test of a
+    /// provider may give its own).
+    pub fn new(
         accept: impl Fn(Offer) -> Result<Accepted, SpecError> + Send + Sync + 'static,
     ) -> Self {
         Self(Arc::new(accept))
@@ -188,7 +189,10 @@ pub struct CallBudget {
     pub deadline: Instant,
     /// The request's cancellation.
     pub cancel: Arc<Cancel>,
-    /// Depth the result may have (the result record is depth 1).
+    /// Depth the result may have (the result record is depth 1). The source
+    /// enforces it (and `max_nodes`) while it builds the result, so that an
+    /// oversized one is refused before it is whole: the executor checks only the
+    /// result's encoded size afterwards.
     pub max_depth: usize,
     /// Nodes the result may have: each value takes one, as binding charges them.
     pub max_nodes: usize,
@@ -205,7 +209,7 @@ pub struct Meter(Arc<AtomicU64>);
 
 impl Meter {
     /// An allowance of `remaining` units.
-    pub(crate) fn new(remaining: u64) -> Self {
+    pub fn new(remaining: u64) -> Self {
         Self(Arc::new(AtomicU64::new(remaining)))
     }
 

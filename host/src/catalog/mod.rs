@@ -60,9 +60,11 @@ pub struct CapabilitySpec {
     pub output: Vec<Field>,
 }
 
-/// A validated capability: made once by its source ([`validate_spec`]) and shared,
-/// as one `Arc`, by the source, the catalog and the routes executions call.
+/// A validated capability: made once by its source ([`validate_spec`], the only
+/// way to make one outside this crate) and shared, as one `Arc`, by the source,
+/// the catalog and the routes executions call.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Capability {
     /// Dotted name agents call.
     pub name: DottedName,

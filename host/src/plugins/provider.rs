@@ -21,9 +21,9 @@ pub(crate) struct PluginsProvider {
     engine: Engine,
     cache: Option<ArtifactCache>,
     metrics: Arc<Metrics>,
-    /// Whether upstreams serve beside the plugins (an empty folder is then no
-    /// cause for a warning).
-    upstreams: bool,
+    /// Whether other sources (upstreams, a library user's) serve beside the
+    /// plugins (an empty folder is then no cause for a warning).
+    others: bool,
     /// Set at start.
     publisher: OnceLock<Publisher>,
     /// Why the first scan could not list the folder.
@@ -62,21 +62,21 @@ pub(crate) enum ReloadError {
 }
 
 impl PluginsProvider {
-    /// The plugins of `folder`, loaded with `engine` through `cache`; `upstreams`
-    /// says whether upstreams serve beside them.
+    /// The plugins of `folder`, loaded with `engine` through `cache`; `others`
+    /// says whether other sources serve beside them.
     pub(crate) fn new(
         folder: PluginFolder,
         engine: Engine,
         cache: Option<ArtifactCache>,
         metrics: Arc<Metrics>,
-        upstreams: bool,
+        others: bool,
     ) -> Self {
         Self {
             folder: Mutex::new(folder),
             engine,
             cache,
             metrics,
-            upstreams,
+            others,
             publisher: OnceLock::new(),
             first_error: Mutex::new(None),
             count_refusals: AtomicBool::new(true),
@@ -252,8 +252,8 @@ impl PluginsProvider {
         let offer = Self::offer(&folder);
         if offer.sources.is_empty() {
             let reason = empty_folder_reason(folder.dir());
-            if self.upstreams {
-                tracing::info!(folder = %folder.dir().display(), reason = %reason, "no plugin loaded; serving the upstreams' capabilities only");
+            if self.others {
+                tracing::info!(folder = %folder.dir().display(), reason = %reason, "no plugin loaded; serving the other sources' capabilities only");
             } else {
                 tracing::warn!(folder = %folder.dir().display(), reason = %reason, "no plugin loaded; serving no capabilities");
             }

@@ -134,10 +134,13 @@ impl Registry {
     /// capability); the providers are stopped then.
     pub(crate) fn start(
         providers: Vec<Arc<dyn Provider>>,
-        disabled: Vec<String>,
+        mut disabled: Vec<String>,
         metrics: Arc<Metrics>,
     ) -> Result<Self, SpecError> {
         let started = Instant::now();
+        // Given twice is given once (and warned about once).
+        disabled.sort();
+        disabled.dedup();
         let inner = Arc::new(Inner {
             snapshot: ArcSwap::from_pointee(Snapshot {
                 catalog: Arc::new(CatalogBuilder::new().build(&[])?),
@@ -165,7 +168,9 @@ impl Registry {
         for (index, provider) in inner.providers.iter().enumerate().rev() {
             provider.clone().start(publisher(&inner, index));
         }
-        let deadline = started + FIRST_OFFER_TIMEOUT;
+        // From the last start: a provider that works in `start` (the plugins
+        // folder, compiling) takes none of the others' time.
+        let deadline = Instant::now() + FIRST_OFFER_TIMEOUT;
         let mut state = inner.lock();
         while state.slots.iter().any(|slot| slot.offer.is_none()) {
             let now = Instant::now();

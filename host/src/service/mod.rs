@@ -99,11 +99,12 @@ impl Service {
             engine.clone(),
             cache.clone(),
             metrics.clone(),
-            !config.upstreams.is_empty(),
+            !config.upstreams.is_empty() || !config.providers.is_empty(),
         ));
         // The plugins first: their capabilities enter the catalog first, so an
-        // upstream's cannot push them past the catalog's limits. All start at once:
-        // the upstreams connect while the folder is scanned.
+        // upstream's cannot push them past the catalog's limits. The registry
+        // starts them last first: the upstreams connect while the folder is
+        // scanned.
         let upstreams: Vec<Arc<UpstreamProvider>> = config
             .upstreams
             .iter()
@@ -141,11 +142,10 @@ impl Service {
                 StartError::PluginsRequired(snapshot.skipped().to_vec()),
             );
         }
-        let plugin_count = metrics.plugins_loaded();
         tracing::info!(
-            plugins = plugin_count,
+            plugins = metrics.plugins_loaded(),
             capabilities = snapshot.catalog.len(),
-            upstreams = snapshot.dispatch.sources.len().saturating_sub(plugin_count),
+            upstreams = upstreams.iter().filter(|upstream| upstream.is_up()).count(),
             "catalog ready"
         );
         let executor = match Executor::new(ExecutorConfig {
