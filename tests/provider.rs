@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use codemode_host::authz::{AuthorizationInput, Authorizer, AuthzError, Subject};
 use codemode_host::source::{
-    CallBudget, CallFailure, CallFuture, Capability, CapabilitySource, CapabilitySpec, Field,
-    Offer, Provider, Publisher, Session, Shape, Value, validate_spec,
+    Arguments, CallBudget, CallFailure, CallFuture, Capability, CapabilitySource, CapabilitySpec,
+    Field, Offer, Provider, Publisher, Session, Shape, Value, validate_spec,
 };
 use codemode_host::{LOCAL_SUBJECT, Service, ServiceConfig, ToolError};
 
@@ -38,7 +38,9 @@ impl CapabilitySource for Notes {
 struct NotesSession;
 
 impl Session for NotesSession {
-    fn call(&mut self, index: usize, arguments: Vec<Value>, _budget: CallBudget) -> CallFuture<'_> {
+    fn call(&mut self, index: usize, arguments: Arguments, _budget: CallBudget) -> CallFuture<'_> {
+        // The default binding: one value per parameter.
+        let arguments = arguments.take::<Vec<Value>>().unwrap_or_default();
         let outcome = match (index, arguments.as_slice()) {
             (0, [Value::Str(key)]) => Ok(Value::Dict(vec![(
                 "text".to_owned(),

@@ -12,8 +12,8 @@ use codemode_value::Value;
 
 use crate::authz::Tokens;
 use crate::catalog::{
-    CapabilitySpec, CatalogBuilder, Field, FloatKind, IntKind, MAX_SEARCH_RESULTS, Shape, bind,
-    canonical,
+    BindLimits, Binder, CapabilitySpec, CatalogBuilder, Field, FloatKind, IntKind,
+    MAX_SEARCH_RESULTS, Shape, Values,
 };
 use crate::plugins::{Grants, HostPattern};
 
@@ -46,20 +46,39 @@ pub fn value_decode(data: &[u8]) {
 
 /// Binding program arguments against capability shapes: the first bytes describe
 /// parameters (see [`shapes`]), the rest is an encoded argument value. A bound call
-/// has one value per parameter and a canonical view that never panics.
+/// has one value per parameter and a canonical view that is a dict; binding with
+/// or without the canonical view decides and lowers alike.
 pub fn bind_arguments(data: &[u8]) {
     let mut reader = ShapeReader { data, pos: 0 };
     let params = reader.fields(3);
     let Ok(arguments) = codemode_value::decode(&data[reader.pos..], MAX_DEPTH) else {
         return;
     };
-    if let Ok(bound) = bind(&params, &arguments, MAX_DEPTH, 10_000) {
-        assert_eq!(bound.len(), params.len(), "one value per parameter");
-        let view = canonical(&params, &bound);
-        assert!(
-            matches!(view, Value::Dict(_)),
-            "the canonical view is a dict"
-        );
+    let binder = Binder::compile(&params);
+    let mut limits = BindLimits {
+        max_depth: MAX_DEPTH,
+        max_nodes: 10_000,
+        canonical: true,
+    };
+    let with_view = binder.bind(&arguments, &Values, limits);
+    limits.canonical = false;
+    let without = binder.bind(&arguments, &Values, limits);
+    match (with_view, without) {
+        (Ok(with_view), Ok(without)) => {
+            assert_eq!(without.canonical, None, "a view only when asked for");
+            assert_eq!(with_view.arguments, without.arguments, "the same values");
+            assert_eq!(
+                with_view.arguments.len(),
+                params.len(),
+                "one value per parameter"
+            );
+            assert!(
+                matches!(with_view.canonical, Some(Value::Dict(_))),
+                "the canonical view is a dict"
+            );
+        }
+        (Err(with_view), Err(without)) => assert_eq!(with_view, without, "the same error"),
+        (with_view, without) => panic!("the view changed the outcome: {with_view:?} / {without:?}"),
     }
 }
 

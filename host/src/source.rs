@@ -20,6 +20,7 @@
 //! [`validate_spec`] from a [`CapabilitySpec`]), the [`Shape`]s of its fields, the
 //! [`Value`]s of its arguments and results, the [`Budget`] that ran out.
 
+use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -28,8 +29,9 @@ use std::time::Instant;
 
 pub use crate::budget::Budget;
 pub use crate::catalog::{
-    Capability, CapabilityId, CapabilitySpec, DottedName, Field, FloatKind, IntKind, NameError,
-    Shape, SpecError, validate_spec,
+    BindError, BindLimits, Binder, Bound, Capability, CapabilityId, CapabilitySpec, DottedName,
+    Field, FloatKind, IntKind, Lowering, Member, NameError, Shape, SpecError, Values,
+    validate_spec,
 };
 pub use crate::wait::Cancel;
 pub use codemode_value::Value;
@@ -44,6 +46,24 @@ pub trait CapabilitySource: Send + Sync {
     /// The capabilities it offers, in its own order: a call names one by its index
     /// in this list.
     fn capabilities(&self) -> &[Arc<Capability>];
+
+    /// Binds a program's `arguments` to `capability` (one of this source's) within
+    /// `limits`, lowered into the wire form its [`Session::call`] takes: one walk
+    /// with the capability's [`Binder`] and the source's own [`Lowering`]. By
+    /// default, the [`Values`] lowering: a `Vec<Value>`, one per parameter.
+    ///
+    /// # Errors
+    ///
+    /// What [`Binder::bind`] finds.
+    fn bind(
+        &self,
+        capability: &Capability,
+        arguments: &Value,
+        limits: BindLimits,
+    ) -> Result<Bound<Arguments>, BindError> {
+        let bound = capability.binder.bind(arguments, &Values, limits)?;
+        Ok(bound.map(Arguments::new))
+    }
 
     /// A session for execution number `execution` (the audit log's): whatever
     /// state calls of that execution share (a plugin's instance), made fresh for
@@ -169,13 +189,38 @@ impl Publisher {
     }
 }
 
+/// Bound arguments in a source's own wire form, on their way from its
+/// [`CapabilitySource::bind`] to its [`Session::call`]: the executor holds them
+/// in between (authorization runs there) without knowing the form.
+pub struct Arguments(Box<dyn Any + Send>);
+
+impl Arguments {
+    /// Wraps arguments of wire form `T`.
+    pub fn new<T: Any + Send>(arguments: T) -> Self {
+        Self(Box::new(arguments))
+    }
+
+    /// The arguments, when they are of wire form `T` (what the same source's
+    /// `bind` made); `None` otherwise, a defect of the source.
+    pub fn take<T: Any>(self) -> Option<T> {
+        let arguments: Box<dyn Any> = self.0;
+        arguments.downcast().ok().map(|b| *b)
+    }
+}
+
+impl std::fmt::Debug for Arguments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Arguments(..)")
+    }
+}
+
 /// One execution's use of one source.
 pub trait Session: Send {
-    /// Calls capability `index` of the source with `arguments` (one per parameter,
-    /// as binding returned them), within `budget`. The returned future may be
+    /// Calls capability `index` of the source with `arguments` (as the source's
+    /// [`CapabilitySource::bind`] lowered them), within `budget`. The returned future may be
     /// dropped at any await point (the deadline passed, the request was cancelled);
     /// the session is not called again after that.
-    fn call(&mut self, index: usize, arguments: Vec<Value>, budget: CallBudget) -> CallFuture<'_>;
+    fn call(&mut self, index: usize, arguments: Arguments, budget: CallBudget) -> CallFuture<'_>;
 }
 
 /// The future of one call.

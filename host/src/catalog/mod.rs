@@ -17,7 +17,7 @@ mod tokenize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-pub use bind::{BindError, bind, canonical};
+pub use bind::{BindError, BindLimits, Binder, Bound, Lowering, Member, Values};
 pub use name::{CapabilityId, DottedName, NameError};
 pub use quote::is_printable;
 pub use search::{
@@ -80,6 +80,8 @@ pub struct Capability {
     pub params: Vec<Field>,
     /// Result record fields.
     pub output: Vec<Field>,
+    /// Binds a call's arguments to `params`: compiled from them, once.
+    pub binder: Binder,
     /// Discovery-only phrases.
     pub search_terms: Vec<String>,
     /// Raw searchable bytes as declared, counted against [`MAX_METADATA_BYTES`].
@@ -219,6 +221,7 @@ pub fn validate_spec(spec: &CapabilitySpec) -> Result<Capability, SpecError> {
         summary: spec.summary.clone(),
         description,
         signature,
+        binder: Binder::compile(&spec.params),
         params: spec.params.clone(),
         output: spec.output.clone(),
         search_terms: spec.search_terms.clone(),

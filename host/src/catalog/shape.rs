@@ -72,8 +72,12 @@ pub enum Shape {
     Float(FloatKind),
     /// `list<T>` → `list[T]`
     List(Box<Shape>),
-    /// `list<tuple<string, T>>` → `dict[str, T]`
+    /// `list<tuple<string, T>>` → `dict[str, T]`; also what a JSON Schema object
+    /// with `additionalProperties` describes.
     Dict(Box<Shape>),
+    /// `map<string, T>` → `dict[str, T]`: a dict to programs, a map to the
+    /// component (the two differ only in how a source lowers them).
+    Map(Box<Shape>),
     /// `record` → `{a: T, b: U}`
     Record(Vec<Field>),
     /// `option<T>` → `T | None`
@@ -142,7 +146,7 @@ impl Shape {
                 elem.write_notation(out);
                 out.push(']');
             }
-            Shape::Dict(value) => {
+            Shape::Dict(value) | Shape::Map(value) => {
                 out.push_str("dict[str, ");
                 value.write_notation(out);
                 out.push(']');
@@ -291,6 +295,11 @@ mod tests {
             (
                 "dict",
                 Shape::Dict(Box::new(Shape::Int(IntKind::S64))),
+                "dict[str, int]",
+            ),
+            (
+                "map",
+                Shape::Map(Box::new(Shape::Int(IntKind::S64))),
                 "dict[str, int]",
             ),
             ("option", opt(Shape::Str), "str | None"),

@@ -1,8 +1,10 @@
 //! The interpreter's imports: resolving capability names and dispatching native calls.
 //!
 //! A native call is, in order: counted (before anything can fail, so failed calls
-//! count too), looked up, decoded within the depth budget, bound against the
-//! capability's shapes, authorized, run on its source's session for this execution
+//! count too), looked up, decoded within the depth budget, bound by its source
+//! (the capability's compiled binder lowering into the source's wire form, with
+//! the canonical form when the authorizer wants it, in one walk), authorized, run
+//! on its source's session for this execution
 //! (raced against the deadline), and its result charged. Every budget is charged in
 //! the execution's [`Ledger`](super::ledger::Ledger). Any failure is kept in the
 //! store as the execution's error and the call answers `err`: the interpreter
@@ -12,15 +14,18 @@
 use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, WasmList};
 
+use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use super::{Dispatch, ExecState, Route};
+use super::{ExecState, Route};
 use crate::audit::{AuditRecord, Decision, rfc3339};
 use crate::authz::{AuthorizationInput, AuthzError};
 use crate::budget::Budget;
-use crate::catalog::{self, BindError};
+use crate::catalog::{self, BindError, BindLimits};
 use crate::error::ToolError;
-use crate::source::{CallBudget, CallFailure, Meter, sanitize_message};
+use crate::source::{
+    Arguments, CallBudget, CallFailure, CapabilitySource, Meter, sanitize_message,
+};
 use crate::wait::{self, Abandoned};
 
 /// Bytes reserved for a capability's encoded result: most results fit, so the buffer
@@ -227,7 +232,16 @@ fn call(
         }
         Err(codemode_value::DecodeError::Malformed) => return Err(ToolError::Internal),
     };
-    let bound = match catalog::bind(&route.capability.params, &arguments, max_depth, max_bytes) {
+    let Some(source) = dispatch.sources.get(route.source) else {
+        tracing::error!(capability_id = %route.capability.id, "a route names a source that is not there");
+        return Err(ToolError::Internal);
+    };
+    let limits = BindLimits {
+        max_depth,
+        max_nodes: max_bytes,
+        canonical: state.authorizer.wants_arguments(),
+    };
+    let bound = match source.bind(&route.capability, &arguments, limits) {
         Ok(bound) => bound,
         Err(BindError::Invalid(detail)) => return Err(ToolError::InvalidArguments(Some(detail))),
         Err(BindError::TooDeep) => return Err(state.ledger.exhaust(Budget::ValueDepth)),
@@ -237,11 +251,9 @@ fn call(
         .ledger
         .check_arguments(codemode_value::json_len(&arguments))?;
     drop(arguments);
-    let canonical = if state.authorizer.wants_arguments() {
-        catalog::canonical(&route.capability.params, &bound)
-    } else {
-        codemode_value::Value::Dict(Vec::new())
-    };
+    let canonical = bound
+        .canonical
+        .unwrap_or_else(|| codemode_value::Value::Dict(Vec::new()));
     let input = AuthorizationInput {
         subject: &state.subject,
         capability_id: route.capability.id.as_str(),
@@ -260,7 +272,7 @@ fn call(
             return Err(ToolError::PolicyFailure);
         }
     }
-    let value = invoke(store, &dispatch, route, bound, trace)?;
+    let value = invoke(store, source, route, bound.arguments, trace)?;
     let state = store.data_mut();
     // One walk encodes the result and counts its JSON size; past the room the
     // ledger has for it, the walk only counts (no copy of a result that is refused).
@@ -280,9 +292,9 @@ fn call(
 /// taken from the interpreter's fuel.
 fn invoke(
     store: &mut StoreContextMut<'_, ExecState>,
-    dispatch: &Dispatch,
+    source: &Arc<dyn CapabilitySource>,
     route: &Route,
-    bound: Vec<codemode_value::Value>,
+    arguments: Arguments,
     trace: &mut Trace,
 ) -> Result<codemode_value::Value, ToolError> {
     let remaining = store.get_fuel().map_err(|_| ToolError::Internal)?;
@@ -296,10 +308,6 @@ fn invoke(
         meter: meter.clone(),
     };
     let deadline = budget.deadline;
-    let Some(source) = dispatch.sources.get(route.source) else {
-        tracing::error!(capability_id = %route.capability.id, "a route names a source that is not there");
-        return Err(ToolError::Internal);
-    };
     let execution = state.execution;
     let session = state
         .sessions
@@ -308,7 +316,7 @@ fn invoke(
     let waited = wait::until(
         deadline,
         Some(state.stop.cancel()),
-        session.call(route.index, bound, budget),
+        session.call(route.index, arguments, budget),
     );
     let outcome = match waited {
         Ok(outcome) => outcome,

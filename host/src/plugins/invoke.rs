@@ -1,15 +1,16 @@
 //! Calling a capability's export: where it is, and what its result means — a value a
 //! program can hold, or the capability's failure with a message a model may see.
 //!
-//! Arguments arrive bound ([`crate::catalog::bind`]) and are lowered by the export's
-//! [`CallPlan`], compiled at load; nothing here looks at a wasmtime `Type`.
+//! Arguments arrive lowered by binding ([`super::wire::Wit`]); the result is lifted
+//! by the capability's output shapes. Nothing here looks at a wasmtime `Type`.
 
 use codemode_value::Value;
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, ComponentExportIndex, Val};
 
-use super::plan::{CallPlan, ErrorKind, LiftError, lift};
+use super::wire::{ErrorKind, LiftError, lift_record};
 use crate::budget::{Budget, Nodes};
+use crate::catalog::Field;
 use crate::source::sanitize_message;
 
 /// Where and how to call one capability's export.
@@ -17,23 +18,23 @@ use crate::source::sanitize_message;
 pub(crate) struct CallTarget {
     /// The export, resolvable on any instance of the component.
     pub index: ComponentExportIndex,
-    /// How arguments are lowered and the result lifted.
-    pub plan: CallPlan,
+    /// How the result reports a failure.
+    pub error: ErrorKind,
 }
 
 impl CallTarget {
     /// Resolves `instance`#`function` of `component`, whose signature the loader has
-    /// already accepted and planned.
+    /// already accepted.
     pub(crate) fn resolve(
         component: &Component,
         instance: &str,
         function: &str,
-        plan: CallPlan,
+        error: ErrorKind,
     ) -> Option<Self> {
         let (_, parent) = component.get_export(None, instance)?;
         let (item, index) = component.get_export(Some(&parent), function)?;
         match item {
-            ComponentItem::ComponentFunc(_) => Some(Self { index, plan }),
+            ComponentItem::ComponentFunc(_) => Some(Self { index, error }),
             ComponentItem::CoreFunc(_)
             | ComponentItem::Module(_)
             | ComponentItem::Component(_)
@@ -63,12 +64,12 @@ pub(crate) enum OutputError {
 /// non-finite float is a failure without detail. The record is depth 1.
 pub(crate) fn output(
     target: &CallTarget,
+    fields: &[Field],
     result: Val,
     max_depth: usize,
     max_nodes: usize,
 ) -> Result<Value, OutputError> {
-    let plan = &target.plan;
-    let record = match (&plan.error, result) {
+    let record = match (&target.error, result) {
         (ErrorKind::None, record) => record,
         (
             ErrorKind::Bare | ErrorKind::Message | ErrorKind::RecordMessage,
@@ -78,14 +79,14 @@ pub(crate) fn output(
             ErrorKind::Bare | ErrorKind::Message | ErrorKind::RecordMessage,
             Val::Result(Err(payload)),
         ) => {
-            return Err(OutputError::Failed(failure_message(&plan.error, payload)));
+            return Err(OutputError::Failed(failure_message(&target.error, payload)));
         }
         (ErrorKind::Bare | ErrorKind::Message | ErrorKind::RecordMessage, _) => {
             return Err(OutputError::Failed(None));
         }
     };
     let mut nodes = Nodes::new(max_nodes);
-    lift(&plan.output, record, max_depth, &mut nodes).map_err(|error| match error {
+    lift_record(fields, record, max_depth, &mut nodes).map_err(|error| match error {
         LiftError::Failed => OutputError::Failed(None),
         LiftError::TooDeep => OutputError::Exhausted(Budget::ValueDepth),
         LiftError::TooBig => OutputError::Exhausted(Budget::ValueBytes),

@@ -14,10 +14,10 @@ use super::file_label;
 use super::grants::Grants;
 use super::invoke::CallTarget;
 use super::metadata::{self, METADATA_INTERFACE, MetadataEntry};
-use super::plan::CallPlan;
 use super::reflect::{self, ExportedFunc, TypeError};
 use super::sandbox::{self, PluginState};
 use super::spare::{Spares, Template};
+use super::wire::ErrorKind;
 use crate::cache::{ArtifactCache, Origin};
 use crate::catalog::{Capability, CapabilitySpec, CatalogBuilder, snake_case, validate_spec};
 use crate::files::{FileError, read_regular};
@@ -241,8 +241,8 @@ pub(crate) struct PluginCapability {
     pub instance: String,
     /// The function's WIT name.
     pub function: String,
-    /// How a call lowers its arguments and lifts its result.
-    pub plan: CallPlan,
+    /// How its result reports a failure.
+    pub error: ErrorKind,
 }
 
 /// A plugin file that compiled, linked and described itself.
@@ -371,7 +371,7 @@ struct Prepared {
 }
 
 /// Links `component`, asks its `describe()` and matches the metadata to the
-/// exports, compiling each capability's call plan.
+/// exports.
 fn prepare(
     engine: &Engine,
     path: &Path,
@@ -390,7 +390,7 @@ fn prepare(
     let targets = declared
         .into_iter()
         .map(|c| {
-            CallTarget::resolve(component, &c.instance, &c.function, c.plan).ok_or_else(|| {
+            CallTarget::resolve(component, &c.instance, &c.function, c.error).ok_or_else(|| {
                 LoadError::Link(wasmtime::Error::msg(format!(
                     "export `{}` cannot be resolved for calling",
                     c.export
@@ -478,7 +478,7 @@ pub(crate) fn assemble(
             export: entry.export_name,
             instance: func.instance.clone(),
             function: func.function.clone(),
-            plan: signature.plan,
+            error: signature.error,
         });
     }
     LoadError::all(errors)?;
@@ -494,7 +494,6 @@ pub(crate) fn assemble(
 mod tests {
     use super::*;
     use crate::catalog::{Field, Shape};
-    use crate::plugins::plan::{ErrorKind, Plan};
     use crate::plugins::reflect::Signature;
 
     fn func(
@@ -514,11 +513,7 @@ mod tests {
         Ok(Signature {
             params: vec![Field::new("key", Shape::Str)],
             output: vec![],
-            plan: CallPlan {
-                params: vec![Plan::Str],
-                output: Plan::Record(Vec::new()),
-                error: ErrorKind::Message,
-            },
+            error: ErrorKind::Message,
         })
     }
 
@@ -659,11 +654,7 @@ mod tests {
             export: export.to_owned(),
             instance: "test:pkg/records@0.1.0".to_owned(),
             function: "f".to_owned(),
-            plan: CallPlan {
-                params: vec![],
-                output: Plan::Record(Vec::new()),
-                error: ErrorKind::Message,
-            },
+            error: ErrorKind::Message,
         };
         let messages = check_specs(&[
             capability("records.a", "json.a", "A."),

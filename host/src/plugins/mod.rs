@@ -12,13 +12,13 @@ mod invoke;
 mod load;
 mod metadata;
 mod output;
-mod plan;
 mod provider;
 mod reflect;
 mod reset_check;
 mod sandbox;
 mod session;
 mod spare;
+mod wire;
 
 pub use compile::{
     COMPILE_COMMAND, COMPILE_MEMORY_ARG, Compiler, DEFAULT_COMPILE_MEMORY, compile_child,

@@ -9,7 +9,7 @@ use wasmtime::Engine;
 use wasmtime::component::types::{ComponentFunc, ComponentItem};
 use wasmtime::component::{Component, Type};
 
-use super::plan::{CallPlan, ErrorKind, FieldPlan, Plan};
+use super::wire::ErrorKind;
 use crate::catalog::{Field, FloatKind, IntKind, Shape, snake_case};
 
 /// One function exported from an interface of the component.
@@ -32,16 +32,16 @@ impl ExportedFunc {
     }
 }
 
-/// A function's parameters and result, mapped: the catalog's shapes and the call
-/// plan, from one walk over the WIT types.
+/// A function's parameters and result, mapped to the catalog's shapes, and how
+/// its result reports a failure.
 #[derive(Debug, Clone)]
 pub(crate) struct Signature {
     /// Parameters in order.
     pub params: Vec<Field>,
     /// Fields of the result record.
     pub output: Vec<Field>,
-    /// How a call lowers the parameters and lifts the result.
-    pub plan: CallPlan,
+    /// How the result reports a failure.
+    pub error: ErrorKind,
 }
 
 /// Why a function's signature cannot be a capability.
@@ -120,12 +120,10 @@ pub(crate) fn exported_functions(
 
 fn map_signature(func: &ComponentFunc) -> Result<Signature, TypeError> {
     let mut params = Vec::new();
-    let mut param_plans = Vec::new();
     for (name, ty) in func.params() {
         let name = snake_case(name);
-        let (shape, plan) = map_type(&ty, &format!("parameter {name}"))?;
+        let shape = map_type(&ty, &format!("parameter {name}"))?;
         params.push(Field::new(name, shape));
-        param_plans.push(plan);
     }
     let results: Vec<Type> = func.results().collect();
     let (record, error) = match results.as_slice() {
@@ -173,7 +171,7 @@ fn map_signature(func: &ComponentFunc) -> Result<Signature, TypeError> {
             });
         }
     };
-    let (Shape::Record(output), output_plan) = map_type(&record, "result")? else {
+    let Shape::Record(output) = map_type(&record, "result")? else {
         return Err(TypeError::Result {
             found: wit_kind(&record).to_owned(),
         });
@@ -181,17 +179,12 @@ fn map_signature(func: &ComponentFunc) -> Result<Signature, TypeError> {
     Ok(Signature {
         params,
         output,
-        plan: CallPlan {
-            params: param_plans,
-            output: output_plan,
-            error,
-        },
+        error,
     })
 }
 
-/// Maps one WIT type to its shape and its plan; `place` says where it sits for error
-/// messages.
-fn map_type(ty: &Type, place: &str) -> Result<(Shape, Plan), TypeError> {
+/// Maps one WIT type to its shape; `place` says where it sits for error messages.
+fn map_type(ty: &Type, place: &str) -> Result<Shape, TypeError> {
     let unsupported = |wit: &'static str, hint: &'static str| {
         Err(TypeError::Unsupported {
             place: place.to_owned(),
@@ -200,69 +193,58 @@ fn map_type(ty: &Type, place: &str) -> Result<(Shape, Plan), TypeError> {
         })
     };
     Ok(match ty {
-        Type::Bool => (Shape::Bool, Plan::Bool),
-        Type::S8 => (Shape::Int(IntKind::S8), Plan::Int(IntKind::S8)),
-        Type::U8 => (Shape::Int(IntKind::U8), Plan::Int(IntKind::U8)),
-        Type::S16 => (Shape::Int(IntKind::S16), Plan::Int(IntKind::S16)),
-        Type::U16 => (Shape::Int(IntKind::U16), Plan::Int(IntKind::U16)),
-        Type::S32 => (Shape::Int(IntKind::S32), Plan::Int(IntKind::S32)),
-        Type::U32 => (Shape::Int(IntKind::U32), Plan::Int(IntKind::U32)),
-        Type::S64 => (Shape::Int(IntKind::S64), Plan::Int(IntKind::S64)),
-        Type::U64 => (Shape::Int(IntKind::U64), Plan::Int(IntKind::U64)),
-        Type::Float32 => (Shape::Float(FloatKind::F32), Plan::Float(FloatKind::F32)),
-        Type::Float64 => (Shape::Float(FloatKind::F64), Plan::Float(FloatKind::F64)),
-        Type::Char => (Shape::Char, Plan::Char),
-        Type::String => (Shape::Str, Plan::Str),
+        Type::Bool => Shape::Bool,
+        Type::S8 => Shape::Int(IntKind::S8),
+        Type::U8 => Shape::Int(IntKind::U8),
+        Type::S16 => Shape::Int(IntKind::S16),
+        Type::U16 => Shape::Int(IntKind::U16),
+        Type::S32 => Shape::Int(IntKind::S32),
+        Type::U32 => Shape::Int(IntKind::U32),
+        Type::S64 => Shape::Int(IntKind::S64),
+        Type::U64 => Shape::Int(IntKind::U64),
+        Type::Float32 => Shape::Float(FloatKind::F32),
+        Type::Float64 => Shape::Float(FloatKind::F64),
+        Type::Char => Shape::Char,
+        Type::String => Shape::Str,
         Type::List(list) => {
             let elem = list.ty();
             if let Type::Tuple(tuple) = &elem {
                 let types: Vec<Type> = tuple.types().collect();
                 if let [Type::String, value] = types.as_slice() {
-                    let (shape, plan) = map_type(value, &format!("{place}, dict value"))?;
-                    return Ok((Shape::Dict(Box::new(shape)), Plan::PairList(Box::new(plan))));
+                    let shape = map_type(value, &format!("{place}, dict value"))?;
+                    return Ok(Shape::Dict(Box::new(shape)));
                 }
                 return unsupported(
                     "tuple",
                     "only list<tuple<string, T>> is supported, as a dict",
                 );
             }
-            let (shape, plan) = map_type(&elem, &format!("{place}, list element"))?;
-            (Shape::List(Box::new(shape)), Plan::List(Box::new(plan)))
+            Shape::List(Box::new(map_type(
+                &elem,
+                &format!("{place}, list element"),
+            )?))
         }
         Type::Map(map) => {
             if !matches!(map.key(), Type::String) {
                 return unsupported("map", "only string keys are supported");
             }
-            let (shape, plan) = map_type(&map.value(), &format!("{place}, map value"))?;
-            (Shape::Dict(Box::new(shape)), Plan::Map(Box::new(plan)))
+            Shape::Map(Box::new(map_type(
+                &map.value(),
+                &format!("{place}, map value"),
+            )?))
         }
         Type::Record(record) => {
             let mut fields = Vec::new();
-            let mut plans = Vec::new();
             for f in record.fields() {
                 let name = snake_case(f.name);
-                let (shape, plan) = map_type(&f.ty, &format!("{place}, field {name}"))?;
-                fields.push(Field::new(name.clone(), shape));
-                plans.push(FieldPlan {
-                    wit_name: f.name.to_owned(),
-                    name,
-                    plan,
-                });
+                let shape = map_type(&f.ty, &format!("{place}, field {name}"))?;
+                fields.push(Field::new(name, shape));
             }
-            (Shape::Record(fields), Plan::Record(plans))
+            Shape::Record(fields)
         }
-        Type::Option(option) => {
-            let (shape, plan) = map_type(&option.ty(), place)?;
-            (Shape::Option(Box::new(shape)), Plan::Option(Box::new(plan)))
-        }
-        Type::Enum(e) => (
-            Shape::Enum(e.names().map(str::to_owned).collect()),
-            Plan::Enum,
-        ),
-        Type::Flags(f) => (
-            Shape::Flags(f.names().map(str::to_owned).collect()),
-            Plan::Flags,
-        ),
+        Type::Option(option) => Shape::Option(Box::new(map_type(&option.ty(), place)?)),
+        Type::Enum(e) => Shape::Enum(e.names().map(str::to_owned).collect()),
+        Type::Flags(f) => Shape::Flags(f.names().map(str::to_owned).collect()),
         Type::Tuple(_) => return unsupported("tuple", "use a record"),
         Type::Variant(_) => {
             return unsupported("variant", "use an enum, or a record with option fields");

@@ -2,7 +2,8 @@
 //! [`CapabilitySource`], and an execution's [`Session`] with it owns that
 //! execution's instance of the plugin (created on first use, never shared).
 //!
-//! A call lowers the bound arguments by the export's plan, runs the export on the
+//! Binding lowers a call's arguments into component values (the [`Wit`]
+//! lowering) in the same walk that checks them; a call runs the export on the
 //! instance with the fuel and memory the budget and the plugin's grants allow, and
 //! lifts the result. Instantiation and the call are asynchronous: the executor races
 //! them against the execution's deadline and cancellation, and this session races
@@ -20,14 +21,14 @@ use wasmtime::component::Instance;
 use super::invoke::{CallTarget, OutputError, output};
 use super::load::LoadedPlugin;
 use super::output::Output;
-use super::plan::{Mismatch, lower_all};
 use super::sandbox::{MemoryHit, PluginState, Unprovided};
 use super::spare::{Spare, SpareTerms, Spares};
+use super::wire::Wit;
 use crate::budget::Budget;
-use crate::catalog::Capability;
+use crate::catalog::{BindError, BindLimits, Bound, Capability};
 use crate::error::timed_out_detail;
 use crate::source::{
-    CallBudget, CallFailure, CallFuture, CallOutcome, CapabilitySource, Meter, Session,
+    Arguments, CallBudget, CallFailure, CallFuture, CallOutcome, CapabilitySource, Meter, Session,
 };
 use crate::wait::{Interrupted, Stop};
 
@@ -38,6 +39,16 @@ impl CapabilitySource for LoadedPlugin {
 
     fn capabilities(&self) -> &[Arc<Capability>] {
         &self.capabilities
+    }
+
+    fn bind(
+        &self,
+        capability: &Capability,
+        arguments: &Value,
+        limits: BindLimits,
+    ) -> Result<Bound<Arguments>, BindError> {
+        let bound = capability.binder.bind(arguments, &Wit, limits)?;
+        Ok(bound.map(Arguments::new))
     }
 
     fn session(self: Arc<Self>, execution: u64) -> Box<dyn Session> {
@@ -70,7 +81,7 @@ struct PluginSession {
 }
 
 impl Session for PluginSession {
-    fn call(&mut self, index: usize, arguments: Vec<Value>, budget: CallBudget) -> CallFuture<'_> {
+    fn call(&mut self, index: usize, arguments: Arguments, budget: CallBudget) -> CallFuture<'_> {
         Box::pin(async move {
             self.last = Some(index);
             let outcome = self.run(index, arguments, budget).await;
@@ -98,12 +109,7 @@ impl PluginSession {
             .emit(&self.plugin.file, capability, Some(self.execution));
     }
 
-    async fn run(
-        &mut self,
-        index: usize,
-        arguments: Vec<Value>,
-        budget: CallBudget,
-    ) -> CallOutcome {
+    async fn run(&mut self, index: usize, arguments: Arguments, budget: CallBudget) -> CallOutcome {
         let plugin = self.plugin.clone();
         let (Some(capability), Some(target)) =
             (plugin.capabilities.get(index), plugin.targets.get(index))
@@ -112,12 +118,9 @@ impl PluginSession {
             return Err(CallFailure::Internal);
         };
         let name = capability.name.as_str();
-        let params = match lower_all(&target.plan, arguments) {
-            Ok(params) => params,
-            Err(Mismatch) => {
-                tracing::error!(capability = %name, "bound arguments do not match the export's plan");
-                return Err(CallFailure::Internal);
-            }
+        let Some(params) = arguments.take::<Vec<wasmtime::component::Val>>() else {
+            tracing::error!(capability = %name, "the arguments were not bound by the plugin source");
+            return Err(CallFailure::Internal);
         };
         let grants = &plugin.grants;
         let left = budget.meter.remaining();
@@ -242,13 +245,17 @@ impl PluginSession {
             Spares::replenish(plugin.clone(), terms);
         }
         let [result] = results;
-        let result =
-            output(target, result, budget.max_depth, budget.max_nodes).map_err(
-                |error| match error {
-                    OutputError::Failed(detail) => CallFailure::Failed(explanation.or(detail)),
-                    OutputError::Exhausted(budget) => CallFailure::Exhausted(budget),
-                },
-            );
+        let result = output(
+            target,
+            &capability.output,
+            result,
+            budget.max_depth,
+            budget.max_nodes,
+        )
+        .map_err(|error| match error {
+            OutputError::Failed(detail) => CallFailure::Failed(explanation.or(detail)),
+            OutputError::Exhausted(budget) => CallFailure::Exhausted(budget),
+        });
         budget.meter.charge(burned);
         result
     }

@@ -435,7 +435,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use crate::catalog::{Capability, CapabilitySpec, validate_spec};
-    use crate::source::{CallBudget, CallFailure, CallFuture, Session};
+    use crate::source::{Arguments, CallBudget, CallFailure, CallFuture, Session};
 
     /// A source serving `specs` under `label`; never called.
     struct FakeSource {
@@ -447,12 +447,7 @@ mod tests {
     struct FakeSession;
 
     impl Session for FakeSession {
-        fn call(
-            &mut self,
-            _: usize,
-            _: Vec<codemode_value::Value>,
-            _: CallBudget,
-        ) -> CallFuture<'_> {
+        fn call(&mut self, _: usize, _: Arguments, _: CallBudget) -> CallFuture<'_> {
             Box::pin(std::future::ready(Err(CallFailure::Internal)))
         }
     }

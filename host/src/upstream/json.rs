@@ -1,73 +1,66 @@
-//! Values across an upstream call: bound arguments into a tool's JSON `arguments`,
-//! and a tool's JSON result into the value a program gets.
+//! Values across an upstream call: bound arguments lowered into a tool's JSON
+//! `arguments` (the upstream source's [`Lowering`]), and a tool's JSON result into
+//! the value a program gets.
 
 use codemode_value::Value;
 use serde_json::{Map, Value as Json};
 
 use crate::budget::{Budget, Nodes, OutOfNodes};
-use crate::catalog::{Field, Shape};
+use crate::catalog::{Field, FloatKind, IntKind, Lowering, Member};
 
-/// The `arguments` object of a tools/call: one member per parameter, in order, an
-/// optional parameter (or record member) that is `None` left out, as JSON Schema's
-/// `required` means. `bound` holds one value per parameter, as binding returned them.
-pub(crate) fn arguments(params: &[Field], bound: Vec<Value>) -> Map<String, Json> {
-    let mut out = Map::new();
-    for (field, value) in params.iter().zip(bound) {
-        if field.is_optional() && matches!(value, Value::None) {
-            continue;
-        }
-        out.insert(field.name.clone(), to_json(&field.ty, value));
+/// The upstream source's lowering: the `arguments` object of a tools/call, one
+/// member per parameter in order, an optional parameter (or record member) given
+/// as `None` or not at all left out, as JSON Schema's `required` means.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ToolArguments;
+
+impl Lowering for ToolArguments {
+    type Out = Json;
+    type Arguments = Map<String, Json>;
+
+    fn none(&self) -> Json {
+        Json::Null
     }
-    out
-}
-
-/// One bound value as JSON, walking its shape for records' optional members.
-fn to_json(shape: &Shape, value: Value) -> Json {
-    match (shape, value) {
-        (Shape::Option(inner), value) => to_json(inner, value),
-        (Shape::Record(fields), Value::Dict(entries)) => {
-            let mut out = Map::new();
-            for (key, value) in entries {
-                let field = fields.iter().find(|f| f.name == key);
-                match field {
-                    Some(field) if field.is_optional() && matches!(value, Value::None) => {}
-                    Some(field) => {
-                        out.insert(key, to_json(&field.ty, value));
-                    }
-                    None => {
-                        out.insert(key, plain(value));
-                    }
-                }
-            }
-            Json::Object(out)
-        }
-        (Shape::List(elem), Value::List(items)) => {
-            Json::Array(items.into_iter().map(|v| to_json(elem, v)).collect())
-        }
-        (Shape::Dict(elem), Value::Dict(entries)) => Json::Object(
-            entries
-                .into_iter()
-                .map(|(k, v)| (k, to_json(elem, v)))
-                .collect(),
-        ),
-        (_, value) => plain(value),
+    fn some(&self, value: Json) -> Json {
+        value
     }
-}
-
-/// A value as JSON without a shape. Binding let through only what JSON can carry;
-/// anything else (which it never lets through) becomes `null`.
-fn plain(value: Value) -> Json {
-    match value {
-        Value::None => Json::Null,
-        Value::Bool(b) => Json::Bool(b),
-        Value::Int(i) => Json::from(i),
-        Value::Float(f) => serde_json::Number::from_f64(f).map_or(Json::Null, Json::Number),
-        Value::Str(s) => Json::String(s),
-        Value::List(items) => Json::Array(items.into_iter().map(plain).collect()),
-        Value::Dict(entries) => {
-            Json::Object(entries.into_iter().map(|(k, v)| (k, plain(v))).collect())
-        }
-        Value::BigInt { .. } | Value::NonStringKeys | Value::Unsupported(_) => Json::Null,
+    fn bool(&self, value: bool) -> Json {
+        Json::Bool(value)
+    }
+    fn int(&self, _: IntKind, value: i64) -> Json {
+        Json::from(value)
+    }
+    /// Binding let through only finite floats; anything else would be `null`.
+    fn float(&self, _: FloatKind, value: f64) -> Json {
+        serde_json::Number::from_f64(value).map_or(Json::Null, Json::Number)
+    }
+    fn char(&self, value: char) -> Json {
+        Json::String(value.to_string())
+    }
+    fn str(&self, value: &str) -> Json {
+        Json::String(value.to_owned())
+    }
+    fn enum_case(&self, case: &str) -> Json {
+        Json::String(case.to_owned())
+    }
+    fn flags(&self, set: Vec<String>) -> Json {
+        Json::Array(set.into_iter().map(Json::String).collect())
+    }
+    fn list(&self, items: Vec<Json>) -> Json {
+        Json::Array(items)
+    }
+    fn dict(&self, entries: Vec<(String, Json)>) -> Json {
+        Json::Object(entries.into_iter().collect())
+    }
+    fn record(&self, members: &[Member], values: Vec<Option<Json>>) -> Json {
+        Json::Object(self.arguments(members, values))
+    }
+    fn arguments(&self, params: &[Member], values: Vec<Option<Json>>) -> Map<String, Json> {
+        params
+            .iter()
+            .zip(values)
+            .filter_map(|(param, value)| Some((param.name.clone(), value?)))
+            .collect()
     }
 }
 
@@ -147,6 +140,7 @@ fn from_json(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::{BindLimits, Binder, Shape};
     use serde_json::json;
 
     fn opt(shape: Shape) -> Shape {
@@ -165,15 +159,37 @@ mod tests {
                     Field::new("y", opt(Shape::Int(crate::catalog::IntKind::S64))),
                 ]),
             ),
+            Field::new("tags", opt(Shape::Dict(Box::new(Shape::Any)))),
         ];
-        let bound = vec![
-            Value::Str("UTC".into()),
-            Value::None,
-            Value::Dict(vec![("x".into(), Value::None), ("y".into(), Value::None)]),
-        ];
+        let arguments = Value::Dict(vec![
+            (
+                "where".into(),
+                Value::Dict(vec![("x".into(), Value::None), ("y".into(), Value::None)]),
+            ),
+            ("at".into(), Value::None),
+            ("zone".into(), Value::Str("UTC".into())),
+            (
+                "tags".into(),
+                Value::Dict(vec![
+                    (
+                        "b".into(),
+                        Value::List(vec![Value::Float(1.5), Value::Str("s".into()), Value::None]),
+                    ),
+                    ("a".into(), Value::Bool(true)),
+                ]),
+            ),
+        ]);
+        let limits = BindLimits {
+            max_depth: 8,
+            max_nodes: 100,
+            canonical: false,
+        };
+        let bound = Binder::compile(&params)
+            .bind(&arguments, &ToolArguments, limits)
+            .expect("bound");
         assert_eq!(
-            Json::Object(arguments(&params, bound)),
-            json!({"zone": "UTC", "where": {"x": null}})
+            Json::Object(bound.arguments),
+            json!({"zone": "UTC", "where": {"x": null}, "tags": {"b": [1.5, "s", null], "a": true}})
         );
     }
 

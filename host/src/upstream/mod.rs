@@ -39,10 +39,13 @@ use self::lines::{
     TOO_DEEP_CODE, made_up_marker,
 };
 use self::schema::{SchemaError, Stop};
-use crate::catalog::{Capability, CapabilitySpec, DottedName, Field, validate_spec};
+use crate::catalog::{
+    BindError, BindLimits, Bound, Capability, CapabilitySpec, DottedName, Field, validate_spec,
+};
 use crate::error::{timed_out_detail, unavailable_detail};
 use crate::source::{
-    CallBudget, CallFailure, CallFuture, CallOutcome, CapabilitySource, Session, sanitize_message,
+    Arguments, CallBudget, CallFailure, CallFuture, CallOutcome, CapabilitySource, Session,
+    sanitize_message,
 };
 
 /// One upstream MCP server as the operator configured it.
@@ -371,8 +374,8 @@ impl Upstream {
         self.tools.len()
     }
 
-    /// Calls tool `index` with `bound` arguments.
-    async fn call(&self, index: usize, bound: Vec<Value>, budget: CallBudget) -> CallOutcome {
+    /// Calls tool `index` with `arguments` (bound by [`json::ToolArguments`]).
+    async fn call(&self, index: usize, arguments: Arguments, budget: CallBudget) -> CallOutcome {
         let Some(tool) = self.tools.get(index) else {
             tracing::error!(upstream = %self.name, index, "a call names a tool that is not there");
             return outcome(Err(CallFailure::Internal));
@@ -383,7 +386,11 @@ impl Upstream {
             return outcome(Err(CallFailure::Failed(Some(detail))));
         }
         let mut params = CallToolRequestParams::new(tool.tool.clone());
-        params.arguments = Some(json::arguments(&tool.capability.params, bound));
+        let Some(arguments) = arguments.take::<serde_json::Map<String, serde_json::Value>>() else {
+            tracing::error!(upstream = %self.name, tool = %tool.tool, "the arguments were not bound by the upstream source");
+            return outcome(Err(CallFailure::Internal));
+        };
+        params.arguments = Some(arguments);
         // Dropping this future (the execution's deadline, a cancelled request, the
         // upstream's own timeout below) sends `notifications/cancelled` upstream.
         let call = self.peer.call_tool_once(params);
@@ -462,6 +469,18 @@ impl CapabilitySource for Upstream {
         &self.capabilities
     }
 
+    fn bind(
+        &self,
+        capability: &Capability,
+        arguments: &Value,
+        limits: BindLimits,
+    ) -> Result<Bound<Arguments>, BindError> {
+        let bound = capability
+            .binder
+            .bind(arguments, &json::ToolArguments, limits)?;
+        Ok(bound.map(Arguments::new))
+    }
+
     fn session(self: Arc<Self>, _execution: u64) -> Box<dyn Session> {
         Box::new(UpstreamSession { upstream: self })
     }
@@ -473,7 +492,7 @@ struct UpstreamSession {
 }
 
 impl Session for UpstreamSession {
-    fn call(&mut self, index: usize, arguments: Vec<Value>, budget: CallBudget) -> CallFuture<'_> {
+    fn call(&mut self, index: usize, arguments: Arguments, budget: CallBudget) -> CallFuture<'_> {
         Box::pin(self.upstream.call(index, arguments, budget))
     }
 }
