@@ -81,7 +81,7 @@ fn schema_bombs_are_skipped_and_the_rest_of_the_upstream_serves() {
             server.port,
             "def main():\n    return [hostile.echo(text=\"hi\"), sleepy.nap(ms=1)]"
         ),
-        Ok(json!([{"text": "hi"}, {"ms": 1}]))
+        Ok(json!([{"content": [], "text": "hi"}, {"ms": 1}]))
     );
     assert_eq!(
         execute_http(server.port, "def main():\n    return hostile.bomb()"),
@@ -140,7 +140,7 @@ fn a_plugin_cannot_take_an_upstreams_root_or_an_upstream_id() {
             server.port,
             "def main():\n    return [hostile.echo(text=\"the upstream\"), sleepy.nap(ms=1)]"
         ),
-        Ok(json!([{"text": "the upstream"}, {"ms": 1}]))
+        Ok(json!([{"content": [], "text": "the upstream"}, {"ms": 1}]))
     );
     let metrics = crate::support::raw_request(server.port, "GET", "/metrics", &[], "").body;
     assert!(
@@ -194,7 +194,10 @@ fn texts_from_outside_cannot_forge_log_lines() {
         call("hostile.fail"),
         Err("capability failed: upstream hostile is unavailable".to_owned())
     );
-    assert_eq!(call("hostile.shout"), Ok(json!({"text": "ok"})));
+    assert_eq!(
+        call("hostile.shout"),
+        Ok(json!({"content": [], "text": "ok"}))
+    );
     assert_eq!(
         execute_http(port, "def main():\n    return sleepy.nap(ms=1)"),
         Err("authorization policy failure".to_owned())
@@ -254,7 +257,7 @@ fn a_flood_of_list_changed_relists_at_most_once_a_second() {
             server.port,
             "def main():\n    return hostile.echo(text=\"still\")"
         ),
-        Ok(json!({"text": "still"}))
+        Ok(json!({"content": [], "text": "still"}))
     );
 }
 
@@ -440,7 +443,7 @@ fn oversized_deep_and_unterminated_answers_fail_their_call_and_nothing_else() {
             port,
             "def main():\n    return hostile.echo(text=\"after huge\")"
         ),
-        Ok(json!({"text": "after huge"})),
+        Ok(json!({"content": [], "text": "after huge"})),
         "the session goes on"
     );
     // Nested past serde's limit: before, the answer could not be read and the call
@@ -464,7 +467,7 @@ fn oversized_deep_and_unterminated_answers_fail_their_call_and_nothing_else() {
         "the upstream to serve again",
         || {
             execute_http(port, "def main():\n    return hostile.echo(text=\"back\")")
-                == Ok(json!({"text": "back"}))
+                == Ok(json!({"content": [], "text": "back"}))
         },
         || server.log(),
     );
@@ -541,7 +544,7 @@ fn an_oversized_answer_over_http_fails_its_call_at_once_and_nothing_else() {
                 port,
                 "def main():\n    return hostile.echo(text=\"after huge\")"
             ),
-            Ok(json!({"text": "after huge"})),
+            Ok(json!({"content": [], "text": "after huge"})),
             "{mode}: the session goes on"
         );
     }

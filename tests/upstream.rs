@@ -495,6 +495,16 @@ fn third_party_servers_combine_with_plugins_in_one_program() {
             main_returning("everything.get_sum(a=1, b=float(\"inf\"))"),
             main_returning("everything.get_sum(a=1, b=99999999999999999999)"),
             call("search_api", json!({"query": "structured content"})),
+            main_returning(
+                "[[c[\"type\"], c[\"mime_type\"], len(c[\"data\"]) > 1000, c[\"data\"][:8]] for c in everything.get_tiny_image()[\"content\"]] + [everything.get_tiny_image()[\"text\"]]"
+            ),
+            main_returning(
+                "[[c[\"type\"], c[\"uri\"]] for c in everything.get_resource_links(count=2)[\"content\"]]"
+            ),
+            execute(
+                "def main():\n    r = everything.get_resource_reference(resourceType=\"Text\", resourceId=3)[\"content\"][0]\n    return [sorted(r.keys()), r[\"type\"], r[\"uri\"], r[\"mime_type\"], r[\"text\"].startswith(\"Resource 3: This is a plaintext resource\")]"
+            ),
+            call("describe_api", json!({"name": "everything.get_tiny_image"})),
         ]),
     );
     let results = &out["results"];
@@ -522,7 +532,7 @@ fn third_party_servers_combine_with_plugins_in_one_program() {
     );
     assert_eq!(
         ok(&results[4])["result"],
-        json!({"text": "The sum of 2 and 3.5 is 5.5."})
+        json!({"content": [], "text": "The sum of 2 and 3.5 is 5.5."})
     );
     assert_eq!(ok(&results[5])["result"], json!(true));
     let failures: Vec<&str> = (6..9).map(|i| err(&results[i])).collect();
@@ -542,6 +552,38 @@ fn third_party_servers_combine_with_plugins_in_one_program() {
         found.first(),
         Some(&"everything.get_structured_content"),
         "{found:?}"
+    );
+    // Content other than text reaches the program, listed in order.
+    assert_eq!(
+        ok(&results[10])["result"],
+        json!([
+            ["image", "image/png", true, "iVBORw0K"],
+            "Here's the image you requested:\nThe image above is the MCP logo."
+        ])
+    );
+    assert_eq!(
+        ok(&results[11])["result"],
+        json!([
+            ["resource_link", "demo://resource/dynamic/blob/1"],
+            ["resource_link", "demo://resource/dynamic/text/2"]
+        ])
+    );
+    assert_eq!(
+        ok(&results[12])["result"],
+        json!([
+            ["mime_type", "text", "type", "uri"],
+            "resource",
+            "demo://resource/dynamic/text/3",
+            "text/plain",
+            true
+        ])
+    );
+    assert_eq!(
+        ok(&results[13])["output"],
+        json!([
+            {"name": "content", "type": "list[dict[str, str]]", "required": true},
+            {"name": "text", "type": "str", "required": true},
+        ])
     );
 }
 

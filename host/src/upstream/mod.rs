@@ -261,7 +261,8 @@ struct UpstreamTool {
     tool: String,
     /// The capability it is.
     capability: Arc<Capability>,
-    /// The fields of its structured result; `None`: the result is its text.
+    /// The fields of its structured result; `None`: the result is its content
+    /// ([`json::content_fields`]).
     structured: Option<Vec<Field>>,
 }
 
@@ -454,7 +455,7 @@ impl Upstream {
                 tracing::warn!(upstream = %self.name, tool = %tool.tool, "the tool declared structured output but its result has no object in structuredContent");
                 return Err(CallFailure::Failed(None));
             }
-            (None, _) => json::text_result(text_of(&result.content), budget.max_nodes),
+            (None, _) => json::content_result(result.content, budget.max_depth, budget.max_nodes),
         };
         projected.map_err(CallFailure::Exhausted)
     }
@@ -627,9 +628,7 @@ fn capabilities(config: &UpstreamConfig, listed: Vec<Tool>, stop: &Stop) -> Vec<
                 continue;
             }
         };
-        let output = structured
-            .clone()
-            .unwrap_or_else(|| vec![Field::new("text", crate::catalog::Shape::Str)]);
+        let output = structured.clone().unwrap_or_else(json::content_fields);
         let spec = CapabilitySpec {
             name,
             id: Some(names::id(&config.name, &original)),
