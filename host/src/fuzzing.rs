@@ -195,6 +195,7 @@ impl ShapeReader<'_> {
             12 if nested => Shape::Dict(Box::new(self.shape(depth - 1))),
             13 if nested => Shape::Record(self.fields(depth - 1)),
             14 if nested => Shape::Option(Box::new(self.shape(depth - 1))),
+            15 if nested => Shape::Map(Box::new(self.shape(depth - 1))),
             _ => Shape::Any,
         }
     }

@@ -61,7 +61,7 @@ pub trait CapabilitySource: Send + Sync {
         arguments: &Value,
         limits: BindLimits,
     ) -> Result<Bound<Arguments>, BindError> {
-        let bound = capability.binder.bind(arguments, &Values, limits)?;
+        let bound = capability.binder().bind(arguments, &Values, limits)?;
         Ok(bound.map(Arguments::new))
     }
 

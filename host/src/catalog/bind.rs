@@ -56,10 +56,10 @@ pub struct BindLimits {
 pub struct Bound<A> {
     /// In the source's wire form.
     pub arguments: A,
-    /// The canonical form, as authorization and audit see it, when it was asked
-    /// for: a dict of the parameters in name order, values as the capability
-    /// receives them, optional fields given as `None` or not at all left out at
-    /// every level, dict keys in order.
+    /// The canonical form, as authorization sees it, when it was asked for: a
+    /// dict of the parameters in name order, values as the capability receives
+    /// them, optional fields given as `None` or not at all left out at every
+    /// level, the keys of every dict in order (an `any` value's too).
     pub canonical: Option<Value>,
 }
 
@@ -400,9 +400,10 @@ impl<'a, L: Lowering> Walk<'a, L> {
     }
 
     /// Binds the members of a record (or the parameters, `segment` being
-    /// [`Segment::Root`]) from `entries`, which hold no unknown name and every
-    /// required one: one value per member in declaration order, `None` for an
-    /// optional one given as `None` or not at all.
+    /// [`Segment::Root`]) from `entries`, which hold no unknown name, in
+    /// declaration order: one value per member, `None` for an optional one given
+    /// as `None` or not at all; a required one missing is found when its turn
+    /// comes (the seed's order: an earlier member's mistake is reported first).
     fn members(
         &mut self,
         members: &'a [Member],
@@ -418,7 +419,15 @@ impl<'a, L: Lowering> Walk<'a, L> {
                 .find(|(n, _)| *n == member.name)
                 .map(|(_, v)| v);
             match value {
-                None => values.push(None),
+                None if member.optional => values.push(None),
+                // A record's: the parameters were checked before any was bound.
+                None => {
+                    self.path.push(segment(&member.name));
+                    let path = go_quote(&render(&self.path));
+                    return Err(BindError::Invalid(format!(
+                        "missing required argument {path}"
+                    )));
+                }
                 Some(Value::None) if member.optional => values.push(None),
                 Some(value) => {
                     self.path.push(segment(&member.name));
@@ -536,15 +545,6 @@ impl<'a, L: Lowering> Walk<'a, L> {
                         self.path.push(Segment::Member(key));
                         let path = go_quote(&render(&self.path));
                         return Err(BindError::Invalid(format!("unknown argument {path}")));
-                    }
-                }
-                for member in members {
-                    if !member.optional && !entries.iter().any(|(k, _)| *k == member.name) {
-                        self.path.push(Segment::Member(&member.name));
-                        let path = go_quote(&render(&self.path));
-                        return Err(BindError::Invalid(format!(
-                            "missing required argument {path}"
-                        )));
                     }
                 }
                 let (values, canon) = self.members(members, entries, depth - 1, Segment::Member)?;
@@ -957,6 +957,35 @@ mod tests {
         assert_eq!(
             bind(&params(), &Value::Int(1), 64, 100),
             Err(BindError::Invalid("malformed keyword argument".into()))
+        );
+    }
+
+    #[test]
+    fn a_records_members_are_checked_in_declaration_order() {
+        let params = [Field::new(
+            "f",
+            Shape::Record(vec![
+                Field::new("a", Shape::Int(IntKind::S64)),
+                Field::new("b", Shape::Str),
+            ]),
+        )];
+        // `a` comes before the missing `b`: its mistake is the one reported.
+        assert_eq!(
+            bind(&params, &dict(&[("f", dict(&[("a", s("x"))]))]), 64, 100),
+            Err(BindError::Invalid(
+                r#"argument "f.a" must be an integer"#.into()
+            ))
+        );
+        assert_eq!(
+            bind(
+                &params,
+                &dict(&[("f", dict(&[("a", Value::Int(1))]))]),
+                64,
+                100
+            ),
+            Err(BindError::Invalid(
+                r#"missing required argument "f.b""#.into()
+            ))
         );
     }
 

@@ -80,8 +80,9 @@ pub struct Capability {
     pub params: Vec<Field>,
     /// Result record fields.
     pub output: Vec<Field>,
-    /// Binds a call's arguments to `params`: compiled from them, once.
-    pub binder: Binder,
+    /// Binds a call's arguments to `params`: compiled from them, once (not
+    /// public, so that it cannot part from them).
+    pub(crate) binder: Binder,
     /// Discovery-only phrases.
     pub search_terms: Vec<String>,
     /// Raw searchable bytes as declared, counted against [`MAX_METADATA_BYTES`].
@@ -227,6 +228,13 @@ pub fn validate_spec(spec: &CapabilitySpec) -> Result<Capability, SpecError> {
         search_terms: spec.search_terms.clone(),
         metadata_bytes: metadata_bytes(spec),
     })
+}
+
+impl Capability {
+    /// The binder of its parameters, compiled when it was validated.
+    pub fn binder(&self) -> &Binder {
+        &self.binder
+    }
 }
 
 /// Raw searchable bytes of one spec, counted against [`MAX_METADATA_BYTES`].

@@ -251,9 +251,16 @@ fn call(
         .ledger
         .check_arguments(codemode_value::json_len(&arguments))?;
     drop(arguments);
-    let canonical = bound
-        .canonical
-        .unwrap_or_else(|| codemode_value::Value::Dict(Vec::new()));
+    let canonical = match bound.canonical {
+        Some(canonical) => canonical,
+        None if !limits.canonical => codemode_value::Value::Dict(Vec::new()),
+        // A source's own `bind` left out what the policy decides on: never
+        // decide on less than the arguments.
+        None => {
+            tracing::error!(capability_id = %route.capability.id, source = %source.label(), "the source bound the arguments without their canonical form");
+            return Err(ToolError::Internal);
+        }
+    };
     let input = AuthorizationInput {
         subject: &state.subject,
         capability_id: route.capability.id.as_str(),

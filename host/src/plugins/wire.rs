@@ -121,7 +121,7 @@ impl Lowering for Wit {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum LiftError {
     /// The value is outside what a program can hold (a `u64` above `i64::MAX`, a
-    /// non-finite float) or not of the planned form: the capability failed.
+    /// non-finite float) or not of its shape: the capability failed.
     Failed,
     /// The result is nested deeper than the depth budget.
     TooDeep,
