@@ -95,18 +95,21 @@ fn upstream_tools_are_found_described_and_called_beside_plugins() {
         found["results"][0]["name"], "time.get_current_time",
         "{found}"
     );
-    let timezone_record = "{datetime: str, day_of_week: str, is_dst: bool, timezone: str}";
+    let timezone_record = "{timezone: str, datetime: str, day_of_week: str, is_dst: bool}";
     assert_eq!(
         ok(&results[1]),
         &json!({
             "name": "time.convert_time",
-            "signature": "time.convert_time(*, source_timezone: str, target_timezone: str, time: str)",
+            "signature": "time.convert_time(*, source_timezone: str, time: str, target_timezone: str)",
             "summary": "Convert time between timezones",
-            "description": "Convert time between timezones",
+            "description": "Convert time between timezones\n\nArguments:\n\
+                - source_timezone: Source IANA timezone name (e.g., 'America/New_York', 'Europe/London'). Use 'Etc/UTC' as local timezone if no source timezone provided by the user.\n\
+                - time: Time to convert in 24-hour format (HH:MM)\n\
+                - target_timezone: Target IANA timezone name (e.g., 'Asia/Tokyo', 'America/San_Francisco'). Use 'Etc/UTC' as local timezone if no target timezone provided by the user.",
             "input": [
                 {"name": "source_timezone", "type": "str", "required": true},
-                {"name": "target_timezone", "type": "str", "required": true},
                 {"name": "time", "type": "str", "required": true},
+                {"name": "target_timezone", "type": "str", "required": true},
             ],
             "output": [
                 {"name": "source", "type": timezone_record, "required": true},
@@ -256,7 +259,7 @@ fn a_misbehaving_upstream_stays_contained() {
     assert_eq!(ok(&results[6])["result"], json!({"result": "*.rs 2 file"}));
     assert_eq!(
         ok(&results[7])["signature"],
-        "double.list_files(*, kind: str | None, limit: int | None, pattern: str)"
+        "double.list_files(*, pattern: str, limit: int | None, kind: str | None)"
     );
     assert_eq!(
         err(&results[8]),
@@ -505,6 +508,9 @@ fn third_party_servers_combine_with_plugins_in_one_program() {
                 "def main():\n    r = everything.get_resource_reference(resourceType=\"Text\", resourceId=3)[\"content\"][0]\n    return [sorted(r.keys()), r[\"type\"], r[\"uri\"], r[\"mime_type\"], r[\"text\"].startswith(\"Resource 3: This is a plaintext resource\")]"
             ),
             call("describe_api", json!({"name": "everything.get_tiny_image"})),
+            call("describe_api", json!({"name": "time.convert_time"})),
+            call("describe_api", json!({"name": "git.git_log"})),
+            call("search_api", json!({"query": "HH:MM"})),
         ]),
     );
     let results = &out["results"];
@@ -521,14 +527,14 @@ fn third_party_servers_combine_with_plugins_in_one_program() {
     assert_eq!(
         structured["output"],
         json!([
+            {"name": "temperature", "type": "float", "required": true},
             {"name": "conditions", "type": "str", "required": true},
             {"name": "humidity", "type": "float", "required": true},
-            {"name": "temperature", "type": "float", "required": true},
         ])
     );
     assert_eq!(
         ok(&results[3])["signature"],
-        "everything.get_annotated_message(*, includeImage: bool | None, messageType: \"error\" | \"success\" | \"debug\")"
+        "everything.get_annotated_message(*, messageType: \"error\" | \"success\" | \"debug\", includeImage: bool | None)"
     );
     assert_eq!(
         ok(&results[4])["result"],
@@ -584,6 +590,35 @@ fn third_party_servers_combine_with_plugins_in_one_program() {
             {"name": "content", "type": "list[dict[str, str]]", "required": true},
             {"name": "text", "type": "str", "required": true},
         ])
+    );
+    // What the schemas say beyond types, in the tools' own parameter order.
+    assert_eq!(
+        ok(&results[14])["description"],
+        "Convert time between timezones\n\nArguments:\n\
+         - source_timezone: Source IANA timezone name (e.g., 'America/New_York', 'Europe/London'). Use 'Etc/UTC' as local timezone if no source timezone provided by the user.\n\
+         - time: Time to convert in 24-hour format (HH:MM)\n\
+         - target_timezone: Target IANA timezone name (e.g., 'Asia/Tokyo', 'America/San_Francisco'). Use 'Etc/UTC' as local timezone if no target timezone provided by the user."
+    );
+    assert_eq!(
+        ok(&results[15])["signature"],
+        "git.git_log(*, repo_path: str, max_count: int | None, start_timestamp: str | None, end_timestamp: str | None)"
+    );
+    let log = ok(&results[15])["description"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        log.starts_with("Shows the commit logs\n\nArguments:\n- max_count: default: 10\n- start_timestamp: Start timestamp for filtering commits."),
+        "{log}"
+    );
+    // Search finds a tool by the words of its parameters' documentation too.
+    assert_eq!(
+        ok(&results[16])["results"],
+        json!([{
+            "name": "time.convert_time",
+            "signature": "time.convert_time(*, source_timezone: str, time: str, target_timezone: str)",
+            "summary": "Convert time between timezones"
+        }])
     );
 }
 

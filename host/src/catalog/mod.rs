@@ -25,7 +25,7 @@ pub use search::{
 };
 #[cfg(test)]
 pub(crate) use shape::signature;
-pub use shape::{Field, FieldShape, FloatKind, IntKind, Shape, snake_case};
+pub use shape::{Field, FieldShape, FloatKind, IntKind, MAX_LITERALS_SHOWN, Shape, snake_case};
 pub(crate) use suggest::suggest;
 
 use name::check_parameter_name;

@@ -682,12 +682,17 @@ fn to_json(value: Value) -> Option<serde_json::Value> {
         Value::List(items) => {
             serde_json::Value::Array(items.into_iter().map(to_json).collect::<Option<_>>()?)
         }
-        Value::Dict(entries) => serde_json::Value::Object(
-            entries
-                .into_iter()
-                .map(|(k, v)| Some((k, to_json(v)?)))
-                .collect::<Option<_>>()?,
-        ),
+        Value::Dict(mut entries) => {
+            // JSON objects keep their order here (`preserve_order`, for upstream
+            // schemas): the answer's keys are sorted by hand.
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| Some((k, to_json(v)?)))
+                    .collect::<Option<_>>()?,
+            )
+        }
         Value::BigInt { .. } | Value::NonStringKeys | Value::Unsupported(_) => return None,
     })
 }

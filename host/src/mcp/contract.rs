@@ -206,7 +206,7 @@ mod tests {
     fn input_schema_is_one_required_string_without_extras() {
         assert_eq!(
             input_schema("query").to_string(),
-            r#"{"additionalProperties":false,"properties":{"query":{"type":"string"}},"required":["query"],"type":"object"}"#
+            r#"{"type":"object","required":["query"],"additionalProperties":false,"properties":{"query":{"type":"string"}}}"#
         );
     }
 
@@ -214,13 +214,13 @@ mod tests {
     fn output_schemas_match_the_seed() {
         assert_eq!(
             search_output_schema().to_string(),
-            r#"{"additionalProperties":false,"properties":{"results":{"items":{"additionalProperties":false,"properties":{"name":{"type":"string"},"signature":{"type":"string"},"summary":{"type":"string"}},"required":["name","signature","summary"],"type":"object"},"type":"array"},"truncated":{"type":"boolean"}},"required":["results","truncated"],"type":"object"}"#
+            r#"{"type":"object","required":["results","truncated"],"additionalProperties":false,"properties":{"results":{"type":"array","items":{"type":"object","required":["name","signature","summary"],"additionalProperties":false,"properties":{"name":{"type":"string"},"signature":{"type":"string"},"summary":{"type":"string"}}}},"truncated":{"type":"boolean"}}}"#
         );
-        let shape = r#"{"items":{"additionalProperties":false,"properties":{"name":{"type":"string"},"required":{"type":"boolean"},"type":{"type":"string"}},"required":["name","type","required"],"type":"object"},"type":"array"}"#;
+        let shape = r#"{"type":"array","items":{"type":"object","required":["name","type","required"],"additionalProperties":false,"properties":{"name":{"type":"string"},"type":{"type":"string"},"required":{"type":"boolean"}}}}"#;
         assert_eq!(
             describe_output_schema().to_string(),
             format!(
-                r#"{{"additionalProperties":false,"properties":{{"description":{{"type":"string"}},"input":{shape},"name":{{"type":"string"}},"output":{shape},"signature":{{"type":"string"}},"summary":{{"type":"string"}}}},"required":["name","signature","summary","description","input","output"],"type":"object"}}"#
+                r#"{{"type":"object","required":["name","signature","summary","description","input","output"],"additionalProperties":false,"properties":{{"name":{{"type":"string"}},"signature":{{"type":"string"}},"summary":{{"type":"string"}},"description":{{"type":"string"}},"input":{shape},"output":{shape}}}}}"#
             )
         );
     }
@@ -229,11 +229,11 @@ mod tests {
     fn execute_schemas_match_the_seed() {
         assert_eq!(
             input_schema(input_property(EXECUTE).unwrap()).to_string(),
-            r#"{"additionalProperties":false,"properties":{"source":{"type":"string"}},"required":["source"],"type":"object"}"#
+            r#"{"type":"object","required":["source"],"additionalProperties":false,"properties":{"source":{"type":"string"}}}"#
         );
         assert_eq!(
             execute_output_schema().to_string(),
-            r#"{"additionalProperties":false,"properties":{"result":{}},"required":["result"],"type":"object"}"#
+            r#"{"type":"object","required":["result"],"additionalProperties":false,"properties":{"result":{}}}"#
         );
     }
 

@@ -422,15 +422,15 @@ mod tests {
     fn every_line_that_is_not_a_message_is_answered() {
         assert_eq!(
             answer("{not json"),
-            "{\"error\":{\"code\":-32700,\"message\":\"Parse error: a line must be one JSON-RPC message\"},\"id\":null,\"jsonrpc\":\"2.0\"}\n"
+            "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"Parse error: a line must be one JSON-RPC message\"}}\n"
         );
         assert_eq!(
             answer("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":12}"),
-            "{\"error\":{\"code\":-32600,\"message\":\"Invalid Request: not a JSON-RPC 2.0 message\"},\"id\":7,\"jsonrpc\":\"2.0\"}\n"
+            "{\"jsonrpc\":\"2.0\",\"id\":7,\"error\":{\"code\":-32600,\"message\":\"Invalid Request: not a JSON-RPC 2.0 message\"}}\n"
         );
         assert_eq!(
             answer("[1,2]"),
-            "{\"error\":{\"code\":-32600,\"message\":\"Invalid Request: not a JSON-RPC 2.0 message\"},\"id\":null,\"jsonrpc\":\"2.0\"}\n"
+            "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600,\"message\":\"Invalid Request: not a JSON-RPC 2.0 message\"}}\n"
         );
         assert!(matches!(parse(b"  \r"), Line::Skip));
         // Notifications are never answered, known or not.
@@ -479,8 +479,8 @@ mod tests {
         assert_eq!(
             answers,
             [
-                "{\"error\":{\"code\":-32700,\"message\":\"Parse error: a line must be one JSON-RPC message\"},\"id\":null,\"jsonrpc\":\"2.0\"}\n",
-                "{\"error\":{\"code\":-32600,\"message\":\"Invalid Request: a message line may be at most 16 MiB\"},\"id\":null,\"jsonrpc\":\"2.0\"}\n",
+                "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"Parse error: a line must be one JSON-RPC message\"}}\n",
+                "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600,\"message\":\"Invalid Request: a message line may be at most 16 MiB\"}}\n",
             ]
         );
     }

@@ -629,6 +629,16 @@ fn capabilities(config: &UpstreamConfig, listed: Vec<Tool>, stop: &Stop) -> Vec<
             }
         };
         let output = structured.clone().unwrap_or_else(json::content_fields);
+        // What the schema says of the parameters beyond their types: the model
+        // reads formats and defaults instead of learning them by failing.
+        let description = match schema::argument_docs(&tool.input_schema) {
+            Some(docs) => Some(format!(
+                "{}\n\n{}\n{docs}",
+                description.as_deref().unwrap_or(&summary),
+                schema::ARGUMENTS_HEADING
+            )),
+            None => description,
+        };
         let spec = CapabilitySpec {
             name,
             id: Some(names::id(&config.name, &original)),

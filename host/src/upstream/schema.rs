@@ -111,8 +111,9 @@ impl Stop {
     }
 }
 
-/// The parameters an `inputSchema` describes: its properties in name order (JSON
-/// objects are read into sorted maps), optional when not `required`. A schema that
+/// The parameters an `inputSchema` describes: its properties in the schema's order
+/// (JSON objects are read with their order kept: `serde_json`'s `preserve_order`),
+/// optional when not `required`. A schema that
 /// is not an object with properties has none.
 ///
 /// # Errors
@@ -124,6 +125,204 @@ pub(crate) fn parameters(
 ) -> Result<Vec<Field>, SchemaError> {
     let mut walk = Walk::new(input_schema, budget);
     walk.fields(input_schema, 0)
+}
+
+/// Most bytes of the `Arguments:` block one tool's description gets: the
+/// parameters' documentation beyond their types.
+pub(crate) const MAX_ARGUMENT_DOCS: usize = 2048;
+
+/// Most bytes one keyword's value (a `default`, an example) takes in that block.
+const MAX_DOC_VALUE: usize = 200;
+
+/// The heading of the block of parameter documentation in a description.
+pub(crate) const ARGUMENTS_HEADING: &str = "Arguments:";
+
+/// What an `inputSchema` says about its parameters beyond their types, as the
+/// lines of an `Arguments:` block: one per documented parameter in the schema's
+/// order, `- name: description (default: 10; format: date-time; examples: "a";
+/// minimum: 1; maximum: 5; pattern: "^x$"; also: "v33", ...)` (`also`: enum
+/// values past the [`MAX_LITERALS_SHOWN`](crate::catalog::MAX_LITERALS_SHOWN) the
+/// notation shows). A property that is a local `$ref`, or a union with `null`,
+/// is read through to what it names for what it does not say itself. Text is
+/// made one printable line; the block stops at [`MAX_ARGUMENT_DOCS`] bytes.
+/// `None` when no parameter is documented.
+pub(crate) fn argument_docs(input_schema: &Map<String, Json>) -> Option<String> {
+    let Some(Json::Object(properties)) = input_schema.get("properties") else {
+        return None;
+    };
+    let mut block = String::new();
+    for (name, property) in properties {
+        let Some(line) = doc_line(input_schema, name, property) else {
+            continue;
+        };
+        let room = MAX_ARGUMENT_DOCS.saturating_sub(block.len() + 1);
+        if line.len() > room {
+            let mut end = room.saturating_sub(3);
+            while !line.is_char_boundary(end) {
+                end -= 1;
+            }
+            if end > 0 {
+                block.push('\n');
+                block.push_str(&line[..end]);
+                block.push_str("...");
+            }
+            break;
+        }
+        if !block.is_empty() {
+            block.push('\n');
+        }
+        block.push_str(&line);
+    }
+    (!block.is_empty()).then_some(block)
+}
+
+/// The line of one parameter, when its schema documents it.
+fn doc_line(root: &Map<String, Json>, name: &str, property: &Json) -> Option<String> {
+    let layers = doc_layers(root, property);
+    let find = |key: &str| layers.iter().find_map(|layer| layer.get(key));
+    let mut extras = Vec::new();
+    // A `null` default says only that the parameter is optional, which its type
+    // already does.
+    if let Some(default) = find("default").filter(|d| !d.is_null()) {
+        extras.push(format!("default: {}", brief(default)));
+    }
+    if let Some(Json::String(format)) = find("format") {
+        extras.push(format!("format: {}", one_line(format, MAX_DOC_VALUE)));
+    }
+    if let Some(Json::Array(examples)) = find("examples") {
+        let shown: Vec<String> = examples.iter().take(3).map(brief).collect();
+        if !shown.is_empty() {
+            extras.push(format!("examples: {}", shown.join(", ")));
+        }
+    }
+    for key in ["minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"] {
+        if let Some(bound @ Json::Number(_)) = find(key) {
+            extras.push(format!("{key}: {bound}"));
+        }
+    }
+    if let Some(Json::String(pattern)) = find("pattern") {
+        extras.push(format!(
+            "pattern: {}",
+            brief(&Json::String(pattern.clone()))
+        ));
+    }
+    if let Some(Json::Array(values)) = find("enum")
+        && values.len() > crate::catalog::MAX_LITERALS_SHOWN
+    {
+        let rest: Vec<String> = values
+            .iter()
+            .skip(crate::catalog::MAX_LITERALS_SHOWN)
+            .take(64)
+            .map(brief)
+            .collect();
+        extras.push(format!("also: {}", rest.join(", ")));
+    }
+    let description = match find("description") {
+        Some(Json::String(text)) => Some(one_line(text, MAX_ARGUMENT_DOCS)),
+        _ => None,
+    }
+    .filter(|d| !d.is_empty());
+    match (description, extras.is_empty()) {
+        (None, true) => None,
+        (None, false) => Some(format!("- {name}: {}", extras.join("; "))),
+        (Some(description), true) => Some(format!("- {name}: {description}")),
+        (Some(description), false) => {
+            Some(format!("- {name}: {description} ({})", extras.join("; ")))
+        }
+    }
+}
+
+/// The schemas a property's documentation is read from, in order: the property,
+/// what its local `$ref` names, and the one branch of a union with `null` (and
+/// what that branch's `$ref` names).
+fn doc_layers<'a>(root: &'a Map<String, Json>, property: &'a Json) -> Vec<&'a Map<String, Json>> {
+    let mut layers = Vec::new();
+    let mut next = property.as_object();
+    // Bounded: a property, its reference, a branch and the branch's reference.
+    for _ in 0..4 {
+        let Some(schema) = next else { break };
+        layers.push(schema);
+        next = if let Some(Json::String(reference)) = schema.get("$ref") {
+            local_target(root, reference).and_then(Json::as_object)
+        } else {
+            ["anyOf", "oneOf"].iter().find_map(|key| {
+                let Some(Json::Array(branches)) = schema.get(*key) else {
+                    return None;
+                };
+                let others: Vec<&Json> = branches
+                    .iter()
+                    .filter(|b| b.get("type").and_then(Json::as_str) != Some("null"))
+                    .collect();
+                match others.as_slice() {
+                    [one] => one.as_object(),
+                    _ => None,
+                }
+            })
+        };
+    }
+    layers
+}
+
+/// Where a local `$ref` into `$defs` or `definitions` points.
+fn local_target<'a>(root: &'a Map<String, Json>, reference: &str) -> Option<&'a Json> {
+    ["#/$defs/", "#/definitions/"].iter().find_map(|prefix| {
+        let name = reference.strip_prefix(prefix)?;
+        let section = prefix.trim_start_matches("#/").trim_end_matches('/');
+        let name = name.replace("~1", "/").replace("~0", "~");
+        root.get(section)?.as_object()?.get(&name)
+    })
+}
+
+/// `text` as one printable line (runs of whitespace and non-printable characters
+/// one space), cut at `max` bytes on a character boundary with `...`.
+fn one_line(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max));
+    for word in text
+        .split(|c: char| c.is_whitespace() || !crate::catalog::is_printable(c))
+        .filter(|w| !w.is_empty())
+    {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+        if out.len() > max {
+            break;
+        }
+    }
+    if out.len() > max {
+        let mut end = max.saturating_sub(3);
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+        out.push_str("...");
+    }
+    out
+}
+
+/// A JSON value as compact text, at most [`MAX_DOC_VALUE`] bytes (then `...`),
+/// made one printable line. Serialization stops at the limit: a huge `default`
+/// costs no more than a small one.
+fn brief(value: &Json) -> String {
+    struct Bounded(Vec<u8>);
+    impl std::io::Write for Bounded {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let room = (MAX_DOC_VALUE + 4).saturating_sub(self.0.len());
+            if room == 0 {
+                return Err(std::io::Error::other("full"));
+            }
+            let taken = buf.len().min(room);
+            self.0.extend_from_slice(&buf[..taken]);
+            Ok(taken)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut out = Bounded(Vec::new());
+    // An error only says the text was cut.
+    let _ = serde_json::to_writer(&mut out, value);
+    one_line(&String::from_utf8_lossy(&out.0), MAX_DOC_VALUE)
 }
 
 /// The result fields an `outputSchema` describes, or `None` when it does not
@@ -292,13 +491,7 @@ impl<'a, 'b, 's> Walk<'a, 'b, 's> {
     /// A `$ref`: only local ones into `$defs` or `definitions`; one already being
     /// followed (a recursive type) is `any`.
     fn reference(&mut self, reference: &'a str, depth: usize) -> Result<Shape, SchemaError> {
-        let target = ["#/$defs/", "#/definitions/"].iter().find_map(|prefix| {
-            let name = reference.strip_prefix(prefix)?;
-            let section = prefix.trim_start_matches("#/").trim_end_matches('/');
-            let name = name.replace("~1", "/").replace("~0", "~");
-            self.root.get(section)?.as_object()?.get(&name)
-        });
-        let Some(target) = target else {
+        let Some(target) = local_target(self.root, reference) else {
             return Ok(Shape::Any);
         };
         if self.following.contains(&reference) {
@@ -400,16 +593,15 @@ mod tests {
         });
         assert_eq!(
             sig(schema),
-            "t.tool(*, closed: {}, count: int, either: any, fixed: \"v1\", flag: bool, \
-             labels: dict[str, int], maybe: str | None, meta: dict[str, any], \
-             mode: \"fast\" | \"slow\", \
-             name: str, numbers: any, pair: int | None, point: {x: float, y: float | None}, \
-             ratio: float, rows: list[any], tags: list[str], whatever: any)"
+            "t.tool(*, name: str, count: int, ratio: float, flag: bool, tags: list[str], \
+             rows: list[any], point: {x: float, y: float | None}, labels: dict[str, int], \
+             meta: dict[str, any], closed: {}, mode: \"fast\" | \"slow\", fixed: \"v1\", \
+             maybe: str | None, either: any, pair: int | None, whatever: any, numbers: any)"
         );
     }
 
     #[test]
-    fn properties_not_required_are_optional_in_name_order() {
+    fn properties_not_required_are_optional_in_the_schemas_order() {
         let params = params(&object(json!({
             "type": "object",
             "properties": {
@@ -423,13 +615,13 @@ mod tests {
             .iter()
             .map(|p| (p.name.as_str(), p.is_optional()))
             .collect();
-        assert_eq!(names, [("at", true), ("extra", true), ("zone", false)]);
+        assert_eq!(names, [("zone", false), ("at", true), ("extra", true)]);
         assert_eq!(
             signature("t.tool", &params),
-            "t.tool(*, at: str | None, extra: any | None, zone: str)"
+            "t.tool(*, zone: str, at: str | None, extra: any | None)"
         );
         assert_eq!(
-            params.last().map(|p| &p.ty),
+            params.first().map(|p| &p.ty),
             Some(&Shape::Str),
             "required stays plain"
         );
@@ -448,8 +640,8 @@ mod tests {
         assert_eq!(
             shapes,
             [
-                &Shape::Enum(vec!["x".into()]),
                 &Shape::Option(Box::new(Shape::Enum(vec!["a".into(), "b".into()]))),
+                &Shape::Enum(vec!["x".into()]),
             ]
         );
     }
@@ -479,8 +671,63 @@ mod tests {
         });
         assert_eq!(
             sig(schema),
-            "t.tool(*, missing: any, old: int, owner: {friends: list[any], name: str}, remote: any)"
+            "t.tool(*, owner: {name: str, friends: list[any]}, old: int, remote: any, missing: any)"
         );
+    }
+
+    #[test]
+    fn parameters_are_documented_in_the_schemas_order() {
+        let many: Vec<String> = (0..35).map(|i| format!("v{i}")).collect();
+        let schema = object(json!({
+            "type": "object",
+            "properties": {
+                "repo_path": {"type": "string", "title": "Repo Path"},
+                "time": {"type": "string", "description": "Time to convert in\n24-hour format (HH:MM)"},
+                "max_count": {"default": 10, "title": "Max Count", "type": "integer"},
+                "since": {"anyOf": [{"type": "string", "format": "date-time", "examples": ["2026-01-01T00:00:00Z"]}, {"type": "null"}], "default": null, "description": "Only after\u{1b}[2J this."},
+                "owner": {"$ref": "#/$defs/Owner"},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "exclusiveMaximum": 101},
+                "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                "level": {"type": "string", "enum": many}
+            },
+            "$defs": {"Owner": {"type": "string", "description": "Who owns it."}}
+        }));
+        assert_eq!(
+            argument_docs(&schema).as_deref(),
+            Some(
+                "- time: Time to convert in 24-hour format (HH:MM)\n\
+                 - max_count: default: 10\n\
+                 - since: Only after [2J this. (format: date-time; examples: \"2026-01-01T00:00:00Z\")\n\
+                 - owner: Who owns it.\n\
+                 - limit: minimum: 1; maximum: 100; exclusiveMaximum: 101\n\
+                 - code: pattern: \"^[A-Z]{3}$\"\n\
+                 - level: also: \"v32\", \"v33\", \"v34\""
+            )
+        );
+        assert_eq!(
+            argument_docs(&object(json!({"properties": {"a": {"type": "string"}}}))),
+            None
+        );
+        assert_eq!(argument_docs(&object(json!({"type": "object"}))), None);
+    }
+
+    #[test]
+    fn the_documentation_of_a_tool_is_bounded() {
+        let long = "word ".repeat(1000);
+        let huge: Vec<u32> = (0..100_000).collect();
+        let mut properties = Map::new();
+        for i in 0..100 {
+            properties.insert(
+                format!("p{i}"),
+                json!({"description": long, "default": huge}),
+            );
+        }
+        let schema = object(json!({"properties": properties}));
+        let docs = argument_docs(&schema).expect("documented");
+        assert_eq!(docs.len(), MAX_ARGUMENT_DOCS, "{docs}");
+        assert!(docs.ends_with("..."), "{docs}");
+        assert_eq!(brief(&json!(huge)).len(), MAX_DOC_VALUE);
+        assert!(brief(&json!(huge)).starts_with("[0,1,2,"));
     }
 
     #[test]
@@ -509,8 +756,8 @@ mod tests {
         assert_eq!(
             fields,
             Some(vec![
-                Field::new("dst", Shape::Option(Box::new(Shape::Bool))),
                 Field::new("time", Shape::Str),
+                Field::new("dst", Shape::Option(Box::new(Shape::Bool))),
             ])
         );
         assert_eq!(outputs(&object(json!({"type": "object"}))), None);
