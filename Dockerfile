@@ -4,6 +4,7 @@
 #
 #   docker build -t codemode-host:0.1.0 .
 #   docker run -i --rm codemode-host:0.1.0          # MCP over stdio
+#   docker build --target gateway -t codemode-host:0.1.0-gateway .   # + Python, Node.js
 #
 # Compiled code is specific to the CPU features of the machine that compiled it:
 # build on the CPU family your nodes run, or a pod compiles again at start (and,
@@ -14,14 +15,37 @@
 # `chown -R 65532:65532 /cache`.
 
 # Build: the release binary, the plugins, and the cache (`cargo xtask dist` checks
-# that the server starts from them read-only, as the image's user).
+# that the server starts from them read-only, as the image's user). Node.js and a
+# Python venv build the JavaScript and Python examples; without them the build
+# fails instead of shipping fewer plugins.
 FROM rust:1.97-bookworm AS build
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends nodejs npm python3-venv \
+    && rm -rf /var/lib/apt/lists/*
 RUN rustup target add wasm32-wasip2
 WORKDIR /src
 COPY . .
+ENV CODEMODE_REQUIRE_FOREIGN_PLUGINS=1
 RUN cargo xtask dist
 
-# Run: no shell, no package manager, a non-root user.
+# Gateway: the same server with Python and Node.js, for upstream MCP servers run
+# as stdio children (`command = ["npx", ...]`, `["python3", "-m", ...]`). Pick it
+# with `docker build --target gateway -t codemode-host:0.1.0-gateway .` when a
+# config names such upstreams; the default image below has no shell and cannot run
+# them.
+FROM debian:bookworm-slim AS gateway
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates nodejs npm python3 python3-venv \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=build /src/target/dist/bin/codemode-host /usr/local/bin/codemode-host
+COPY --from=build /src/target/dist/plugins /plugins
+COPY --from=build --chown=65532:65532 /src/target/dist/cache /cache
+USER 65532:65532
+ENV HOME=/tmp
+ENTRYPOINT ["/usr/local/bin/codemode-host"]
+CMD ["--plugins", "/plugins", "--cache-dir", "/cache"]
+
+# Run (the default target): no shell, no package manager, a non-root user.
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/dist/bin/codemode-host /usr/local/bin/codemode-host
 COPY --from=build /src/target/dist/plugins /plugins

@@ -70,7 +70,8 @@ fn manifests() -> Vec<(String, Value)> {
         .collect()
 }
 
-/// What the Dockerfile's last stage says.
+/// What one stage of the Dockerfile says.
+#[derive(Debug, PartialEq, Eq)]
 struct Image {
     /// `ENTRYPOINT`, the binary's path.
     entrypoint: String,
@@ -78,19 +79,62 @@ struct Image {
     cmd: Vec<String>,
     /// `USER uid:gid`, both the same.
     user: u64,
-    /// Each `COPY --from=build SOURCE DEST` of the last stage.
+    /// Each `COPY --from=build SOURCE DEST` of the stage.
     copied: Vec<(String, String)>,
     /// The owner given to each copied destination with `--chown`, if any.
     owners: Vec<(String, String)>,
 }
 
-/// The Dockerfile's last stage.
-fn dockerfile() -> Image {
+/// One stage of the Dockerfile: `FROM <base> [AS <name>]` and its instructions,
+/// continued lines joined.
+struct Stage {
+    base: String,
+    name: Option<String>,
+    lines: Vec<String>,
+}
+
+/// The Dockerfile's stages, in order.
+fn stages() -> Vec<Stage> {
     let text = std::fs::read_to_string(root().join("Dockerfile")).expect("read the Dockerfile");
-    let last = text
-        .rsplit_once("\nFROM ")
-        .map(|(_, stage)| stage)
-        .expect("a stage after the build");
+    let joined = text.replace("\\\n", " ");
+    let mut stages: Vec<Stage> = Vec::new();
+    for line in joined
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
+        if let Some(from) = line.strip_prefix("FROM ") {
+            let words: Vec<&str> = from.split_whitespace().collect();
+            let (base, name) = match words.as_slice() {
+                [base] => (*base, None),
+                [base, "AS", name] => (*base, Some((*name).to_owned())),
+                _ => panic!("{line}"),
+            };
+            stages.push(Stage {
+                base: base.to_owned(),
+                name,
+                lines: Vec::new(),
+            });
+        } else if let Some(stage) = stages.last_mut() {
+            stage
+                .lines
+                .push(line.split_whitespace().collect::<Vec<_>>().join(" "));
+        } else {
+            panic!("{line}: before the first FROM");
+        }
+    }
+    stages
+}
+
+/// The stage named `name`.
+fn stage(stages: &[Stage], name: &str) -> usize {
+    stages
+        .iter()
+        .position(|s| s.name.as_deref() == Some(name))
+        .unwrap_or_else(|| panic!("no stage {name}"))
+}
+
+/// What a runtime stage ships and runs.
+fn image(stage: &Stage) -> Image {
     let json_list = |line: &str| -> Vec<String> {
         serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"))
     };
@@ -101,7 +145,7 @@ fn dockerfile() -> Image {
         copied: Vec::new(),
         owners: Vec::new(),
     };
-    for line in last.lines() {
+    for line in &stage.lines {
         if let Some(list) = line.strip_prefix("ENTRYPOINT ") {
             let list = json_list(list);
             assert_eq!(list.len(), 1, "{line}");
@@ -130,6 +174,91 @@ fn dockerfile() -> Image {
         }
     }
     image
+}
+
+/// The Dockerfile's last stage: the image `docker build` makes by default.
+fn dockerfile() -> Image {
+    let stages = stages();
+    let last = stages.last().expect("a stage");
+    assert_eq!(last.name, None, "the default image is the last stage");
+    image(last)
+}
+
+/// The Debian packages a stage's `apt-get install` lines install.
+fn installed(stage: &Stage) -> Vec<&str> {
+    stage
+        .lines
+        .iter()
+        .filter_map(|line| line.split_once("apt-get install ").map(|(_, rest)| rest))
+        .flat_map(|rest| {
+            rest.split("&&")
+                .next()
+                .unwrap_or_default()
+                .split_whitespace()
+        })
+        .filter(|word| !word.starts_with('-'))
+        .collect()
+}
+
+#[test]
+fn the_image_builds_every_example_and_a_gateway_target_runs_stdio_upstreams() {
+    let stages = stages();
+    let build = &stages[stage(&stages, "build")];
+    // The build stage has what the JavaScript and Python examples need, and fails
+    // rather than ship fewer of them.
+    let packages = installed(build);
+    for needed in ["nodejs", "npm", "python3-venv"] {
+        assert!(
+            packages.contains(&needed),
+            "build stage lacks {needed}: {packages:?}"
+        );
+    }
+    let require = build
+        .lines
+        .iter()
+        .position(|l| l == "ENV CODEMODE_REQUIRE_FOREIGN_PLUGINS=1")
+        .expect("the build requires the foreign plugins");
+    let dist = build
+        .lines
+        .iter()
+        .position(|l| l == "RUN cargo xtask dist")
+        .expect("the build runs cargo xtask dist");
+    assert!(require < dist, "the variable is set before the dist build");
+    // All six examples are in the layout the image copies (CI requires them too).
+    let mut shipped: Vec<String> = std::fs::read_dir(root().join("target/dist-debug/plugins"))
+        .expect("the dist layout's plugins")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".wasm"))
+        .collect();
+    shipped.sort();
+    assert_eq!(
+        shipped,
+        [
+            "fetch.wasm",
+            "js_strings.wasm",
+            "python_geo.wasm",
+            "records.wasm",
+            "stats.wasm",
+            "text.wasm"
+        ]
+    );
+    // The gateway target: the default image's layout and command on Debian with
+    // the runtimes stdio upstreams use; the default image stays last.
+    let gateway = &stages[stage(&stages, "gateway")];
+    assert!(gateway.base.starts_with("debian:"), "{}", gateway.base);
+    let packages = installed(gateway);
+    for needed in ["nodejs", "npm", "python3"] {
+        assert!(
+            packages.contains(&needed),
+            "gateway lacks {needed}: {packages:?}"
+        );
+    }
+    assert_eq!(image(gateway), dockerfile());
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("read the README");
+    assert!(
+        readme.contains("docker build --target gateway -t codemode-host:0.1.0-gateway ."),
+        "the README says how to pick the gateway image"
+    );
 }
 
 #[test]
