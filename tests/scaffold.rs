@@ -197,6 +197,12 @@ mod toolchains {
         // The examples were built, so both toolchains are installed.
         foreign_plugin("python_geo");
         let dir = generate("python", "greet", "python");
+        // An exception the author did not foresee.
+        patch(
+            &dir.join("app.py"),
+            "        return Greeting(text=f\"Hello, {name}!\")",
+            "        if name == \"boom\":\n            return Greeting(text={}[\"boom\"])\n        return Greeting(text=f\"Hello, {name}!\")",
+        );
         build(
             &dir,
             &[(
@@ -205,8 +211,15 @@ mod toolchains {
             )],
         );
         check_and_try(&dir, "greet");
+        unforeseen(&dir, "greet", "capability failed: KeyError: 'boom'");
         foreign_plugin("js_strings");
         let dir = generate("js", "my_tool", "js");
+        // A runtime gap the author did not know of (docs/plugin-guide.md).
+        patch(
+            &dir.join("my_tool.js"),
+            "    return { text: `Hello, ${name}!` };",
+            "    if (name === \"boom\") {\n      return { text: new Intl.DateTimeFormat().format(0) };\n    }\n    return { text: `Hello, ${name}!` };",
+        );
         build(
             &dir,
             &[(
@@ -215,5 +228,30 @@ mod toolchains {
             )],
         );
         check_and_try(&dir, "my_tool");
+        unforeseen(
+            &dir,
+            "my_tool",
+            "capability failed: ReferenceError: Intl is not defined",
+        );
+    }
+
+    /// Replaces the one `from` in the file at `path` with `to`.
+    fn patch(path: &Path, from: &str, to: &str) {
+        let text = std::fs::read_to_string(path).expect("read the generated file");
+        assert_eq!(text.matches(from).count(), 1, "{from:?} in:\n{text}");
+        std::fs::write(path, text.replace(from, to)).expect("write the generated file");
+    }
+
+    /// Calls `hello(name="boom")`, which fails in a way its author did not
+    /// foresee: the agent reads `want`.
+    fn unforeseen(dir: &Path, name: &str, want: &str) {
+        let plugins = dir.join("plugins");
+        let out = drive(
+            &["--plugins", plugins.to_str().expect("utf-8 path")],
+            json!([execute(&format!(
+                "def main():\n    return {name}.hello(name=\"boom\")"
+            ))]),
+        );
+        assert_eq!(err(&out["results"][0]), want);
     }
 }

@@ -283,8 +283,8 @@ pub struct Cli {
     /// Time to compile one plugin, and to describe it [default: 30s]
     ///
     /// A plugin past it is skipped with the reason; startup and reloading go on
-    /// with the others. `precompile` allows 10m unless this is given: slow
-    /// compiles belong there, ahead of serving.
+    /// with the others. `precompile` and `check` allow 10m unless this is
+    /// given: they run ahead of serving, where a slow compile costs no request.
     #[arg(long, value_name = "DURATION", value_parser = positive_duration, global = true)]
     pub load_timeout: Option<Duration>,
 
@@ -436,10 +436,11 @@ pub enum Lang {
 /// How long after the time budget in-flight requests may still finish at shutdown.
 const HTTP_DRAIN_MARGIN: Duration = Duration::from_secs(1);
 
-/// How long `precompile` lets one plugin compile when `--load-timeout` is not
-/// given: it runs ahead of serving (an image build, a deploy step), where a slow
-/// compile costs nobody a request.
-pub const PRECOMPILE_LOAD_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long `precompile` and `check` let one plugin compile when
+/// `--load-timeout` is not given: they run ahead of serving (an image build, a
+/// deploy step, a plugin author's build), where a slow compile costs nobody a
+/// request.
+pub const OFFLINE_LOAD_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Why the flags cannot make a server. A cause is a `reason` (part of the message),
 /// not an error `source`, so that a printer of error chains says it once.
@@ -690,11 +691,12 @@ impl Cli {
         }
     }
 
-    /// What loading one plugin may cost in `precompile`: as [`Cli::loading`], but
-    /// without `--load-timeout` compiling may take [`PRECOMPILE_LOAD_TIMEOUT`].
-    pub fn precompile_loading(&self) -> LoadLimits {
+    /// What loading one plugin may cost in `precompile` and `check`: as
+    /// [`Cli::loading`], but without `--load-timeout` compiling may take
+    /// [`OFFLINE_LOAD_TIMEOUT`].
+    pub fn offline_loading(&self) -> LoadLimits {
         LoadLimits {
-            load_timeout: self.load_timeout.unwrap_or(PRECOMPILE_LOAD_TIMEOUT),
+            load_timeout: self.load_timeout.unwrap_or(OFFLINE_LOAD_TIMEOUT),
             ..self.loading()
         }
     }
@@ -764,11 +766,11 @@ mod tests {
     }
 
     #[test]
-    fn precompile_waits_longer_for_a_compile_unless_told() -> anyhow::Result<()> {
+    fn precompile_and_check_wait_longer_for_a_compile_unless_told() -> anyhow::Result<()> {
         let cli = Cli::try_parse_from(["codemode-host", "precompile"])?;
         assert_eq!(cli.loading().load_timeout, Duration::from_secs(30));
         assert_eq!(
-            cli.precompile_loading(),
+            cli.offline_loading(),
             LoadLimits {
                 max_plugin_bytes: 256 << 20,
                 load_timeout: Duration::from_secs(600),
@@ -793,11 +795,10 @@ mod tests {
         );
         assert!(Cli::try_parse_from(["codemode-host", "--max-compile-memory", "0"]).is_err());
         assert!(Cli::try_parse_from(["codemode-host", "--max-compile-memory", "2048GiB"]).is_err());
+        let cli = Cli::try_parse_from(["codemode-host", "check", "p.wasm"])?;
+        assert_eq!(cli.offline_loading().load_timeout, Duration::from_secs(600));
         let cli = Cli::try_parse_from(["codemode-host", "precompile", "--load-timeout", "2s"])?;
-        assert_eq!(
-            cli.precompile_loading().load_timeout,
-            Duration::from_secs(2)
-        );
+        assert_eq!(cli.offline_loading().load_timeout, Duration::from_secs(2));
         Ok(())
     }
 

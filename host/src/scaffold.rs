@@ -308,6 +308,8 @@ world plugin {
         "app.py",
         r#""""The {{name}} plugin for codemode-host: one capability, `{{name}}.hello`."""
 
+import traceback
+from functools import wraps
 from typing import List
 
 from componentize_py_types import Err
@@ -316,6 +318,31 @@ from wit_world.exports.{{name}} import Greeting
 from wit_world.exports.metadata import Capability
 
 
+def capabilities(cls):
+    """Makes an exception escaping a method of `cls` its capability's failure: the
+    agent reads `capability failed: KeyError: 'x'`, the operator log gets the
+    traceback. `raise Err("...")` is the failure message as it is."""
+    for name, method in list(vars(cls).items()):
+        if callable(method) and not name.startswith("_"):
+            setattr(cls, name, _explained(method))
+    return cls
+
+
+def _explained(method):
+    @wraps(method)
+    def call(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except Err:
+            raise
+        except Exception as error:
+            traceback.print_exc()
+            raise Err(f"{type(error).__name__}: {error}") from None
+
+    return call
+
+
+@capabilities
 class {{pascal}}(exports.{{pascal}}):
     def hello(self, name: str) -> Greeting:
         if not name:
@@ -390,15 +417,51 @@ world plugin {
         "{{name}}.js",
         r#"// The {{name}} plugin for codemode-host: one capability, `{{name}}.hello`.
 
-export const {{camel}} = {
+/**
+ * Makes anything a method of `object` throws its capability's failure: the agent
+ * reads `capability failed: ReferenceError: Intl is not defined`, the operator
+ * log gets the stack. A thrown string is the failure message as it is.
+ */
+function capabilities(object) {
+  for (const [name, method] of Object.entries(object)) {
+    if (typeof method !== "function") {
+      continue;
+    }
+    object[name] = function (...args) {
+      try {
+        return method.apply(this, args);
+      } catch (error) {
+        if (typeof error === "string") {
+          throw error;
+        }
+        console.error(error instanceof Error ? `${error}\n${error.stack}` : error);
+        throw explain(error);
+      }
+    };
+  }
+  return object;
+}
+
+/** A thrown value as text: an Error as `Name: message`, anything else as JSON. */
+function explain(error) {
+  if (error instanceof Error) {
+    return String(error);
+  }
+  try {
+    return JSON.stringify(error) ?? String(error);
+  } catch {
+    return String(error);
+  }
+}
+
+export const {{camel}} = capabilities({
   hello(name) {
     if (name.length === 0) {
-      // A result's error must be thrown as a string.
       throw "name must not be empty";
     }
     return { text: `Hello, ${name}!` };
   },
-};
+});
 
 export const metadata = {
   describe() {

@@ -2,15 +2,44 @@
 //
 // Built with componentize-js (see build.sh). Each exported interface is an
 // exported object named after it in camelCase; throwing a string from a function
-// whose WIT result is `result<_, string>` returns it as the error. Anything else
-// thrown (an Error) must become a string first, or the component traps.
+// whose WIT result is `result<_, string>` returns it as the error. `capabilities`
+// turns anything else thrown (an Error) into such a string, or the component
+// would trap and the agent read a bare `capability failed`.
 
-/** Runs `body`; an Error it throws becomes its message, the `string` error. */
-function guard(body) {
+/**
+ * Makes anything a method of `object` throws its capability's failure: the agent
+ * reads `capability failed: ReferenceError: Intl is not defined`, the operator
+ * log gets the stack. A thrown string is the failure message as it is.
+ */
+function capabilities(object) {
+  for (const [name, method] of Object.entries(object)) {
+    if (typeof method !== "function") {
+      continue;
+    }
+    object[name] = function (...args) {
+      try {
+        return method.apply(this, args);
+      } catch (error) {
+        if (typeof error === "string") {
+          throw error;
+        }
+        console.error(error instanceof Error ? `${error}\n${error.stack}` : error);
+        throw explain(error);
+      }
+    };
+  }
+  return object;
+}
+
+/** A thrown value as text: an Error as `Name: message`, anything else as JSON. */
+function explain(error) {
+  if (error instanceof Error) {
+    return String(error);
+  }
   try {
-    return body();
-  } catch (e) {
-    throw typeof e === "string" ? e : String(e && e.message ? e.message : e);
+    return JSON.stringify(error) ?? String(error);
+  } catch {
+    return String(error);
   }
 }
 
@@ -31,19 +60,17 @@ function words(text) {
     .filter((w) => w.length > 0);
 }
 
-export const strings = {
+export const strings = capabilities({
   slugify(text, separator) {
-    return guard(() => {
-      const sep = separator ?? "-";
-      if (sep.length > 1) {
-        throw `separator must be at most one character, got ${JSON.stringify(sep)}`;
-      }
-      const parts = words(text);
-      if (parts.length === 0) {
-        throw "text has no letters or digits to make a slug from";
-      }
-      return { slug: parts.join(sep) };
-    });
+    const sep = separator ?? "-";
+    if (sep.length > 1) {
+      throw `separator must be at most one character, got ${JSON.stringify(sep)}`;
+    }
+    const parts = words(text);
+    if (parts.length === 0) {
+      throw "text has no letters or digits to make a slug from";
+    }
+    return { slug: parts.join(sep) };
   },
 
   titleCase(text) {
@@ -58,7 +85,7 @@ export const strings = {
     });
     return { text: titled.join(" ") };
   },
-};
+});
 
 export const metadata = {
   describe() {

@@ -5,6 +5,8 @@ Built with componentize-py (see build.sh); the host sees `geo.distance` and
 """
 
 import math
+import traceback
+from functools import wraps
 from typing import List
 
 from componentize_py_types import Err
@@ -14,6 +16,30 @@ from wit_world.exports.metadata import Capability
 
 # Mean Earth radius (IUGG), in kilometres.
 EARTH_RADIUS_KM = 6371.0088
+
+
+def capabilities(cls):
+    """Makes an exception escaping a method of `cls` its capability's failure: the
+    agent reads `capability failed: KeyError: 'x'`, the operator log gets the
+    traceback. `raise Err("...")` is the failure message as it is."""
+    for name, method in list(vars(cls).items()):
+        if callable(method) and not name.startswith("_"):
+            setattr(cls, name, _explained(method))
+    return cls
+
+
+def _explained(method):
+    @wraps(method)
+    def call(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except Err:
+            raise
+        except Exception as error:
+            traceback.print_exc()
+            raise Err(f"{type(error).__name__}: {error}") from None
+
+    return call
 
 
 def _check(name: str, point: Point) -> None:
@@ -29,6 +55,7 @@ def _haversine_km(a: Point, b: Point) -> float:
     return 2 * EARTH_RADIUS_KM * math.asin(min(1.0, math.sqrt(h)))
 
 
+@capabilities
 class Geo(exports.Geo):
     def distance(self, a: Point, b: Point) -> DistanceResult:
         _check("a", a)
