@@ -414,7 +414,7 @@ fn a_stdio_server_answers_while_its_plugins_load_and_a_sighup_then_does_not_end_
     let log = text();
     assert!(status.success(), "{status}\n{log}");
     assert!(
-        log.contains("SIGHUP: nothing to reload (no --tokens, no --policy)"),
+        log.contains("SIGHUP: nothing to reload (no --tokens, no --policy, no --config)"),
         "{log}"
     );
     assert!(

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use crate::stdio::{call, err, ok};
 use crate::support::{
-    HttpServer, drive, drive_in, drive_with_env, example_plugins, install_venv, python,
-    raw_request, root, startup_log, wait_for_audit, wait_until,
+    HttpServer, drive, drive_in, drive_with_env, example_plugins, execute_http, install_venv,
+    python, raw_request, root, startup_log, wait_for_audit, wait_for_log, wait_until,
 };
 
 /// The third-party upstream servers, pinned.
@@ -839,4 +839,116 @@ fn disabling_an_upstream_id_needs_it_configured_not_up_and_readyz_names_it_down(
         log.contains("WARN codemode_host::service: an upstream's timeout is above --max-execution-time, which ends its calls first upstream=time timeout=20s max_execution_time=5s"),
         "the time config's 20 s timeout against the default 5 s budget: {log}"
     );
+}
+
+#[test]
+fn the_config_file_reloads_upstreams_and_limits_while_serving_and_a_bad_one_changes_nothing() {
+    let dir = root().join("target/e2e-upstream/reconfig");
+    let log = dir.join("double.log");
+    let double = root().join("tests/upstreams/double.py");
+    let upstream = |name: &str, timeout: &str| {
+        format!(
+            "[[upstream]]\nname = {name:?}\ncommand = [{:?}, {:?}]\nenv = {{ DOUBLE_LOG = {:?} }}\ntimeout = {timeout:?}\n",
+            python().display().to_string(),
+            double.display().to_string(),
+            log.display().to_string(),
+        )
+    };
+    let settings = |calls: u32, memory: &str, upstreams: &str| {
+        format!(
+            "plugins = {:?}\nmax-native-calls = {calls}\nmax-memory = {memory:?}\n\n{upstreams}",
+            example_plugins().display().to_string(),
+        )
+    };
+    let path = config(
+        "reconfig",
+        &settings(100, "64MiB", &upstream("alpha", "2s")),
+    );
+    // Replaced the way editors and config managers do: renamed over it.
+    let rewrite = |text: &str| {
+        let temp = path.with_extension("new");
+        std::fs::write(&temp, text).expect("write the new config");
+        std::fs::rename(&temp, &path).expect("rename it in place");
+    };
+    let server = HttpServer::start(&["--allow-all", "--config", path.to_str().expect("utf-8")]);
+    let port = server.port;
+    let files = |name: &str| {
+        execute_http(
+            port,
+            &format!(
+                "def main():\n    return {name}.list_files(pattern=\"*.rs\", limit=2)[\"result\"]"
+            ),
+        )
+    };
+    let two_calls = "def main():\n    return [records.lookup(key=\"bk-0001\")[\"key\"], records.lookup(key=\"bk-0002\")[\"key\"]]";
+    wait_until(
+        "upstream alpha to serve",
+        || files("alpha") == Ok(json!("*.rs 2 file")),
+        || server.log(),
+    );
+    assert_eq!(
+        execute_http(port, two_calls),
+        Ok(json!(["bk-0001", "bk-0002"]))
+    );
+
+    // alpha goes, beta comes, one native call per execution from now on, and a
+    // memory cap that needs a restart.
+    rewrite(&settings(1, "128MiB", &upstream("beta", "2s")));
+    wait_for_log(
+        &server,
+        "limits=\"changed\" upstreams_added=beta upstreams_removed=alpha upstreams_restarted=",
+        1,
+    );
+    wait_until(
+        "upstream beta to serve",
+        || files("beta") == Ok(json!("*.rs 2 file")),
+        || server.log(),
+    );
+    assert_eq!(
+        files("alpha"),
+        Err("invalid program: <codemode>:2:12: Variable `alpha` not found".to_owned())
+    );
+    assert_eq!(
+        execute_http(port, two_calls),
+        Err("resource limit exceeded".to_owned())
+    );
+    let log = server.log();
+    assert!(
+        log.contains(&format!(
+            "WARN codemode_host::reconfig: a config file setting changed that needs a restart; it keeps its value until then file={} key=max-memory cause=\"file changed\"",
+            path.display()
+        )),
+        "{log}"
+    );
+
+    // beta configured differently: restarted. A file that does not parse changes
+    // nothing, on a change as on SIGHUP.
+    rewrite(&settings(1, "128MiB", &upstream("beta", "3s")));
+    wait_for_log(
+        &server,
+        "limits=\"unchanged\" upstreams_added= upstreams_removed= upstreams_restarted=beta",
+        1,
+    );
+    rewrite("plugins = [\n");
+    let failed = |cause: &str| {
+        format!(
+            "ERROR codemode_host::reconfig: config reload failed; the settings in force stay file={0} reason=config file `{0}`, line 1: unclosed array, expected `]` cause=\"{cause}\"",
+            path.display()
+        )
+    };
+    wait_for_log(&server, &failed("file changed"), 1);
+    server.signal("HUP");
+    wait_for_log(&server, &failed("SIGHUP"), 1);
+    wait_until(
+        "restarted beta to serve",
+        || files("beta") == Ok(json!("*.rs 2 file")),
+        || server.log(),
+    );
+    assert_eq!(
+        execute_http(port, two_calls),
+        Err("resource limit exceeded".to_owned())
+    );
+    server.terminate();
+    let (code, _) = server.wait();
+    assert_eq!(code, Some(0));
 }

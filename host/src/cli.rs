@@ -43,7 +43,9 @@ pub struct Cli {
     /// `allow-all = true`. A flag on the command line wins over its environment
     /// variable, which wins over the file, which wins over the default. Relative
     /// paths in the file are relative to the file's folder. An unknown key or a
-    /// bad value stops startup, naming the key's line.
+    /// bad value stops startup, naming the key's line. Read again when it changes
+    /// and on SIGHUP: upstreams and the budgets of one execution change while
+    /// serving; other settings are logged as needing a restart.
     #[arg(long, value_name = "FILE", global = true)]
     pub config: Option<PathBuf>,
 
@@ -292,6 +294,11 @@ pub struct Cli {
     /// sets them).
     #[arg(skip)]
     pub upstreams: Vec<codemode_host::UpstreamConfig>,
+
+    /// The `--key=value` arguments the config file gave (what a reload of it
+    /// compares).
+    #[arg(skip)]
+    pub file_args: Vec<std::ffi::OsString>,
 
     /// Whether --plugins was given (flag, variable or file) rather than defaulted:
     /// a gateway of upstreams only needs no `./plugins`.

@@ -92,10 +92,11 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, clap::Error> {
     let mut all = Vec::with_capacity(args.len() + file.args.len());
     let mut given = args.into_iter();
     all.extend(given.next());
-    all.extend(file.args);
+    all.extend(file.args.iter().cloned());
     all.extend(given);
     let mut cli = finish(&mut command, all)?;
     cli.upstreams = file.upstreams;
+    cli.file_args = file.args;
     Ok(cli)
 }
 

@@ -55,12 +55,14 @@ pub use cache::default_cache_dir;
 pub use catalog::{Description, FieldShape, SearchResponse, SearchResult};
 pub use check::{Checked, check_plugin};
 pub use error::ToolError;
-pub use execute::{Executed, Execution, FailedCall, LimitError, Limits, RunnerError, Stats};
+pub use execute::{
+    Executed, Execution, FailedCall, LimitError, Limits, Retuned, RunnerError, Stats,
+};
 pub use plugins::{
     COMPILE_COMMAND, COMPILE_MEMORY_ARG, Compiler, DEFAULT_COMPILE_MEMORY, LoadError, LoadLimits,
     Reloaded, TypeError, compile_child,
 };
 pub use precompile::{Precompiled, precompile};
-pub use service::{LOCAL_SUBJECT, Service, ServiceConfig, StartError};
+pub use service::{LOCAL_SUBJECT, Service, ServiceConfig, StartError, UpstreamChanges};
 pub use source::Skipped;
 pub use upstream::{Secret, UpstreamConfig, UpstreamTransport, check_name as check_upstream_name};

@@ -2,7 +2,7 @@
 //! over stdio or Streamable HTTP.
 
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -19,6 +19,7 @@ use tracing_subscriber::{Layer, filter::FilterExt};
 
 mod cli;
 mod config;
+mod reconfig;
 mod scaffold;
 mod secrets;
 mod textlog;
@@ -43,7 +44,7 @@ fn main() -> ExitCode {
     {
         return compile_plugin(&args[2..]);
     }
-    let cli = match config::parse(args) {
+    let cli = match config::parse(args.clone()) {
         Ok(cli) => cli,
         Err(error) => error.exit(),
     };
@@ -75,7 +76,7 @@ fn main() -> ExitCode {
             )
             .init(),
     }
-    match run(cli) {
+    match run(cli, args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             // One event per line: a list of reasons stays readable, and each line
@@ -195,7 +196,7 @@ impl tracing::field::Visit for Fields {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
     match &cli.command {
         Some(Command::Precompile) => return precompile(&cli),
         Some(Command::Check { files }) => return check(&cli, files),
@@ -208,6 +209,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let authorization = cli.authorization(http.is_some())?;
     tracing::info!("authorization: {}", authorization.summary);
     let audit = Arc::new(cli.audit()?);
+    // The service, once loaded: what a reloaded config file is applied to.
+    let loaded: Arc<OnceLock<Arc<Service>>> = Arc::default();
     let reloadable = secrets::Reloadable {
         tokens: match (&cli.tokens, http.as_ref().map(|(_, h)| &h.authentication)) {
             (Some(path), Some(Authentication::Tokens(tokens))) => {
@@ -219,6 +222,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             .policy
             .clone()
             .map(|policy| (cli.policy.clone(), cli.policy_decision.clone(), policy)),
+        config: cli
+            .config
+            .clone()
+            .map(|path| reconfig::ConfigReload::new(path, args, &cli, loaded.clone())),
         reading: Arc::default(),
     };
     let config = ServiceConfig {
@@ -271,8 +278,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let _reloading = secrets::start(reloadable, runtime.handle())
         .context("cannot watch the tokens and policy files for changes")?;
     let served = match http {
-        None => runtime.block_on(serve_stdio_while_loading(config, &cli)),
-        Some((address, http)) => runtime.block_on(serve_http(address, http, config, &cli)),
+        None => runtime.block_on(serve_stdio_while_loading(config, &cli, &loaded)),
+        Some((address, http)) => runtime.block_on(serve_http(address, http, config, &cli, &loaded)),
     };
     // Executions (and a load) still running on blocking threads end by their own
     // deadlines; exiting does not wait for them past this.
@@ -319,6 +326,7 @@ async fn serve_http(
     http: HttpConfig,
     config: ServiceConfig,
     cli: &Cli,
+    loaded: &OnceLock<Arc<Service>>,
 ) -> anyhow::Result<()> {
     let listener = http::bind(address)
         .await
@@ -359,6 +367,7 @@ async fn serve_http(
         }
     };
     let _watch = start_watch(cli, &service)?;
+    let _ = loaded.set(service.clone());
     readiness.set(service.clone());
     tracing::info!("ready to serve");
     server.await??;
@@ -375,7 +384,11 @@ async fn serve_http(
 /// `tools/list` are answered at once; the tools wait for the load (`execute` no
 /// longer than its time budget). Ends when stdin closes, but not before the load
 /// did, so that a start with stdin at its end still fills the cache.
-async fn serve_stdio_while_loading(config: ServiceConfig, cli: &Cli) -> anyhow::Result<()> {
+async fn serve_stdio_while_loading(
+    config: ServiceConfig,
+    cli: &Cli,
+    service_cell: &OnceLock<Arc<Service>>,
+) -> anyhow::Result<()> {
     let (publish, loaded) = tokio::sync::watch::channel(None);
     let subjects = SubjectSource::Fixed(Subject::new(cli.subject.clone()));
     let max_execution_time = config.limits.max_execution_time;
@@ -387,6 +400,7 @@ async fn serve_stdio_while_loading(config: ServiceConfig, cli: &Cli) -> anyhow::
         served = &mut serving => (Arc::new(loading.await??), Some(served)),
     };
     let _watch = start_watch(cli, &service)?;
+    let _ = service_cell.set(service.clone());
     publish.send_replace(Some(service.clone()));
     let served = match served {
         Some(served) => served,

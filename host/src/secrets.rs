@@ -1,5 +1,6 @@
-//! Reloading the tokens file and the policy while serving, without a restart: on
-//! SIGHUP, and when one of their files changes.
+//! Reloading the tokens file, the policy and the config file while serving,
+//! without a restart: on SIGHUP, and when one of their files changes (what a
+//! config file's reload applies: `reconfig.rs`).
 //!
 //! A reload reads and parses (or compiles) the whole new set first and swaps it in
 //! only when that succeeded; otherwise the set in force stays and the reason is
@@ -25,7 +26,8 @@ use codemode_host::watch::Debounce;
 use notify::event::{AccessKind, AccessMode};
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 
-use crate::cli::{ConfigError, compile_policy, read_tokens};
+use crate::cli::{Cli, ConfigError, compile_policy, read_tokens};
+use crate::reconfig::ConfigReload;
 
 /// What can be reloaded: the tokens file and the policy modules, each with where the
 /// new set goes.
@@ -34,6 +36,8 @@ pub(crate) struct Reloadable {
     pub tokens: Option<(PathBuf, Arc<ArcSwap<Tokens>>)>,
     /// `--policy`: the modules, the decision, and the policy in force.
     pub policy: Option<(Vec<PathBuf>, String, Arc<Replaceable>)>,
+    /// `--config`: the file, and where its settings go.
+    pub config: Option<ConfigReload>,
     /// Set while a reload's thread reads the files.
     pub reading: Arc<AtomicBool>,
 }
@@ -65,6 +69,7 @@ impl Reloadable {
         if let Some((paths, _, _)) = &self.policy {
             files.extend(paths.iter().cloned());
         }
+        files.extend(self.config.iter().map(|config| config.path().to_owned()));
         files
     }
 
@@ -73,8 +78,12 @@ impl Reloadable {
     /// [`RELOAD_DEADLINE`]: a read that hangs (a file on a dead network mount) costs
     /// that one reload, not every later one.
     fn reload(&self, cause: Cause) {
-        if cause == Cause::Signal && self.tokens.is_none() && self.policy.is_none() {
-            tracing::info!("SIGHUP: nothing to reload (no --tokens, no --policy)");
+        if cause == Cause::Signal
+            && self.tokens.is_none()
+            && self.policy.is_none()
+            && self.config.is_none()
+        {
+            tracing::info!("SIGHUP: nothing to reload (no --tokens, no --policy, no --config)");
             return;
         }
         let cause = match cause {
@@ -93,6 +102,7 @@ impl Reloadable {
             .policy
             .as_ref()
             .map(|(paths, decision, _)| (paths.clone(), decision.clone()));
+        let config_args = self.config.as_ref().map(ConfigReload::args);
         let (sender, receiver) = sync_channel(1);
         let reading = self.reading.clone();
         reading.store(true, Ordering::Release);
@@ -102,6 +112,7 @@ impl Reloadable {
                 let read = Read {
                     tokens: tokens_file.map(|path| read_tokens(&path)),
                     policy: policy_files.map(|(paths, decision)| compile_policy(&paths, &decision)),
+                    config: config_args.map(ConfigReload::read),
                 };
                 reading.store(false, Ordering::Release);
                 // The reload stopped waiting past its deadline: nobody applies it.
@@ -147,6 +158,9 @@ impl Reloadable {
                 }
             }
         }
+        if let (Some(config), Some(outcome)) = (&self.config, read.config) {
+            config.apply(outcome, cause);
+        }
     }
 }
 
@@ -154,6 +168,7 @@ impl Reloadable {
 struct Read {
     tokens: Option<Result<Tokens, ConfigError>>,
     policy: Option<Result<RegoAuthorizer, ConfigError>>,
+    config: Option<Result<Cli, String>>,
 }
 
 /// Starts reloading `reloadable` on SIGHUP (a task on `runtime`) and when its files

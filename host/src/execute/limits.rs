@@ -78,7 +78,44 @@ pub struct LimitError {
     pub requirement: &'static str,
 }
 
+/// The budgets of `new` applied to limits in force, and those of its changes
+/// that need a restart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retuned {
+    /// The limits in force with every change that can take effect while serving.
+    pub limits: Limits,
+    /// The flags whose change needs a restart (they keep their values), e.g.
+    /// `--max-memory`: the sandboxes' pool was sized by them.
+    pub need_restart: Vec<&'static str>,
+}
+
 impl Limits {
+    /// `new` applied to these limits in force: every budget of one execution
+    /// changes for the executions that start after it; what sized the sandboxes
+    /// (`--max-concurrent-executions`, `--max-memory`, `--max-total-memory`) keeps
+    /// its value and is named in [`Retuned::need_restart`].
+    pub fn retune(&self, new: &Limits) -> Retuned {
+        let mut need_restart = Vec::new();
+        if new.max_concurrent_executions != self.max_concurrent_executions {
+            need_restart.push("--max-concurrent-executions");
+        }
+        if new.max_memory_bytes != self.max_memory_bytes {
+            need_restart.push("--max-memory");
+        }
+        if new.max_total_memory_bytes != self.max_total_memory_bytes {
+            need_restart.push("--max-total-memory");
+        }
+        Retuned {
+            limits: Limits {
+                max_concurrent_executions: self.max_concurrent_executions,
+                max_memory_bytes: self.max_memory_bytes,
+                max_total_memory_bytes: self.max_total_memory_bytes,
+                ..new.clone()
+            },
+            need_restart,
+        }
+    }
+
     /// Checks every budget is positive and fits the sandbox.
     ///
     /// # Errors
@@ -148,6 +185,32 @@ impl Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retuning_changes_an_executions_budgets_and_names_what_needs_a_restart() {
+        let running = Limits::default();
+        let new = Limits {
+            max_execution_time: Duration::from_secs(9),
+            max_native_calls: 7,
+            max_memory_bytes: running.max_memory_bytes / 2,
+            max_concurrent_executions: 3,
+            ..Limits::default()
+        };
+        let retuned = running.retune(&new);
+        assert_eq!(
+            retuned.limits,
+            Limits {
+                max_execution_time: Duration::from_secs(9),
+                max_native_calls: 7,
+                ..Limits::default()
+            }
+        );
+        assert_eq!(
+            retuned.need_restart,
+            ["--max-concurrent-executions", "--max-memory"]
+        );
+        assert_eq!(running.retune(&running).need_restart, Vec::<&str>::new());
+    }
 
     #[test]
     fn defaults_are_the_digest_values() {

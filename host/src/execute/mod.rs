@@ -17,6 +17,8 @@ mod teardown;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -25,7 +27,7 @@ use wasmtime::component::{Linker, ResourceTable};
 use wasmtime::{Engine, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-pub use limits::{LimitError, Limits};
+pub use limits::{LimitError, Limits, Retuned};
 pub use runner::RunnerError;
 
 use crate::audit::AuditLog;
@@ -154,7 +156,9 @@ pub struct Executed {
 pub struct Executor {
     engine: Engine,
     pre: RunnerPre<ExecState>,
-    limits: Limits,
+    /// Replaced by [`Executor::retune`]; an execution keeps the limits it started
+    /// with.
+    limits: ArcSwap<Limits>,
     permits: Arc<tokio::sync::Semaphore>,
     authorizer: Arc<dyn Authorizer>,
     audit: Option<Arc<AuditLog>>,
@@ -287,7 +291,7 @@ impl Executor {
             permits: Arc::new(tokio::sync::Semaphore::new(
                 config.limits.max_concurrent_executions,
             )),
-            limits: config.limits,
+            limits: ArcSwap::from_pointee(config.limits),
             authorizer: config.authorizer,
             audit: config.audit,
             metrics: config.metrics,
@@ -348,10 +352,11 @@ impl Executor {
         source: &str,
         started: Instant,
     ) -> Execution {
-        if source.len() > self.limits.max_source_bytes {
+        let limits = self.limits.load_full();
+        if source.len() > limits.max_source_bytes {
             return Execution::refused(ToolError::ResourceLimit, Some(Budget::SourceBytes));
         }
-        let deadline = started + self.limits.max_execution_time;
+        let deadline = started + limits.max_execution_time;
         // Its time went by before it could start (waiting for the load, over stdio).
         if Instant::now() >= deadline {
             return Execution::refused(ToolError::ResourceLimit, Some(Budget::ExecutionTime));
@@ -371,7 +376,8 @@ impl Executor {
         let execution = self.started.fetch_add(1, Ordering::Relaxed) + 1;
         let cancel = Arc::new(Cancel::default());
         let _cancel_on_drop = CancelOnDrop(cancel.clone());
-        let job = self.job(dispatch, subject, source, Stop::new(deadline, cancel));
+        let stop = Stop::new(deadline, cancel);
+        let job = self.job(dispatch, &limits, subject, source, stop);
         let job = Job { execution, ..job };
         let ran = tokio::task::spawn_blocking(move || {
             let (execution, store) = job.run();
@@ -398,12 +404,14 @@ impl Executor {
     /// When the interpreter cannot be instantiated.
     pub fn surface(&self) -> wasmtime::Result<String> {
         // The surface is read from the interpreter alone: no capabilities, no program.
+        let limits = self.limits.load_full();
         let job = self.job(
             Arc::new(Dispatch::default()),
+            &limits,
             &Subject::new("surface"),
             "",
             Stop::new(
-                Instant::now() + self.limits.max_execution_time,
+                Instant::now() + limits.max_execution_time,
                 Arc::new(Cancel::default()),
             ),
         );
@@ -414,14 +422,42 @@ impl Executor {
 }
 
 impl Executor {
-    /// A job running `source` for `subject` with the capabilities of `dispatch`,
-    /// stopped by `stop` (its execution number is 0 until the caller sets it).
-    fn job(&self, dispatch: Arc<Dispatch>, subject: &Subject, source: &str, stop: Stop) -> Job {
+    /// The limits in force: those of the executions that start now.
+    pub fn limits(&self) -> Arc<Limits> {
+        self.limits.load_full()
+    }
+
+    /// Applies `new` to the limits in force ([`Limits::retune`]) for the
+    /// executions that start after it.
+    ///
+    /// # Errors
+    ///
+    /// [`LimitError`] when `new` is not valid; the limits in force stay.
+    pub fn retune(&self, new: &Limits) -> Result<Retuned, LimitError> {
+        new.validate()?;
+        let retuned = self.limits.load().retune(new);
+        self.limits.store(Arc::new(retuned.limits.clone()));
+        Ok(retuned)
+    }
+}
+
+impl Executor {
+    /// A job running `source` for `subject` with the capabilities of `dispatch`
+    /// within `limits`, stopped by `stop` (its execution number is 0 until the
+    /// caller sets it).
+    fn job(
+        &self,
+        dispatch: Arc<Dispatch>,
+        limits: &Limits,
+        subject: &Subject,
+        source: &str,
+        stop: Stop,
+    ) -> Job {
         Job {
             engine: self.engine.clone(),
             pre: self.pre.clone(),
             dispatch,
-            limits: self.limits.clone(),
+            limits: limits.clone(),
             authorizer: self.authorizer.clone(),
             audit: self.audit.clone(),
             metrics: self.metrics.clone(),
@@ -742,6 +778,7 @@ mod tests {
         );
         let job = executor.job(
             Arc::new(Dispatch::default()),
+            &executor.limits(),
             &Subject::new("test"),
             source,
             stop,
@@ -835,7 +872,7 @@ mod tests {
             .expect("a runtime");
         let executor = executor();
         let arrived = Instant::now()
-            .checked_sub(executor.limits.max_execution_time)
+            .checked_sub(executor.limits().max_execution_time)
             .expect("an instant that long ago");
         let late = runtime.block_on(executor.execute(
             Arc::new(Dispatch::default()),
@@ -846,6 +883,6 @@ mod tests {
         assert_eq!(late.outcome, Err(ToolError::ResourceLimit));
         assert_eq!(late.stats.limit, Some("--max-execution-time"));
         assert_eq!(late.stats.steps, 0);
-        assert!(late.stats.elapsed_us >= executor.limits.max_execution_time.as_micros() as u64);
+        assert!(late.stats.elapsed_us >= executor.limits().max_execution_time.as_micros() as u64);
     }
 }

@@ -8,7 +8,9 @@
 //!
 //! Nothing here knows which kind of source it holds: providers are kept in the
 //! order they were given (that order only breaks ties in the log), each offer
-//! replaces its provider's previous one.
+//! replaces its provider's previous one. Providers may be added and removed while
+//! serving (a reloaded config file's upstreams): a removed one's sources leave the
+//! next catalog, an added one's enter with its first offer.
 
 mod claims;
 
@@ -50,20 +52,24 @@ struct Inner {
     /// Capability IDs left out of the catalog (`--disable`).
     disabled: Vec<String>,
     metrics: Arc<Metrics>,
-    /// In the order given: an offer names its provider by its index here.
-    providers: Vec<Arc<dyn Provider>>,
 }
 
 /// The latest offer of each provider.
 struct State {
-    /// One per provider, in order.
+    /// One per provider, in the order given (added ones last).
     slots: Vec<Slot>,
     /// Whether the first catalog serves: offers before it are held for it.
     serving: bool,
+    /// The key of the next provider added.
+    next_key: u64,
 }
 
 /// One provider's place in the registry.
 struct Slot {
+    /// What its publisher names it by: a slot's position changes when another is
+    /// removed, its key never.
+    key: u64,
+    provider: Arc<dyn Provider>,
     name: String,
     reserved: Reserved,
     /// Its latest offer; `None` until its first.
@@ -150,23 +156,19 @@ impl Registry {
             state: Mutex::new(State {
                 slots: providers
                     .iter()
-                    .map(|provider| Slot {
-                        name: provider.name().to_owned(),
-                        reserved: provider.reserved(),
-                        offer: None,
-                        listed: false,
-                    })
+                    .zip(0..)
+                    .map(|(provider, key)| Slot::new(key, provider.clone()))
                     .collect(),
                 serving: false,
+                next_key: providers.len() as u64,
             }),
             offered: Condvar::new(),
             disabled,
             metrics,
-            providers,
         });
         // Last first: see `Provider::start`.
-        for (index, provider) in inner.providers.iter().enumerate().rev() {
-            provider.clone().start(publisher(&inner, index));
+        for (key, provider) in providers.iter().enumerate().rev() {
+            provider.clone().start(publisher(&inner, key as u64));
         }
         // From the last start: a provider that works in `start` (the plugins
         // folder, compiling) takes none of the others' time.
@@ -201,8 +203,8 @@ impl Registry {
             slot.warn_disabled(&inner.disabled);
         }
         inner.snapshot.store(snapshot.clone());
-        for (provider, assembly) in inner.providers.iter().zip(&assemblies) {
-            provider.served(assembly, true);
+        for (slot, assembly) in state.slots.iter().zip(&assemblies) {
+            slot.provider.served(assembly, true);
         }
         inner.metrics.capabilities(snapshot.catalog.len());
         tracing::debug!(
@@ -222,11 +224,82 @@ impl Registry {
     /// Stops every provider, waiting for them until `deadline` at most: all are
     /// asked first, so they stop together.
     pub(crate) fn stop(&self, deadline: Instant) {
-        for provider in &self.inner.providers {
+        let providers: Vec<Arc<dyn Provider>> = self
+            .inner
+            .lock()
+            .slots
+            .iter()
+            .map(|slot| slot.provider.clone())
+            .collect();
+        for provider in &providers {
             provider.stop(Instant::now());
         }
-        for provider in &self.inner.providers {
+        for provider in &providers {
             provider.stop(deadline);
+        }
+    }
+
+    /// Adds `provider` while serving and starts it: its sources enter the catalog
+    /// with its first offer. Its name must not be one the registry holds.
+    pub(crate) fn add(&self, provider: Arc<dyn Provider>) {
+        let key = {
+            let mut state = self.inner.lock();
+            let key = state.next_key;
+            state.next_key += 1;
+            state.slots.push(Slot::new(key, provider.clone()));
+            key
+        };
+        tracing::info!(provider = %provider.name(), "provider added");
+        provider.start(publisher(&self.inner, key));
+    }
+
+    /// Removes the provider named `name` while serving: a catalog without its
+    /// sources serves at once (executions under way finish on theirs), then the
+    /// provider is stopped, waited for until `deadline` at most. `false` when no
+    /// provider has that name.
+    pub(crate) fn remove(&self, name: &str, deadline: Instant) -> bool {
+        let removed = {
+            let mut state = self.inner.lock();
+            let Some(position) = state.slots.iter().position(|slot| slot.name == name) else {
+                return false;
+            };
+            let slot = state.slots.remove(position);
+            if state.serving {
+                // Fewer sources always fit: a failure here is logged and the
+                // last catalog (which still routes to the removed provider's
+                // sources, whose calls then fail as unavailable) serves.
+                let _ = self.inner.rebuild(&mut state, None);
+            }
+            slot.provider
+        };
+        tracing::info!(provider = %name, "provider removed");
+        removed.stop(Instant::now());
+        removed.stop(deadline);
+        true
+    }
+
+    /// The names of the providers, in order.
+    #[cfg(test)]
+    pub(crate) fn provider_names(&self) -> Vec<String> {
+        self.inner
+            .lock()
+            .slots
+            .iter()
+            .map(|slot| slot.name.clone())
+            .collect()
+    }
+}
+
+impl Slot {
+    /// The slot of `provider`, under `key`, before its first offer.
+    fn new(key: u64, provider: Arc<dyn Provider>) -> Self {
+        Self {
+            key,
+            name: provider.name().to_owned(),
+            reserved: provider.reserved(),
+            provider,
+            offer: None,
+            listed: false,
         }
     }
 }
@@ -238,13 +311,13 @@ impl Drop for Registry {
     }
 }
 
-/// The publisher of provider number `index`: each offer replaces its slot and,
+/// The publisher of the provider under `key`: each offer replaces its slot and,
 /// once the first catalog serves, rebuilds the catalog; `Gone` once the registry
-/// is.
-fn publisher(inner: &Arc<Inner>, index: usize) -> Publisher {
+/// is, or the provider was removed.
+fn publisher(inner: &Arc<Inner>, key: u64) -> Publisher {
     let inner: Weak<Inner> = Arc::downgrade(inner);
     Publisher::new(move |offer| match inner.upgrade() {
-        Some(inner) => inner.accept(index, offer),
+        Some(inner) => inner.accept(key, offer),
         None => Ok(Accepted::Gone),
     })
 }
@@ -256,18 +329,28 @@ impl Inner {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Takes provider `index`'s `offer` (see [`publisher`]).
-    fn accept(&self, index: usize, offer: Offer) -> Result<Accepted, SpecError> {
-        let started = Instant::now();
+    /// Takes the `offer` of the provider under `key` (see [`publisher`]).
+    fn accept(&self, key: u64, offer: Offer) -> Result<Accepted, SpecError> {
         let mut state = self.lock();
-        let Some(slot) = state.slots.get_mut(index) else {
+        let Some(index) = state.slots.iter().position(|slot| slot.key == key) else {
             return Ok(Accepted::Gone);
         };
-        slot.offer = Some(offer);
+        state.slots[index].offer = Some(offer);
         if !state.serving {
             self.offered.notify_all();
             return Ok(Accepted::Held);
         }
+        let assemblies = self.rebuild(&mut state, Some(index))?;
+        Ok(Accepted::Serving(
+            assemblies.into_iter().nth(index).unwrap_or_default(),
+        ))
+    }
+
+    /// Builds the catalog from every slot's latest offer and swaps it in; tells
+    /// each provider what became of its sources (`own`: the slot whose offer this
+    /// is). Returns each slot's assembly.
+    fn rebuild(&self, state: &mut State, own: Option<usize>) -> Result<Vec<Assembly>, SpecError> {
+        let started = Instant::now();
         let incumbents: HashSet<String> = self
             .snapshot
             .load()
@@ -281,21 +364,21 @@ impl Inner {
                 tracing::error!(reason = %error, "the catalog could not be rebuilt; the last one serves");
             })?;
         let capabilities = snapshot.catalog.len();
-        state.slots[index].warn_disabled(&self.disabled);
+        if let Some(slot) = own.and_then(|index| state.slots.get_mut(index)) {
+            slot.warn_disabled(&self.disabled);
+        }
         self.snapshot.store(Arc::new(snapshot));
         self.metrics.capabilities(capabilities);
-        for (p, (provider, assembly)) in self.providers.iter().zip(&assemblies).enumerate() {
-            provider.served(assembly, p == index);
+        for (p, (slot, assembly)) in state.slots.iter().zip(&assemblies).enumerate() {
+            slot.provider.served(assembly, own == Some(p));
         }
         tracing::debug!(
-            provider = %state.slots[index].name,
+            provider = %own.and_then(|index| state.slots.get(index)).map_or("-", |slot| slot.name.as_str()),
             capabilities,
             build_us = started.elapsed().as_micros() as u64,
             "catalog rebuilt"
         );
-        Ok(Accepted::Serving(
-            assemblies.into_iter().nth(index).unwrap_or_default(),
-        ))
+        Ok(assemblies)
     }
 }
 
@@ -654,6 +737,57 @@ mod tests {
                 },
                 true
             )]
+        );
+    }
+
+    #[test]
+    fn providers_added_and_removed_while_serving_enter_and_leave_the_catalog() {
+        let time = provider(
+            "upstream time",
+            upstream_reserves("time"),
+            vec![source("upstream time", &["!time.now"])],
+        );
+        let plugins = provider(
+            "plugins folder",
+            Reserved::default(),
+            vec![source("records.wasm", &["records.find"])],
+        );
+        let registry = Registry::start(
+            vec![plugins.clone(), time.clone()],
+            Vec::new(),
+            Arc::new(Metrics::default()),
+        )
+        .unwrap();
+        assert_eq!(names(&registry), ["records.find", "time.now"]);
+        // Added: its first offer rebuilds the catalog.
+        let git = provider(
+            "upstream git",
+            upstream_reserves("git"),
+            vec![source("upstream git", &["!git.log"])],
+        );
+        registry.add(git.clone());
+        git.join();
+        assert_eq!(names(&registry), ["git.log", "records.find", "time.now"]);
+        assert_eq!(
+            registry.provider_names(),
+            ["plugins folder", "upstream time", "upstream git"]
+        );
+        // Removed: its names leave at once, it is asked to stop and waited for,
+        // and an offer it still makes reaches nobody.
+        assert!(registry.remove("upstream time", Instant::now()));
+        assert_eq!(names(&registry), ["git.log", "records.find"]);
+        assert_eq!(time.stops.load(Ordering::SeqCst), 2);
+        assert_eq!(time.offer(Vec::new()), Ok(Accepted::Gone));
+        assert!(!registry.remove("upstream time", Instant::now()));
+        // The others' offers still land in their own slots.
+        assert!(matches!(
+            git.offer(vec![source("upstream git", &["!git.log", "!git.status"])]),
+            Ok(Accepted::Serving(Assembly { serving: 1, .. }))
+        ));
+        assert_eq!(names(&registry), ["git.log", "git.status", "records.find"]);
+        assert_eq!(
+            registry.provider_names(),
+            ["plugins folder", "upstream git"]
         );
     }
 

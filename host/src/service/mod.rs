@@ -7,19 +7,19 @@
 //! nothing in this module knows MCP.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::authz::Subject;
 use crate::cache::open_cache;
 use crate::catalog::{Catalog, Description, SearchError, SearchResponse};
 use crate::error::ToolError;
-use crate::execute::{Executed, Execution, Executor, ExecutorConfig};
+use crate::execute::{Executed, Execution, Executor, ExecutorConfig, LimitError, Limits, Retuned};
 use crate::metrics::Metrics;
 use crate::plugins::{self, GlobalCaps, PluginFolder, PluginsProvider, ReloadError, Reloaded};
 use crate::registry::Registry;
 use crate::source::{Provider, Skipped};
-use crate::upstream::{STOP_GRACE, UpstreamProvider};
+use crate::upstream::{STOP_GRACE, UpstreamConfig, UpstreamProvider};
 
 pub use setup::{ServiceConfig, StartError};
 
@@ -38,8 +38,9 @@ pub struct Service {
     registry: Registry,
     /// The plugins folder, also among the registry's providers.
     plugins: Arc<PluginsProvider>,
-    /// The configured upstreams, also among the registry's providers.
-    upstreams: Vec<Arc<UpstreamProvider>>,
+    /// The configured upstreams, also among the registry's providers, in
+    /// configuration order ([`Service::set_upstreams`] replaces them).
+    upstreams: Mutex<Vec<Arc<UpstreamProvider>>>,
     executor: Executor,
     metrics: Arc<Metrics>,
     /// [`ServiceConfig::require_all_plugins`].
@@ -58,11 +59,8 @@ impl Service {
     /// a `--disable` ID names no capability.
     pub fn load(config: &ServiceConfig) -> Result<Self, StartError> {
         config.limits.validate().map_err(StartError::Limits)?;
-        let max_time = config.limits.max_execution_time;
         for upstream in &config.upstreams {
-            if let Some(timeout) = upstream.timeout.filter(|timeout| *timeout > max_time) {
-                tracing::warn!(upstream = %upstream.name, timeout = ?timeout, max_execution_time = ?max_time, "an upstream's timeout is above --max-execution-time, which ends its calls first");
-            }
+            warn_timeout(upstream, &config.limits);
         }
         // The folder is listed once more here to size the pool (plugins added later
         // fit if there is room; past it, executions fail with a resource limit), and
@@ -162,7 +160,7 @@ impl Service {
         Ok(Self {
             registry,
             plugins,
-            upstreams,
+            upstreams: Mutex::new(upstreams),
             executor,
             metrics,
             require_all_plugins: config.require_all_plugins,
@@ -197,6 +195,82 @@ impl Service {
         })
     }
 
+    /// The configured upstreams now.
+    fn upstreams(&self) -> MutexGuard<'_, Vec<Arc<UpstreamProvider>>> {
+        self.upstreams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Serves the upstreams of `configs` from now on (a reloaded config file): an
+    /// upstream no longer configured is removed (its names leave the catalog, its
+    /// child is stopped), one configured anew is started (its names enter with its
+    /// first list), one whose configuration changed is restarted; the others go on
+    /// untouched. Blocks while removed upstreams stop (a few seconds at most).
+    pub fn set_upstreams(&self, configs: &[UpstreamConfig]) -> UpstreamChanges {
+        let mut upstreams = self.upstreams();
+        let mut changes = UpstreamChanges::default();
+        let limits = self.executor.limits();
+        for upstream in upstreams.iter() {
+            let name = upstream.upstream();
+            match configs.iter().find(|config| config.name == name) {
+                None => changes.removed.push(name.to_owned()),
+                Some(config) if config != upstream.config() => {
+                    changes.restarted.push(name.to_owned());
+                }
+                Some(_) => {}
+            }
+        }
+        let deadline = Instant::now() + STOP_GRACE + Duration::from_secs(1);
+        for name in changes.removed.iter().chain(&changes.restarted) {
+            let provider = UpstreamProvider::provider_name(name);
+            self.registry.remove(&provider, deadline);
+        }
+        upstreams.retain(|upstream| {
+            !changes
+                .removed
+                .iter()
+                .any(|name| name == upstream.upstream())
+                && !changes
+                    .restarted
+                    .iter()
+                    .any(|name| name == upstream.upstream())
+        });
+        for config in configs {
+            let kept = upstreams
+                .iter()
+                .any(|upstream| upstream.upstream() == config.name);
+            if kept {
+                continue;
+            }
+            if !changes.restarted.contains(&config.name) {
+                changes.added.push(config.name.clone());
+            }
+            warn_timeout(config, &limits);
+            let upstream = Arc::new(UpstreamProvider::new(config.clone(), self.metrics.clone()));
+            self.registry.add(upstream.clone());
+            upstreams.push(upstream);
+        }
+        // Configuration order, as `upstreams_down` lists them.
+        upstreams.sort_by_key(|upstream| {
+            configs
+                .iter()
+                .position(|config| config.name == upstream.upstream())
+        });
+        changes
+    }
+
+    /// Applies `limits` for the executions that start after it: every budget of
+    /// one execution; what sized the sandboxes keeps its value until a restart
+    /// ([`Limits::retune`]).
+    ///
+    /// # Errors
+    ///
+    /// [`LimitError`] when `limits` are not valid; the limits in force stay.
+    pub fn retune(&self, limits: &Limits) -> Result<Retuned, LimitError> {
+        self.executor.retune(limits)
+    }
+
     /// The plugin files left out of the catalog now (failed to load, or refused),
     /// by file name. A file whose new version failed while an earlier one serves is
     /// listed too ([`Skipped::earlier_serves`]).
@@ -207,7 +281,7 @@ impl Service {
     /// The configured upstreams without a session now (connecting or restarting),
     /// by name, in configuration order.
     pub fn upstreams_down(&self) -> Vec<String> {
-        self.upstreams
+        self.upstreams()
             .iter()
             .filter(|upstream| !upstream.is_up())
             .map(|upstream| upstream.upstream().to_owned())
@@ -315,6 +389,33 @@ impl Service {
     /// The catalog this service answers from now.
     pub(crate) fn catalog(&self) -> Arc<Catalog> {
         self.registry.snapshot().catalog.clone()
+    }
+}
+
+/// What [`Service::set_upstreams`] changed, by upstream name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UpstreamChanges {
+    /// Configured anew, started.
+    pub added: Vec<String>,
+    /// No longer configured, stopped.
+    pub removed: Vec<String>,
+    /// Configured differently, stopped and started again.
+    pub restarted: Vec<String>,
+}
+
+impl UpstreamChanges {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.restarted.is_empty()
+    }
+}
+
+/// Warns when `upstream`'s timeout is above the execution's time, which ends its
+/// calls first.
+fn warn_timeout(upstream: &UpstreamConfig, limits: &Limits) {
+    let max_time = limits.max_execution_time;
+    if let Some(timeout) = upstream.timeout.filter(|timeout| *timeout > max_time) {
+        tracing::warn!(upstream = %upstream.name, timeout = ?timeout, max_execution_time = ?max_time, "an upstream's timeout is above --max-execution-time, which ends its calls first");
     }
 }
 

@@ -35,7 +35,7 @@ impl UpstreamProvider {
     /// The upstream `config` describes; not connected before [`Provider::start`].
     pub(crate) fn new(config: UpstreamConfig, metrics: Arc<Metrics>) -> Self {
         Self {
-            name: format!("upstream {}", config.name),
+            name: Self::provider_name(&config.name),
             config,
             metrics,
             stop: watch::channel(false).0,
@@ -44,9 +44,19 @@ impl UpstreamProvider {
         }
     }
 
+    /// The provider name of the upstream named `upstream` (`upstream git`).
+    pub(crate) fn provider_name(upstream: &str) -> String {
+        format!("upstream {upstream}")
+    }
+
     /// Its name as configured.
     pub(crate) fn upstream(&self) -> &str {
         &self.config.name
+    }
+
+    /// Its configuration.
+    pub(crate) fn config(&self) -> &UpstreamConfig {
+        &self.config
     }
 
     /// Whether a session of it serves now (not while it connects or restarts).
