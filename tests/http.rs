@@ -73,6 +73,27 @@ fn assert_no_canary(what: &str, text: &str) {
     assert!(!text.contains("CANARY"), "a canary reached {what}: {text}");
 }
 
+/// Over HTTP, in the legacy handshake (2025-11-25) and the 2026-07-28 revision,
+/// arguments that violate a tool's input schema are tool error results too.
+#[test]
+fn malformed_arguments_are_tool_errors_over_http_in_every_revision() {
+    let plugins = plugin_folder("http-malformed", &example_plugin_files());
+    let server = HttpServer::start(&[
+        "--allow-all",
+        "--plugins",
+        plugins.to_str().expect("utf-8 path"),
+    ]);
+    for mode in ["legacy", "2026-07-28"] {
+        let out = drive_http(
+            &server.url(),
+            json!({}),
+            mode,
+            crate::stdio::malformed_steps(),
+        );
+        crate::stdio::assert_malformed(&out);
+    }
+}
+
 #[test]
 fn tokens_name_the_subject_and_the_policy_decides() {
     let server = secured_server("http-policy");

@@ -173,41 +173,64 @@ fn describe_shows_signatures_and_field_shapes() {
     }
 }
 
-#[test]
-fn malformed_arguments_are_rejected_before_any_work() {
-    let out = serve_examples(json!([
+/// Arguments that violate a tool's input schema are a tool error result the model
+/// can read and fix (SEP-1303), before any work; an unknown tool stays a protocol
+/// error. `steps` for each transport and revision below.
+pub(crate) fn malformed_steps() -> Value {
+    json!([
         call("search_api", json!({})),
         call("search_api", json!({"query": "x", "limit": 2})),
         call("describe_api", json!({"name": 3})),
+        call("execute", json!({"source": ["def main():"]})),
         call("no_such_tool", json!({})),
-    ]));
+    ])
+}
+
+/// What [`malformed_steps`] answer, whatever the transport and revision.
+pub(crate) fn assert_malformed(out: &Value) {
     let r = &out["results"];
-    let protocol = |v: &Value| {
-        v["protocol_error"]
-            .as_str()
-            .unwrap_or_else(|| panic!("expected a protocol error: {v}"))
-            .to_owned()
-    };
     assert_eq!(
-        protocol(&r[0]),
+        err(&r[0]),
         "search_api: missing required property \"query\""
     );
     assert_eq!(
-        protocol(&r[1]),
+        err(&r[1]),
         "search_api: unexpected property \"limit\" (additionalProperties is false)"
     );
     assert_eq!(
-        protocol(&r[2]),
+        err(&r[2]),
         "describe_api: property \"name\" must be a string"
     );
-    assert_eq!(protocol(&r[3]), "unknown tool \"no_such_tool\"");
+    assert_eq!(err(&r[3]), "execute: property \"source\" must be a string");
+    assert_eq!(
+        r[4]["protocol_error"].as_str(),
+        Some("unknown tool \"no_such_tool\""),
+        "{}",
+        r[4]
+    );
+}
+
+#[test]
+fn malformed_arguments_are_tool_errors_before_any_work() {
+    assert_malformed(&serve_examples(malformed_steps()));
+}
+
+#[test]
+fn malformed_arguments_are_tool_errors_on_the_2026_revision_too() {
+    let plugins = example_plugins();
+    let out = crate::support::drive_mode(
+        &["--plugins", plugins.to_str().expect("utf-8 path")],
+        "2026-07-28",
+        malformed_steps(),
+    );
+    assert_malformed(&out);
 }
 
 /// Every line gets an answer over stdio: not JSON → `-32700`, JSON that is not a
 /// JSON-RPC message → `-32600` (with its id), a line over 16 MiB → `-32600` naming
 /// the limit; the session goes on after each. Arguments are checked before the
-/// subject: with an empty subject a malformed call is `-32602`, a valid one
-/// `unauthenticated`.
+/// subject: with an empty subject a malformed call is a tool error naming the
+/// property, a valid one `unauthenticated`.
 #[test]
 fn every_line_gets_an_answer_and_arguments_come_before_the_subject() {
     let plugins = example_plugins();
@@ -262,11 +285,9 @@ fn every_line_gets_an_answer_and_arguments_come_before_the_subject() {
         br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"search_api","arguments":{"query":"x","extra":1}}}"#,
         true,
     );
-    assert_eq!(malformed["id"], 2);
-    assert_eq!(malformed["error"]["code"], -32602, "{malformed}");
     assert_eq!(
-        malformed["error"]["message"],
-        "search_api: unexpected property \"extra\" (additionalProperties is false)"
+        malformed,
+        json!({"jsonrpc": "2.0", "id": 2, "result": {"content": [{"type": "text", "text": "search_api: unexpected property \"extra\" (additionalProperties is false)"}], "isError": true}})
     );
     let valid = exchange(
         br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"search_api","arguments":{"query":"x"}}}"#,

@@ -209,6 +209,17 @@ pub(crate) fn drive_with_env(args: &[&str], env: &Value, steps: Value) -> Value 
     }))
 }
 
+/// [`drive`] in protocol `mode` (`legacy`, `auto`, or a revision such as
+/// `2026-07-28`).
+pub(crate) fn drive_mode(args: &[&str], mode: &str, steps: Value) -> Value {
+    run_driver(&serde_json::json!({
+        "command": host_bin(),
+        "args": with_cache(args),
+        "mode": mode,
+        "steps": steps,
+    }))
+}
+
 /// [`drive`], the server started in the folder `cwd`.
 pub(crate) fn drive_in(cwd: &Path, args: &[&str], steps: Value) -> Value {
     run_driver(&serde_json::json!({

@@ -162,7 +162,8 @@ impl McpServer {
             .ok_or(NotLoaded::Failed)
     }
 
-    /// Runs one tool call; `Err` is a protocol error (unknown tool, bad arguments).
+    /// Runs one tool call; `Err` is a protocol error (an unknown tool). Arguments
+    /// that violate the tool's input schema are a tool error result.
     /// Dropping the future (a cancelled request) cancels an execution.
     async fn call(
         &self,
@@ -182,11 +183,18 @@ impl McpServer {
                 ));
             }
         };
-        // Arguments are checked before the subject: a malformed call is the
-        // client's protocol error whoever makes it.
+        // Arguments are checked before the subject, whoever makes the call. A
+        // violation is a tool result the model reads and can fix (SEP-1303), not
+        // a protocol error most hosts never show it.
         let property = contract::input_property(tool_name).unwrap_or_default();
-        let input = contract::single_string(tool_name, property, arguments)
-            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        let input = match contract::single_string(tool_name, property, arguments) {
+            Ok(input) => input,
+            Err(error) => {
+                return Ok(CallToolResult::error(vec![ContentBlock::text(
+                    error.to_string(),
+                )]));
+            }
+        };
         let Some(subject) = subject else {
             return Ok(project::<()>(Err(ToolError::Unauthenticated)));
         };
