@@ -15,12 +15,19 @@
 # `chown -R 65532:65532 /cache`.
 
 # Build: the release binary, the plugins, and the cache (`cargo xtask dist` checks
-# that the server starts from them read-only, as the image's user). Node.js and a
-# Python venv build the JavaScript and Python examples; without them the build
+# that the server starts from them read-only, as the image's user). Node.js (22,
+# from its official image: componentize-js needs 20 or later, Debian has 18) and
+# a Python venv build the JavaScript and Python examples; without them the build
 # fails instead of shipping fewer plugins.
+FROM node:22-bookworm-slim AS node
+
 FROM rust:1.97-bookworm AS build
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends nodejs npm python3-venv \
+COPY --from=node /usr/local/bin/node /usr/local/bin/node
+COPY --from=node /usr/local/lib/node_modules /usr/local/lib/node_modules
+RUN ln -s ../lib/node_modules/npm/bin/npm-cli.js /usr/local/bin/npm \
+    && ln -s ../lib/node_modules/npm/bin/npx-cli.js /usr/local/bin/npx \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends python3-venv \
     && rm -rf /var/lib/apt/lists/*
 RUN rustup target add wasm32-wasip2
 WORKDIR /src
@@ -32,10 +39,16 @@ RUN cargo xtask dist
 # as stdio children (`command = ["npx", ...]`, `["python3", "-m", ...]`). Pick it
 # with `docker build --target gateway -t codemode-host:0.1.0-gateway .` when a
 # config names such upstreams; the default image below has no shell and cannot run
-# them.
+# them. npx caches packages in $HOME (/tmp): give it a writable /tmp (an emptyDir
+# under a read-only root filesystem). Python upstreams with dependencies need an
+# image built FROM this one that installs them (there is no pip or uv).
 FROM debian:bookworm-slim AS gateway
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates nodejs npm python3 python3-venv \
+COPY --from=node /usr/local/bin/node /usr/local/bin/node
+COPY --from=node /usr/local/lib/node_modules /usr/local/lib/node_modules
+RUN ln -s ../lib/node_modules/npm/bin/npm-cli.js /usr/local/bin/npm \
+    && ln -s ../lib/node_modules/npm/bin/npx-cli.js /usr/local/bin/npx \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/dist/bin/codemode-host /usr/local/bin/codemode-host
 COPY --from=build /src/target/dist/plugins /plugins

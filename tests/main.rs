@@ -24,6 +24,7 @@ mod policy;
 mod polyglot;
 mod precompile;
 mod probe;
+mod progress;
 mod provider;
 mod reload;
 mod scaffold;

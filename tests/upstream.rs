@@ -502,7 +502,7 @@ fn third_party_servers_combine_with_plugins_in_one_program() {
                 "[[c[\"type\"], c[\"mime_type\"], len(c[\"data\"]) > 1000, c[\"data\"][:8]] for c in everything.get_tiny_image()[\"content\"]] + [everything.get_tiny_image()[\"text\"]]"
             ),
             main_returning(
-                "[[c[\"type\"], c[\"uri\"]] for c in everything.get_resource_links(count=2)[\"content\"]]"
+                "[[c[\"type\"], c[\"uri\"], c[\"name\"], c[\"mime_type\"]] for c in everything.get_resource_links(count=2)[\"content\"]]"
             ),
             execute(
                 "def main():\n    r = everything.get_resource_reference(resourceType=\"Text\", resourceId=3)[\"content\"][0]\n    return [sorted(r.keys()), r[\"type\"], r[\"uri\"], r[\"mime_type\"], r[\"text\"].startswith(\"Resource 3: This is a plaintext resource\")]"
@@ -570,8 +570,18 @@ fn third_party_servers_combine_with_plugins_in_one_program() {
     assert_eq!(
         ok(&results[11])["result"],
         json!([
-            ["resource_link", "demo://resource/dynamic/blob/1"],
-            ["resource_link", "demo://resource/dynamic/text/2"]
+            [
+                "resource_link",
+                "demo://resource/dynamic/blob/1",
+                "Blob Resource 1",
+                "text/plain"
+            ],
+            [
+                "resource_link",
+                "demo://resource/dynamic/text/2",
+                "Text Resource 2",
+                "text/plain"
+            ]
         ])
     );
     assert_eq!(
@@ -854,15 +864,15 @@ fn the_config_file_reloads_upstreams_and_limits_while_serving_and_a_bad_one_chan
             log.display().to_string(),
         )
     };
-    let settings = |calls: u32, memory: &str, upstreams: &str| {
+    let settings = |calls: u32, memory: &str, extra: &str, upstreams: &str| {
         format!(
-            "plugins = {:?}\nmax-native-calls = {calls}\nmax-memory = {memory:?}\n\n{upstreams}",
+            "plugins = {:?}\nmax-native-calls = {calls}\nmax-memory = {memory:?}\n{extra}\n{upstreams}",
             example_plugins().display().to_string(),
         )
     };
     let path = config(
         "reconfig",
-        &settings(100, "64MiB", &upstream("alpha", "2s")),
+        &settings(100, "64MiB", "", &upstream("alpha", "2s")),
     );
     // Replaced the way editors and config managers do: renamed over it.
     let rewrite = |text: &str| {
@@ -891,12 +901,13 @@ fn the_config_file_reloads_upstreams_and_limits_while_serving_and_a_bad_one_chan
         Ok(json!(["bk-0001", "bk-0002"]))
     );
 
-    // alpha goes, beta comes, one native call per execution from now on, and a
-    // memory cap that needs a restart.
-    rewrite(&settings(1, "128MiB", &upstream("beta", "2s")));
+    // alpha goes, beta comes with one of its tools disabled, one native call per
+    // execution from now on, and a memory cap and a switch that need a restart.
+    let disable = "disable = [\"mcp:beta/refuse\"]\nno-watch = true\n";
+    rewrite(&settings(1, "128MiB", disable, &upstream("beta", "2s")));
     wait_for_log(
         &server,
-        "limits=\"changed\" upstreams_added=beta upstreams_removed=alpha upstreams_restarted=",
+        "limits=\"changed\" disabled=1 upstreams_added=beta upstreams_removed=alpha upstreams_restarted=",
         1,
     );
     wait_until(
@@ -912,21 +923,28 @@ fn the_config_file_reloads_upstreams_and_limits_while_serving_and_a_bad_one_chan
         execute_http(port, two_calls),
         Err("resource limit exceeded".to_owned())
     );
-    let log = server.log();
-    assert!(
-        log.contains(&format!(
-            "WARN codemode_host::reconfig: a config file setting changed that needs a restart; it keeps its value until then file={} key=max-memory cause=\"file changed\"",
-            path.display()
-        )),
-        "{log}"
+    assert_eq!(
+        execute_http(port, "def main():\n    return beta.refuse(reason=\"x\")"),
+        Err("invalid program: <codemode>:2:12: unknown capability `beta.refuse` (find names with search_api)".to_owned())
     );
+    let log = server.log();
+    for key in ["max-memory", "no-watch"] {
+        assert!(
+            log.contains(&format!(
+                "WARN codemode_host::reconfig: a config file setting changed that needs a restart; it keeps its value until then file={} key={key} cause=\"file changed\"",
+                path.display()
+            )),
+            "{key}: {log}"
+        );
+    }
+    assert!(!log.contains("key=max-total-memory"), "{log}");
 
     // beta configured differently: restarted. A file that does not parse changes
     // nothing, on a change as on SIGHUP.
-    rewrite(&settings(1, "128MiB", &upstream("beta", "3s")));
+    rewrite(&settings(1, "128MiB", disable, &upstream("beta", "3s")));
     wait_for_log(
         &server,
-        "limits=\"unchanged\" upstreams_added= upstreams_removed= upstreams_restarted=beta",
+        "limits=\"unchanged\" disabled=1 upstreams_added= upstreams_removed= upstreams_restarted=beta",
         1,
     );
     rewrite("plugins = [\n");

@@ -227,6 +227,14 @@ impl Metrics {
         self.upstreams.get_or_create(&labels).set(i64::from(up));
     }
 
+    /// Upstream `name` is no longer configured: its gauge goes.
+    pub fn upstream_removed(&self, name: &str) {
+        let labels = UpstreamLabel {
+            upstream: Text(name.to_owned()),
+        };
+        self.upstreams.remove(&labels);
+    }
+
     /// Plugin file `plugin` failed to load, or loaded and was refused (at start or
     /// on a reload).
     pub fn plugin_load_failure(&self, plugin: &str) {

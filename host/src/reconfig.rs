@@ -6,9 +6,10 @@
 //! as at start, and compares the result with the last file read. Upstreams added,
 //! removed or changed are started, stopped or restarted
 //! ([`Service::set_upstreams`]); the budgets of one execution take effect for the
-//! executions that start after it ([`Service::retune`]); any other setting that
-//! changed (the listen address, the cache folder, `--max-memory`, ...) keeps its
-//! value and is logged as needing a restart. A file that does not parse changes
+//! executions that start after it ([`Service::retune`]); the disabled IDs are
+//! applied before the upstreams (a new upstream's disabled tool never serves);
+//! any other setting that changed (the listen address, the cache folder,
+//! `--max-memory`, ...) keeps its value and is logged as needing a restart. A file that does not parse changes
 //! nothing: one ERROR line names the file, the line and the reason.
 
 use std::collections::BTreeMap;
@@ -19,6 +20,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use codemode_host::{Limits, Service, UpstreamConfig};
 
 use crate::cli::Cli;
+
+/// The config file's key of the disabled capability IDs: applied while serving.
+const DISABLE_KEY: &str = "disable";
 
 /// The config file's keys that set the budgets of one execution: applied while
 /// serving, as far as [`Limits::retune`] allows.
@@ -44,6 +48,7 @@ struct Settings {
     keys: BTreeMap<String, Vec<OsString>>,
     upstreams: Vec<UpstreamConfig>,
     limits: Limits,
+    disabled: Vec<String>,
 }
 
 impl Settings {
@@ -51,15 +56,16 @@ impl Settings {
         let mut keys: BTreeMap<String, Vec<OsString>> = BTreeMap::new();
         for arg in &cli.file_args {
             let text = arg.to_string_lossy();
-            let Some((key, _)) = text.trim_start_matches("--").split_once('=') else {
-                continue;
-            };
+            let text = text.trim_start_matches("--");
+            // `--key=value`, or a switch's bare `--key`.
+            let key = text.split_once('=').map_or(text, |(key, _)| key);
             keys.entry(key.to_owned()).or_default().push(arg.clone());
         }
         Self {
             keys,
             upstreams: cli.upstreams.clone(),
             limits: cli.limits(),
+            disabled: cli.disable.clone(),
         }
     }
 
@@ -154,18 +160,21 @@ impl ConfigReload {
         let mut need_restart: Vec<&str> = changed
             .iter()
             .copied()
-            .filter(|key| !LIMIT_KEYS.contains(key))
+            .filter(|key| !LIMIT_KEYS.contains(key) && *key != DISABLE_KEY)
             .collect();
         let mut limits_changed = false;
         if new.limits != last.limits {
             match service.retune(&new.limits) {
                 Ok(retuned) => {
                     limits_changed = true;
+                    // Only what the file changed: a default derived from it
+                    // (`--max-total-memory` from `--max-memory`) is no news.
                     need_restart.extend(
                         retuned
                             .need_restart
                             .iter()
-                            .map(|flag| flag.trim_start_matches("--")),
+                            .map(|flag| flag.trim_start_matches("--"))
+                            .filter(|key| changed.contains(key)),
                     );
                 }
                 Err(error) => {
@@ -173,6 +182,12 @@ impl ConfigReload {
                     return;
                 }
             }
+        }
+        need_restart.sort_unstable();
+        if new.disabled != last.disabled
+            && let Err(error) = service.set_disabled(new.disabled.clone())
+        {
+            tracing::error!(file = %file, reason = %error, cause, "the disabled IDs could not be applied; the catalog in force serves");
         }
         for key in &need_restart {
             tracing::warn!(file = %file, key = %key, cause, "a config file setting changed that needs a restart; it keeps its value until then");
@@ -186,6 +201,7 @@ impl ConfigReload {
             file = %file,
             cause,
             limits = if limits_changed { "changed" } else { "unchanged" },
+            disabled = new.disabled.len(),
             upstreams_added = %upstreams.added.join(","),
             upstreams_removed = %upstreams.removed.join(","),
             upstreams_restarted = %upstreams.restarted.join(","),

@@ -308,6 +308,7 @@ world plugin {
         "app.py",
         r#""""The {{name}} plugin for codemode-host: one capability, `{{name}}.hello`."""
 
+import inspect
 import traceback
 from functools import wraps
 from typing import List
@@ -323,7 +324,7 @@ def capabilities(cls):
     agent reads `capability failed: KeyError: 'x'`, the operator log gets the
     traceback. `raise Err("...")` is the failure message as it is."""
     for name, method in list(vars(cls).items()):
-        if callable(method) and not name.startswith("_"):
+        if inspect.isfunction(method) and not name.startswith("_"):
             setattr(cls, name, _explained(method))
     return cls
 
@@ -337,9 +338,18 @@ def _explained(method):
             raise
         except Exception as error:
             traceback.print_exc()
-            raise Err(f"{type(error).__name__}: {error}") from None
+            message = _text(error)
+            raise Err(f"{type(error).__name__}: {message}" if message else type(error).__name__) from None
 
     return call
+
+
+def _text(error):
+    """`str(error)`, or nothing when even that fails."""
+    try:
+        return str(error)
+    except Exception:
+        return ""
 
 
 @capabilities
@@ -428,8 +438,9 @@ function capabilities(object) {
       continue;
     }
     object[name] = function (...args) {
+      let result;
       try {
-        return method.apply(this, args);
+        result = method.apply(this, args);
       } catch (error) {
         if (typeof error === "string") {
           throw error;
@@ -437,6 +448,10 @@ function capabilities(object) {
         console.error(error instanceof Error ? `${error}\n${error.stack}` : error);
         throw explain(error);
       }
+      if (result !== null && typeof result === "object" && typeof result.then === "function") {
+        throw `${name} returned a Promise: a capability returns its value (no async functions)`;
+      }
+      return result;
     };
   }
   return object;
@@ -495,7 +510,7 @@ export const metadata = {
         "build.sh",
         r#"#!/usr/bin/env bash
 # Builds plugins/{{name}}.wasm with componentize-js {{componentize_js}}, installed with
-# npm on first use (or the cli.js $COMPONENTIZE_JS names). Needs Node.js 18+.
+# npm on first use (or the cli.js $COMPONENTIZE_JS names). Needs Node.js 20+.
 set -euo pipefail
 cd "$(dirname "$0")"
 cli="${COMPONENTIZE_JS:-node_modules/@bytecodealliance/componentize-js/src/cli.js}"
@@ -516,7 +531,7 @@ echo "built plugins/{{name}}.wasm"
 One capability, `{{name}}.hello(*, name: str) -> {text: str}`, in `{{name}}.js` (one
 exported object per interface, and `metadata`, whose `describe()` gives the text
 agents see); its WIT is `wit/world.wit`, which includes the plugin ABI in
-`wit/deps/codemode-plugin/`. `build.sh` needs Node.js 18+ with npm.
+`wit/deps/codemode-plugin/`. `build.sh` needs Node.js 20+ with npm.
 {{readme_try}}"#,
     ),
 ];

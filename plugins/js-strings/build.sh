@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the JavaScript example plugin with componentize-js, installed with npm into
-# a local folder (target/toolchains/node; nothing global). Needs Node.js 18 or later.
+# a local folder (target/toolchains/node; nothing global). Needs Node.js 20 or later.
 #
 #   plugins/js-strings/build.sh [OUTPUT]    default: target/plugins/js_strings.wasm
 set -euo pipefail
@@ -14,7 +14,7 @@ if ! grep -q "\"version\": \"$version\"" "$tools/node_modules/@bytecodealliance/
   mkdir -p "$tools"
   [ -f "$tools/package.json" ] || echo '{"private": true}' > "$tools/package.json"
   if ! (cd "$tools" && npm install --silent --no-audit --no-fund "@bytecodealliance/componentize-js@$version"); then
-    echo "js-strings: cannot install componentize-js $version (needs Node.js 18+ with npm, and the package registry)" >&2
+    echo "js-strings: cannot install componentize-js $version (needs Node.js 20+ with npm, and the package registry)" >&2
     exit 69
   fi
 fi

@@ -17,8 +17,9 @@ function capabilities(object) {
       continue;
     }
     object[name] = function (...args) {
+      let result;
       try {
-        return method.apply(this, args);
+        result = method.apply(this, args);
       } catch (error) {
         if (typeof error === "string") {
           throw error;
@@ -26,6 +27,10 @@ function capabilities(object) {
         console.error(error instanceof Error ? `${error}\n${error.stack}` : error);
         throw explain(error);
       }
+      if (result !== null && typeof result === "object" && typeof result.then === "function") {
+        throw `${name} returned a Promise: a capability returns its value (no async functions)`;
+      }
+      return result;
     };
   }
   return object;

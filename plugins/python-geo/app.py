@@ -5,6 +5,7 @@ Built with componentize-py (see build.sh); the host sees `geo.distance` and
 """
 
 import math
+import inspect
 import traceback
 from functools import wraps
 from typing import List
@@ -23,7 +24,7 @@ def capabilities(cls):
     agent reads `capability failed: KeyError: 'x'`, the operator log gets the
     traceback. `raise Err("...")` is the failure message as it is."""
     for name, method in list(vars(cls).items()):
-        if callable(method) and not name.startswith("_"):
+        if inspect.isfunction(method) and not name.startswith("_"):
             setattr(cls, name, _explained(method))
     return cls
 
@@ -37,9 +38,18 @@ def _explained(method):
             raise
         except Exception as error:
             traceback.print_exc()
-            raise Err(f"{type(error).__name__}: {error}") from None
+            message = _text(error)
+            raise Err(f"{type(error).__name__}: {message}" if message else type(error).__name__) from None
 
     return call
+
+
+def _text(error):
+    """`str(error)`, or nothing when even that fails."""
+    try:
+        return str(error)
+    except Exception:
+        return ""
 
 
 def _check(name: str, point: Point) -> None:

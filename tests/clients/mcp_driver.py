@@ -6,7 +6,10 @@ Reads a JSON script on stdin:
 or, for Streamable HTTP, {"url": "http://.../mcp", "headers": {...}, ...} instead of
 command and args. A failed connection prints {"connect_error": MESSAGE}.
 with steps {"op": "list_tools"} or {"op": "call", "tool": NAME, "arguments": {...},
-"meta": {...}} (meta optional: the request's `_meta`), or {"op": "call_until", ...
+"meta": {...}, "progress": true} (meta optional: the request's `_meta`; progress
+optional: ask for progress, the RESULT then has "progress": [[progress, total,
+message], ...] received before the answer and "late": the number received after
+it, counted once a tools/list after the call was answered), or {"op": "call_until", ...
 "seconds": S} (a call repeated every 0.2 s until it succeeds, for at most S
 seconds; its RESULT is the last one),
 and prints one JSON document: {"server_info": ..., "instructions": ...,
@@ -60,12 +63,34 @@ async def run(script):
 
 
 async def call(client, step):
+    received = []
+    answered = False
+    late = 0
+
+    async def on_progress(progress, total, message):
+        nonlocal late
+        if answered:
+            late += 1
+        else:
+            received.append([progress, total, message])
+
+    callback = on_progress if step.get("progress") else None
     try:
-        r = await client.call_tool(step["tool"], step.get("arguments"), meta=step.get("meta"))
+        r = await client.call_tool(
+            step["tool"], step.get("arguments"), progress_callback=callback, meta=step.get("meta")
+        )
     except mcp.MCPError as e:
         return {"protocol_error": str(e)}
+    answered = True
     text = [c.text for c in r.content if getattr(c, "type", None) == "text"]
-    return {"is_error": bool(r.is_error), "structured": r.structured_content, "text": text, "meta": r.meta}
+    result = {"is_error": bool(r.is_error), "structured": r.structured_content, "text": text, "meta": r.meta}
+    if callback:
+        # Messages arrive in order: one sent after the answer is in before the
+        # answer of a request sent after it.
+        await client.list_tools()
+        result["progress"] = received
+        result["late"] = late
+    return result
 
 
 def describe(error):

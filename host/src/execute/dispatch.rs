@@ -149,6 +149,10 @@ fn audit(
             if let Some(count) = state.ok_calls.get_mut(listed) {
                 *count += 1;
             }
+            state.calls_done += 1;
+            if let Some(progress) = &state.progress {
+                progress.call_done(state.calls_done, name);
+            }
             OK
         }
         (Ok(_), None) => OK,

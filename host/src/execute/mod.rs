@@ -173,6 +173,15 @@ impl Drop for Executor {
     }
 }
 
+/// Told as an execution advances, for a client that asked for progress: after
+/// each successful native call, how many succeeded so far and the capability's
+/// name (never arguments or results). Called on the execution's thread, between
+/// calls: it must not block.
+pub trait Progress: Send + Sync {
+    /// `calls` native calls succeeded so far, the latest one of `capability`.
+    fn call_done(&self, calls: u64, capability: &str);
+}
+
 /// The data of one execution's interpreter store.
 pub(crate) struct ExecState {
     wasi: WasiCtx,
@@ -195,6 +204,9 @@ pub(crate) struct ExecState {
     /// to the metrics once, when the execution ends, instead of a locked update per
     /// call. (A failed call ends the execution and is counted at once.)
     ok_calls: Vec<u64>,
+    /// Successful native calls so far, and who hears of each.
+    calls_done: u64,
+    progress: Option<Arc<dyn Progress>>,
     /// One session per source used (index into [`Dispatch::sources`]), opened on
     /// first use.
     sessions: HashMap<usize, Box<dyn Session>>,
@@ -321,8 +333,11 @@ impl Executor {
         subject: &Subject,
         source: &str,
         started: Instant,
+        progress: Option<Arc<dyn Progress>>,
     ) -> Execution {
-        let mut execution = self.execute_timed(dispatch, subject, source, started).await;
+        let mut execution = self
+            .execute_timed(dispatch, subject, source, started, progress)
+            .await;
         execution.stats.elapsed_us = started.elapsed().as_micros() as u64;
         let label = match &execution.outcome {
             Ok(_) => "ok",
@@ -351,6 +366,7 @@ impl Executor {
         subject: &Subject,
         source: &str,
         started: Instant,
+        progress: Option<Arc<dyn Progress>>,
     ) -> Execution {
         let limits = self.limits.load_full();
         if source.len() > limits.max_source_bytes {
@@ -378,7 +394,11 @@ impl Executor {
         let _cancel_on_drop = CancelOnDrop(cancel.clone());
         let stop = Stop::new(deadline, cancel);
         let job = self.job(dispatch, &limits, subject, source, stop);
-        let job = Job { execution, ..job };
+        let job = Job {
+            execution,
+            progress,
+            ..job
+        };
         let ran = tokio::task::spawn_blocking(move || {
             let (execution, store) = job.run();
             match store {
@@ -465,6 +485,7 @@ impl Executor {
             subject: subject.clone(),
             source: source.to_owned(),
             stop,
+            progress: None,
         }
     }
 }
@@ -510,6 +531,7 @@ struct Job {
     subject: Subject,
     source: String,
     stop: Stop,
+    progress: Option<Arc<dyn Progress>>,
 }
 
 impl Job {
@@ -528,6 +550,8 @@ impl Job {
             stop: self.stop.clone(),
             listed: Vec::new(),
             ok_calls: Vec::new(),
+            calls_done: 0,
+            progress: self.progress.clone(),
             sessions: HashMap::new(),
             retained: None,
             failed_capability: None,
@@ -848,6 +872,7 @@ mod tests {
             &Subject::new("test"),
             &source,
             Instant::now(),
+            None,
         ));
         assert_eq!(refused.outcome, Err(ToolError::ResourceLimit));
         assert_eq!(refused.stats.limit, Some("--max-source-bytes"));
@@ -857,6 +882,7 @@ mod tests {
             &Subject::new("test"),
             "def main():\n    return 1",
             Instant::now(),
+            None,
         ));
         assert_eq!(ran.outcome, Ok(serde_json::json!(1)));
         assert_eq!(ran.stats.limit, None);
@@ -879,6 +905,7 @@ mod tests {
             &Subject::new("test"),
             "def main():\n    return 1",
             arrived,
+            None,
         ));
         assert_eq!(late.outcome, Err(ToolError::ResourceLimit));
         assert_eq!(late.stats.limit, Some("--max-execution-time"));

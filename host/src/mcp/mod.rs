@@ -9,6 +9,7 @@
 mod contract;
 pub mod http;
 mod listener;
+mod progress;
 mod server;
 mod stdio;
 

@@ -6,14 +6,15 @@ use std::time::{Duration, Instant};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     InitializeResult, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool,
+    ProgressToken, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::contract::{self, DESCRIBE_API, EXECUTE, SEARCH_API};
+use super::progress::Reporter;
 use super::stdio::StdioTransport;
 use crate::authz::Subject;
 use crate::budget::Budget;
@@ -170,6 +171,7 @@ impl McpServer {
         subject: Option<Subject>,
         name: &str,
         arguments: Option<&JsonObject>,
+        progress: Option<(Peer<RoleServer>, ProgressToken)>,
     ) -> Result<CallToolResult, ErrorData> {
         let arrived = Instant::now();
         let tool_name = match name {
@@ -214,7 +216,15 @@ impl McpServer {
         Ok(match tool_name {
             SEARCH_API => project(service.search(input)),
             DESCRIBE_API => project(service.describe(input)),
-            _ => project_execution(service.run_since(&subject, input, arrived).await),
+            _ => {
+                let reporter = progress.map(|(peer, token)| Reporter::start(peer, token));
+                let progress = reporter.as_ref().map(Reporter::progress);
+                let execution = service.run_since(&subject, input, arrived, progress).await;
+                if let Some(reporter) = reporter {
+                    reporter.finish().await;
+                }
+                project_execution(execution)
+            }
         })
     }
 }
@@ -321,8 +331,12 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let subject = self.subjects.resolve(&context);
+        let progress = context
+            .meta
+            .get_progress_token()
+            .map(|token| (context.peer.clone(), token));
         tokio::select! {
-            result = self.call(subject, &request.name, request.arguments.as_ref()) => {
+            result = self.call(subject, &request.name, request.arguments.as_ref(), progress) => {
                 result.map(CallToolResponse::from)
             }
             () = context.ct.cancelled() => {

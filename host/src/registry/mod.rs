@@ -49,8 +49,6 @@ struct Inner {
     state: Mutex<State>,
     /// Signalled on each offer before the first catalog.
     offered: Condvar,
-    /// Capability IDs left out of the catalog (`--disable`).
-    disabled: Vec<String>,
     metrics: Arc<Metrics>,
 }
 
@@ -62,6 +60,8 @@ struct State {
     serving: bool,
     /// The key of the next provider added.
     next_key: u64,
+    /// Capability IDs left out of the catalog (`--disable`), sorted, each once.
+    disabled: Vec<String>,
 }
 
 /// One provider's place in the registry.
@@ -161,9 +161,9 @@ impl Registry {
                     .collect(),
                 serving: false,
                 next_key: providers.len() as u64,
+                disabled,
             }),
             offered: Condvar::new(),
-            disabled,
             metrics,
         });
         // Last first: see `Provider::start`.
@@ -189,7 +189,7 @@ impl Registry {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
         }
-        let built = assemble(&state.slots, &HashSet::new(), &inner.disabled, true);
+        let built = assemble(&state.slots, &HashSet::new(), &state.disabled, true);
         let (snapshot, assemblies) = match built {
             Ok((snapshot, assemblies)) => (Arc::new(snapshot), assemblies),
             Err(error) => {
@@ -199,8 +199,11 @@ impl Registry {
             }
         };
         state.serving = true;
-        for slot in &mut state.slots {
-            slot.warn_disabled(&inner.disabled);
+        let State {
+            slots, disabled, ..
+        } = &mut *state;
+        for slot in slots {
+            slot.warn_disabled(disabled);
         }
         inner.snapshot.store(snapshot.clone());
         for (slot, assembly) in state.slots.iter().zip(&assemblies) {
@@ -276,6 +279,66 @@ impl Registry {
         removed.stop(Instant::now());
         removed.stop(deadline);
         true
+    }
+
+    /// Replaces the provider named `name` by `provider` (of the same name), which
+    /// is started: until its first offer, the old one's sources keep their names
+    /// and their reservations (their calls fail as the stopped provider's do), so
+    /// a restart never makes the names vanish or lets another claim them. The old
+    /// provider is stopped, waited for until `deadline` at most. `false`, and
+    /// nothing started, when no provider has that name.
+    pub(crate) fn replace(
+        &self,
+        name: &str,
+        provider: Arc<dyn Provider>,
+        deadline: Instant,
+    ) -> bool {
+        let (key, old) = {
+            let mut state = self.inner.lock();
+            let key = state.next_key;
+            let Some(slot) = state.slots.iter_mut().find(|slot| slot.name == name) else {
+                return false;
+            };
+            let old = std::mem::replace(&mut slot.provider, provider.clone());
+            slot.key = key;
+            slot.name = provider.name().to_owned();
+            slot.reserved = provider.reserved();
+            state.next_key += 1;
+            (key, old)
+        };
+        tracing::info!(provider = %name, "provider replaced");
+        old.stop(Instant::now());
+        provider.start(publisher(&self.inner, key));
+        old.stop(deadline);
+        true
+    }
+
+    /// Leaves out the capability IDs of `disabled` from now on, instead of the
+    /// ones before: the catalog is rebuilt at once. An ID that names nothing is
+    /// ignored (its provider may list it later).
+    ///
+    /// # Errors
+    ///
+    /// When the catalog cannot be rebuilt; the last one serves, and the new IDs
+    /// are kept for the next rebuild.
+    pub(crate) fn set_disabled(&self, mut disabled: Vec<String>) -> Result<(), SpecError> {
+        disabled.sort();
+        disabled.dedup();
+        let mut state = self.inner.lock();
+        state.disabled = disabled;
+        for slot in &mut state.slots {
+            slot.listed = false;
+        }
+        if state.serving {
+            self.inner.rebuild(&mut state, None)?;
+            let State {
+                slots, disabled, ..
+            } = &mut *state;
+            for slot in slots {
+                slot.warn_disabled(disabled);
+            }
+        }
+        Ok(())
     }
 
     /// The names of the providers, in order.
@@ -359,13 +422,16 @@ impl Inner {
             .iter()
             .map(|source| source.label().to_owned())
             .collect();
-        let (snapshot, assemblies) = assemble(&state.slots, &incumbents, &self.disabled, false)
+        let (snapshot, assemblies) = assemble(&state.slots, &incumbents, &state.disabled, false)
             .inspect_err(|error| {
                 tracing::error!(reason = %error, "the catalog could not be rebuilt; the last one serves");
             })?;
         let capabilities = snapshot.catalog.len();
-        if let Some(slot) = own.and_then(|index| state.slots.get_mut(index)) {
-            slot.warn_disabled(&self.disabled);
+        let State {
+            slots, disabled, ..
+        } = &mut *state;
+        if let Some(slot) = own.and_then(|index| slots.get_mut(index)) {
+            slot.warn_disabled(disabled);
         }
         self.snapshot.store(Arc::new(snapshot));
         self.metrics.capabilities(capabilities);
@@ -789,6 +855,26 @@ mod tests {
             registry.provider_names(),
             ["plugins folder", "upstream git"]
         );
+        // Replaced: the old one is stopped and its offers reach nobody; the new
+        // one's first offer serves.
+        let git2 = provider(
+            "upstream git",
+            upstream_reserves("git"),
+            vec![source("upstream git", &["!git.log", "!git.diff"])],
+        );
+        assert!(registry.replace("upstream git", git2.clone(), Instant::now()));
+        git2.join();
+        assert_eq!(git.stops.load(Ordering::SeqCst), 2);
+        assert_eq!(git.offer(Vec::new()), Ok(Accepted::Gone));
+        assert_eq!(names(&registry), ["git.diff", "git.log", "records.find"]);
+        assert!(!registry.replace("upstream nobody", git2.clone(), Instant::now()));
+        // Disabled IDs change while serving, each rebuilding the catalog.
+        registry
+            .set_disabled(vec!["mcp:git/diff".to_owned(), "records.find".to_owned()])
+            .unwrap();
+        assert_eq!(names(&registry), ["git.log"]);
+        registry.set_disabled(Vec::new()).unwrap();
+        assert_eq!(names(&registry), ["git.diff", "git.log", "records.find"]);
     }
 
     #[test]

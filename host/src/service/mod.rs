@@ -14,7 +14,9 @@ use crate::authz::Subject;
 use crate::cache::open_cache;
 use crate::catalog::{Catalog, Description, SearchError, SearchResponse};
 use crate::error::ToolError;
-use crate::execute::{Executed, Execution, Executor, ExecutorConfig, LimitError, Limits, Retuned};
+use crate::execute::{
+    Executed, Execution, Executor, ExecutorConfig, LimitError, Limits, Progress, Retuned,
+};
 use crate::metrics::Metrics;
 use crate::plugins::{self, GlobalCaps, PluginFolder, PluginsProvider, ReloadError, Reloaded};
 use crate::registry::Registry;
@@ -205,59 +207,89 @@ impl Service {
     /// Serves the upstreams of `configs` from now on (a reloaded config file): an
     /// upstream no longer configured is removed (its names leave the catalog, its
     /// child is stopped), one configured anew is started (its names enter with its
-    /// first list), one whose configuration changed is restarted; the others go on
-    /// untouched. Blocks while removed upstreams stop (a few seconds at most).
+    /// first list), one whose configuration changed is restarted (its names stay,
+    /// their calls failing as unavailable, until the new one lists); the others go
+    /// on untouched. Blocks while the stopped ones stop (a few seconds at most),
+    /// holding nothing `/readyz` needs.
     pub fn set_upstreams(&self, configs: &[UpstreamConfig]) -> UpstreamChanges {
-        let mut upstreams = self.upstreams();
-        let mut changes = UpstreamChanges::default();
         let limits = self.executor.limits();
-        for upstream in upstreams.iter() {
-            let name = upstream.upstream();
-            match configs.iter().find(|config| config.name == name) {
-                None => changes.removed.push(name.to_owned()),
-                Some(config) if config != upstream.config() => {
-                    changes.restarted.push(name.to_owned());
+        let mut changes = UpstreamChanges::default();
+        let mut gone = Vec::new();
+        let mut replaced = Vec::new();
+        let mut added = Vec::new();
+        {
+            let mut upstreams = self.upstreams();
+            let mut kept = Vec::with_capacity(configs.len());
+            for upstream in upstreams.drain(..) {
+                let name = upstream.upstream().to_owned();
+                match configs.iter().find(|config| config.name == name) {
+                    None => {
+                        changes.removed.push(name);
+                        gone.push(upstream);
+                    }
+                    Some(config) if config != upstream.config() => {
+                        changes.restarted.push(name);
+                        let new =
+                            Arc::new(UpstreamProvider::new(config.clone(), self.metrics.clone()));
+                        replaced.push((upstream, new.clone()));
+                        kept.push(new);
+                    }
+                    Some(_) => kept.push(upstream),
                 }
-                Some(_) => {}
             }
-        }
-        let deadline = Instant::now() + STOP_GRACE + Duration::from_secs(1);
-        for name in changes.removed.iter().chain(&changes.restarted) {
-            let provider = UpstreamProvider::provider_name(name);
-            self.registry.remove(&provider, deadline);
-        }
-        upstreams.retain(|upstream| {
-            !changes
-                .removed
-                .iter()
-                .any(|name| name == upstream.upstream())
-                && !changes
-                    .restarted
+            for config in configs {
+                if kept
                     .iter()
-                    .any(|name| name == upstream.upstream())
-        });
-        for config in configs {
-            let kept = upstreams
-                .iter()
-                .any(|upstream| upstream.upstream() == config.name);
-            if kept {
-                continue;
-            }
-            if !changes.restarted.contains(&config.name) {
+                    .any(|upstream| upstream.upstream() == config.name)
+                {
+                    continue;
+                }
                 changes.added.push(config.name.clone());
+                let new = Arc::new(UpstreamProvider::new(config.clone(), self.metrics.clone()));
+                added.push(new.clone());
+                kept.push(new);
             }
-            warn_timeout(config, &limits);
-            let upstream = Arc::new(UpstreamProvider::new(config.clone(), self.metrics.clone()));
-            self.registry.add(upstream.clone());
-            upstreams.push(upstream);
+            // Configuration order, as `upstreams_down` lists them.
+            kept.sort_by_key(|upstream| {
+                configs
+                    .iter()
+                    .position(|config| config.name == upstream.upstream())
+            });
+            *upstreams = kept;
         }
-        // Configuration order, as `upstreams_down` lists them.
-        upstreams.sort_by_key(|upstream| {
-            configs
-                .iter()
-                .position(|config| config.name == upstream.upstream())
-        });
+        // Every stopping one is asked first, then all are waited for together.
+        let now = Instant::now();
+        for upstream in &gone {
+            self.registry.remove(upstream.name(), now);
+        }
+        for (old, new) in &replaced {
+            warn_timeout(new.config(), &limits);
+            self.registry.replace(old.name(), new.clone(), now);
+        }
+        for new in &added {
+            warn_timeout(new.config(), &limits);
+            self.registry.add(new.clone());
+        }
+        let deadline = now + STOP_GRACE + Duration::from_secs(1);
+        for old in gone.iter().chain(replaced.iter().map(|(old, _)| old)) {
+            old.stop(deadline);
+        }
+        for upstream in &gone {
+            self.metrics.upstream_removed(upstream.upstream());
+        }
         changes
+    }
+
+    /// Leaves out the capability IDs of `disabled` from now on (a reloaded
+    /// config file's `disable`): the catalog is rebuilt at once.
+    ///
+    /// # Errors
+    ///
+    /// [`StartError::Catalog`] when it cannot be rebuilt; the last one serves.
+    pub fn set_disabled(&self, disabled: Vec<String>) -> Result<(), StartError> {
+        self.registry
+            .set_disabled(disabled)
+            .map_err(StartError::Catalog)
     }
 
     /// Applies `limits` for the executions that start after it: every budget of
@@ -319,24 +351,25 @@ impl Service {
     /// [`Stats::limit`](crate::Stats::limit) names the budget that ran out. Dropping
     /// the future cancels it.
     pub async fn run(&self, subject: &Subject, source: &str) -> Execution {
-        self.run_since(subject, source, Instant::now()).await
+        self.run_since(subject, source, Instant::now(), None).await
     }
 
     /// [`Service::run`] of a request that arrived at `arrived`: its time budget
     /// runs from then, so a wait before the service could take it (the load, over
-    /// stdio) is part of it.
+    /// stdio) is part of it. `progress` hears of each successful native call.
     pub(crate) async fn run_since(
         &self,
         subject: &Subject,
         source: &str,
         arrived: Instant,
+        progress: Option<Arc<dyn Progress>>,
     ) -> Execution {
         if subject.id.is_empty() {
             return Execution::refused(ToolError::Unauthenticated, None);
         }
         let dispatch = self.registry.snapshot().dispatch.clone();
         self.executor
-            .execute(dispatch, subject, source, arrived)
+            .execute(dispatch, subject, source, arrived, progress)
             .await
     }
 

@@ -103,8 +103,10 @@ pub(crate) const TEXT_FIELD: &str = "text";
 /// content other than text, one dict of strings per block in order
 /// (`{"type": "image"|"audio", "mime_type", "data"}` with the data in base64,
 /// `{"type": "resource", "uri", "mime_type", "text"|"data"}` for an embedded
-/// resource, `{"type": "resource_link", "uri"}`), and `text`, its text blocks
-/// joined with newlines.
+/// resource, `{"type": "resource_link", "uri", "name", "mime_type"}`), and
+/// `text`, its text blocks joined with newlines. Left out: annotations and
+/// `_meta` of every block, a link's title, description and size, where the text
+/// sat among the other blocks, and kinds of block newer than this host.
 pub(crate) fn content_fields() -> Vec<Field> {
     let entry = Shape::Dict(Box::new(Shape::Str));
     vec![
@@ -170,6 +172,8 @@ pub(crate) fn content_result(
                 _ => continue,
             },
             ContentBlock::ResourceLink(link) => vec![
+                ("mime_type", link.mime_type),
+                ("name", Some(link.name)),
                 ("type", Some("resource_link".to_owned())),
                 ("uri", Some(link.uri)),
             ],
@@ -360,16 +364,20 @@ mod tests {
                         ("type", "resource"),
                         ("uri", "file:///b"),
                     ]),
-                    entry(&[("type", "resource_link"), ("uri", "file:///c")]),
+                    entry(&[
+                        ("name", "c"),
+                        ("type", "resource_link"),
+                        ("uri", "file:///c"),
+                    ]),
                 ]),
             ),
             ("text".into(), Value::Str("one\ntwo".into())),
         ]);
         assert_eq!(content_result(content.clone(), 8, 100), Ok(want));
-        // The dict and its text (2), the list, 5 entries and their 15 strings.
-        assert!(content_result(content.clone(), 8, 23).is_ok());
+        // The dict and its text (2), the list, 5 entries and their 16 strings.
+        assert!(content_result(content.clone(), 8, 24).is_ok());
         assert_eq!(
-            content_result(content.clone(), 8, 22),
+            content_result(content.clone(), 8, 23),
             Err(Budget::ValueBytes)
         );
         assert_eq!(content_result(content, 2, 100), Err(Budget::ValueDepth));

@@ -83,12 +83,17 @@ impl<'s> Budget<'s> {
 
     /// Spends one shape.
     fn charge(&mut self) -> Result<(), SchemaError> {
+        self.charge_many(1)
+    }
+
+    /// Spends `count` shapes (or the branches of a union, scanned as many).
+    fn charge_many(&mut self, count: usize) -> Result<(), SchemaError> {
         if self.stop.is_set() {
             return Err(SchemaError::Stopped);
         }
         self.nodes_left = self
             .nodes_left
-            .checked_sub(1)
+            .checked_sub(count)
             .ok_or(SchemaError::TooLarge)?;
         Ok(())
     }
@@ -155,14 +160,17 @@ pub(crate) fn argument_docs(input_schema: &Map<String, Json>) -> Option<String> 
         let Some(line) = doc_line(input_schema, name, property) else {
             continue;
         };
-        let room = MAX_ARGUMENT_DOCS.saturating_sub(block.len() + 1);
+        let separator = usize::from(!block.is_empty());
+        let room = MAX_ARGUMENT_DOCS.saturating_sub(block.len() + separator);
         if line.len() > room {
             let mut end = room.saturating_sub(3);
             while !line.is_char_boundary(end) {
                 end -= 1;
             }
             if end > 0 {
-                block.push('\n');
+                if !block.is_empty() {
+                    block.push('\n');
+                }
                 block.push_str(&line[..end]);
                 block.push_str("...");
             }
@@ -249,12 +257,12 @@ fn doc_layers<'a>(root: &'a Map<String, Json>, property: &'a Json) -> Vec<&'a Ma
                 let Some(Json::Array(branches)) = schema.get(*key) else {
                     return None;
                 };
-                let others: Vec<&Json> = branches
+                // The one branch besides `null`; a second one ends the scan.
+                let mut others = branches
                     .iter()
-                    .filter(|b| b.get("type").and_then(Json::as_str) != Some("null"))
-                    .collect();
-                match others.as_slice() {
-                    [one] => one.as_object(),
+                    .filter(|b| b.get("type").and_then(Json::as_str) != Some("null"));
+                match (others.next(), others.next()) {
+                    (Some(one), None) => one.as_object(),
                     _ => None,
                 }
             })
@@ -478,6 +486,9 @@ impl<'a, 'b, 's> Walk<'a, 'b, 's> {
     /// `anyOf`/`oneOf`: one branch besides `null` is that branch, optional if `null`
     /// is a branch; several are `any`.
     fn union(&mut self, branches: &'a [Json], depth: usize) -> Result<Shape, SchemaError> {
+        // Scanned on every visit (through each `$ref` to it): 4 million branches
+        // behind 5,000 references would be 2×10^10 steps uncharged.
+        self.budget.charge_many(branches.len())?;
         let is_null = |b: &Json| b.get("type").and_then(Json::as_str) == Some("null");
         let nullable = branches.iter().any(is_null);
         let others: Vec<&Json> = branches.iter().filter(|b| !is_null(b)).collect();
@@ -709,6 +720,24 @@ mod tests {
             None
         );
         assert_eq!(argument_docs(&object(json!({"type": "object"}))), None);
+    }
+
+    #[test]
+    fn a_unions_branches_are_charged_each_time_it_is_visited() {
+        let branches: Vec<Json> = (0..3_000).map(|_| json!({})).collect();
+        let mut properties = Map::new();
+        for i in 0..4 {
+            properties.insert(format!("p{i}"), json!({"$ref": "#/$defs/Wide"}));
+        }
+        let schema = object(json!({
+            "properties": properties,
+            "$defs": {"Wide": {"anyOf": branches}}
+        }));
+        // 4 visits of 3,000 branches: past the 10,000 shapes a tool may have.
+        assert_eq!(
+            parameters(&schema, &mut Budget::new(&Stop::default())),
+            Err(SchemaError::TooLarge)
+        );
     }
 
     #[test]
