@@ -4,7 +4,7 @@
 //! before the answer. A request without a token gets none: over HTTP its answer
 //! stays one JSON body, with one it is an SSE stream.
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
@@ -38,7 +38,7 @@ fn naps_with_progress() -> Value {
 }
 
 /// The Python client over stdio (the legacy handshake and 2026-07-28) and over
-/// HTTP (2026-07-28): every call told, in order, none after the answer.
+/// HTTP (2026-07-28): every call told, in order.
 #[test]
 fn the_python_clients_progress_callback_hears_of_each_call() {
     let plugins = sleepy("progress-python");
@@ -58,7 +58,6 @@ fn the_python_clients_progress_callback_hears_of_each_call() {
         let result = &out["results"][0];
         assert_eq!(ok(result)["result"], json!([150, 150, 150]), "{out}");
         assert_eq!(result["progress"], told(), "{out}");
-        assert_eq!(result["late"], 0, "{out}");
     }
 }
 
@@ -164,4 +163,65 @@ fn over_http_only_a_request_that_asks_gets_a_stream() {
         last["result"]["structuredContent"],
         json!({"result": [150, 150, 150]})
     );
+}
+
+/// Over stdio every notification comes before the answer: the line after the
+/// answer is the answer of the next request, never a late notification.
+#[test]
+fn over_stdio_no_notification_follows_the_answer() {
+    let plugins = sleepy("progress-stdio");
+    let mut child = Command::new(crate::support::host_bin())
+        .args(with_cache(&[
+            "--plugins",
+            plugins.to_str().expect("utf-8 path"),
+        ]))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn codemode-host");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut send = |line: &str| {
+        stdin.write_all(line.as_bytes()).expect("write");
+        stdin.write_all(b"\n").expect("write");
+        stdin.flush().expect("flush");
+    };
+    let mut read = || -> Value {
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read a line");
+        serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line:?}"))
+    };
+    send(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
+    );
+    assert_eq!(read()["id"], 1);
+    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "execute", "arguments": {"source": NAPS}, "_meta": {"progressToken": 9}}});
+    send(&call.to_string());
+    let mut progress = Vec::new();
+    let answer = loop {
+        let message = read();
+        if message["method"] == "notifications/progress" {
+            progress.push(message["params"].clone());
+        } else {
+            break message;
+        }
+    };
+    assert_eq!(answer["id"], 2, "{answer}");
+    assert_eq!(
+        answer["result"]["structuredContent"],
+        json!({"result": [150, 150, 150]})
+    );
+    assert_eq!(
+        progress,
+        [1, 2, 3]
+            .map(|n| json!({"progressToken": 9, "progress": n as f64, "message": "sleepy.nap"}))
+            .to_vec()
+    );
+    send(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#);
+    assert_eq!(read(), json!({"jsonrpc": "2.0", "id": 3, "result": {}}));
+    drop(stdin);
+    let status = child.wait().expect("wait for codemode-host");
+    assert!(status.success(), "{status}");
 }

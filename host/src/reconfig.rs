@@ -156,10 +156,14 @@ impl ConfigReload {
             .last
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let changed = last.changed_keys(&new);
+        let changed: Vec<String> = last
+            .changed_keys(&new)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
         let mut need_restart: Vec<&str> = changed
             .iter()
-            .copied()
+            .map(String::as_str)
             .filter(|key| !LIMIT_KEYS.contains(key) && *key != DISABLE_KEY)
             .collect();
         let mut limits_changed = false;
@@ -174,7 +178,7 @@ impl ConfigReload {
                             .need_restart
                             .iter()
                             .map(|flag| flag.trim_start_matches("--"))
-                            .filter(|key| changed.contains(key)),
+                            .filter(|key| changed.iter().any(|c| c == key)),
                     );
                 }
                 Err(error) => {
@@ -184,10 +188,13 @@ impl ConfigReload {
             }
         }
         need_restart.sort_unstable();
+        let mut new = new;
         if new.disabled != last.disabled
             && let Err(error) = service.set_disabled(new.disabled.clone())
         {
-            tracing::error!(file = %file, reason = %error, cause, "the disabled IDs could not be applied; the catalog in force serves");
+            tracing::error!(file = %file, reason = %error, cause, "the disabled IDs could not be applied; the ones in force stay");
+            // Tried again by the next reload, even of the same file.
+            new.disabled = last.disabled.clone();
         }
         for key in &need_restart {
             tracing::warn!(file = %file, key = %key, cause, "a config file setting changed that needs a restart; it keeps its value until then");

@@ -8,8 +8,7 @@ command and args. A failed connection prints {"connect_error": MESSAGE}.
 with steps {"op": "list_tools"} or {"op": "call", "tool": NAME, "arguments": {...},
 "meta": {...}, "progress": true} (meta optional: the request's `_meta`; progress
 optional: ask for progress, the RESULT then has "progress": [[progress, total,
-message], ...] received before the answer and "late": the number received after
-it, counted once a tools/list after the call was answered), or {"op": "call_until", ...
+message], ...], what the SDK's callback got), or {"op": "call_until", ...
 "seconds": S} (a call repeated every 0.2 s until it succeeds, for at most S
 seconds; its RESULT is the last one),
 and prints one JSON document: {"server_info": ..., "instructions": ...,
@@ -64,15 +63,9 @@ async def run(script):
 
 async def call(client, step):
     received = []
-    answered = False
-    late = 0
 
     async def on_progress(progress, total, message):
-        nonlocal late
-        if answered:
-            late += 1
-        else:
-            received.append([progress, total, message])
+        received.append([progress, total, message])
 
     callback = on_progress if step.get("progress") else None
     try:
@@ -81,15 +74,10 @@ async def call(client, step):
         )
     except mcp.MCPError as e:
         return {"protocol_error": str(e)}
-    answered = True
     text = [c.text for c in r.content if getattr(c, "type", None) == "text"]
     result = {"is_error": bool(r.is_error), "structured": r.structured_content, "text": text, "meta": r.meta}
     if callback:
-        # Messages arrive in order: one sent after the answer is in before the
-        # answer of a request sent after it.
-        await client.list_tools()
         result["progress"] = received
-        result["late"] = late
     return result
 
 

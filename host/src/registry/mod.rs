@@ -303,6 +303,8 @@ impl Registry {
             slot.key = key;
             slot.name = provider.name().to_owned();
             slot.reserved = provider.reserved();
+            // The new one's first list is checked against the disabled IDs.
+            slot.listed = false;
             state.next_key += 1;
             (key, old)
         };
@@ -314,29 +316,51 @@ impl Registry {
     }
 
     /// Leaves out the capability IDs of `disabled` from now on, instead of the
-    /// ones before: the catalog is rebuilt at once. An ID that names nothing is
-    /// ignored (its provider may list it later).
+    /// ones before: the catalog is rebuilt at once. An ID that names nothing is a
+    /// WARN (one under a provider's reserved prefix is checked when it lists).
     ///
     /// # Errors
     ///
-    /// When the catalog cannot be rebuilt; the last one serves, and the new IDs
-    /// are kept for the next rebuild.
+    /// When the catalog cannot be rebuilt; the last one serves, and the IDs
+    /// before stay in force.
     pub(crate) fn set_disabled(&self, mut disabled: Vec<String>) -> Result<(), SpecError> {
         disabled.sort();
         disabled.dedup();
         let mut state = self.inner.lock();
-        state.disabled = disabled;
-        for slot in &mut state.slots {
-            slot.listed = false;
+        let before = std::mem::replace(&mut state.disabled, disabled);
+        if state.serving
+            && let Err(error) = self.inner.rebuild(&mut state, None)
+        {
+            state.disabled = before;
+            return Err(error);
         }
-        if state.serving {
-            self.inner.rebuild(&mut state, None)?;
-            let State {
-                slots, disabled, ..
-            } = &mut *state;
-            for slot in slots {
-                slot.warn_disabled(disabled);
+        let State {
+            slots, disabled, ..
+        } = &mut *state;
+        for id in disabled.iter() {
+            let known = slots.iter().any(|slot| {
+                slot.reserved
+                    .id_prefixes
+                    .iter()
+                    .any(|prefix| id.starts_with(prefix.as_str()))
+                    || slot
+                        .offer
+                        .iter()
+                        .flat_map(|offer| &offer.sources)
+                        .any(|source| {
+                            source
+                                .capabilities()
+                                .iter()
+                                .any(|capability| capability.id.as_str() == id.as_str())
+                        })
+            });
+            if !known {
+                tracing::warn!(id = %id, "a disabled capability ID names no capability");
             }
+        }
+        for slot in slots {
+            slot.listed = false;
+            slot.warn_disabled(disabled);
         }
         Ok(())
     }

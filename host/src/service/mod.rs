@@ -43,6 +43,8 @@ pub struct Service {
     /// The configured upstreams, also among the registry's providers, in
     /// configuration order ([`Service::set_upstreams`] replaces them).
     upstreams: Mutex<Vec<Arc<UpstreamProvider>>>,
+    /// Held by [`Service::set_upstreams`] from start to end.
+    changing_upstreams: Mutex<()>,
     executor: Executor,
     metrics: Arc<Metrics>,
     /// [`ServiceConfig::require_all_plugins`].
@@ -163,6 +165,7 @@ impl Service {
             registry,
             plugins,
             upstreams: Mutex::new(upstreams),
+            changing_upstreams: Mutex::new(()),
             executor,
             metrics,
             require_all_plugins: config.require_all_plugins,
@@ -212,6 +215,12 @@ impl Service {
     /// on untouched. Blocks while the stopped ones stop (a few seconds at most),
     /// holding nothing `/readyz` needs.
     pub fn set_upstreams(&self, configs: &[UpstreamConfig]) -> UpstreamChanges {
+        // One change at a time: the list and the registry's slots change in two
+        // steps (the lock on the list is not held while upstreams stop).
+        let _changing = self
+            .changing_upstreams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let limits = self.executor.limits();
         let mut changes = UpstreamChanges::default();
         let mut gone = Vec::new();
@@ -264,7 +273,9 @@ impl Service {
         }
         for (old, new) in &replaced {
             warn_timeout(new.config(), &limits);
-            self.registry.replace(old.name(), new.clone(), now);
+            if !self.registry.replace(old.name(), new.clone(), now) {
+                self.registry.add(new.clone());
+            }
         }
         for new in &added {
             warn_timeout(new.config(), &limits);

@@ -92,26 +92,36 @@ impl Provider for UpstreamProvider {
         let offered = Arc::new(AtomicBool::new(false));
         let up = self.up.clone();
         let offer = move |upstream: Option<Arc<Upstream>>| {
-            metrics.upstream(&name, upstream.is_some());
-            up.store(upstream.is_some(), Ordering::Release);
+            let serving = upstream.is_some();
+            // A provider stopped (removed, or replaced by a new one of the same
+            // name) says nothing more: not even its gauge, which is no longer its.
+            let report = |metrics: &Metrics| {
+                metrics.upstream(&name, serving);
+                up.store(serving, Ordering::Release);
+            };
             if upstream.is_none() && offered.load(Ordering::Acquire) {
+                report(&metrics);
                 return true;
             }
-            offered.store(upstream.is_some(), Ordering::Release);
+            offered.store(serving, Ordering::Release);
             let sources = upstream
                 .into_iter()
                 .map(|upstream| upstream as Arc<dyn CapabilitySource>)
                 .collect();
-            match publisher.offer(Offer {
+            let accepted = publisher.offer(Offer {
                 sources,
                 failures: Vec::new(),
-            }) {
+            });
+            if matches!(accepted, Ok(Accepted::Gone)) {
+                return false;
+            }
+            report(&metrics);
+            match accepted {
                 Ok(Accepted::Serving(assembly)) => {
                     tracing::info!(upstream = %name, capabilities = assembly.capabilities, "catalog updated for an upstream");
                     true
                 }
-                Ok(Accepted::Held) => true,
-                Ok(Accepted::Gone) => false,
+                Ok(Accepted::Held | Accepted::Gone) => true,
                 // Logged; the last catalog serves and the supervisor goes on.
                 Err(_) => true,
             }
