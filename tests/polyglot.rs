@@ -31,6 +31,7 @@ mod toolchains {
                     json!({"query": "distance between coordinates"})
                 ),
                 call("describe_api", json!({"name": "strings.slugify"})),
+                call("describe_api", json!({"name": "geo.nearest"})),
                 execute(
                     "def main():\n    book = records.lookup(key=\"bk-0001\")\n    berlin = {\"lat\": 52.52, \"lon\": 13.405}\n    near = geo.nearest(origin=berlin, places=[{\"name\": \"Paris\", \"lat\": 48.8566, \"lon\": 2.3522}, {\"name\": \"Prague\", \"lat\": 50.0755, \"lon\": 14.4378}])\n    return {\"slug\": strings.slugify(text=book[\"title\"])[\"slug\"], \"nearest\": near[\"name\"], \"km\": int(near[\"km\"]), \"title\": strings.title_case(text=\"the lord OF the rings\")[\"text\"]}"
                 ),
@@ -44,6 +45,8 @@ mod toolchains {
                 execute(
                     "def main():\n    return geo.distance(a={\"lat\": \"north\", \"lon\": 0}, b={\"lat\": 0, \"lon\": 0})"
                 ),
+                // A word only the parameter docs of geo.nearest have.
+                call("search_api", json!({"query": "candidates"})),
             ]),
         );
         let results = &out["results"];
@@ -58,25 +61,40 @@ mod toolchains {
             ok(&results[1])["signature"],
             "strings.slugify(*, text: str, separator: str | None)"
         );
+        // The WIT's docs, which the build scripts keep in the components.
         assert_eq!(
-            ok(&results[2])["result"],
+            ok(&results[1])["description"],
+            "Accents are removed (é -> e); anything but letters and digits separates words. separator defaults to \"-\" and may be empty or one character.\n\nArguments:\n- text: accents are removed (é -> e); anything but ASCII letters and digits separates words\n- separator: what joins the words: empty or one character (default \"-\")"
+        );
+        assert_eq!(
+            ok(&results[2])["description"],
+            "The place nearest to an origin point, with its distance in kilometres.\n\nArguments:\n- origin: where to measure from (lat: Degrees north, -90 to 90; lon: Degrees east, -180 to 180)\n- places: the candidates (at least one) (name: What the result calls it; lat: Degrees north, -90 to 90; lon: Degrees east, -180 to 180)"
+        );
+        assert_eq!(
+            ok(&results[3])["result"],
             json!({"slug": "the-burning-tide", "nearest": "Prague", "km": 281, "title": "The Lord of the Rings"})
         );
         assert_eq!(
-            err(&results[3]),
+            err(&results[4]),
             "capability failed: a.lat must be between -90 and 90, got 91.0"
         );
         assert_eq!(
-            ok(&results[4])["result"],
+            ok(&results[5])["result"],
             json!({"slug": "creme_brulee_2_ways"})
         );
         assert_eq!(
-            err(&results[5]),
+            err(&results[6]),
             "capability failed: text has no letters or digits to make a slug from"
         );
         assert_eq!(
-            err(&results[6]),
+            err(&results[7]),
             "invalid capability arguments: argument \"a.lat\" must be a float"
+        );
+        assert_eq!(
+            ok(&results[8])["results"][0]["name"],
+            "geo.nearest",
+            "{}",
+            results[8]
         );
     }
 

@@ -98,7 +98,17 @@ fn check_and_try(dir: &Path, name: &str) {
                 "def main():\n    return {name}.hello(name=\"Ada\")"
             )),
             execute(&format!("def main():\n    return {name}.hello(name=\"\")")),
+            call("describe_api", json!({ "name": format!("{name}.hello") })),
         ]),
+    );
+    // The WIT's doc comment of `hello` documents its parameter.
+    let description = ok(&out["results"][2])["description"]
+        .as_str()
+        .expect("a description")
+        .to_owned();
+    assert!(
+        description.ends_with("\n\nArguments:\n- name: who to greet; must not be empty"),
+        "{description}"
     );
     assert_eq!(
         ok(&out["results"][0]),
@@ -185,6 +195,68 @@ fn new_plugin_refuses_a_bad_name_and_a_folder_in_use() {
     );
 }
 
+#[test]
+fn wit_docs_writes_the_section_once_and_names_each_bad_input() {
+    let dir = root().join("target/e2e-scaffold/wit-docs");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("wit")).expect("create the folder");
+    let wit = dir.join("wit/world.wit");
+    std::fs::write(
+        &wit,
+        "package a:b;\ninterface i {\n  /// Does it.\n  /// - x: how much\n  f: func(x: u32);\n}\n",
+    )
+    .expect("write");
+    let plugin = dir.join("p.wasm");
+    let run = |args: &[&str]| {
+        let out = Command::new(host_bin())
+            .arg("wit-docs")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .expect("run wit-docs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let component = std::fs::read(root().join("target/test-plugins/sleepy.wasm")).expect("read");
+    std::fs::write(&plugin, &component).expect("write");
+    let (code, stdout, _) = run(&["p.wasm"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(stdout, "p.wasm: 72 bytes of WIT docs from wit\n");
+    let once = std::fs::read(&plugin).expect("read");
+    // The section, appended: its header, its name, the WIT tools' format.
+    let payload = br#"{"interfaces":{"i":{"funcs":{"f":{"docs":"Does it.\n- x: how much"}}}}}"#;
+    let mut section = vec![0, 85, 12];
+    section.extend_from_slice(b"package-docs\x01");
+    section.extend_from_slice(payload);
+    assert_eq!(&once[..component.len()], &component[..]);
+    assert_eq!(&once[component.len()..], &section[..]);
+    // Twice: the section is replaced, not added.
+    assert_eq!(run(&["p.wasm"]).0, Some(0));
+    assert_eq!(std::fs::read(&plugin).expect("read"), once);
+    let failures = [
+        (
+            vec!["nope.wasm"],
+            "cannot write the WIT docs into nope.wasm: nope.wasm: No such file or directory (os error 2)",
+        ),
+        (
+            vec!["--wit", "missing", "p.wasm"],
+            "cannot write the WIT docs into p.wasm: cannot read the WIT at missing: failed to read path for WIT [missing]: No such file or directory (os error 2)",
+        ),
+        (
+            vec!["wit/world.wit"],
+            "cannot write the WIT docs into wit/world.wit: not a well-formed WebAssembly binary (no WebAssembly preamble)",
+        ),
+    ];
+    for (args, want) in failures {
+        let (code, stdout, stderr) = run(&args);
+        assert_eq!((code, stdout.as_str()), (Some(1), ""), "{args:?}");
+        assert!(stderr.trim_end().ends_with(want), "{args:?}: {stderr}");
+    }
+}
+
 /// Tests of plugins built by another language's toolchain: `cargo xtask test`
 /// skips the tests under `toolchains::` when a toolchain cannot be installed here
 /// (CI installs them; a missing one fails its run).
@@ -205,10 +277,13 @@ mod toolchains {
         );
         build(
             &dir,
-            &[(
-                "COMPONENTIZE_PY",
-                toolchains.join("python/bin/componentize-py"),
-            )],
+            &[
+                (
+                    "COMPONENTIZE_PY",
+                    toolchains.join("python/bin/componentize-py"),
+                ),
+                ("CODEMODE_WIT_DOCS", wit_docs()),
+            ],
         );
         check_and_try(&dir, "greet");
         unforeseen(&dir, "greet", "capability failed: KeyError: 'boom'");
@@ -222,10 +297,14 @@ mod toolchains {
         );
         build(
             &dir,
-            &[(
-                "COMPONENTIZE_JS",
-                toolchains.join("node/node_modules/@bytecodealliance/componentize-js/src/cli.js"),
-            )],
+            &[
+                (
+                    "COMPONENTIZE_JS",
+                    toolchains
+                        .join("node/node_modules/@bytecodealliance/componentize-js/src/cli.js"),
+                ),
+                ("CODEMODE_WIT_DOCS", wit_docs()),
+            ],
         );
         check_and_try(&dir, "my_tool");
         unforeseen(
@@ -233,6 +312,11 @@ mod toolchains {
             "my_tool",
             "capability failed: ReferenceError: Intl is not defined",
         );
+    }
+
+    /// The build scripts' command that keeps the WIT docs: this binary's.
+    fn wit_docs() -> PathBuf {
+        PathBuf::from(format!("{} wit-docs", host_bin()))
     }
 
     /// Replaces the one `from` in the file at `path` with `to`.

@@ -409,6 +409,24 @@ pub enum Command {
         files: Vec<PathBuf>,
     },
 
+    /// Keep a plugin's WIT doc comments in its component file
+    ///
+    /// Component toolchains drop the WIT's doc comments; this writes them into
+    /// the component as its `package-docs` section, which the server reads to
+    /// show what each parameter means: a line `name: what it means` of a
+    /// function's doc comment documents its parameter `name`, `///` on a record's
+    /// fields document them. Run it after componentize-py or componentize-js
+    /// (the build scripts new-plugin writes do); Rust plugins built with
+    /// codemode_sdk::generate! have the section already.
+    WitDocs {
+        /// The plugin's WIT: its folder (with deps/) or one file
+        #[arg(long, value_name = "DIR", default_value = "wit")]
+        wit: PathBuf,
+        /// The component file to write the docs into (replaced whole)
+        #[arg(value_name = "PLUGIN.wasm")]
+        file: PathBuf,
+    },
+
     /// Write a new plugin project that builds, with one capability
     ///
     /// NAME is the capability root (`greet` makes `greet.hello`): lowercase

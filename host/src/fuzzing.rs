@@ -22,13 +22,14 @@ pub type Target = (&'static str, fn(&[u8]));
 
 /// The fuzz targets, by name: what `cargo xtask fuzz` runs and the corpus folders
 /// the tests replay.
-pub const TARGETS: [Target; 6] = [
+pub const TARGETS: [Target; 7] = [
     ("value_decode", value_decode),
     ("bind", bind_arguments),
     ("catalog", catalog),
     ("sidecar", sidecar),
     ("host_pattern", host_pattern),
     ("tokens", tokens),
+    ("plugin_docs", plugin_docs),
 ];
 
 /// Depth allowed when decoding and binding.
@@ -148,6 +149,27 @@ pub fn tokens(data: &[u8]) {
         && let Ok(tokens) = Tokens::parse(text)
     {
         let _ = tokens.resolve(text);
+    }
+}
+
+/// A plugin file's WIT docs, as the loader reads them: the bytes as a component
+/// (every `package-docs` section found and decoded) and as one section's payload,
+/// whose `Arguments:` block for a fixed function stays within its cap and is
+/// printable lines.
+pub fn plugin_docs(data: &[u8]) {
+    for payload in codemode_wit_docs::find(data) {
+        let _ = codemode_wit_docs::decode(payload);
+    }
+    if let Ok(docs) = codemode_wit_docs::decode(data)
+        && let Some(block) = crate::plugins::docs_probe(&docs)
+    {
+        assert!(block.len() <= crate::catalog::MAX_ARGUMENT_DOCS, "{block}");
+        assert!(
+            block.split('\n').all(
+                |line| line.starts_with("- ") && line.chars().all(crate::catalog::is_printable)
+            ),
+            "{block:?}"
+        );
     }
 }
 

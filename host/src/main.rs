@@ -200,6 +200,16 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
     match &cli.command {
         Some(Command::Precompile) => return precompile(&cli),
         Some(Command::Check { files }) => return check(&cli, files),
+        Some(Command::WitDocs { wit, file }) => {
+            let bytes = codemode_wit_docs::embed_file(wit, file)
+                .with_context(|| format!("cannot write the WIT docs into {}", file.display()))?;
+            println!(
+                "{}: {bytes} bytes of WIT docs from {}",
+                file.display(),
+                wit.display()
+            );
+            return Ok(());
+        }
         Some(Command::NewPlugin { name, lang, dir }) => {
             return scaffold::new_plugin(name, *lang, dir.as_deref());
         }

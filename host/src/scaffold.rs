@@ -205,6 +205,11 @@ codegen-units = 1
 
 interface {{kebab}} {
   record greeting { text: string }
+  /// Greets someone by name. The lines `name: ...` of a function's doc comment
+  /// are what `describe_api` shows for its parameters (and `///` on a record's
+  /// fields for them).
+  ///
+  /// - name: who to greet; must not be empty
   hello: func(name: string) -> result<greeting, string>;
 }
 
@@ -294,6 +299,11 @@ const PYTHON: &[(&str, &str)] = &[
 
 interface {{kebab}} {
   record greeting { text: string }
+  /// Greets someone by name. The lines `name: ...` of a function's doc comment
+  /// are what `describe_api` shows for its parameters (and `///` on a record's
+  /// fields for them).
+  ///
+  /// - name: who to greet; must not be empty
   hello: func(name: string) -> result<greeting, string>;
 }
 
@@ -389,6 +399,10 @@ if ! [ -x "$py" ]; then
 fi
 mkdir -p plugins
 "$py" --quiet -d wit -w local:{{kebab}}/plugin@0.1.0 componentize app -o plugins/{{name}}.wasm
+# Keep the WIT's doc comments (what each parameter means) in the component:
+# componentize-py drops them. Needs codemode-host on PATH (or $CODEMODE_WIT_DOCS).
+# shellcheck disable=SC2086 # the command is words
+${CODEMODE_WIT_DOCS:-codemode-host wit-docs} --wit wit plugins/{{name}}.wasm >/dev/null
 echo "built plugins/{{name}}.wasm"
 "#,
     ),
@@ -413,6 +427,11 @@ const JS: &[(&str, &str)] = &[
 
 interface {{kebab}} {
   record greeting { text: string }
+  /// Greets someone by name. The lines `name: ...` of a function's doc comment
+  /// are what `describe_api` shows for its parameters (and `///` on a record's
+  /// fields for them).
+  ///
+  /// - name: who to greet; must not be empty
   hello: func(name: string) -> result<greeting, string>;
 }
 
@@ -520,6 +539,10 @@ if ! [ -f "$cli" ]; then
 fi
 mkdir -p plugins
 node "$cli" {{name}}.js --wit wit --world-name plugin --disable http fetch-event -o plugins/{{name}}.wasm
+# Keep the WIT's doc comments (what each parameter means) in the component:
+# componentize-js drops them. Needs codemode-host on PATH (or $CODEMODE_WIT_DOCS).
+# shellcheck disable=SC2086 # the command is words
+${CODEMODE_WIT_DOCS:-codemode-host wit-docs} --wit wit plugins/{{name}}.wasm >/dev/null
 echo "built plugins/{{name}}.wasm"
 "#,
     ),

@@ -23,3 +23,7 @@ cd "$here"
 # wit/deps/codemode-plugin links to the repository's wit/plugin (the plugin ABI).
 # The plugin needs no HTTP: leave wasi:http out of what the engine wires up.
 node "$cli" strings.js --wit wit --world-name plugin --disable http fetch-event -o "$out"
+# Keep the WIT's doc comments (what each parameter means) in the component: the
+# toolchain drops them. `cargo xtask plugins` runs its own copy of the command.
+# shellcheck disable=SC2086 # the command is words
+${CODEMODE_WIT_DOCS:-codemode-host wit-docs} --wit wit "$out" >/dev/null

@@ -19,3 +19,7 @@ mkdir -p "$(dirname "$out")"
 cd "$here"
 # wit/deps/codemode-plugin links to the repository's wit/plugin (the plugin ABI).
 "$venv/bin/componentize-py" --quiet -d wit -w example:geo/plugin@0.1.0 componentize app -o "$out"
+# Keep the WIT's doc comments (what each parameter means) in the component: the
+# toolchain drops them. `cargo xtask plugins` runs its own copy of the command.
+# shellcheck disable=SC2086 # the command is words
+${CODEMODE_WIT_DOCS:-codemode-host wit-docs} --wit wit "$out" >/dev/null

@@ -67,6 +67,8 @@
 //!
 //! [codemode-host]: https://github.com/codemode-host
 
+#[doc(hidden)]
+pub use codemode_sdk_macros::package_docs as __package_docs;
 pub use wit_bindgen;
 
 /// Capability metadata from the doc comments of an `impl <interface>::Guest` block.
@@ -150,6 +152,12 @@ impl Capability {
 
 /// Generates bindings for your plugin's own world, like `wit_bindgen::generate!`,
 /// without a direct `wit-bindgen` dependency.
+///
+/// It also keeps the WIT's doc comments in the component (its `package-docs`
+/// section, read from `path`, default `wit`), which components otherwise lose:
+/// `describe_api` shows a parameter's docs from its function's doc comment (a
+/// line `name: what it means`) and a record parameter's field docs (`///` on the
+/// fields).
 #[macro_export]
 macro_rules! generate {
     ({ $($body:tt)* }) => {
@@ -159,6 +167,9 @@ macro_rules! generate {
             runtime_path: "codemode_sdk::wit_bindgen::rt",
             $($body)*
         });
+        // The WIT's doc comments, which no component keeps, as the component's
+        // `package-docs` section: the host shows them as parameter docs.
+        $crate::__package_docs!({ $($body)* });
     };
 }
 

@@ -90,7 +90,11 @@ tasks:
                  ../shared/advisory-db (or $CODEMODE_ADVISORY_DB), licenses,
                  sources, one major version of wasmtime and cranelift;
                  cargo-deny is installed into target/tools if missing (the
-                 test command runs this first)";
+                 test command runs this first)
+  wit-docs --wit DIR PLUGIN.wasm
+                 what `codemode-host wit-docs` does: write the WIT's doc
+                 comments into a component (the Python and JavaScript
+                 examples' build scripts run it through $CODEMODE_WIT_DOCS)";
 
 /// How long `cargo xtask fuzz` runs each target without an argument, in seconds.
 const FUZZ_SECONDS: u64 = 60;
@@ -105,6 +109,7 @@ const FUZZ_TARGETS: &[(&str, &str)] = &[
     ("sidecar", "fuzz"),
     ("host_pattern", "fuzz"),
     ("tokens", "fuzz"),
+    ("plugin_docs", "fuzz"),
     ("source_checks", "fuzz/runner"),
     ("json_decode", "fuzz/runner"),
 ];
@@ -122,6 +127,9 @@ fn main() -> ExitCode {
         Some("soak") => soak(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
         Some("deny") => deny::deny(),
+        // What the foreign examples' build scripts run through CODEMODE_WIT_DOCS
+        // (set by `plugins()`), so that they need no codemode-host binary yet.
+        Some("wit-docs") => wit_docs(&args[1..]),
         Some("dist") => match &args[1..] {
             [] => dist::dist(dist::Profile::Release).map(|_| ()),
             [flag] if flag == "--debug" => dist::dist(dist::Profile::Debug).map(|_| ()),
@@ -225,6 +233,7 @@ fn foreign_plugins(examples: &Path) -> Result<()> {
         let built = Command::new("bash")
             .arg(source.join("build.sh"))
             .arg(&out)
+            .env(WIT_DOCS_COMMAND, wit_docs_command()?)
             .status()
             .with_context(|| format!("cannot run plugins/{folder}/build.sh"))?;
         if built.success() {
@@ -241,6 +250,35 @@ fn foreign_plugins(examples: &Path) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `cargo xtask wit-docs --wit DIR FILE`: `codemode-host wit-docs`, for the
+/// examples' build scripts.
+fn wit_docs(args: &[String]) -> Result<()> {
+    let [flag, wit, file] = args else {
+        bail!("usage: cargo xtask wit-docs --wit DIR PLUGIN.wasm");
+    };
+    if flag != "--wit" {
+        bail!("usage: cargo xtask wit-docs --wit DIR PLUGIN.wasm");
+    }
+    codemode_wit_docs::embed_file(Path::new(wit), Path::new(file))?;
+    Ok(())
+}
+
+/// The variable the build scripts read the `wit-docs` command from (default
+/// `codemode-host wit-docs`).
+const WIT_DOCS_COMMAND: &str = "CODEMODE_WIT_DOCS";
+
+/// This xtask's own `wit-docs`, as a command line for a build script.
+fn wit_docs_command() -> Result<String> {
+    let exe = std::env::current_exe().context("cannot find the xtask binary")?;
+    let exe = exe
+        .to_str()
+        .context("the xtask binary's path is not UTF-8")?;
+    if exe.contains(char::is_whitespace) {
+        bail!("the xtask binary's path {exe:?} has whitespace, which the build scripts split on");
+    }
+    Ok(format!("{exe} wit-docs"))
 }
 
 /// Whether `file` exists and is newer than every file under `sources`.

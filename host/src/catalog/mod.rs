@@ -7,6 +7,7 @@
 //! mutated: a reload builds a new one and swaps it.
 
 mod bind;
+mod docs;
 mod name;
 mod quote;
 mod search;
@@ -18,6 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 pub use bind::{BindError, BindLimits, Binder, Bound, Lowering, Member, Values};
+pub use docs::{MAX_ARGUMENT_DOCS, argument_block, one_line, with_arguments};
 pub use name::{CapabilityId, DottedName, NameError};
 pub use quote::is_printable;
 pub use search::{

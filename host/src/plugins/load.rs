@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use codemode_wit_docs::PackageDocs;
+
 use wasmtime::Engine;
 use wasmtime::component::{Component, InstancePre};
 
@@ -19,7 +21,9 @@ use super::sandbox::{self, PluginState};
 use super::spare::{Spares, Template};
 use super::wire::ErrorKind;
 use crate::cache::{ArtifactCache, Origin};
-use crate::catalog::{Capability, CapabilitySpec, CatalogBuilder, snake_case, validate_spec};
+use crate::catalog::{
+    Capability, CapabilitySpec, CatalogBuilder, snake_case, validate_spec, with_arguments,
+};
 use crate::files::{FileError, read_regular};
 use crate::source::UPSTREAM_ID_PREFIX;
 
@@ -331,7 +335,8 @@ pub(crate) fn load_file(
         Ok(CompileError::Invalid(error)) => LoadError::Compile(error),
         Err(error) => LoadError::Compile(error),
     })?;
-    let loaded = prepare(engine, path, &component, limits);
+    let docs = super::docs::read(&file_label(path), &bytes);
+    let loaded = prepare(engine, path, &component, limits, docs.as_ref());
     // An entry this load wrote for a version that then failed would never serve,
     // and nothing would remove it: a plugin rebuilt broken twenty times would leave
     // twenty. (An entry that was there before may serve another version's load.)
@@ -377,6 +382,7 @@ fn prepare(
     path: &Path,
     component: &Component,
     limits: &LoadLimits,
+    docs: Option<&PackageDocs>,
 ) -> Result<Prepared, LoadError> {
     let (funcs, _other) = reflect::exported_functions(engine, component);
     if !funcs.iter().any(|f| f.instance == METADATA_INTERFACE) {
@@ -385,7 +391,7 @@ fn prepare(
     let pre = sandbox::pre_instantiate(engine, component).map_err(LoadError::Link)?;
     let entries = metadata::describe(&file_label(path), engine, &pre, limits.load_timeout)
         .map_err(LoadError::Describe)?;
-    let (declared, ignored_exports) = assemble(funcs, entries)?;
+    let (declared, ignored_exports) = assemble(funcs, entries, docs)?;
     let capabilities = check_specs(&declared)?;
     let targets = declared
         .into_iter()
@@ -407,7 +413,9 @@ fn prepare(
 }
 
 /// Pairs metadata entries with exported functions. Returns the capabilities in
-/// metadata order and the exports nobody named.
+/// metadata order and the exports nobody named. A description ends with the
+/// `Arguments:` block of what `docs` (the component's WIT docs) say of the
+/// parameters.
 ///
 /// # Errors
 ///
@@ -416,6 +424,7 @@ fn prepare(
 pub(crate) fn assemble(
     funcs: Vec<ExportedFunc>,
     entries: Vec<MetadataEntry>,
+    docs: Option<&PackageDocs>,
 ) -> Result<(Vec<PluginCapability>, Vec<String>), LoadError> {
     let funcs: Vec<ExportedFunc> = funcs
         .into_iter()
@@ -465,12 +474,26 @@ pub(crate) fn assemble(
             snake_case(&func.interface),
             snake_case(&func.function)
         );
+        let arguments =
+            docs.and_then(|docs| super::docs::argument_docs(docs, func, &signature.params));
+        let description = match (arguments, entry.description) {
+            // A description the catalog refuses stays as it is, to be refused.
+            (Some(block), Some(description))
+                if !description.is_empty() && description.trim() == description =>
+            {
+                Some(with_arguments(&description, &block))
+            }
+            (Some(block), None) if !entry.summary.is_empty() => {
+                Some(with_arguments(&entry.summary, &block))
+            }
+            (_, description) => description,
+        };
         capabilities.push(PluginCapability {
             spec: CapabilitySpec {
                 name: entry.name.unwrap_or(default_name),
                 id: entry.id,
                 summary: entry.summary,
-                description: entry.description,
+                description,
                 search_terms: entry.search_terms,
                 params: signature.params,
                 output: signature.output,
@@ -505,6 +528,7 @@ mod tests {
             instance: format!("test:pkg/{interface}@0.1.0"),
             interface: interface.to_owned(),
             function: function.to_owned(),
+            params: vec![("key".to_owned(), None)],
             signature,
         }
     }
@@ -535,7 +559,7 @@ mod tests {
             func("my-records", "extra", ok_sig()),
             func("metadata", "describe", ok_sig()),
         ];
-        let (caps, ignored) = assemble(funcs, vec![entry("my-records.look-up")])
+        let (caps, ignored) = assemble(funcs, vec![entry("my-records.look-up")], None)
             .map_err(|e| e.to_string())
             .unwrap();
         assert_eq!(caps.len(), 1);
@@ -601,7 +625,7 @@ mod tests {
             ),
         ];
         for (case, funcs, entries, want) in cases {
-            let got = assemble(funcs, entries)
+            let got = assemble(funcs, entries, None)
                 .map(|_| ())
                 .map_err(|e| e.to_string());
             assert_eq!(got, Err(want.to_owned()), "{case}");
@@ -626,7 +650,7 @@ mod tests {
             entry("records.lookup"),
             entry("records.lookup"),
         ];
-        let error = assemble(funcs, entries).map(|_| ()).err();
+        let error = assemble(funcs, entries, None).map(|_| ()).err();
         assert_eq!(
             error.as_ref().map(LoadError::messages),
             Some(vec![

@@ -6,6 +6,7 @@
 //! plugin export serves it.
 
 mod compile;
+mod docs;
 mod folder;
 mod grants;
 mod invoke;
@@ -26,6 +27,8 @@ pub use compile::{
 pub use load::{LoadError, LoadLimits};
 pub use reflect::TypeError;
 
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use docs::probe as docs_probe;
 pub(crate) use folder::PluginFolder;
 pub(crate) use grants::{GlobalCaps, SIDECAR_EXTENSION};
 #[cfg(any(test, feature = "fuzzing"))]

@@ -21,6 +21,10 @@ pub(crate) struct ExportedFunc {
     pub interface: String,
     /// The function's WIT name, e.g. `lookup` or `word-counts`.
     pub function: String,
+    /// Each parameter's WIT name, and the name the interface exports the
+    /// parameter's record type under (also a list's or an option's record):
+    /// where the WIT docs of the record's fields are found.
+    pub params: Vec<(String, Option<String>)>,
     /// The outcome of mapping its signature.
     pub signature: Result<Signature, TypeError>,
 }
@@ -96,12 +100,24 @@ pub(crate) fn exported_functions(
     for (instance_name, item) in ty.exports(engine) {
         match item.ty {
             ComponentItem::ComponentInstance(instance) => {
+                // Component types carry no names; the interface's type exports do.
+                let named: Vec<(&str, Type)> = instance
+                    .exports(engine)
+                    .filter_map(|(name, item)| match item.ty {
+                        ComponentItem::Type(ty @ Type::Record(_)) => Some((name, ty)),
+                        _ => None,
+                    })
+                    .collect();
                 for (function, item) in instance.exports(engine) {
                     if let ComponentItem::ComponentFunc(func) = item.ty {
                         funcs.push(ExportedFunc {
                             instance: instance_name.to_owned(),
                             interface: interface_name(instance_name).to_owned(),
                             function: function.to_owned(),
+                            params: func
+                                .params()
+                                .map(|(name, ty)| (name.to_owned(), record_name(&ty, &named)))
+                                .collect(),
                             signature: map_signature(&func),
                         });
                     }
@@ -116,6 +132,24 @@ pub(crate) fn exported_functions(
         }
     }
     (funcs, other)
+}
+
+/// The exported name of the record `ty` is, or holds as a list's or an option's
+/// element. Records are told apart by their fields (names and types), so two
+/// records alike in both share the first's name.
+fn record_name(ty: &Type, named: &[(&str, Type)]) -> Option<String> {
+    let record = match ty {
+        Type::List(list) => list.ty(),
+        Type::Option(option) => option.ty(),
+        other => other.clone(),
+    };
+    if !matches!(record, Type::Record(_)) {
+        return None;
+    }
+    named
+        .iter()
+        .find(|(_, exported)| *exported == record)
+        .map(|(name, _)| (*name).to_owned())
 }
 
 fn map_signature(func: &ComponentFunc) -> Result<Signature, TypeError> {

@@ -632,10 +632,9 @@ fn capabilities(config: &UpstreamConfig, listed: Vec<Tool>, stop: &Stop) -> Vec<
         // What the schema says of the parameters beyond their types: the model
         // reads formats and defaults instead of learning them by failing.
         let description = match schema::argument_docs(&tool.input_schema) {
-            Some(docs) => Some(format!(
-                "{}\n\n{}\n{docs}",
+            Some(docs) => Some(crate::catalog::with_arguments(
                 description.as_deref().unwrap_or(&summary),
-                schema::ARGUMENTS_HEADING
+                &docs,
             )),
             None => description,
         };

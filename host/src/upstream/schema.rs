@@ -21,7 +21,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Map, Value as Json};
 
-use crate::catalog::{Field, FloatKind, IntKind, Shape};
+use crate::catalog::{
+    Field, FloatKind, IntKind, MAX_ARGUMENT_DOCS, Shape, argument_block, one_line,
+};
 
 /// Deepest schema nesting followed; below it a shape is `any`. A schema comes from an
 /// upstream server, so its depth is not trusted.
@@ -132,15 +134,8 @@ pub(crate) fn parameters(
     walk.fields(input_schema, 0)
 }
 
-/// Most bytes of the `Arguments:` block one tool's description gets: the
-/// parameters' documentation beyond their types.
-pub(crate) const MAX_ARGUMENT_DOCS: usize = 2048;
-
 /// Most bytes one keyword's value (a `default`, an example) takes in that block.
 const MAX_DOC_VALUE: usize = 200;
-
-/// The heading of the block of parameter documentation in a description.
-pub(crate) const ARGUMENTS_HEADING: &str = "Arguments:";
 
 /// What an `inputSchema` says about its parameters beyond their types, as the
 /// lines of an `Arguments:` block: one per documented parameter in the schema's
@@ -155,33 +150,11 @@ pub(crate) fn argument_docs(input_schema: &Map<String, Json>) -> Option<String> 
     let Some(Json::Object(properties)) = input_schema.get("properties") else {
         return None;
     };
-    let mut block = String::new();
-    for (name, property) in properties {
-        let Some(line) = doc_line(input_schema, name, property) else {
-            continue;
-        };
-        let separator = usize::from(!block.is_empty());
-        let room = MAX_ARGUMENT_DOCS.saturating_sub(block.len() + separator);
-        if line.len() > room {
-            let mut end = room.saturating_sub(3);
-            while !line.is_char_boundary(end) {
-                end -= 1;
-            }
-            if end > 0 {
-                if !block.is_empty() {
-                    block.push('\n');
-                }
-                block.push_str(&line[..end]);
-                block.push_str("...");
-            }
-            break;
-        }
-        if !block.is_empty() {
-            block.push('\n');
-        }
-        block.push_str(&line);
-    }
-    (!block.is_empty()).then_some(block)
+    argument_block(
+        properties
+            .iter()
+            .filter_map(|(name, property)| doc_line(input_schema, name, property)),
+    )
 }
 
 /// The line of one parameter, when its schema documents it.
@@ -279,33 +252,6 @@ fn local_target<'a>(root: &'a Map<String, Json>, reference: &str) -> Option<&'a 
         let name = name.replace("~1", "/").replace("~0", "~");
         root.get(section)?.as_object()?.get(&name)
     })
-}
-
-/// `text` as one printable line (runs of whitespace and non-printable characters
-/// one space), cut at `max` bytes on a character boundary with `...`.
-fn one_line(text: &str, max: usize) -> String {
-    let mut out = String::with_capacity(text.len().min(max));
-    for word in text
-        .split(|c: char| c.is_whitespace() || !crate::catalog::is_printable(c))
-        .filter(|w| !w.is_empty())
-    {
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        out.push_str(word);
-        if out.len() > max {
-            break;
-        }
-    }
-    if out.len() > max {
-        let mut end = max.saturating_sub(3);
-        while !out.is_char_boundary(end) {
-            end -= 1;
-        }
-        out.truncate(end);
-        out.push_str("...");
-    }
-    out
 }
 
 /// A JSON value as compact text, at most [`MAX_DOC_VALUE`] bytes (then `...`),

@@ -310,6 +310,73 @@ fn kebab(ident: &str) -> String {
     ident.trim_start_matches("r#").replace('_', "-")
 }
 
+/// The `package-docs` section of the WIT that `codemode_sdk::generate!` reads: a
+/// static placed in that custom section of the plugin's core module, where the
+/// host finds it. Takes `generate!`'s own input and uses its `path` (default
+/// `wit`, relative to the crate, as `wit_bindgen::generate!` reads it). Emits
+/// nothing when the WIT does not parse (`generate!` reports that) or for a target
+/// other than WebAssembly.
+#[doc(hidden)]
+#[proc_macro]
+pub fn package_docs(input: proc_macro::TokenStream) -> proc_macro::TokenStream {
+    let Some(path) = wit_path(input.into()) else {
+        return TokenStream::new().into();
+    };
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| std::path::PathBuf::from("."), std::path::PathBuf::from);
+    let Ok(section) = codemode_wit_docs::encode(&dir.join(path)) else {
+        return TokenStream::new().into();
+    };
+    let len = section.len();
+    let bytes = proc_macro2::Literal::byte_string(&section);
+    let name = codemode_wit_docs::SECTION_NAME;
+    quote! {
+        #[cfg(target_family = "wasm")]
+        #[doc(hidden)]
+        #[unsafe(link_section = #name)]
+        #[used]
+        static __CODEMODE_PACKAGE_DOCS: [u8; #len] = *#bytes;
+    }
+    .into()
+}
+
+/// The `path` of `generate!`'s input `{ key: value, ... }` (`wit` when absent);
+/// `None` when it is not one string (a list of paths, inline WIT).
+fn wit_path(input: TokenStream) -> Option<String> {
+    use proc_macro2::{Delimiter, TokenTree};
+    let mut tokens = input.into_iter();
+    let body = match (tokens.next(), tokens.next()) {
+        (Some(TokenTree::Group(group)), None) if group.delimiter() == Delimiter::Brace => {
+            group.stream()
+        }
+        _ => return None,
+    };
+    let mut entries: Vec<Vec<TokenTree>> = vec![Vec::new()];
+    for token in body {
+        match &token {
+            TokenTree::Punct(p) if p.as_char() == ',' => entries.push(Vec::new()),
+            _ => entries.last_mut()?.push(token),
+        }
+    }
+    for entry in entries {
+        match entry.as_slice() {
+            [TokenTree::Ident(key), TokenTree::Punct(colon), value @ ..]
+                if key == "path" && colon.as_char() == ':' =>
+            {
+                return match value {
+                    [TokenTree::Literal(literal)] => syn::parse_str::<LitStr>(&literal.to_string())
+                        .ok()
+                        .map(|l| l.value()),
+                    _ => None,
+                };
+            }
+            [TokenTree::Ident(key), ..] if key == "inline" => return None,
+            _ => {}
+        }
+    }
+    Some("wit".to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -510,5 +577,18 @@ mod tests {
     fn names_turn_kebab_case() {
         assert_eq!(kebab("word_counts"), "word-counts");
         assert_eq!(kebab("r#type"), "type");
+    }
+
+    #[test]
+    fn the_wit_path_is_read_off_generate_input() {
+        let path = |tokens: TokenStream| wit_path(tokens);
+        assert_eq!(
+            path(quote!({ world: "plugin", path: "my-wit", additional_derives: [PartialEq, Eq] })),
+            Some("my-wit".to_owned())
+        );
+        assert_eq!(path(quote!({ world: "plugin" })), Some("wit".to_owned()));
+        assert_eq!(path(quote!({ path: ["a", "b"] })), None);
+        assert_eq!(path(quote!({ inline: "package a:b;" })), None);
+        assert_eq!(path(quote!("plugin")), None);
     }
 }
