@@ -31,5 +31,6 @@ mod scaffold;
 mod secrets;
 mod stdio;
 mod support;
+mod traces;
 mod upstream;
 mod waits;

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 /// What the tests' Python needs: the MCP SDK client they drive the server with, and
 /// a YAML parser for the deployment manifests.
-const PYTHON_PACKAGES: [&str; 2] = ["mcp==2.3.0", "PyYAML==6.0.2"];
+const PYTHON_PACKAGES: [&str; 3] = ["mcp==2.3.0", "PyYAML==6.0.2", "opentelemetry-proto==1.45.2"];
 
 pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -77,7 +77,7 @@ pub(crate) fn python() -> &'static Path {
         let python = venv.join("bin/python");
         let ready = |p: &Path| {
             Command::new(p)
-                .args(["-c", "import mcp, yaml"])
+                .args(["-c", "import mcp, yaml, opentelemetry.proto"])
                 .stderr(Stdio::null())
                 .status()
                 .is_ok_and(|s| s.success())

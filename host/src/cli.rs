@@ -129,6 +129,20 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub audit_log: Option<PathBuf>,
 
+    /// Export traces over OTLP (http/protobuf) to the receiver at URL
+    ///
+    /// One span per execute (subject, outcome, cost, the limit that fired) with a
+    /// child span per native call (capability, ID, outcome, fuel, bytes; never
+    /// arguments or results), a child of the client's span when the request
+    /// carried W3C trace context (`traceparent` in `_meta` or, over HTTP, the
+    /// header). URL is the receiver's base (`/v1/traces` is added), e.g.
+    /// http://127.0.0.1:4318. The standard OTEL_EXPORTER_OTLP_ENDPOINT (and
+    /// _TRACES_ENDPOINT, OTEL_SERVICE_NAME, OTEL_BSP_*) work too. Without either,
+    /// nothing is exported and a request's trace context is passed on to
+    /// upstreams as it came.
+    #[arg(long, value_name = "URL", value_parser = otlp_endpoint)]
+    pub otlp_endpoint: Option<String>,
+
     /// Serve Streamable HTTP on ADDR instead of stdio, e.g. 127.0.0.1:8080
     ///
     /// A port alone, or localhost:PORT, means 127.0.0.1 (this machine only).
@@ -373,6 +387,19 @@ fn total_memory(text: &str) -> Result<usize, String> {
 
 /// A listening address: `IP:PORT`, `localhost:PORT` or a port alone (both meaning
 /// 127.0.0.1, this machine only).
+/// An `http` or `https` URL with a host.
+fn otlp_endpoint(value: &str) -> Result<String, String> {
+    let uri: http::Uri = value
+        .parse()
+        .map_err(|e| format!("not a URL ({e}); e.g. http://127.0.0.1:4318"))?;
+    match (uri.scheme_str(), uri.host()) {
+        (Some("http" | "https"), Some(_)) => Ok(value.to_owned()),
+        _ => Err(
+            "must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:4318".to_owned(),
+        ),
+    }
+}
+
 fn listen_address(text: &str) -> Result<SocketAddr, String> {
     let text = text.trim();
     if let Ok(address) = text.parse::<SocketAddr>() {

@@ -45,6 +45,8 @@ mod precompile;
 mod registry;
 mod service;
 pub mod source;
+pub mod telemetry;
+mod tls;
 pub mod units;
 mod upstream;
 mod wait;

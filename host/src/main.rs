@@ -238,7 +238,15 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
             .map(|path| reconfig::ConfigReload::new(path, args, &cli, loaded.clone())),
         reading: Arc::default(),
     };
+    // Before the runtime: the exporter's HTTP client has a runtime of its own.
+    let telemetry = codemode_host::telemetry::Telemetry::start(cli.otlp_endpoint.as_deref())
+        .context("cannot export traces")?
+        .map(Arc::new);
+    if telemetry.is_some() {
+        tracing::info!("traces are exported over OTLP");
+    }
     let config = ServiceConfig {
+        telemetry: telemetry.clone(),
         limits: cli.limits(),
         loading: cli.loading(),
         cache_dir: cli.cache_dir.clone().or_else(default_cache_dir),
@@ -294,6 +302,9 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
     // Executions (and a load) still running on blocking threads end by their own
     // deadlines; exiting does not wait for them past this.
     runtime.shutdown_timeout(SHUTDOWN_GRACE);
+    if let Some(telemetry) = &telemetry {
+        telemetry.shutdown();
+    }
     // The upstreams were stopped (their process groups ended); what is left are
     // orphans adopted as a subreaper, or children of a start that never finished.
     let ended = children::end_orphans(ORPHAN_GRACE);

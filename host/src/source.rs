@@ -243,6 +243,22 @@ pub struct CallBudget {
     pub max_nodes: usize,
     /// The execution's work allowance, for a source that meters its work.
     pub meter: Meter,
+    /// The trace context the call continues, when the execution is traced (or its
+    /// request carried one): a source that calls another service passes it on, so
+    /// that the other's work joins the trace.
+    pub trace: Option<TraceContext>,
+}
+
+/// A position in a distributed trace, in W3C Trace Context form: what a call
+/// passes on to the service it calls (an upstream's request `_meta`, an HTTP
+/// header).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceContext {
+    /// `version-traceid-parentid-flags`, e.g.
+    /// `00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01`.
+    pub traceparent: String,
+    /// Vendors' data that travels with it, when there is some.
+    pub tracestate: Option<String>,
 }
 
 /// The execution's remaining work allowance, lent to one call. A source that

@@ -32,6 +32,13 @@ def env(name: str) -> str:
 
 
 @server.tool()
+def trace(ctx: Context) -> str:
+    """The W3C traceparent of this call's request _meta. Answers <none> when absent."""
+    meta = ctx.request_context.meta or {}
+    return meta.get("traceparent", "<none>")
+
+
+@server.tool()
 async def wait(seconds: float) -> str:
     """Waits, then answers done."""
     try:

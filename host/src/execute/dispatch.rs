@@ -26,6 +26,7 @@ use crate::error::ToolError;
 use crate::source::{
     Arguments, CallBudget, CallFailure, CapabilitySource, Meter, sanitize_message,
 };
+use crate::telemetry::CallSpan;
 use crate::wait::{self, Abandoned};
 
 /// Bytes reserved for a capability's encoded result: most results fit, so the buffer
@@ -75,8 +76,20 @@ pub(crate) fn add_to_linker(linker: &mut Linker<ExecState>) -> wasmtime::Result<
             // Only the audit log reads the call's duration.
             let started = store.data().audit.is_some().then(Instant::now);
             let mut trace = Trace::default();
+            // The call's span (when tracing), and the context its source passes on.
+            let state = store.data_mut();
+            let span = match &state.calls {
+                Some(calls) => {
+                    let (span, context) = calls.start();
+                    state.call_trace = Some(context);
+                    span
+                }
+                None => None,
+            };
             let outcome = call(&mut store, capability, &arguments, &mut trace);
-            audit(store.data_mut(), &trace, &outcome, started);
+            let state = store.data_mut();
+            state.call_trace = None;
+            audit(state, &trace, &outcome, started, span);
             match outcome {
                 Ok(bytes) => Ok((Ok::<Vec<u8>, ()>(bytes),)),
                 Err(error) => {
@@ -126,12 +139,14 @@ impl Default for Trace {
     }
 }
 
-/// Counts the call and writes its audit line, if this server keeps an audit log.
+/// Counts the call, ends its span (when tracing) and writes its audit line, if
+/// this server keeps an audit log.
 fn audit(
     state: &mut ExecState,
     trace: &Trace,
     outcome: &Result<Vec<u8>, ToolError>,
     started: Option<Instant>,
+    span: Option<CallSpan>,
 ) {
     let dispatch = state.dispatch.clone();
     let (name, capability_id) = match trace.route {
@@ -144,6 +159,7 @@ fn audit(
         ),
         None => ("", ""),
     };
+    let bytes = outcome.as_ref().map_or(0, Vec::len);
     let outcome = match (outcome, trace.route) {
         (Ok(_), Some((listed, _))) => {
             if let Some(count) = state.ok_calls.get_mut(listed) {
@@ -161,6 +177,16 @@ fn audit(
             error.fixed_text()
         }
     };
+    if let Some(span) = span {
+        span.finish(
+            name,
+            capability_id,
+            outcome,
+            outcome != OK,
+            trace.fuel,
+            bytes,
+        );
+    }
     let Some(log) = &state.audit else {
         return;
     };
@@ -317,6 +343,7 @@ fn invoke(
         max_depth: state.ledger.limits().max_value_depth,
         max_nodes: state.ledger.result_room(),
         meter: meter.clone(),
+        trace: state.call_trace.take(),
     };
     let deadline = budget.deadline;
     let execution = state.execution;

@@ -38,7 +38,8 @@ use crate::catalog::Capability;
 use crate::error::ToolError;
 use crate::metrics::Metrics;
 use crate::plugins::{MemoryCap, MemoryHit};
-use crate::source::{CapabilitySource, Session};
+use crate::source::{CapabilitySource, Session, TraceContext};
+use crate::telemetry::{CallTracer, ExecutionSummary, Telemetry};
 use crate::wait::{Cancel, Interrupted, Stop};
 use ledger::Ledger;
 use runner::{Exceeded, Failure, RunnerLimits, RunnerPre};
@@ -165,6 +166,8 @@ pub struct Executor {
     metrics: Arc<Metrics>,
     stop_ticker: Arc<AtomicBool>,
     started: Arc<AtomicU64>,
+    /// The span exporter, when traces are exported.
+    telemetry: Option<Arc<Telemetry>>,
 }
 
 impl Drop for Executor {
@@ -180,6 +183,17 @@ impl Drop for Executor {
 pub trait Progress: Send + Sync {
     /// `calls` native calls succeeded so far, the latest one of `capability`.
     fn call_done(&self, calls: u64, capability: &str);
+}
+
+/// What the caller of an execution watches it by: who hears of its progress, and
+/// the trace context its request carried (W3C; its span's parent when tracing,
+/// passed on to upstreams either way).
+#[derive(Default, Clone)]
+pub(crate) struct Observe {
+    /// Told after each successful native call.
+    pub progress: Option<Arc<dyn Progress>>,
+    /// The request's trace context.
+    pub trace: Option<TraceContext>,
 }
 
 /// The data of one execution's interpreter store.
@@ -207,6 +221,11 @@ pub(crate) struct ExecState {
     /// Successful native calls so far, and who hears of each.
     calls_done: u64,
     progress: Option<Arc<dyn Progress>>,
+    /// How calls join the execution's trace, when it is traced or its request
+    /// carried a trace context.
+    calls: Option<CallTracer>,
+    /// The trace context of the call being made, for its source.
+    call_trace: Option<TraceContext>,
     /// One session per source used (index into [`Dispatch::sources`]), opened on
     /// first use.
     sessions: HashMap<usize, Box<dyn Session>>,
@@ -260,6 +279,7 @@ pub(crate) struct ExecutorConfig<'a> {
     pub audit: Option<Arc<AuditLog>>,
     pub metrics: Arc<Metrics>,
     pub cache: Option<&'a ArtifactCache>,
+    pub telemetry: Option<Arc<Telemetry>>,
 }
 
 /// Cancels when dropped: a request future dropped before its execution ended
@@ -309,6 +329,7 @@ impl Executor {
             metrics: config.metrics,
             stop_ticker,
             started: Arc::new(AtomicU64::new(0)),
+            telemetry: config.telemetry,
         })
     }
 
@@ -333,10 +354,20 @@ impl Executor {
         subject: &Subject,
         source: &str,
         started: Instant,
-        progress: Option<Arc<dyn Progress>>,
+        observe: Observe,
     ) -> Execution {
+        // No span, and nothing allocated, unless traces are exported.
+        let span = self
+            .telemetry
+            .as_ref()
+            .map(|telemetry| telemetry.execution(observe.trace.as_ref(), &subject.id));
+        let calls = match (&span, observe.trace) {
+            (Some(span), _) => Some(span.calls()),
+            (None, Some(trace)) => Some(CallTracer::Forward(trace)),
+            (None, None) => None,
+        };
         let mut execution = self
-            .execute_timed(dispatch, subject, source, started, progress)
+            .execute_timed(dispatch, subject, source, started, observe.progress, calls)
             .await;
         execution.stats.elapsed_us = started.elapsed().as_micros() as u64;
         let label = match &execution.outcome {
@@ -357,6 +388,25 @@ impl Executor {
             }
         };
         self.metrics.execute(label, started.elapsed());
+        if let Some(span) = span {
+            let stats = &execution.stats;
+            span.finish(&ExecutionSummary {
+                outcome: label,
+                failed: execution.outcome.is_err(),
+                stats: &[
+                    ("codemode.fuel", stats.fuel),
+                    ("codemode.steps", stats.steps),
+                    ("codemode.native_calls", stats.native_calls),
+                    (
+                        "codemode.intermediate_bytes",
+                        stats.intermediate_bytes as u64,
+                    ),
+                    ("codemode.result_bytes", stats.result_bytes as u64),
+                    ("codemode.elapsed_us", stats.elapsed_us),
+                ],
+                limit: stats.limit,
+            });
+        }
         execution
     }
 
@@ -367,6 +417,7 @@ impl Executor {
         source: &str,
         started: Instant,
         progress: Option<Arc<dyn Progress>>,
+        calls: Option<CallTracer>,
     ) -> Execution {
         let limits = self.limits.load_full();
         if source.len() > limits.max_source_bytes {
@@ -397,6 +448,7 @@ impl Executor {
         let job = Job {
             execution,
             progress,
+            calls,
             ..job
         };
         let ran = tokio::task::spawn_blocking(move || {
@@ -486,6 +538,7 @@ impl Executor {
             source: source.to_owned(),
             stop,
             progress: None,
+            calls: None,
         }
     }
 }
@@ -532,6 +585,7 @@ struct Job {
     source: String,
     stop: Stop,
     progress: Option<Arc<dyn Progress>>,
+    calls: Option<CallTracer>,
 }
 
 impl Job {
@@ -552,6 +606,8 @@ impl Job {
             ok_calls: Vec::new(),
             calls_done: 0,
             progress: self.progress.clone(),
+            calls: self.calls.clone(),
+            call_trace: None,
             sessions: HashMap::new(),
             retained: None,
             failed_capability: None,
@@ -788,6 +844,7 @@ mod tests {
                 audit: None,
                 metrics: Arc::new(Metrics::default()),
                 cache: None,
+                telemetry: None,
             })
             .expect("the interpreter")
         })
@@ -872,7 +929,7 @@ mod tests {
             &Subject::new("test"),
             &source,
             Instant::now(),
-            None,
+            Observe::default(),
         ));
         assert_eq!(refused.outcome, Err(ToolError::ResourceLimit));
         assert_eq!(refused.stats.limit, Some("--max-source-bytes"));
@@ -882,7 +939,7 @@ mod tests {
             &Subject::new("test"),
             "def main():\n    return 1",
             Instant::now(),
-            None,
+            Observe::default(),
         ));
         assert_eq!(ran.outcome, Ok(serde_json::json!(1)));
         assert_eq!(ran.stats.limit, None);
@@ -905,7 +962,7 @@ mod tests {
             &Subject::new("test"),
             "def main():\n    return 1",
             arrived,
-            None,
+            Observe::default(),
         ));
         assert_eq!(late.outcome, Err(ToolError::ResourceLimit));
         assert_eq!(late.stats.limit, Some("--max-execution-time"));

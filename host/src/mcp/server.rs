@@ -19,8 +19,10 @@ use super::stdio::StdioTransport;
 use crate::authz::Subject;
 use crate::budget::Budget;
 use crate::error::ToolError;
-use crate::execute::Execution;
+use crate::execute::{Execution, Observe};
 use crate::service::Service;
+use crate::source::TraceContext;
+use crate::telemetry;
 
 /// The `_meta` key of an execution's statistics (fuel, steps, native calls, bytes,
 /// elapsed microseconds).
@@ -172,6 +174,7 @@ impl McpServer {
         name: &str,
         arguments: Option<&JsonObject>,
         progress: Option<(Peer<RoleServer>, ProgressToken)>,
+        trace: Option<TraceContext>,
     ) -> Result<CallToolResult, ErrorData> {
         let arrived = Instant::now();
         let tool_name = match name {
@@ -218,8 +221,11 @@ impl McpServer {
             DESCRIBE_API => project(service.describe(input)),
             _ => {
                 let reporter = progress.map(|(peer, token)| Reporter::start(peer, token));
-                let progress = reporter.as_ref().map(Reporter::progress);
-                let execution = service.run_since(&subject, input, arrived, progress).await;
+                let observe = Observe {
+                    progress: reporter.as_ref().map(Reporter::progress),
+                    trace,
+                };
+                let execution = service.run_since(&subject, input, arrived, observe).await;
                 if let Some(reporter) = reporter {
                     reporter.finish().await;
                 }
@@ -336,7 +342,7 @@ impl ServerHandler for McpServer {
             .get_progress_token()
             .map(|token| (context.peer.clone(), token));
         tokio::select! {
-            result = self.call(subject, &request.name, request.arguments.as_ref(), progress) => {
+            result = self.call(subject, &request.name, request.arguments.as_ref(), progress, trace_context(&context)) => {
                 result.map(CallToolResponse::from)
             }
             () = context.ct.cancelled() => {
@@ -346,6 +352,24 @@ impl ServerHandler for McpServer {
             }
         }
     }
+}
+
+/// The W3C trace context of a request: its `_meta` (2026-07-28, SEP-414), else,
+/// over HTTP, its `traceparent` and `tracestate` headers; `None` when absent or
+/// malformed.
+fn trace_context(context: &RequestContext<RoleServer>) -> Option<TraceContext> {
+    if let Some(traceparent) = context.meta.get_traceparent() {
+        return telemetry::incoming(traceparent, context.meta.get_tracestate());
+    }
+    let headers = &context
+        .extensions
+        .get::<axum::http::request::Parts>()?
+        .headers;
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    telemetry::incoming(
+        header(telemetry::TRACEPARENT)?,
+        header(telemetry::TRACESTATE),
+    )
 }
 
 /// Why serving stopped with an error.

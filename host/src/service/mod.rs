@@ -15,7 +15,7 @@ use crate::cache::open_cache;
 use crate::catalog::{Catalog, Description, SearchError, SearchResponse};
 use crate::error::ToolError;
 use crate::execute::{
-    Executed, Execution, Executor, ExecutorConfig, LimitError, Limits, Progress, Retuned,
+    Executed, Execution, Executor, ExecutorConfig, LimitError, Limits, Observe, Retuned,
 };
 use crate::metrics::Metrics;
 use crate::plugins::{self, GlobalCaps, PluginFolder, PluginsProvider, ReloadError, Reloaded};
@@ -157,6 +157,7 @@ impl Service {
             audit: config.audit.clone(),
             metrics: metrics.clone(),
             cache: cache.as_ref(),
+            telemetry: config.telemetry.clone(),
         }) {
             Ok(executor) => executor,
             Err(error) => return fail(&registry, StartError::Runner(error)),
@@ -362,25 +363,27 @@ impl Service {
     /// [`Stats::limit`](crate::Stats::limit) names the budget that ran out. Dropping
     /// the future cancels it.
     pub async fn run(&self, subject: &Subject, source: &str) -> Execution {
-        self.run_since(subject, source, Instant::now(), None).await
+        self.run_since(subject, source, Instant::now(), Observe::default())
+            .await
     }
 
     /// [`Service::run`] of a request that arrived at `arrived`: its time budget
     /// runs from then, so a wait before the service could take it (the load, over
-    /// stdio) is part of it. `progress` hears of each successful native call.
+    /// stdio) is part of it. `observe` says who hears of each successful native
+    /// call and the trace context the request carried.
     pub(crate) async fn run_since(
         &self,
         subject: &Subject,
         source: &str,
         arrived: Instant,
-        progress: Option<Arc<dyn Progress>>,
+        observe: Observe,
     ) -> Execution {
         if subject.id.is_empty() {
             return Execution::refused(ToolError::Unauthenticated, None);
         }
         let dispatch = self.registry.snapshot().dispatch.clone();
         self.executor
-            .execute(dispatch, subject, source, arrived, progress)
+            .execute(dispatch, subject, source, arrived, observe)
             .await
     }
 

@@ -9,6 +9,7 @@ use crate::catalog::SpecError;
 use crate::execute::{LimitError, Limits, RunnerError};
 use crate::plugins::LoadLimits;
 use crate::source::{Provider, Skipped};
+use crate::telemetry::Telemetry;
 use crate::upstream::UpstreamConfig;
 
 /// What the service is built from.
@@ -47,6 +48,9 @@ pub struct ServiceConfig {
     /// folder and the upstreams: their capabilities are searched, described,
     /// authorized, audited and budgeted as every other's.
     pub providers: Vec<Arc<dyn Provider>>,
+    /// Where execution spans are exported ([`Telemetry::start`]); `None` exports
+    /// none (a request's trace context still reaches upstreams).
+    pub telemetry: Option<Arc<Telemetry>>,
 }
 
 impl std::fmt::Debug for ServiceConfig {
@@ -64,6 +68,7 @@ impl std::fmt::Debug for ServiceConfig {
             .field("require_all_plugins", &self.require_all_plugins)
             .field("plugins_optional", &self.plugins_optional)
             .field("providers", &providers)
+            .field("telemetry", &self.telemetry.is_some())
             .finish()
     }
 }
@@ -85,6 +90,7 @@ impl ServiceConfig {
             require_all_plugins: false,
             plugins_optional: false,
             providers: Vec::new(),
+            telemetry: None,
         }
     }
 }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use http::{HeaderName, HeaderValue};
-use rmcp::model::{ClientJsonRpcMessage, RequestId, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, RequestId, ServerJsonRpcMessage};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::{
     SseError, StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError,
@@ -49,22 +49,8 @@ pub(crate) fn transport(
     bearer_token: Option<&Secret>,
     headers: &BTreeMap<String, String>,
 ) -> Result<StreamableHttpClientTransport<Bounded>, String> {
-    let roots = rustls::RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
-    // rustls 0.23.48 deprecates the ring provider because it has no post-quantum
-    // key exchange; the aws-lc-rs provider that has one adds a C and assembly
-    // build of its own. Kept until ring gains ML-KEM or the build can take aws-lc
-    // (docs/architecture.md, departures).
-    #[allow(deprecated)]
-    let provider = rustls::crypto::ring::default_provider();
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
-        .with_safe_default_protocol_versions()
-        .map_err(|error| format!("TLS: {error}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
     let client = reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
+        .tls_backend_preconfigured(crate::tls::client_config()?)
         .build()
         .map_err(|error| format!("HTTP client: {error}"))?;
     let mut config = StreamableHttpClientTransportConfig::with_uri(url);
@@ -148,6 +134,8 @@ impl StreamableHttpClient for Bounded {
             | ClientJsonRpcMessage::Response(_)
             | ClientJsonRpcMessage::Error(_) => None,
         };
+        let mut custom_headers = custom_headers;
+        trace_headers(&message, &mut custom_headers);
         async move {
             let answer = self
                 .0
@@ -254,6 +242,29 @@ fn event_of(message: &ServerJsonRpcMessage) -> Option<Sse> {
         id: None,
         retry: None,
     })
+}
+
+/// A tool call's trace context (the `_meta` the upstream source put in) as the
+/// W3C headers too, for servers and proxies that read traces from headers.
+#[allow(clippy::mutable_key_type)] // header names are not mutated
+fn trace_headers(message: &ClientJsonRpcMessage, headers: &mut HashMap<HeaderName, HeaderValue>) {
+    let ClientJsonRpcMessage::Request(request) = message else {
+        return;
+    };
+    let ClientRequest::CallToolRequest(call) = &request.request else {
+        return;
+    };
+    let Some(meta) = &call.params.meta else {
+        return;
+    };
+    for (name, value) in [
+        (crate::telemetry::TRACEPARENT, meta.get_traceparent()),
+        (crate::telemetry::TRACESTATE, meta.get_tracestate()),
+    ] {
+        if let Some(value) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
 }
 
 /// `events` (the SSE answer to request `id`) with rmcp's refusal of an event over

@@ -28,7 +28,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use codemode_value::Value;
-use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Tool};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, RequestMetaObject, Tool,
+};
 use rmcp::service::{NotificationContext, RunningServiceCancellationToken};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::io::AsyncReadExt;
@@ -392,6 +394,15 @@ impl Upstream {
             return outcome(Err(CallFailure::Internal));
         };
         params.arguments = Some(arguments);
+        // The upstream's work joins the execution's trace (SEP-414).
+        if let Some(trace) = &budget.trace {
+            let mut meta = RequestMetaObject::new();
+            meta.set_traceparent(trace.traceparent.clone());
+            if let Some(state) = &trace.tracestate {
+                meta.set_tracestate(state.clone());
+            }
+            params.meta = Some(meta);
+        }
         // Dropping this future (the execution's deadline, a cancelled request, the
         // upstream's own timeout below) sends `notifications/cancelled` upstream.
         let call = self.peer.call_tool_once(params);

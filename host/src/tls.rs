@@ -1,0 +1,30 @@
+//! The TLS settings of this server's HTTP clients (Streamable HTTP upstreams, the
+//! trace exporter): rustls with the ring provider and the WebPKI roots the build
+//! already has, set per client (no process-wide provider, no platform TLS).
+
+use std::sync::Arc;
+
+/// A client configuration: the safe protocol versions, the WebPKI roots, no
+/// client certificate.
+///
+/// # Errors
+///
+/// The provider supports none of the safe protocol versions.
+pub(crate) fn client_config() -> Result<rustls::ClientConfig, String> {
+    let roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    // rustls 0.23.48 deprecates the ring provider because it has no post-quantum
+    // key exchange; the aws-lc-rs provider that has one adds a C and assembly
+    // build of its own. Kept until ring gains ML-KEM or the build can take aws-lc
+    // (docs/architecture.md, departures).
+    #[allow(deprecated)]
+    let provider = rustls::crypto::ring::default_provider();
+    Ok(
+        rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+            .with_safe_default_protocol_versions()
+            .map_err(|error| format!("TLS: {error}"))?
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
+}
