@@ -239,7 +239,7 @@ fn wit_docs_writes_the_section_once_and_names_each_bad_input() {
     let failures = [
         (
             vec!["nope.wasm"],
-            "cannot write the WIT docs into nope.wasm: nope.wasm: No such file or directory (os error 2)",
+            "cannot write the WIT docs into nope.wasm: cannot read it: No such file or directory (os error 2)",
         ),
         (
             vec!["--wit", "missing", "p.wasm"],
@@ -282,7 +282,7 @@ mod toolchains {
                     "COMPONENTIZE_PY",
                     toolchains.join("python/bin/componentize-py"),
                 ),
-                ("CODEMODE_WIT_DOCS", wit_docs()),
+                ("CODEMODE_HOST", PathBuf::from(host_bin())),
             ],
         );
         check_and_try(&dir, "greet");
@@ -303,7 +303,7 @@ mod toolchains {
                     toolchains
                         .join("node/node_modules/@bytecodealliance/componentize-js/src/cli.js"),
                 ),
-                ("CODEMODE_WIT_DOCS", wit_docs()),
+                ("CODEMODE_HOST", PathBuf::from(host_bin())),
             ],
         );
         check_and_try(&dir, "my_tool");
@@ -312,11 +312,6 @@ mod toolchains {
             "my_tool",
             "capability failed: ReferenceError: Intl is not defined",
         );
-    }
-
-    /// The build scripts' command that keeps the WIT docs: this binary's.
-    fn wit_docs() -> PathBuf {
-        PathBuf::from(format!("{} wit-docs", host_bin()))
     }
 
     /// Replaces the one `from` in the file at `path` with `to`.

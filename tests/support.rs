@@ -312,7 +312,16 @@ impl HttpServer {
     pub(crate) fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut all = vec!["--listen", "127.0.0.1:0"];
         all.extend_from_slice(args);
-        let mut child = Command::new(host_bin())
+        // The machine's OpenTelemetry settings are not the test's.
+        let otel: Vec<std::ffi::OsString> = std::env::vars_os()
+            .map(|(name, _)| name)
+            .filter(|name| name.to_string_lossy().starts_with("OTEL_"))
+            .collect();
+        let mut command = Command::new(host_bin());
+        for name in otel {
+            command.env_remove(name);
+        }
+        let mut child = command
             .args(with_cache(&all))
             .envs(env.iter().copied())
             .stdin(Stdio::null())

@@ -37,27 +37,33 @@ struct Receiver {
 
 impl Receiver {
     fn start() -> Self {
-        let mut child = Command::new(python())
+        let child = Command::new(python())
             .arg(root().join("tests/clients/otlp_receiver.py"))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start the receiver");
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        // Ended by Drop even when reading its first line fails.
+        let mut receiver = Self {
+            child,
+            port: 0,
+            spans: Arc::new(Mutex::new(Vec::new())),
+        };
+        let stdout = receiver.child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
         let first = lines.next().expect("a first line").expect("read it");
-        let port = first
+        receiver.port = first
             .strip_prefix("listening ")
             .and_then(|p| p.parse().ok())
             .unwrap_or_else(|| panic!("not a port: {first}"));
-        let spans = Arc::new(Mutex::new(Vec::new()));
-        let sink = spans.clone();
+        let sink = receiver.spans.clone();
         std::thread::spawn(move || {
             for line in lines.map_while(Result::ok) {
                 let span: Value = serde_json::from_str(&line).expect("a JSON span");
                 sink.lock().expect("spans").push(span);
             }
         });
-        Self { child, port, spans }
+        receiver
     }
 
     fn endpoint(&self) -> String {
@@ -124,7 +130,7 @@ fn an_execute_span_parents_its_calls_and_the_upstream_continues_the_trace() {
     let path = config(
         "stdio",
         &format!(
-            "plugins = {:?}\nmax-execution-time = \"20s\"\n\n{}",
+            "plugins = {:?}\nmax-execution-time = \"20s\"\nmax-native-calls = 5\n\n{}",
             examples.display().to_string(),
             double_upstream()
         ),
@@ -142,6 +148,9 @@ fn an_execute_span_parents_its_calls_and_the_upstream_continues_the_trace() {
                 "def main():\n    book = records.lookup(key=\"bk-0001\")\n    return {\"seen\": double.trace()[\"result\"], \"key\": book[\"key\"]}"
             ),
             execute_with_trace("def main():\n    return records.lookup(key=\"nope\")"),
+            execute_with_trace(
+                "def main():\n    return [records.lookup(key=\"bk-0001\")[\"key\"] for i in range(9)]"
+            ),
         ]),
     );
     let result = &ok(&out["results"][0])["result"];
@@ -219,6 +228,36 @@ fn an_execute_span_parents_its_calls_and_the_upstream_continues_the_trace() {
         spans.iter().any(|s| failed(s)
             && s["name"] == "call records.lookup"
             && s["parent_span_id"] == failed_execute["span_id"]),
+        "{spans:#?}"
+    );
+    // The limit that fired, on the execute span; the call it stopped says so.
+    let limited = |s: &Value| s["attributes"]["codemode.outcome"] == "resource limit exceeded";
+    wait_until(
+        "the limited execution's span",
+        || {
+            receiver
+                .spans
+                .lock()
+                .expect("spans")
+                .iter()
+                .any(|s| limited(s) && s["name"] == "execute")
+        },
+        || format!("{:#?}", receiver.spans.lock().expect("spans")),
+    );
+    let spans = receiver.spans.lock().expect("spans").clone();
+    let limited_execute = spans
+        .iter()
+        .find(|s| limited(s) && s["name"] == "execute")
+        .expect("the limited execute's span");
+    assert_eq!(
+        limited_execute["attributes"]["codemode.limit"],
+        "--max-native-calls"
+    );
+    assert_eq!(limited_execute["attributes"]["codemode.native_calls"], 6);
+    assert!(
+        spans.iter().any(|s| limited(s)
+            && s["name"] == "call records.lookup"
+            && s["parent_span_id"] == limited_execute["span_id"]),
         "{spans:#?}"
     );
     // Never an argument or a result in a span.

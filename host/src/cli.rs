@@ -385,21 +385,23 @@ fn total_memory(text: &str) -> Result<usize, String> {
     Ok(size)
 }
 
-/// A listening address: `IP:PORT`, `localhost:PORT` or a port alone (both meaning
-/// 127.0.0.1, this machine only).
-/// An `http` or `https` URL with a host.
+/// An OTLP receiver's base URL: `http` or `https`, a host, no query (the traces
+/// path is added after it).
 fn otlp_endpoint(value: &str) -> Result<String, String> {
     let uri: http::Uri = value
         .parse()
         .map_err(|e| format!("not a URL ({e}); e.g. http://127.0.0.1:4318"))?;
-    match (uri.scheme_str(), uri.host()) {
-        (Some("http" | "https"), Some(_)) => Ok(value.to_owned()),
+    match (uri.scheme_str(), uri.host(), uri.query()) {
+        (Some("http" | "https"), Some(_), None) => Ok(value.to_owned()),
+        (_, _, Some(_)) => Err("must have no query: /v1/traces is added after it".to_owned()),
         _ => Err(
             "must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:4318".to_owned(),
         ),
     }
 }
 
+/// A listening address: `IP:PORT`, `localhost:PORT` or a port alone (both meaning
+/// 127.0.0.1, this machine only).
 fn listen_address(text: &str) -> Result<SocketAddr, String> {
     let text = text.trim();
     if let Ok(address) = text.parse::<SocketAddr>() {

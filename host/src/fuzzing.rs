@@ -153,12 +153,18 @@ pub fn tokens(data: &[u8]) {
 }
 
 /// A plugin file's WIT docs, as the loader reads them: the bytes as a component
-/// (every `package-docs` section found and decoded) and as one section's payload,
+/// (its `package-docs` sections found and decoded; a section embedded into it
+/// found first) and as one section's payload,
 /// whose `Arguments:` block for a fixed function stays within its cap and is
 /// printable lines.
 pub fn plugin_docs(data: &[u8]) {
-    for payload in codemode_wit_docs::find(data) {
-        let _ = codemode_wit_docs::decode(payload);
+    let _ = crate::plugins::docs_read("fuzz.wasm", data);
+    // What embedding writes, finding reads back first.
+    if let Ok(embedded) = codemode_wit_docs::embed(data, b"\x01{}") {
+        assert_eq!(
+            codemode_wit_docs::find(&embedded).first(),
+            Some(&&b"\x01{}"[..])
+        );
     }
     if let Ok(docs) = codemode_wit_docs::decode(data)
         && let Some(block) = crate::plugins::docs_probe(&docs)

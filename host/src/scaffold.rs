@@ -205,12 +205,12 @@ codegen-units = 1
 
 interface {{kebab}} {
   record greeting { text: string }
-  /// Greets someone by name. The lines `name: ...` of a function's doc comment
-  /// are what `describe_api` shows for its parameters (and `///` on a record's
-  /// fields for them).
-  ///
-  /// - name: who to greet; must not be empty
-  hello: func(name: string) -> result<greeting, string>;
+  /// Greets someone by name. `describe_api` shows the `///` comments of the
+  /// parameters (and of a record's fields) after the description.
+  hello: func(
+    /// who to greet; must not be empty
+    name: string,
+  ) -> result<greeting, string>;
 }
 
 // codemode-sdk exports codemode:plugin/metadata for you.
@@ -299,12 +299,12 @@ const PYTHON: &[(&str, &str)] = &[
 
 interface {{kebab}} {
   record greeting { text: string }
-  /// Greets someone by name. The lines `name: ...` of a function's doc comment
-  /// are what `describe_api` shows for its parameters (and `///` on a record's
-  /// fields for them).
-  ///
-  /// - name: who to greet; must not be empty
-  hello: func(name: string) -> result<greeting, string>;
+  /// Greets someone by name. `describe_api` shows the `///` comments of the
+  /// parameters (and of a record's fields) after the description.
+  hello: func(
+    /// who to greet; must not be empty
+    name: string,
+  ) -> result<greeting, string>;
 }
 
 world plugin {
@@ -398,11 +398,20 @@ if ! [ -x "$py" ]; then
   py=.venv/bin/componentize-py
 fi
 mkdir -p plugins
-"$py" --quiet -d wit -w local:{{kebab}}/plugin@0.1.0 componentize app -o plugins/{{name}}.wasm
+"$py" --quiet -d wit -w local:{{kebab}}/plugin@0.1.0 componentize app -o plugins/{{name}}.wasm.partial
 # Keep the WIT's doc comments (what each parameter means) in the component:
-# componentize-py drops them. Needs codemode-host on PATH (or $CODEMODE_WIT_DOCS).
-# shellcheck disable=SC2086 # the command is words
-${CODEMODE_WIT_DOCS:-codemode-host wit-docs} --wit wit plugins/{{name}}.wasm >/dev/null
+# componentize-py drops them. Needs codemode-host on PATH (or in $CODEMODE_HOST).
+host="${CODEMODE_HOST:-codemode-host}"
+if ! command -v "$host" >/dev/null; then
+  echo "$host not found: put codemode-host on PATH or name it in CODEMODE_HOST (it writes the WIT docs into the component)" >&2
+  rm -f plugins/{{name}}.wasm.partial
+  exit 1
+fi
+if ! "$host" wit-docs --wit wit plugins/{{name}}.wasm.partial >/dev/null; then
+  rm -f plugins/{{name}}.wasm.partial
+  exit 1
+fi
+mv plugins/{{name}}.wasm.partial plugins/{{name}}.wasm
 echo "built plugins/{{name}}.wasm"
 "#,
     ),
@@ -427,12 +436,12 @@ const JS: &[(&str, &str)] = &[
 
 interface {{kebab}} {
   record greeting { text: string }
-  /// Greets someone by name. The lines `name: ...` of a function's doc comment
-  /// are what `describe_api` shows for its parameters (and `///` on a record's
-  /// fields for them).
-  ///
-  /// - name: who to greet; must not be empty
-  hello: func(name: string) -> result<greeting, string>;
+  /// Greets someone by name. `describe_api` shows the `///` comments of the
+  /// parameters (and of a record's fields) after the description.
+  hello: func(
+    /// who to greet; must not be empty
+    name: string,
+  ) -> result<greeting, string>;
 }
 
 world plugin {
@@ -538,11 +547,20 @@ if ! [ -f "$cli" ]; then
   cli=node_modules/@bytecodealliance/componentize-js/src/cli.js
 fi
 mkdir -p plugins
-node "$cli" {{name}}.js --wit wit --world-name plugin --disable http fetch-event -o plugins/{{name}}.wasm
+node "$cli" {{name}}.js --wit wit --world-name plugin --disable http fetch-event -o plugins/{{name}}.wasm.partial
 # Keep the WIT's doc comments (what each parameter means) in the component:
-# componentize-js drops them. Needs codemode-host on PATH (or $CODEMODE_WIT_DOCS).
-# shellcheck disable=SC2086 # the command is words
-${CODEMODE_WIT_DOCS:-codemode-host wit-docs} --wit wit plugins/{{name}}.wasm >/dev/null
+# componentize-js drops them. Needs codemode-host on PATH (or in $CODEMODE_HOST).
+host="${CODEMODE_HOST:-codemode-host}"
+if ! command -v "$host" >/dev/null; then
+  echo "$host not found: put codemode-host on PATH or name it in CODEMODE_HOST (it writes the WIT docs into the component)" >&2
+  rm -f plugins/{{name}}.wasm.partial
+  exit 1
+fi
+if ! "$host" wit-docs --wit wit plugins/{{name}}.wasm.partial >/dev/null; then
+  rm -f plugins/{{name}}.wasm.partial
+  exit 1
+fi
+mv plugins/{{name}}.wasm.partial plugins/{{name}}.wasm
 echo "built plugins/{{name}}.wasm"
 "#,
     ),

@@ -29,12 +29,17 @@ pub const TRACEPARENT: &str = "traceparent";
 pub const TRACESTATE: &str = "tracestate";
 /// Most bytes of a `tracestate` passed on; a longer one is dropped (W3C: 512).
 const MAX_TRACESTATE: usize = 512;
+/// Most bytes of a `traceparent` read: version 00 is exactly 55; a later
+/// version may add fields, but not kilobytes of them.
+const MAX_TRACEPARENT: usize = 128;
 /// The path OTLP/HTTP receivers take traces at, after `--otlp-endpoint`.
 const TRACES_PATH: &str = "/v1/traces";
 /// The service name spans are reported under, unless `OTEL_SERVICE_NAME` says.
 const SERVICE_NAME: &str = "codemode-host";
 /// How long one export may take before it is given up (its spans are dropped).
-const EXPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+const EXPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+/// How long exiting waits for the last spans to be exported.
+const SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// The only OTLP protocol this build exports with.
 const PROTOCOL: &str = "http/protobuf";
 
@@ -100,7 +105,7 @@ impl Telemetry {
             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
             "OTEL_EXPORTER_OTLP_PROTOCOL",
         ] {
-            if let Some(value) = env(variable).filter(|v| v != PROTOCOL) {
+            if let Some(value) = env(variable).filter(|v| !v.eq_ignore_ascii_case(PROTOCOL)) {
                 return Err(TelemetryError::Protocol { variable, value });
             }
         }
@@ -125,13 +130,22 @@ impl Telemetry {
             .build()
             .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
         let mut resource = opentelemetry_sdk::Resource::builder();
-        if env("OTEL_SERVICE_NAME").is_none() {
+        let named_in_attributes = env("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| {
+            a.split(',')
+                .any(|pair| pair.trim_start().starts_with("service.name="))
+        });
+        if env("OTEL_SERVICE_NAME").is_none() && !named_in_attributes {
             resource = resource.with_service_name(SERVICE_NAME);
         }
-        let provider = SdkTracerProvider::builder()
+        let mut provider = SdkTracerProvider::builder()
             .with_resource(resource.build())
-            .with_batch_exporter(exporter)
-            .build();
+            .with_batch_exporter(exporter);
+        // The operator decides what is recorded, not the client's sampled flag
+        // (the default sampler follows the parent's).
+        if env("OTEL_TRACES_SAMPLER").is_none() {
+            provider = provider.with_sampler(opentelemetry_sdk::trace::Sampler::AlwaysOn);
+        }
+        let provider = provider.build();
         let tracer = provider.tracer(SERVICE_NAME);
         Ok(Some(Self { provider, tracer }))
     }
@@ -139,7 +153,7 @@ impl Telemetry {
     /// Sends what is left and stops the exporter's thread. Call it outside an
     /// async runtime, once serving ended.
     pub fn shutdown(&self) {
-        if let Err(error) = self.provider.shutdown() {
+        if let Err(error) = self.provider.shutdown_with_timeout(SHUTDOWN_TIMEOUT) {
             tracing::warn!(reason = %error, "the last spans could not be exported");
         }
     }
@@ -158,14 +172,20 @@ impl Telemetry {
             tracer: self.tracer.clone(),
             parent: Context::new().with_remote_span_context(span.span_context().clone()),
         };
-        ExecutionSpan { span, calls }
+        ExecutionSpan {
+            span: Some(span),
+            calls,
+        }
     }
 }
 
 /// The request's trace context, when `traceparent` is well-formed (W3C; an
-/// unknown version's first four fields are read, as the spec says); a
-/// `tracestate` longer than 512 bytes is left out.
+/// unknown version's first four fields are read, as the spec says) and at most
+/// 128 bytes; a `tracestate` longer than 512 bytes is left out.
 pub(crate) fn incoming(traceparent: &str, tracestate: Option<&str>) -> Option<TraceContext> {
+    if traceparent.len() > MAX_TRACEPARENT {
+        return None;
+    }
     let mut carrier = HashMap::new();
     carrier.insert(TRACEPARENT.to_owned(), traceparent.to_owned());
     if let Some(state) = tracestate.filter(|s| s.len() <= MAX_TRACESTATE) {
@@ -200,10 +220,23 @@ fn remote_context(context: &TraceContext) -> Context {
     TraceContextPropagator::new().extract(&carrier)
 }
 
-/// The span of one execution: its native calls' spans are its children.
+/// The span of one execution: its native calls' spans are its children. Dropped
+/// unfinished (the request was cancelled and its future dropped), it ends as
+/// `canceled`.
 pub(crate) struct ExecutionSpan {
-    span: Span,
+    span: Option<Span>,
     calls: CallTracer,
+}
+
+impl Drop for ExecutionSpan {
+    fn drop(&mut self) {
+        if let Some(mut span) = self.span.take() {
+            let canceled = crate::error::ToolError::Canceled.fixed_text();
+            span.set_attribute(KeyValue::new("codemode.outcome", canceled));
+            span.set_status(Status::error(canceled));
+            span.end();
+        }
+    }
 }
 
 impl ExecutionSpan {
@@ -214,25 +247,26 @@ impl ExecutionSpan {
 
     /// Ends the span with how the execution ended and what it cost.
     pub(crate) fn finish(mut self, summary: &ExecutionSummary<'_>) {
-        self.span.set_attribute(KeyValue::new(
+        let Some(mut span) = self.span.take() else {
+            return;
+        };
+        span.set_attribute(KeyValue::new(
             "codemode.outcome",
             summary.outcome.to_owned(),
         ));
-        self.span.set_attributes(
+        span.set_attributes(
             summary
                 .stats
                 .iter()
                 .map(|(key, value)| KeyValue::new(*key, saturating_i64(*value))),
         );
         if let Some(limit) = summary.limit {
-            self.span
-                .set_attribute(KeyValue::new("codemode.limit", limit.to_owned()));
+            span.set_attribute(KeyValue::new("codemode.limit", limit.to_owned()));
         }
         if summary.failed {
-            self.span
-                .set_status(Status::error(summary.outcome.to_owned()));
+            span.set_status(Status::error(summary.outcome.to_owned()));
         }
-        self.span.end();
+        span.end();
     }
 }
 
@@ -337,6 +371,11 @@ mod tests {
             })
         );
         let long = format!("a={}", "x".repeat(MAX_TRACESTATE));
+        let huge = format!(
+            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01{}",
+            "-".repeat(200)
+        );
+        assert_eq!(incoming(&huge, None), None);
         assert_eq!(
             incoming(PARENT, Some(&long)).map(|c| c.tracestate),
             Some(None)

@@ -22,8 +22,17 @@ mkdir -p "$(dirname "$out")"
 cd "$here"
 # wit/deps/codemode-plugin links to the repository's wit/plugin (the plugin ABI).
 # The plugin needs no HTTP: leave wasi:http out of what the engine wires up.
-node "$cli" strings.js --wit wit --world-name plugin --disable http fetch-event -o "$out"
+node "$cli" strings.js --wit wit --world-name plugin --disable http fetch-event -o "$out.partial"
 # Keep the WIT's doc comments (what each parameter means) in the component: the
-# toolchain drops them. `cargo xtask plugins` runs its own copy of the command.
-# shellcheck disable=SC2086 # the command is words
-${CODEMODE_WIT_DOCS:-codemode-host wit-docs} --wit wit "$out" >/dev/null
+# toolchain drops them. `cargo xtask plugins` names its own copy of the command.
+host="${CODEMODE_HOST:-codemode-host}"
+if ! command -v "$host" >/dev/null; then
+  echo "$(basename "$here"): $host not found: put codemode-host on PATH or name it in CODEMODE_HOST (it writes the WIT docs into the component)" >&2
+  rm -f "$out.partial"
+  exit 1
+fi
+if ! "$host" wit-docs --wit wit "$out.partial" >/dev/null; then
+  rm -f "$out.partial"
+  exit 1
+fi
+mv "$out.partial" "$out"

@@ -94,7 +94,7 @@ tasks:
   wit-docs --wit DIR PLUGIN.wasm
                  what `codemode-host wit-docs` does: write the WIT's doc
                  comments into a component (the Python and JavaScript
-                 examples' build scripts run it through $CODEMODE_WIT_DOCS)";
+                 examples' build scripts run it as $CODEMODE_HOST wit-docs)";
 
 /// How long `cargo xtask fuzz` runs each target without an argument, in seconds.
 const FUZZ_SECONDS: u64 = 60;
@@ -127,7 +127,7 @@ fn main() -> ExitCode {
         Some("soak") => soak(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
         Some("deny") => deny::deny(),
-        // What the foreign examples' build scripts run through CODEMODE_WIT_DOCS
+        // What the foreign examples' build scripts run as $CODEMODE_HOST wit-docs
         // (set by `plugins()`), so that they need no codemode-host binary yet.
         Some("wit-docs") => wit_docs(&args[1..]),
         Some("dist") => match &args[1..] {
@@ -233,7 +233,10 @@ fn foreign_plugins(examples: &Path) -> Result<()> {
         let built = Command::new("bash")
             .arg(source.join("build.sh"))
             .arg(&out)
-            .env(WIT_DOCS_COMMAND, wit_docs_command()?)
+            .env(
+                HOST_COMMAND,
+                std::env::current_exe().context("cannot find the xtask binary")?,
+            )
             .status()
             .with_context(|| format!("cannot run plugins/{folder}/build.sh"))?;
         if built.success() {
@@ -242,6 +245,8 @@ fn foreign_plugins(examples: &Path) -> Result<()> {
         if built.code() != Some(TOOLCHAIN_UNAVAILABLE)
             || std::env::var_os(REQUIRE_FOREIGN).is_some()
         {
+            // Never left to look up to date next time.
+            let _ = std::fs::remove_file(&out);
             bail!("plugins/{folder}/build.sh failed with {built}");
         }
         let _ = std::fs::remove_file(&out);
@@ -265,21 +270,10 @@ fn wit_docs(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// The variable the build scripts read the `wit-docs` command from (default
-/// `codemode-host wit-docs`).
-const WIT_DOCS_COMMAND: &str = "CODEMODE_WIT_DOCS";
-
-/// This xtask's own `wit-docs`, as a command line for a build script.
-fn wit_docs_command() -> Result<String> {
-    let exe = std::env::current_exe().context("cannot find the xtask binary")?;
-    let exe = exe
-        .to_str()
-        .context("the xtask binary's path is not UTF-8")?;
-    if exe.contains(char::is_whitespace) {
-        bail!("the xtask binary's path {exe:?} has whitespace, which the build scripts split on");
-    }
-    Ok(format!("{exe} wit-docs"))
-}
+/// The variable the build scripts read the codemode-host binary from, for its
+/// `wit-docs` (default: `codemode-host` on PATH). `plugins()` names this xtask,
+/// which takes the same `wit-docs --wit DIR FILE`.
+const HOST_COMMAND: &str = "CODEMODE_HOST";
 
 /// Whether `file` exists and is newer than every file under `sources`.
 fn newer_than_all(file: &Path, sources: &[&Path]) -> bool {

@@ -354,18 +354,27 @@ impl ServerHandler for McpServer {
     }
 }
 
-/// The W3C trace context of a request: its `_meta` (2026-07-28, SEP-414), else,
-/// over HTTP, its `traceparent` and `tracestate` headers; `None` when absent or
-/// malformed.
+/// The W3C trace context of a request: its `_meta` (2026-07-28, SEP-414), else
+/// (absent or malformed there), over HTTP, its `traceparent` and `tracestate`
+/// headers (each given once); `None` when absent or malformed.
 fn trace_context(context: &RequestContext<RoleServer>) -> Option<TraceContext> {
-    if let Some(traceparent) = context.meta.get_traceparent() {
-        return telemetry::incoming(traceparent, context.meta.get_tracestate());
+    if let Some(traceparent) = context.meta.get_traceparent()
+        && let Some(trace) = telemetry::incoming(traceparent, context.meta.get_tracestate())
+    {
+        return Some(trace);
     }
     let headers = &context
         .extensions
         .get::<axum::http::request::Parts>()?
         .headers;
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    // A header given twice is no context (W3C).
+    let header = |name: &str| {
+        let mut values = headers.get_all(name).iter();
+        match (values.next(), values.next()) {
+            (Some(value), None) => value.to_str().ok(),
+            _ => None,
+        }
+    };
     telemetry::incoming(
         header(telemetry::TRACEPARENT)?,
         header(telemetry::TRACESTATE),

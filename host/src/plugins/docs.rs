@@ -9,24 +9,29 @@
 //! docs. Rendered like an upstream tool's: `- a: where to start (lat: degrees
 //! north; lon: degrees east)`.
 
-use codemode_wit_docs::PackageDocs;
+use codemode_wit_docs::{InterfaceDocs, PackageDocs};
 
 use super::reflect::ExportedFunc;
 use crate::catalog::{Field, MAX_ARGUMENT_DOCS, Shape, argument_block, one_line};
 
 /// The docs of the component `bytes`: the first `package-docs` section that
-/// decodes. A section that does not is a WARN naming the plugin, and the plugin
-/// loads without it.
+/// decodes. When none does, one WARN naming the plugin and the first reason,
+/// and the plugin loads without them.
 pub(crate) fn read(plugin: &str, bytes: &[u8]) -> Option<PackageDocs> {
+    let mut failed = Vec::new();
     for payload in codemode_wit_docs::find(bytes) {
         match codemode_wit_docs::decode(payload) {
             Ok(docs) => return Some(docs),
-            Err(error) => tracing::warn!(
-                plugin,
-                reason = %error,
-                "the plugin's WIT docs are ignored: its parameters are shown without them"
-            ),
+            Err(error) => failed.push(error),
         }
+    }
+    if let Some(first) = failed.first() {
+        tracing::warn!(
+            plugin,
+            sections = failed.len(),
+            reason = %first,
+            "the plugin's WIT docs do not decode: its parameters are shown without them"
+        );
     }
     None
 }
@@ -38,7 +43,9 @@ pub(crate) fn argument_docs(
     func: &ExportedFunc,
     params: &[Field],
 ) -> Option<String> {
-    let function_docs = docs.function(&func.interface, &func.function).unwrap_or("");
+    // Looked up once: every field below reads the same interface.
+    let interface = docs.interface(&func.interface)?;
+    let function_docs = interface.function(&func.function).unwrap_or("");
     let wit_names: Vec<&str> = func.params.iter().map(|(name, _)| name.as_str()).collect();
     let described = codemode_wit_docs::parameter_lines(function_docs, &wit_names);
     let lines = params.iter().enumerate().filter_map(|(index, param)| {
@@ -52,7 +59,7 @@ pub(crate) fn argument_docs(
             .get(index)
             .and_then(|(_, record)| record.as_deref());
         let fields = record
-            .map(|record| field_docs(docs, &func.interface, record, &param.ty))
+            .map(|record| field_docs(docs, interface, record, &param.ty))
             .unwrap_or_default();
         match (text, fields.is_empty()) {
             (None, true) => None,
@@ -96,8 +103,15 @@ pub(crate) fn probe(docs: &PackageDocs) -> Option<String> {
 }
 
 /// `field: docs` for each documented field of the record `shape` is (or holds),
-/// in the record's order; WIT names its fields with `-` where agents write `_`.
-fn field_docs(docs: &PackageDocs, interface: &str, record: &str, shape: &Shape) -> Vec<String> {
+/// in the record's order: from `interface`, else (a record it `use`s from
+/// another) the first interface that documents a type of that name. WIT names
+/// fields with `-` where agents write `_`.
+fn field_docs(
+    docs: &PackageDocs,
+    interface: &InterfaceDocs,
+    record: &str,
+    shape: &Shape,
+) -> Vec<String> {
     let fields = match shape {
         Shape::Record(fields) => fields,
         Shape::Option(inner) | Shape::List(inner) => match inner.as_ref() {
@@ -109,7 +123,10 @@ fn field_docs(docs: &PackageDocs, interface: &str, record: &str, shape: &Shape) 
     fields
         .iter()
         .filter_map(|field| {
-            let text = docs.item(interface, record, &field.name.replace('_', "-"))?;
+            let wit_name = field.name.replace('_', "-");
+            let text = interface
+                .item(record, &wit_name)
+                .or_else(|| docs.item_anywhere(record, &wit_name))?;
             let text = one_line(text, MAX_ARGUMENT_DOCS);
             // A sentence's period would end up before the `;` that follows.
             let text = text.strip_suffix('.').unwrap_or(&text);

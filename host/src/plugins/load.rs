@@ -384,7 +384,7 @@ fn prepare(
     limits: &LoadLimits,
     docs: Option<&PackageDocs>,
 ) -> Result<Prepared, LoadError> {
-    let (funcs, _other) = reflect::exported_functions(engine, component);
+    let (funcs, _other) = reflect::exported_functions(engine, component, docs.is_some());
     if !funcs.iter().any(|f| f.instance == METADATA_INTERFACE) {
         return Err(LoadError::NoMetadata);
     }
@@ -661,6 +661,34 @@ mod tests {
         );
         // In the log, one line: the same messages joined.
         assert_eq!(error.map(|e| e.to_string().matches("; ").count()), Some(2));
+    }
+
+    #[test]
+    fn wit_docs_end_the_description_or_the_summary_and_a_refused_one_stays() {
+        let docs = codemode_wit_docs::decode(
+            b"\x01{\"interfaces\":{\"records\":{\"funcs\":{\"lookup\":{\"docs\":\"- key: the key\"}}}}}",
+        )
+        .unwrap();
+        let described = |description: Option<&str>| {
+            let mut entry = entry("records.lookup");
+            entry.description = description.map(str::to_owned);
+            let (caps, _) = assemble(
+                vec![func("records", "lookup", ok_sig())],
+                vec![entry],
+                Some(&docs),
+            )
+            .unwrap();
+            caps[0].spec.description.clone()
+        };
+        assert_eq!(
+            described(None).as_deref(),
+            Some("S.\n\nArguments:\n- key: the key")
+        );
+        assert_eq!(
+            described(Some("Long.")).as_deref(),
+            Some("Long.\n\nArguments:\n- key: the key")
+        );
+        assert_eq!(described(Some(" padded")).as_deref(), Some(" padded"));
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub use load::{LoadError, LoadLimits};
 pub use reflect::TypeError;
 
 #[cfg(any(test, feature = "fuzzing"))]
-pub(crate) use docs::probe as docs_probe;
+pub(crate) use docs::{probe as docs_probe, read as docs_read};
 pub(crate) use folder::PluginFolder;
 pub(crate) use grants::{GlobalCaps, SIDECAR_EXTENSION};
 #[cfg(any(test, feature = "fuzzing"))]

@@ -5,6 +5,8 @@
 //! streams and other tuples are rejected naming the export, the place in the type and
 //! the WIT type. A capability's result must be a record or `result<record, E>`.
 
+use std::collections::HashMap;
+
 use wasmtime::Engine;
 use wasmtime::component::types::{ComponentFunc, ComponentItem};
 use wasmtime::component::{Component, Type};
@@ -89,10 +91,12 @@ pub(crate) fn interface_name(instance: &str) -> &str {
 
 /// Every function exported through an instance of `component`, plus the names of
 /// exports that are not instances (world-level functions, types), which can never be
-/// capabilities.
+/// capabilities. With `record_names`, a parameter's record gets the name its
+/// interface exports it under (for its docs).
 pub(crate) fn exported_functions(
     engine: &Engine,
     component: &Component,
+    record_names: bool,
 ) -> (Vec<ExportedFunc>, Vec<String>) {
     let mut funcs = Vec::new();
     let mut other = Vec::new();
@@ -101,13 +105,19 @@ pub(crate) fn exported_functions(
         match item.ty {
             ComponentItem::ComponentInstance(instance) => {
                 // Component types carry no names; the interface's type exports do.
-                let named: Vec<(&str, Type)> = instance
-                    .exports(engine)
-                    .filter_map(|(name, item)| match item.ty {
-                        ComponentItem::Type(ty @ Type::Record(_)) => Some((name, ty)),
-                        _ => None,
-                    })
-                    .collect();
+                // Only read for a plugin with docs to find: one map per instance.
+                let named: HashMap<Vec<String>, String> = if record_names {
+                    let mut named = HashMap::new();
+                    for (name, item) in instance.exports(engine) {
+                        if let ComponentItem::Type(Type::Record(record)) = item.ty {
+                            let fields = record.fields().map(|f| f.name.to_owned()).collect();
+                            named.entry(fields).or_insert_with(|| name.to_owned());
+                        }
+                    }
+                    named
+                } else {
+                    HashMap::new()
+                };
                 for (function, item) in instance.exports(engine) {
                     if let ComponentItem::ComponentFunc(func) = item.ty {
                         funcs.push(ExportedFunc {
@@ -135,21 +145,23 @@ pub(crate) fn exported_functions(
 }
 
 /// The exported name of the record `ty` is, or holds as a list's or an option's
-/// element. Records are told apart by their fields (names and types), so two
-/// records alike in both share the first's name.
-fn record_name(ty: &Type, named: &[(&str, Type)]) -> Option<String> {
+/// element, found by its field names (one hash lookup: a hostile component's many
+/// records cost no comparisons); two exported records with the same field names
+/// share the first's name.
+fn record_name(ty: &Type, named: &HashMap<Vec<String>, String>) -> Option<String> {
+    if named.is_empty() {
+        return None;
+    }
     let record = match ty {
         Type::List(list) => list.ty(),
         Type::Option(option) => option.ty(),
         other => other.clone(),
     };
-    if !matches!(record, Type::Record(_)) {
+    let Type::Record(record) = record else {
         return None;
-    }
-    named
-        .iter()
-        .find(|(_, exported)| *exported == record)
-        .map(|(name, _)| (*name).to_owned())
+    };
+    let fields: Vec<String> = record.fields().map(|f| f.name.to_owned()).collect();
+    named.get(&fields).cloned()
 }
 
 fn map_signature(func: &ComponentFunc) -> Result<Signature, TypeError> {

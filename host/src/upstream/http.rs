@@ -322,6 +322,38 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::mutable_key_type)] // header names are not mutated
+    fn a_tool_call_s_trace_context_goes_into_its_headers() {
+        use rmcp::model::{CallToolRequestParams, Request, RequestMetaObject};
+        let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let call = |meta: Option<RequestMetaObject>| {
+            let mut params = CallToolRequestParams::new("echo");
+            params.meta = meta;
+            ClientJsonRpcMessage::request(
+                ClientRequest::CallToolRequest(Request::new(params)),
+                RequestId::Number(1),
+            )
+        };
+        let mut meta = RequestMetaObject::new();
+        meta.set_traceparent(parent);
+        meta.set_tracestate("vendor=x1");
+        // An operator's header of the same name is the call's own now.
+        let mut headers = HashMap::new();
+        headers.insert(
+            HeaderName::from_static("traceparent"),
+            HeaderValue::from_static("configured"),
+        );
+        trace_headers(&call(Some(meta)), &mut headers);
+        assert_eq!(headers.len(), 2);
+        assert_eq!(headers[&HeaderName::from_static("traceparent")], parent);
+        assert_eq!(headers[&HeaderName::from_static("tracestate")], "vendor=x1");
+        // No context, no headers.
+        let mut headers = HashMap::new();
+        trace_headers(&call(None), &mut headers);
+        assert!(headers.is_empty());
+    }
+
+    #[test]
     fn an_event_over_the_limit_becomes_the_made_up_answer_and_ends_the_stream() {
         let too_large: Box<dyn std::error::Error + Send + Sync> =
             format!("{EVENT_TOO_LARGE} of 16777216 bytes").into();
