@@ -31,6 +31,7 @@ mod scaffold;
 mod secrets;
 mod stdio;
 mod support;
+mod tasks;
 mod traces;
 mod upstream;
 mod waits;

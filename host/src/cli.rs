@@ -15,6 +15,7 @@ use codemode_host::authz::{
 };
 use codemode_host::files::{FileError, read_text};
 use codemode_host::mcp::http::{Authentication, ConnectionLimits, HttpConfig, LOOPBACK_HOSTS};
+use codemode_host::tasks::TaskLimits;
 use codemode_host::units::{
     MAX_DURATION, MAX_DURATION_TEXT, MAX_SIZE, parse_bytes, parse_duration,
 };
@@ -237,6 +238,23 @@ pub struct Cli {
     /// Native calls a program may attempt [default: 100]
     #[arg(long, value_name = "N")]
     pub max_native_calls: Option<u64>,
+
+    /// Wall time of an execute run as a task, e.g. 5m [default: 5m]
+    ///
+    /// A 2026-07-28 client that declares the Tasks extension gets a task handle
+    /// for its execute at once and asks for the result later; the execution then
+    /// has this time budget instead of --max-execution-time.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    pub max_task_time: Option<Duration>,
+
+    /// How long a finished task and its result are kept, e.g. 10m [default: 10m]
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    pub task_ttl: Option<Duration>,
+
+    /// Tasks kept at once; the oldest goes first (cancelled if running)
+    /// [default: 1000]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_tasks: Option<u64>,
 
     /// Nesting depth of any value crossing the sandbox [default: 32]
     ///
@@ -719,6 +737,19 @@ impl Cli {
 
     /// The execution budgets: the defaults with every flag given applied. Zero is
     /// rejected later, at startup ([`Limits::validate`]).
+    /// What executions run as tasks may take.
+    pub fn task_limits(&self) -> TaskLimits {
+        let d = TaskLimits::default();
+        TaskLimits {
+            max_task_time: self.max_task_time.unwrap_or(d.max_task_time),
+            ttl: self.task_ttl.unwrap_or(d.ttl),
+            max_tasks: self
+                .max_tasks
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(d.max_tasks),
+        }
+    }
+
     pub fn limits(&self) -> Limits {
         let d = Limits::default();
         Limits {

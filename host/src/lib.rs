@@ -45,6 +45,7 @@ mod precompile;
 mod registry;
 mod service;
 pub mod source;
+pub mod tasks;
 pub mod telemetry;
 mod tls;
 pub mod units;

@@ -247,6 +247,7 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
     }
     let config = ServiceConfig {
         telemetry: telemetry.clone(),
+        tasks: cli.task_limits(),
         limits: cli.limits(),
         loading: cli.loading(),
         cache_dir: cli.cache_dir.clone().or_else(default_cache_dir),

@@ -185,15 +185,18 @@ pub trait Progress: Send + Sync {
     fn call_done(&self, calls: u64, capability: &str);
 }
 
-/// What the caller of an execution watches it by: who hears of its progress, and
-/// the trace context its request carried (W3C; its span's parent when tracing,
-/// passed on to upstreams either way).
+/// How one execution runs beyond its program: who hears of its progress, the
+/// trace context its request carried (W3C; its span's parent when tracing,
+/// passed on to upstreams either way), and a time budget of its own.
 #[derive(Default, Clone)]
-pub(crate) struct Observe {
+pub(crate) struct RunOptions {
     /// Told after each successful native call.
     pub progress: Option<Arc<dyn Progress>>,
     /// The request's trace context.
     pub trace: Option<TraceContext>,
+    /// Its time budget in place of `--max-execution-time` (a task's
+    /// `--max-task-time`, which is then the limit reported when it runs out).
+    pub max_time: Option<Duration>,
 }
 
 /// The data of one execution's interpreter store.
@@ -354,21 +357,25 @@ impl Executor {
         subject: &Subject,
         source: &str,
         started: Instant,
-        observe: Observe,
+        mut options: RunOptions,
     ) -> Execution {
         // No span, and nothing allocated, unless traces are exported.
         let span = self
             .telemetry
             .as_ref()
-            .map(|telemetry| telemetry.execution(observe.trace.as_ref(), &subject.id));
-        let calls = match (&span, observe.trace) {
+            .map(|telemetry| telemetry.execution(options.trace.as_ref(), &subject.id));
+        let calls = match (&span, options.trace.take()) {
             (Some(span), _) => Some(span.calls()),
             (None, Some(trace)) => Some(CallTracer::Forward(trace)),
             (None, None) => None,
         };
+        let max_time = options.max_time;
         let mut execution = self
-            .execute_timed(dispatch, subject, source, started, observe.progress, calls)
+            .execute_timed(dispatch, subject, source, started, options, calls)
             .await;
+        if max_time.is_some() && execution.stats.limit == Some(Budget::ExecutionTime.flag()) {
+            execution.stats.limit = Some(crate::tasks::TASK_TIME_FLAG);
+        }
         execution.stats.elapsed_us = started.elapsed().as_micros() as u64;
         let label = match &execution.outcome {
             Ok(_) => "ok",
@@ -416,14 +423,15 @@ impl Executor {
         subject: &Subject,
         source: &str,
         started: Instant,
-        progress: Option<Arc<dyn Progress>>,
+        options: RunOptions,
         calls: Option<CallTracer>,
     ) -> Execution {
         let limits = self.limits.load_full();
         if source.len() > limits.max_source_bytes {
             return Execution::refused(ToolError::ResourceLimit, Some(Budget::SourceBytes));
         }
-        let deadline = started + limits.max_execution_time;
+        let deadline = started + options.max_time.unwrap_or(limits.max_execution_time);
+        let progress = options.progress;
         // Its time went by before it could start (waiting for the load, over stdio).
         if Instant::now() >= deadline {
             return Execution::refused(ToolError::ResourceLimit, Some(Budget::ExecutionTime));
@@ -929,7 +937,7 @@ mod tests {
             &Subject::new("test"),
             &source,
             Instant::now(),
-            Observe::default(),
+            RunOptions::default(),
         ));
         assert_eq!(refused.outcome, Err(ToolError::ResourceLimit));
         assert_eq!(refused.stats.limit, Some("--max-source-bytes"));
@@ -939,7 +947,7 @@ mod tests {
             &Subject::new("test"),
             "def main():\n    return 1",
             Instant::now(),
-            Observe::default(),
+            RunOptions::default(),
         ));
         assert_eq!(ran.outcome, Ok(serde_json::json!(1)));
         assert_eq!(ran.stats.limit, None);
@@ -962,7 +970,7 @@ mod tests {
             &Subject::new("test"),
             "def main():\n    return 1",
             arrived,
-            Observe::default(),
+            RunOptions::default(),
         ));
         assert_eq!(late.outcome, Err(ToolError::ResourceLimit));
         assert_eq!(late.stats.limit, Some("--max-execution-time"));

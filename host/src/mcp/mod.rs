@@ -12,6 +12,7 @@ mod listener;
 mod progress;
 mod server;
 mod stdio;
+mod tasks;
 
 pub use contract::{
     DESCRIBE_API, DESCRIBE_API_DESCRIPTION, EXECUTE, EXECUTE_DESCRIPTION, INSTRUCTIONS,

@@ -4,9 +4,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    InitializeResult, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams,
-    ProgressToken, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, InitializeResult, JsonObject,
+    ListToolsResult, MetaObject, PaginatedRequestParams, ProgressToken, ServerCapabilities,
+    ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
@@ -16,12 +17,14 @@ use serde_json::{Value, json};
 use super::contract::{self, DESCRIBE_API, EXECUTE, SEARCH_API};
 use super::progress::Reporter;
 use super::stdio::StdioTransport;
+use super::tasks;
 use crate::authz::Subject;
 use crate::budget::Budget;
 use crate::error::ToolError;
-use crate::execute::{Execution, Observe};
+use crate::execute::{Execution, RunOptions};
 use crate::service::Service;
 use crate::source::TraceContext;
+use crate::tasks::TaskBoard;
 use crate::telemetry;
 
 /// The `_meta` key of an execution's statistics (fuel, steps, native calls, bytes,
@@ -165,6 +168,66 @@ impl McpServer {
             .ok_or(NotLoaded::Failed)
     }
 
+    /// Starts `execute` as a task and answers its handle at once; its arguments
+    /// and subject are checked first, as for a direct call (a failure is the
+    /// direct answer, no task). The execution has `--max-task-time`, runs
+    /// detached from this request and ends the task with the tool result a
+    /// direct call would have got.
+    async fn start_task(
+        &self,
+        subject: Option<Subject>,
+        arguments: Option<&JsonObject>,
+        trace: Option<TraceContext>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let arrived = Instant::now();
+        let property = contract::input_property(EXECUTE).unwrap_or_default();
+        let source = match contract::single_string(EXECUTE, property, arguments) {
+            Ok(source) => source.to_owned(),
+            Err(error) => {
+                let text = vec![ContentBlock::text(error.to_string())];
+                return Ok(CallToolResult::error(text).into());
+            }
+        };
+        let Some(subject) = subject else {
+            return Ok(project::<()>(Err(ToolError::Unauthenticated)).into());
+        };
+        let Ok(service) = self.service(None).await else {
+            return Ok(project::<()>(Err(ToolError::Internal)).into());
+        };
+        let board = service.tasks().clone();
+        let view = board.create(&subject.id).map_err(|error| {
+            tracing::error!(reason = %error, "a task could not be created");
+            ErrorData::internal_error(ToolError::Internal.fixed_text(), None)
+        })?;
+        let options = RunOptions {
+            progress: None,
+            trace,
+            max_time: Some(board.limits().max_task_time),
+        };
+        let running = tokio::spawn({
+            let (board, id) = (board.clone(), view.id.clone());
+            async move {
+                let execution = service.run_since(&subject, &source, arrived, options).await;
+                board.finish(&id, tasks::completed(&project_execution(execution)));
+            }
+        });
+        board.attach(&view.id, running.abort_handle());
+        Ok(CallToolResponse::Task(CreateTaskResult::new(
+            tasks::handle(&view),
+        )))
+    }
+
+    /// The task board and the subject of a `tasks/*` request; `None` when the
+    /// request has no subject or the service never loaded.
+    async fn task_board(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Option<(Arc<TaskBoard>, Subject)> {
+        let subject = self.subjects.resolve(context)?;
+        let service = self.service(None).await.ok()?;
+        Some((service.tasks().clone(), subject))
+    }
+
     /// Runs one tool call; `Err` is a protocol error (an unknown tool). Arguments
     /// that violate the tool's input schema are a tool error result.
     /// Dropping the future (a cancelled request) cancels an execution.
@@ -221,11 +284,12 @@ impl McpServer {
             DESCRIBE_API => project(service.describe(input)),
             _ => {
                 let reporter = progress.map(|(peer, token)| Reporter::start(peer, token));
-                let observe = Observe {
+                let options = RunOptions {
                     progress: reporter.as_ref().map(Reporter::progress),
                     trace,
+                    max_time: None,
                 };
-                let execution = service.run_since(&subject, input, arrived, observe).await;
+                let execution = service.run_since(&subject, input, arrived, options).await;
                 if let Some(reporter) = reporter {
                     reporter.finish().await;
                 }
@@ -313,7 +377,12 @@ fn project_execution(execution: Execution) -> CallToolResult {
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        let mut info = InitializeResult::new(ServerCapabilities::builder().enable_tools().build());
+        let mut info = InitializeResult::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        );
         info.server_info = Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION"));
         info.instructions = Some(contract::INSTRUCTIONS.to_owned());
         info
@@ -337,6 +406,11 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let subject = self.subjects.resolve(&context);
+        if request.name == EXECUTE && tasks::wants_task(&context) {
+            return self
+                .start_task(subject, request.arguments.as_ref(), trace_context(&context))
+                .await;
+        }
         let progress = context
             .meta
             .get_progress_token()
@@ -350,6 +424,49 @@ impl ServerHandler for McpServer {
                     ToolError::Canceled.to_string(),
                 )])))
             }
+        }
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let view = self
+            .task_board(&context)
+            .await
+            .and_then(|(board, subject)| board.get(&subject.id, &request.task_id));
+        view.map(|view| tasks::detailed(&view))
+            .ok_or_else(tasks::not_found)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        // An execution never asks for input: there is nothing to update, but the
+        // task must be one this subject can see.
+        let found = self
+            .task_board(&context)
+            .await
+            .and_then(|(board, subject)| board.get(&subject.id, &request.task_id));
+        found.map(|_| ()).ok_or_else(tasks::not_found)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let cancelled = self
+            .task_board(&context)
+            .await
+            .is_some_and(|(board, subject)| board.cancel(&subject.id, &request.task_id));
+        if cancelled {
+            Ok(())
+        } else {
+            Err(tasks::not_found())
         }
     }
 }

@@ -15,12 +15,13 @@ use crate::cache::open_cache;
 use crate::catalog::{Catalog, Description, SearchError, SearchResponse};
 use crate::error::ToolError;
 use crate::execute::{
-    Executed, Execution, Executor, ExecutorConfig, LimitError, Limits, Observe, Retuned,
+    Executed, Execution, Executor, ExecutorConfig, LimitError, Limits, Retuned, RunOptions,
 };
 use crate::metrics::Metrics;
 use crate::plugins::{self, GlobalCaps, PluginFolder, PluginsProvider, ReloadError, Reloaded};
 use crate::registry::Registry;
 use crate::source::{Provider, Skipped};
+use crate::tasks::TaskBoard;
 use crate::upstream::{STOP_GRACE, UpstreamConfig, UpstreamProvider};
 
 pub use setup::{ServiceConfig, StartError};
@@ -49,6 +50,8 @@ pub struct Service {
     metrics: Arc<Metrics>,
     /// [`ServiceConfig::require_all_plugins`].
     require_all_plugins: bool,
+    /// The executions running or kept as tasks.
+    tasks: Arc<TaskBoard>,
 }
 
 impl Service {
@@ -170,7 +173,13 @@ impl Service {
             executor,
             metrics,
             require_all_plugins: config.require_all_plugins,
+            tasks: Arc::new(TaskBoard::new(config.tasks)),
         })
+    }
+
+    /// The executions running or kept as tasks.
+    pub(crate) fn tasks(&self) -> &Arc<TaskBoard> {
+        &self.tasks
     }
 
     /// Closes every upstream's session and waits (a few seconds at most) for their
@@ -363,27 +372,27 @@ impl Service {
     /// [`Stats::limit`](crate::Stats::limit) names the budget that ran out. Dropping
     /// the future cancels it.
     pub async fn run(&self, subject: &Subject, source: &str) -> Execution {
-        self.run_since(subject, source, Instant::now(), Observe::default())
+        self.run_since(subject, source, Instant::now(), RunOptions::default())
             .await
     }
 
     /// [`Service::run`] of a request that arrived at `arrived`: its time budget
     /// runs from then, so a wait before the service could take it (the load, over
-    /// stdio) is part of it. `observe` says who hears of each successful native
+    /// stdio) is part of it. `options` says who hears of each successful native
     /// call and the trace context the request carried.
     pub(crate) async fn run_since(
         &self,
         subject: &Subject,
         source: &str,
         arrived: Instant,
-        observe: Observe,
+        options: RunOptions,
     ) -> Execution {
         if subject.id.is_empty() {
             return Execution::refused(ToolError::Unauthenticated, None);
         }
         let dispatch = self.registry.snapshot().dispatch.clone();
         self.executor
-            .execute(dispatch, subject, source, arrived, observe)
+            .execute(dispatch, subject, source, arrived, options)
             .await
     }
 

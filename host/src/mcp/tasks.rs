@@ -1,0 +1,94 @@
+//! The Tasks extension (`io.modelcontextprotocol/tasks`, SEP-2663) on the wire:
+//! when a `tools/call execute` becomes a task, and what a task looks like in the
+//! answers to `tools/call` and `tasks/get`. The board itself is
+//! [`crate::tasks::TaskBoard`].
+
+use rmcp::model::{
+    CallToolResult, DetailedTask, GetTaskResult, ProtocolVersion, Task, TaskPayload, TaskStatus,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer};
+use serde_json::{Value, json};
+
+use crate::tasks::{TaskState, TaskView};
+
+/// How often a client is asked to poll a working task, in milliseconds.
+pub(super) const POLL_INTERVAL_MS: u64 = 1000;
+
+/// The error of a `tasks/*` request naming a task that is unknown, expired, or
+/// another subject's (the three are not told apart).
+pub(super) const TASK_NOT_FOUND: &str = "Failed to retrieve task: Task not found";
+
+/// What a task that ended without a result says (its result could not be
+/// encoded: never expected).
+pub(super) const TASK_INTERNAL_FAILURE: &str = "internal failure";
+
+/// Whether this request's client takes a task for an answer: it declared the
+/// extension in this request's capabilities, on a revision that has it
+/// (2026-07-28 on).
+pub(super) fn wants_task(context: &RequestContext<RoleServer>) -> bool {
+    let revision = context.protocol_version();
+    revision.is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+        && context
+            .client_capabilities()
+            .is_some_and(|capabilities| capabilities.supports_tasks())
+}
+
+/// A task's handle: its ID, status and times (RFC 3339), how long it is kept
+/// and how often to poll.
+pub(super) fn handle(view: &TaskView) -> Task {
+    let status = match view.state {
+        TaskState::Working => TaskStatus::Working,
+        TaskState::Completed(_) => TaskStatus::Completed,
+        TaskState::Failed(_) => TaskStatus::Failed,
+        TaskState::Cancelled => TaskStatus::Cancelled,
+    };
+    Task::new(
+        view.id.clone(),
+        status,
+        humantime::format_rfc3339_millis(view.created).to_string(),
+        humantime::format_rfc3339_millis(view.updated).to_string(),
+    )
+    .with_ttl_ms(u64::try_from(view.ttl.as_millis()).unwrap_or(u64::MAX))
+    .with_poll_interval_ms(POLL_INTERVAL_MS)
+}
+
+/// The answer to `tasks/get`: the handle, and what a direct call would have
+/// returned once it completed (the `_meta` stats included).
+pub(super) fn detailed(view: &TaskView) -> GetTaskResult {
+    let payload = match &view.state {
+        TaskState::Working => TaskPayload::Working,
+        TaskState::Completed(Value::Object(result)) => TaskPayload::Completed {
+            result: result.clone(),
+        },
+        TaskState::Failed(Value::Object(error)) => TaskPayload::Failed {
+            error: error.clone(),
+        },
+        TaskState::Completed(_) | TaskState::Failed(_) => TaskPayload::Failed {
+            error: internal_failure(),
+        },
+        TaskState::Cancelled => TaskPayload::Cancelled,
+    };
+    GetTaskResult::new(DetailedTask::new(handle(view), payload))
+}
+
+/// A finished execution's tool result as the task's end.
+pub(super) fn completed(result: &CallToolResult) -> TaskState {
+    match serde_json::to_value(result) {
+        Ok(value @ Value::Object(_)) => TaskState::Completed(value),
+        Ok(_) | Err(_) => TaskState::Failed(Value::Object(internal_failure())),
+    }
+}
+
+/// The JSON-RPC error of a task that ended without a result.
+fn internal_failure() -> serde_json::Map<String, Value> {
+    match json!({"code": -32603, "message": TASK_INTERNAL_FAILURE}) {
+        Value::Object(error) => error,
+        _ => serde_json::Map::new(),
+    }
+}
+
+/// The error of a `tasks/*` request for a task this subject cannot see.
+pub(super) fn not_found() -> ErrorData {
+    ErrorData::invalid_params(TASK_NOT_FOUND, None)
+}

@@ -1,0 +1,300 @@
+//! `execute` as a task (the MCP Tasks extension, 2026-07-28): a client that
+//! declares the extension gets a handle at once and the result from `tasks/get`,
+//! exactly what a direct call returns; it can cancel a running task; a task has
+//! its own time budget; a subject sees only its own tasks; a client that does not
+//! ask sees no change. Driven over Streamable HTTP with raw JSON-RPC, as the
+//! 2026-07-28 revision's stateless requests are.
+
+use serde_json::{Value, json};
+
+use crate::support::{
+    HttpServer, plugin_folder, raw_request, test_plugin, wait_for_audit, wait_until,
+};
+
+const TASKS: &str = "io.modelcontextprotocol/tasks";
+
+/// A nap of `ms` milliseconds in the sleepy plugin.
+fn nap(ms: u64) -> String {
+    format!("def main():\n    return sleepy.nap(ms={ms})")
+}
+
+fn server(label: &str, extra: &[&str]) -> HttpServer {
+    let plugins = plugin_folder(label, &[test_plugin("sleepy")]);
+    let mut args = vec![
+        "--allow-all",
+        "--plugins",
+        plugins.to_str().expect("utf-8 path"),
+    ];
+    args.extend_from_slice(extra);
+    HttpServer::start(&args)
+}
+
+/// One 2026-07-28 request: `method` with `params`, its `_meta` saying the
+/// revision and (with `declare`) the Tasks extension; `name` is the `Mcp-Name`
+/// header (the tool, or the task ID). Returns the JSON-RPC answer.
+fn rpc(
+    server: &HttpServer,
+    token: Option<&str>,
+    method: &str,
+    name: &str,
+    mut params: Value,
+    declare: bool,
+) -> Value {
+    let extensions = if declare {
+        json!({ TASKS: {} })
+    } else {
+        json!({})
+    };
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "tasks-test", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": extensions},
+    });
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let bearer = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", method),
+        ("Mcp-Name", name),
+    ];
+    if let Some(bearer) = &bearer {
+        headers.push(("Authorization", bearer));
+    }
+    let answer = raw_request(server.port, "POST", "/mcp", &headers, &body.to_string());
+    serde_json::from_str(&answer.body)
+        .unwrap_or_else(|e| panic!("{e}: {} {}", answer.status, answer.body))
+}
+
+fn execute(server: &HttpServer, token: Option<&str>, source: &str, declare: bool) -> Value {
+    rpc(
+        server,
+        token,
+        "tools/call",
+        "execute",
+        json!({"name": "execute", "arguments": {"source": source}}),
+        declare,
+    )
+}
+
+fn get(server: &HttpServer, token: Option<&str>, id: &str) -> Value {
+    rpc(server, token, "tasks/get", id, json!({"taskId": id}), true)
+}
+
+fn cancel(server: &HttpServer, token: Option<&str>, id: &str) -> Value {
+    rpc(
+        server,
+        token,
+        "tasks/cancel",
+        id,
+        json!({"taskId": id}),
+        true,
+    )
+}
+
+/// The task's ID from a `tools/call` answered with a task.
+fn task_id(answer: &Value) -> String {
+    assert_eq!(answer["result"]["resultType"], "task", "{answer}");
+    answer["result"]["taskId"]
+        .as_str()
+        .expect("a task ID")
+        .to_owned()
+}
+
+/// Polls `tasks/get` until the task's status is not `working`.
+fn until_ended(server: &HttpServer, token: Option<&str>, id: &str) -> Value {
+    let mut last = Value::Null;
+    wait_until(
+        "the task to end",
+        || {
+            last = get(server, token, id);
+            last["result"]["status"] != "working"
+        },
+        String::new,
+    );
+    last
+}
+
+fn not_found() -> Value {
+    json!({"code": -32602, "message": "Failed to retrieve task: Task not found"})
+}
+
+#[test]
+fn a_task_answers_its_handle_at_once_and_then_what_a_direct_call_returns() {
+    let server = server("tasks-result", &[]);
+    let created = execute(&server, None, &nap(300), true);
+    let id = task_id(&created);
+    let handle = &created["result"];
+    assert_eq!(id.len(), 32, "{handle}");
+    assert_eq!(handle["status"], "working");
+    // --max-task-time 5m and --task-ttl 10m by default.
+    assert_eq!(handle["ttlMs"], 900_000);
+    assert_eq!(handle["pollIntervalMs"], 1000);
+    assert_eq!(handle["createdAt"], handle["lastUpdatedAt"]);
+    for absent in ["result", "error", "inputRequests", "requestState"] {
+        assert!(handle.get(absent).is_none(), "{absent} in {handle}");
+    }
+    let ended = until_ended(&server, None, &id);
+    let task = &ended["result"];
+    assert_eq!(task["resultType"], "complete");
+    assert_eq!(task["status"], "completed");
+    assert_eq!(task["taskId"], id.as_str());
+    let direct = execute(&server, None, &nap(300), false)["result"].clone();
+    let result = &task["result"];
+    for key in ["content", "structuredContent", "isError"] {
+        assert_eq!(result[key], direct[key], "{key}: {result} vs {direct}");
+    }
+    assert_eq!(result["structuredContent"], json!({"result": {"ms": 300}}));
+    // The cost of the execution, as a direct call has it.
+    let stats = &result["_meta"]["codemode/stats"];
+    assert_eq!(stats["native_calls"], 1, "{result}");
+    assert!(stats["elapsed_us"].as_u64().is_some_and(|us| us >= 300_000));
+    // Asked again: the same result.
+    assert_eq!(get(&server, None, &id)["result"]["result"], *result);
+    assert_eq!(get(&server, None, "0123")["error"], not_found());
+}
+
+#[test]
+fn a_client_that_does_not_declare_the_extension_gets_a_direct_answer() {
+    let server = server("tasks-direct", &[]);
+    let direct = execute(&server, None, &nap(10), false);
+    assert_eq!(direct["result"]["resultType"], "complete", "{direct}");
+    assert_eq!(
+        direct["result"]["structuredContent"],
+        json!({"result": {"ms": 10}})
+    );
+    // Its tasks/* requests are refused for the missing capability.
+    let refused = rpc(
+        &server,
+        None,
+        "tasks/get",
+        "x",
+        json!({"taskId": "x"}),
+        false,
+    );
+    assert_eq!(refused["error"]["code"], -32021, "{refused}");
+    // Input errors are answered at once, as a tool error, never as a task.
+    let bad = rpc(
+        &server,
+        None,
+        "tools/call",
+        "execute",
+        json!({"name": "execute", "arguments": {"source": 7}}),
+        true,
+    );
+    assert_eq!(bad["result"]["isError"], true, "{bad}");
+    assert_eq!(
+        bad["result"]["content"][0]["text"],
+        "execute: property \"source\" must be a string"
+    );
+}
+
+#[test]
+fn cancelling_a_task_stops_its_execution_and_an_ended_one_stays() {
+    // One execution at a time: a task whose execution went on would hold it.
+    let server = server("tasks-cancel", &["--max-concurrent-executions", "1"]);
+    let source = "def main():\n    sleepy.nap(ms=1)\n    return sleepy.nap(ms=60000)";
+    let id = task_id(&execute(&server, None, source, true));
+    // Its first call ended: the long nap starts next.
+    wait_for_audit(&server, "\"outcome\":\"ok\"", 1);
+    assert_eq!(
+        cancel(&server, None, &id),
+        json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "complete"}})
+    );
+    let task = get(&server, None, &id);
+    assert_eq!(task["result"]["status"], "cancelled", "{task}");
+    assert!(task["result"].get("result").is_none(), "{task}");
+    // The nap was abandoned: the one execution slot is free for a direct call
+    // long before the nap would have ended (else it would wait out its 5 s).
+    let direct = execute(&server, None, &nap(1), false);
+    assert_eq!(
+        direct["result"]["structuredContent"],
+        json!({"result": {"ms": 1}}),
+        "{direct}"
+    );
+    // Cancelling again, or an ended task, only acknowledges.
+    assert_eq!(
+        cancel(&server, None, &id)["result"],
+        json!({"resultType": "complete"})
+    );
+    let done = task_id(&execute(&server, None, &nap(1), true));
+    until_ended(&server, None, &done);
+    assert_eq!(
+        cancel(&server, None, &done)["result"],
+        json!({"resultType": "complete"})
+    );
+    assert_eq!(get(&server, None, &done)["result"]["status"], "completed");
+    assert_eq!(cancel(&server, None, "nope")["error"], not_found());
+}
+
+#[test]
+fn a_task_has_its_own_time_budget() {
+    let server = server(
+        "tasks-time",
+        &["--max-execution-time", "300ms", "--max-task-time", "2s"],
+    );
+    // Longer than --max-execution-time: a direct call runs out, a task does not.
+    let direct = execute(&server, None, &nap(600), false);
+    assert_eq!(direct["result"]["isError"], true, "{direct}");
+    let id = task_id(&execute(&server, None, &nap(600), true));
+    let task = until_ended(&server, None, &id);
+    assert_eq!(
+        task["result"]["result"]["structuredContent"],
+        json!({"result": {"ms": 600}}),
+        "{task}"
+    );
+    // Longer than --max-task-time: the task's limit fired, and says so.
+    let id = task_id(&execute(&server, None, &nap(5000), true));
+    let task = until_ended(&server, None, &id);
+    let result = &task["result"]["result"];
+    assert_eq!(task["result"]["status"], "completed", "{task}");
+    assert_eq!(result["isError"], true, "{task}");
+    assert_eq!(result["content"][0]["text"], "resource limit exceeded");
+    assert_eq!(
+        result["_meta"]["codemode/stats"]["limit"],
+        "--max-task-time"
+    );
+}
+
+#[test]
+fn a_subject_sees_and_cancels_only_its_own_tasks_and_the_oldest_goes_first() {
+    let dir = crate::support::root().join("target/e2e-tasks");
+    std::fs::create_dir_all(&dir).expect("create the folder");
+    let tokens = dir.join("tokens");
+    std::fs::write(
+        &tokens,
+        format!(
+            "ada {}\nbob {}\n",
+            codemode_host::authz::token_hash("ada-secret"),
+            codemode_host::authz::token_hash("bob-secret")
+        ),
+    )
+    .expect("write the tokens");
+    let server = server(
+        "tasks-subjects",
+        &[
+            "--tokens",
+            tokens.to_str().expect("utf-8"),
+            "--max-tasks",
+            "2",
+        ],
+    );
+    let (ada, bob) = (Some("ada-secret"), Some("bob-secret"));
+    let id = task_id(&execute(&server, ada, &nap(60_000), true));
+    assert_eq!(get(&server, bob, &id)["error"], not_found());
+    assert_eq!(cancel(&server, bob, &id)["error"], not_found());
+    assert_eq!(get(&server, ada, &id)["result"]["status"], "working");
+    // Two more tasks: the board holds two, so the first (still running) goes.
+    let second = task_id(&execute(&server, bob, &nap(1), true));
+    let third = task_id(&execute(&server, ada, &nap(1), true));
+    assert_eq!(get(&server, ada, &id)["error"], not_found());
+    assert_eq!(
+        until_ended(&server, bob, &second)["result"]["status"],
+        "completed"
+    );
+    assert_eq!(
+        until_ended(&server, ada, &third)["result"]["status"],
+        "completed"
+    );
+}
