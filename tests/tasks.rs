@@ -104,16 +104,24 @@ fn task_id(answer: &Value) -> String {
 
 /// Polls `tasks/get` until the task's status is not `working`.
 fn until_ended(server: &HttpServer, token: Option<&str>, id: &str) -> Value {
-    let mut last = Value::Null;
+    let last = std::cell::RefCell::new(Value::Null);
     wait_until(
         "the task to end",
         || {
-            last = get(server, token, id);
-            last["result"]["status"] != "working"
+            *last.borrow_mut() = get(server, token, id);
+            last.borrow()["result"]["status"] != "working"
         },
-        String::new,
+        || last.borrow().to_string(),
     );
-    last
+    last.into_inner()
+}
+
+/// The answer to a task refused for `flag`: a tool error, at once.
+fn assert_refused(answer: &Value, flag: &str) {
+    let result = &answer["result"];
+    assert_eq!(result["isError"], true, "{answer}");
+    assert_eq!(result["content"][0]["text"], "resource limit exceeded");
+    assert_eq!(result["_meta"]["codemode/stats"]["limit"], flag, "{answer}");
 }
 
 fn not_found() -> Value {
@@ -140,18 +148,24 @@ fn a_task_answers_its_handle_at_once_and_then_what_a_direct_call_returns() {
     assert_eq!(task["resultType"], "complete");
     assert_eq!(task["status"], "completed");
     assert_eq!(task["taskId"], id.as_str());
-    let direct = execute(&server, None, &nap(300), false)["result"].clone();
-    let result = &task["result"];
-    for key in ["content", "structuredContent", "isError"] {
-        assert_eq!(result[key], direct[key], "{key}: {result} vs {direct}");
-    }
+    let mut direct = execute(&server, None, &nap(300), false)["result"].clone();
+    let mut result = task["result"].clone();
     assert_eq!(result["structuredContent"], json!({"result": {"ms": 300}}));
-    // The cost of the execution, as a direct call has it.
+    // The cost of the execution, as a direct call has it; only the time differs.
     let stats = &result["_meta"]["codemode/stats"];
-    assert_eq!(stats["native_calls"], 1, "{result}");
-    assert!(stats["elapsed_us"].as_u64().is_some_and(|us| us >= 300_000));
+    assert!(
+        stats["elapsed_us"].as_u64().is_some_and(|us| us >= 300_000),
+        "{result}"
+    );
+    for answer in [&mut result, &mut direct] {
+        let stats = answer["_meta"]["codemode/stats"]
+            .as_object_mut()
+            .expect("stats");
+        assert!(stats.remove("elapsed_us").is_some());
+    }
+    assert_eq!(result, direct);
     // Asked again: the same result.
-    assert_eq!(get(&server, None, &id)["result"]["result"], *result);
+    assert_eq!(get(&server, None, &id)["result"]["result"], task["result"]);
     assert_eq!(get(&server, None, "0123")["error"], not_found());
 }
 
@@ -237,6 +251,10 @@ fn a_task_has_its_own_time_budget() {
     // Longer than --max-execution-time: a direct call runs out, a task does not.
     let direct = execute(&server, None, &nap(600), false);
     assert_eq!(direct["result"]["isError"], true, "{direct}");
+    assert_eq!(
+        direct["result"]["_meta"]["codemode/stats"]["limit"],
+        "--max-execution-time"
+    );
     let id = task_id(&execute(&server, None, &nap(600), true));
     let task = until_ended(&server, None, &id);
     assert_eq!(
@@ -258,7 +276,7 @@ fn a_task_has_its_own_time_budget() {
 }
 
 #[test]
-fn a_subject_sees_and_cancels_only_its_own_tasks_and_the_oldest_goes_first() {
+fn a_subject_sees_and_cancels_only_its_own_tasks_and_the_oldest_ended_goes_first() {
     let dir = crate::support::root().join("target/e2e-tasks");
     std::fs::create_dir_all(&dir).expect("create the folder");
     let tokens = dir.join("tokens");
@@ -281,20 +299,54 @@ fn a_subject_sees_and_cancels_only_its_own_tasks_and_the_oldest_goes_first() {
         ],
     );
     let (ada, bob) = (Some("ada-secret"), Some("bob-secret"));
-    let id = task_id(&execute(&server, ada, &nap(60_000), true));
-    assert_eq!(get(&server, bob, &id)["error"], not_found());
-    assert_eq!(cancel(&server, bob, &id)["error"], not_found());
-    assert_eq!(get(&server, ada, &id)["result"]["status"], "working");
-    // Two more tasks: the board holds two, so the first (still running) goes.
-    let second = task_id(&execute(&server, bob, &nap(1), true));
-    let third = task_id(&execute(&server, ada, &nap(1), true));
-    assert_eq!(get(&server, ada, &id)["error"], not_found());
+    let long = task_id(&execute(&server, ada, &nap(60_000), true));
+    assert_eq!(get(&server, bob, &long)["error"], not_found());
+    assert_eq!(cancel(&server, bob, &long)["error"], not_found());
+    assert_eq!(get(&server, ada, &long)["result"]["status"], "working");
+    let bobs = task_id(&execute(&server, bob, &nap(1), true));
     assert_eq!(
-        until_ended(&server, bob, &second)["result"]["status"],
+        until_ended(&server, bob, &bobs)["result"]["status"],
         "completed"
     );
+    // The board holds two: the oldest ended task goes, never a running one.
+    let short = task_id(&execute(&server, ada, &nap(1), true));
+    assert_eq!(get(&server, bob, &bobs)["error"], not_found());
+    assert_eq!(get(&server, ada, &long)["result"]["status"], "working");
+    until_ended(&server, ada, &short);
+    let second_long = task_id(&execute(&server, ada, &nap(60_000), true));
+    assert_eq!(get(&server, ada, &short)["error"], not_found());
+    // Two running tasks fill it: a third is refused, at once.
+    assert_refused(&execute(&server, bob, &nap(1), true), "--max-tasks");
+    for id in [&long, &second_long] {
+        assert_eq!(
+            cancel(&server, ada, id)["result"],
+            json!({"resultType": "complete"})
+        );
+    }
+}
+
+#[test]
+fn tasks_run_in_half_the_slots_and_direct_calls_keep_the_rest() {
+    let server = server("tasks-slots", &["--max-concurrent-executions", "2"]);
+    let long = task_id(&execute(&server, None, &nap(60_000), true));
+    assert_refused(
+        &execute(&server, None, &nap(1), true),
+        "--max-concurrent-executions",
+    );
+    let direct = execute(&server, None, &nap(1), false);
     assert_eq!(
-        until_ended(&server, ada, &third)["result"]["status"],
+        direct["result"]["structuredContent"],
+        json!({"result": {"ms": 1}}),
+        "{direct}"
+    );
+    assert_eq!(
+        cancel(&server, None, &long)["result"],
+        json!({"resultType": "complete"})
+    );
+    // Its slot is free again.
+    let next = task_id(&execute(&server, None, &nap(1), true));
+    assert_eq!(
+        until_ended(&server, None, &next)["result"]["status"],
         "completed"
     );
 }

@@ -735,9 +735,8 @@ impl Cli {
         }
     }
 
-    /// The execution budgets: the defaults with every flag given applied. Zero is
-    /// rejected later, at startup ([`Limits::validate`]).
-    /// What executions run as tasks may take.
+    /// What executions run as tasks may take (how many run at once follows from
+    /// `--max-concurrent-executions` when the service loads).
     pub fn task_limits(&self) -> TaskLimits {
         let d = TaskLimits::default();
         TaskLimits {
@@ -747,9 +746,12 @@ impl Cli {
                 .max_tasks
                 .and_then(|n| usize::try_from(n).ok())
                 .unwrap_or(d.max_tasks),
+            ..d
         }
     }
 
+    /// The execution budgets: the defaults with every flag given applied. Zero is
+    /// rejected later, at startup ([`Limits::validate`]).
     pub fn limits(&self) -> Limits {
         let d = Limits::default();
         Limits {

@@ -4,16 +4,16 @@
 //! the answer is the task's handle at once, and the client asks for its status
 //! and result, or cancels it, in later requests. The board keeps each task's
 //! state under a random ID, for the subject that started it only: another
-//! subject's task is not found. A finished task is kept `--task-ttl`, and the
-//! board holds at most `--max-tasks` (the oldest dropped first; a running one
-//! dropped is cancelled). It stores results as opaque JSON: what a result looks
-//! like on the wire is the MCP layer's business.
+//! subject's task is not found. A finished task is kept `--task-ttl`; the board
+//! holds at most `--max-tasks` (the oldest ended ones dropped first, a running one
+//! never for another) and 256 MiB of results, and runs at most half of
+//! `--max-concurrent-executions` tasks at once, so that direct calls keep the
+//! other half. It stores results as opaque JSON text: what a result looks like on
+//! the wire is the MCP layer's business.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
-
-use serde_json::Value as Json;
 
 /// The default `--max-task-time`: how long a task's execution may run.
 pub const DEFAULT_MAX_TASK_TIME: Duration = Duration::from_secs(5 * 60);
@@ -21,19 +21,30 @@ pub const DEFAULT_MAX_TASK_TIME: Duration = Duration::from_secs(5 * 60);
 pub const DEFAULT_TASK_TTL: Duration = Duration::from_secs(10 * 60);
 /// The default `--max-tasks`: how many tasks the board holds.
 pub const DEFAULT_MAX_TASKS: usize = 1000;
+/// Most bytes of results the board keeps together; past it the oldest ended
+/// tasks go first.
+pub const MAX_STORED_BYTES: usize = 256 * 1024 * 1024;
 /// The flag of a task's time budget, reported as the limit that fired.
 pub const TASK_TIME_FLAG: &str = "--max-task-time";
+/// The flag reported when the board is full of running tasks.
+pub const MAX_TASKS_FLAG: &str = "--max-tasks";
+/// The flag reported when as many tasks run as may at once (half the execution
+/// slots: direct calls keep the other half).
+pub const RUNNING_TASKS_FLAG: &str = "--max-concurrent-executions";
 
 /// What the board allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TaskLimits {
     /// How long a task's execution may run (its own time budget, in place of
-    /// `--max-execution-time`).
+    /// `--max-execution-time`; waiting for a slot counts).
     pub max_task_time: Duration,
     /// How long a finished task (and its result) is kept.
     pub ttl: Duration,
-    /// How many tasks are kept at once.
+    /// How many tasks are kept at once, running or ended.
     pub max_tasks: usize,
+    /// How many tasks may run at once: half of `--max-concurrent-executions`
+    /// (at least one), so that a flood of tasks leaves direct calls the rest.
+    pub max_running: usize,
 }
 
 impl Default for TaskLimits {
@@ -42,6 +53,7 @@ impl Default for TaskLimits {
             max_task_time: DEFAULT_MAX_TASK_TIME,
             ttl: DEFAULT_TASK_TTL,
             max_tasks: DEFAULT_MAX_TASKS,
+            max_running: 4,
         }
     }
 }
@@ -51,11 +63,11 @@ impl Default for TaskLimits {
 pub enum TaskState {
     /// Its execution runs.
     Working,
-    /// It ended with this result (a tool result: an execution that failed is one
-    /// too).
-    Completed(Json),
-    /// It ended without a result: this error.
-    Failed(Json),
+    /// It ended with this result, as JSON text (a tool result: an execution
+    /// that failed is one too).
+    Completed(Arc<str>),
+    /// It ended without a result: this error, as JSON text.
+    Failed(Arc<str>),
     /// It was cancelled before it ended.
     Cancelled,
 }
@@ -64,6 +76,14 @@ impl TaskState {
     /// Whether it will never change again.
     pub fn is_terminal(&self) -> bool {
         !matches!(self, TaskState::Working)
+    }
+
+    /// Bytes of the result or error it holds.
+    fn bytes(&self) -> usize {
+        match self {
+            TaskState::Completed(text) | TaskState::Failed(text) => text.len(),
+            TaskState::Working | TaskState::Cancelled => 0,
+        }
     }
 }
 
@@ -83,13 +103,41 @@ pub struct TaskView {
     pub ttl: Duration,
 }
 
+/// Why no task was made: the error the client reads names the flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TaskRefused {
+    /// As many tasks run as may at once.
+    #[error("as many tasks run as may at once ({RUNNING_TASKS_FLAG})")]
+    Running,
+    /// The board is full of running tasks.
+    #[error("the task board is full of running tasks ({MAX_TASKS_FLAG})")]
+    Full,
+    /// No random ID could be drawn.
+    #[error("no random task ID")]
+    Random,
+}
+
+impl TaskRefused {
+    /// The flag of the limit that refused it.
+    pub fn flag(self) -> Option<&'static str> {
+        match self {
+            TaskRefused::Running => Some(RUNNING_TASKS_FLAG),
+            TaskRefused::Full => Some(MAX_TASKS_FLAG),
+            TaskRefused::Random => None,
+        }
+    }
+}
+
 /// One task on the board.
 struct Entry {
     subject: String,
     state: TaskState,
     created: SystemTime,
     updated: SystemTime,
-    /// When it ended, on this process's clock (expiry is measured from here).
+    /// When it was created and ended, on this process's clock (its TTL and
+    /// expiry are measured with these).
+    started: Instant,
     ended: Option<Instant>,
     /// Stops its execution (a dropped future cancels it).
     abort: Option<tokio::task::AbortHandle>,
@@ -106,6 +154,30 @@ struct Board {
     entries: HashMap<String, Entry>,
     /// IDs in creation order, for dropping the oldest.
     order: VecDeque<String>,
+    /// Tasks whose execution runs.
+    running: usize,
+    /// Bytes of the results held.
+    stored: usize,
+}
+
+impl Board {
+    /// Removes task `id`, keeping the counts.
+    fn remove(&mut self, id: &str) -> Option<Entry> {
+        let entry = self.entries.remove(id)?;
+        if entry.state == TaskState::Working {
+            self.running -= 1;
+        }
+        self.stored -= entry.state.bytes();
+        Some(entry)
+    }
+
+    /// The oldest ended task's ID.
+    fn oldest_ended(&self) -> Option<String> {
+        self.order
+            .iter()
+            .find(|id| self.entries.get(*id).is_some_and(|e| e.ended.is_some()))
+            .cloned()
+    }
 }
 
 impl std::fmt::Debug for TaskBoard {
@@ -114,15 +186,6 @@ impl std::fmt::Debug for TaskBoard {
             .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
-}
-
-/// Why a task could not be made.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum TaskError {
-    /// No random ID could be drawn.
-    #[error("no random task ID: {0}")]
-    Random(String),
 }
 
 impl TaskBoard {
@@ -146,28 +209,30 @@ impl TaskBoard {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A new working task of `subject`. The oldest tasks go (expired ones first)
-    /// to keep at most `max_tasks`; a running one that goes is cancelled.
+    /// A new working task of `subject`. To keep at most `max_tasks`, the oldest
+    /// ended tasks go (whoever's they are: results are kept for a while, not
+    /// for good); a running task is never dropped for another.
     ///
     /// # Errors
     ///
-    /// [`TaskError::Random`] when the system has no randomness to give.
-    pub fn create(&self, subject: &str) -> Result<TaskView, TaskError> {
+    /// [`TaskRefused`]: as many tasks run as may, the board is full of running
+    /// ones, or no random ID could be drawn.
+    pub fn create(&self, subject: &str) -> Result<TaskView, TaskRefused> {
         let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes).map_err(|e| TaskError::Random(e.to_string()))?;
+        getrandom::fill(&mut bytes).map_err(|_| TaskRefused::Random)?;
         let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         let now = SystemTime::now();
+        let mut dropped = Vec::new();
         let mut board = self.board();
-        self.expire(&mut board);
+        self.expire(&mut board, &mut dropped);
+        if board.running >= self.limits.max_running.max(1) {
+            return Err(TaskRefused::Running);
+        }
         while board.entries.len() >= self.limits.max_tasks.max(1) {
-            let Some(oldest) = board.order.pop_front() else {
-                break;
+            let Some(oldest) = board.oldest_ended() else {
+                return Err(TaskRefused::Full);
             };
-            if let Some(entry) = board.entries.remove(&oldest)
-                && let Some(abort) = entry.abort
-            {
-                abort.abort();
-            }
+            dropped.extend(board.remove(&oldest));
         }
         board.entries.insert(
             id.clone(),
@@ -176,11 +241,18 @@ impl TaskBoard {
                 state: TaskState::Working,
                 created: now,
                 updated: now,
+                started: Instant::now(),
                 ended: None,
                 abort: None,
             },
         );
         board.order.push_back(id.clone());
+        board.running += 1;
+        let Board { entries, order, .. } = &mut *board;
+        order.retain(|id| entries.contains_key(id));
+        drop(board);
+        // Results are freed outside the lock.
+        drop(dropped);
         Ok(TaskView {
             id,
             state: TaskState::Working,
@@ -191,7 +263,7 @@ impl TaskBoard {
     }
 
     /// Ties the running execution of task `id` to it, so that cancelling stops
-    /// it. A task already cancelled (or gone) stops it at once.
+    /// it. A task already ended (cancelled) or gone stops it at once.
     pub fn attach(&self, id: &str, abort: tokio::task::AbortHandle) {
         let mut board = self.board();
         match board.entries.get_mut(id) {
@@ -201,26 +273,49 @@ impl TaskBoard {
     }
 
     /// Task `id` of `subject`, unless it is unknown, another subject's or
-    /// expired.
+    /// expired. Its result is shared, not copied.
     pub fn get(&self, subject: &str, id: &str) -> Option<TaskView> {
-        let mut board = self.board();
-        self.expire(&mut board);
-        let entry = board.entries.get(id).filter(|e| e.subject == subject)?;
-        Some(self.view(id, entry))
+        let mut dropped = Vec::new();
+        let view = {
+            let mut board = self.board();
+            self.expire(&mut board, &mut dropped);
+            let entry = board.entries.get(id).filter(|e| e.subject == subject)?;
+            self.view(id, entry)
+        };
+        drop(dropped);
+        Some(view)
     }
 
     /// Ends task `id` with `state`, unless it ended already (a cancelled task
-    /// stays cancelled) or is gone.
+    /// stays cancelled) or is gone. Past [`MAX_STORED_BYTES`] of results, the
+    /// oldest ended tasks go.
     pub fn finish(&self, id: &str, state: TaskState) {
-        let mut board = self.board();
-        if let Some(entry) = board.entries.get_mut(id)
-            && entry.state == TaskState::Working
+        let mut dropped = Vec::new();
         {
+            let mut board = self.board();
+            let bytes = state.bytes();
+            let Some(entry) = board.entries.get_mut(id) else {
+                return;
+            };
+            if entry.state != TaskState::Working {
+                return;
+            }
             entry.state = state;
             entry.updated = SystemTime::now();
             entry.ended = Some(Instant::now());
             entry.abort = None;
+            board.running -= 1;
+            board.stored += bytes;
+            while board.stored > MAX_STORED_BYTES {
+                let Some(oldest) = board.oldest_ended() else {
+                    break;
+                };
+                dropped.extend(board.remove(&oldest));
+            }
+            let Board { entries, order, .. } = &mut *board;
+            order.retain(|id| entries.contains_key(id));
         }
+        drop(dropped);
     }
 
     /// Cancels task `id` of `subject`: a working one is `Cancelled` at once and
@@ -228,7 +323,8 @@ impl TaskBoard {
     /// deadline); an ended one stays as it is. `false` when it is not found.
     pub fn cancel(&self, subject: &str, id: &str) -> bool {
         let mut board = self.board();
-        self.expire(&mut board);
+        let mut dropped = Vec::new();
+        self.expire(&mut board, &mut dropped);
         let Some(entry) = board.entries.get_mut(id).filter(|e| e.subject == subject) else {
             return false;
         };
@@ -239,8 +335,29 @@ impl TaskBoard {
             if let Some(abort) = entry.abort.take() {
                 abort.abort();
             }
+            board.running -= 1;
         }
         true
+    }
+
+    /// Stops every running task (the server is ending): they end `Cancelled`.
+    /// Returns how many there were.
+    pub fn cancel_all(&self) -> usize {
+        let mut board = self.board();
+        let mut cancelled = 0;
+        for entry in board.entries.values_mut() {
+            if entry.state == TaskState::Working {
+                entry.state = TaskState::Cancelled;
+                entry.updated = SystemTime::now();
+                entry.ended = Some(Instant::now());
+                if let Some(abort) = entry.abort.take() {
+                    abort.abort();
+                }
+                cancelled += 1;
+            }
+        }
+        board.running -= cancelled;
+        cancelled
     }
 
     /// How many tasks are on the board.
@@ -253,28 +370,31 @@ impl TaskBoard {
         self.len() == 0
     }
 
-    /// Drops the tasks that ended more than the TTL ago.
-    fn expire(&self, board: &mut Board) {
+    /// Moves the tasks that ended more than the TTL ago into `dropped` (freed
+    /// by the caller once the lock is released).
+    fn expire(&self, board: &mut Board, dropped: &mut Vec<Entry>) {
         let ttl = self.limits.ttl;
         let expired = |entry: &Entry| entry.ended.is_some_and(|ended| ended.elapsed() >= ttl);
         if !board.entries.values().any(expired) {
             return;
         }
-        board.entries.retain(|_, entry| !expired(entry));
-        let Board { entries, order } = board;
+        let ids: Vec<String> = board
+            .entries
+            .iter()
+            .filter(|(_, entry)| expired(entry))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ids {
+            dropped.extend(board.remove(&id));
+        }
+        let Board { entries, order, .. } = board;
         order.retain(|id| entries.contains_key(id));
     }
 
     fn view(&self, id: &str, entry: &Entry) -> TaskView {
         let ttl = match entry.ended {
             None => self.limits.max_task_time + self.limits.ttl,
-            Some(_) => {
-                entry
-                    .updated
-                    .duration_since(entry.created)
-                    .unwrap_or_default()
-                    + self.limits.ttl
-            }
+            Some(ended) => ended.duration_since(entry.started) + self.limits.ttl,
         };
         TaskView {
             id: id.to_owned(),
@@ -290,17 +410,22 @@ impl TaskBoard {
 mod tests {
     use super::*;
 
-    fn board(max_tasks: usize, ttl: Duration) -> TaskBoard {
+    fn board(max_tasks: usize, max_running: usize, ttl: Duration) -> TaskBoard {
         TaskBoard::new(TaskLimits {
             max_task_time: Duration::from_secs(60),
             ttl,
             max_tasks,
+            max_running,
         })
+    }
+
+    fn text(json: &str) -> TaskState {
+        TaskState::Completed(Arc::from(json))
     }
 
     #[test]
     fn a_task_is_its_subject_s_only() {
-        let board = board(10, Duration::from_secs(60));
+        let board = board(10, 10, Duration::from_secs(60));
         let task = board.create("ada").unwrap();
         assert_eq!(task.id.len(), 32);
         assert_eq!(task.state, TaskState::Working);
@@ -312,18 +437,17 @@ mod tests {
         assert_eq!(board.get("bob", &task.id), None);
         assert!(!board.cancel("bob", &task.id));
         assert_eq!(board.get("ada", "nope"), None);
-        board.finish(&task.id, TaskState::Completed(serde_json::json!({"x": 1})));
+        board.finish(&task.id, text("{\"x\":1}"));
         let done = board.get("ada", &task.id).unwrap();
-        assert_eq!(
-            done.state,
-            TaskState::Completed(serde_json::json!({"x": 1}))
-        );
+        assert_eq!(done.state, text("{\"x\":1}"));
         assert!(done.updated >= done.created);
+        // Kept its run and then the TTL after it was created.
+        assert!(done.ttl >= Duration::from_secs(60) && done.ttl < Duration::from_secs(61));
     }
 
     #[test]
     fn cancel_ends_a_working_task_and_leaves_an_ended_one() {
-        let board = board(10, Duration::from_secs(60));
+        let board = board(10, 10, Duration::from_secs(60));
         let task = board.create("ada").unwrap();
         assert!(board.cancel("ada", &task.id));
         assert_eq!(
@@ -331,49 +455,84 @@ mod tests {
             Some(TaskState::Cancelled)
         );
         // Its execution finishing later changes nothing.
-        board.finish(&task.id, TaskState::Completed(serde_json::json!(1)));
+        board.finish(&task.id, text("1"));
         assert_eq!(
             board.get("ada", &task.id).map(|t| t.state),
             Some(TaskState::Cancelled)
         );
         let done = board.create("ada").unwrap();
-        board.finish(
-            &done.id,
-            TaskState::Failed(serde_json::json!({"code": -32603})),
-        );
+        board.finish(&done.id, TaskState::Failed(Arc::from("{\"code\":-32603}")));
         assert!(board.cancel("ada", &done.id));
         assert_eq!(
             board.get("ada", &done.id).map(|t| t.state),
-            Some(TaskState::Failed(serde_json::json!({"code": -32603})))
+            Some(TaskState::Failed(Arc::from("{\"code\":-32603}")))
         );
     }
 
     #[test]
-    fn the_oldest_task_goes_when_the_board_is_full() {
-        let board = board(2, Duration::from_secs(60));
+    fn the_oldest_ended_task_goes_when_the_board_is_full_a_running_one_never() {
+        let board = board(2, 10, Duration::from_secs(60));
         let first = board.create("ada").unwrap();
-        let second = board.create("ada").unwrap();
+        let second = board.create("bob").unwrap();
+        assert_eq!(board.create("ada"), Err(TaskRefused::Full));
+        board.finish(&second.id, text("2"));
         let third = board.create("ada").unwrap();
         assert_eq!(board.len(), 2);
-        assert_eq!(board.get("ada", &first.id), None);
-        assert!(board.get("ada", &second.id).is_some());
+        assert_eq!(board.get("bob", &second.id), None);
+        assert!(board.get("ada", &first.id).is_some());
         assert!(board.get("ada", &third.id).is_some());
+        assert_eq!(TaskRefused::Full.flag(), Some("--max-tasks"));
+    }
+
+    #[test]
+    fn at_most_max_running_tasks_run_at_once() {
+        let board = board(10, 2, Duration::from_secs(60));
+        let first = board.create("ada").unwrap();
+        let _second = board.create("bob").unwrap();
+        assert_eq!(board.create("ada"), Err(TaskRefused::Running));
+        assert_eq!(
+            TaskRefused::Running.flag(),
+            Some("--max-concurrent-executions")
+        );
+        board.finish(&first.id, text("1"));
+        let third = board.create("ada").unwrap();
+        assert!(board.cancel("ada", &third.id));
+        assert!(board.create("ada").is_ok());
+        assert_eq!(board.cancel_all(), 2);
+        assert!(board.create("ada").is_ok());
     }
 
     #[test]
     fn an_ended_task_expires_after_the_ttl_a_working_one_does_not() {
-        let board = board(10, Duration::ZERO);
+        let board = board(10, 10, Duration::ZERO);
         let working = board.create("ada").unwrap();
         let ended = board.create("ada").unwrap();
-        board.finish(&ended.id, TaskState::Completed(serde_json::json!(1)));
+        board.finish(&ended.id, text("1"));
         assert_eq!(board.get("ada", &ended.id), None);
         assert!(board.get("ada", &working.id).is_some());
         assert_eq!(board.len(), 1);
+        // Kept while the TTL lasts.
+        let kept = self::board(10, 10, Duration::from_secs(3600));
+        let task = kept.create("ada").unwrap();
+        kept.finish(&task.id, text("1"));
+        assert!(kept.get("ada", &task.id).is_some());
+    }
+
+    #[test]
+    fn results_past_the_stored_bytes_push_the_oldest_out() {
+        let board = board(10, 10, Duration::from_secs(60));
+        let big = Arc::<str>::from("x".repeat(MAX_STORED_BYTES / 2 + 1));
+        let first = board.create("ada").unwrap();
+        board.finish(&first.id, TaskState::Completed(big.clone()));
+        let second = board.create("ada").unwrap();
+        board.finish(&second.id, TaskState::Completed(big));
+        assert_eq!(board.get("ada", &first.id), None);
+        assert!(board.get("ada", &second.id).is_some());
     }
 
     #[tokio::test]
     async fn cancelling_stops_the_attached_execution() {
-        let board = board(10, Duration::from_secs(60));
+        let board = board(10, 10, Duration::from_secs(60));
         let task = board.create("ada").unwrap();
         let running = tokio::spawn(std::future::pending::<()>());
         board.attach(&task.id, running.abort_handle());
@@ -383,5 +542,15 @@ mod tests {
         let late = tokio::spawn(std::future::pending::<()>());
         board.attach(&task.id, late.abort_handle());
         assert!(late.await.is_err_and(|e| e.is_cancelled()));
+        // The server ending stops every running one.
+        let other = board.create("bob").unwrap();
+        let running = tokio::spawn(std::future::pending::<()>());
+        board.attach(&other.id, running.abort_handle());
+        assert_eq!(board.cancel_all(), 1);
+        assert!(running.await.is_err_and(|e| e.is_cancelled()));
+        assert_eq!(
+            board.get("bob", &other.id).map(|t| t.state),
+            Some(TaskState::Cancelled)
+        );
     }
 }

@@ -195,10 +195,20 @@ impl McpServer {
             return Ok(project::<()>(Err(ToolError::Internal)).into());
         };
         let board = service.tasks().clone();
-        let view = board.create(&subject.id).map_err(|error| {
-            tracing::error!(reason = %error, "a task could not be created");
-            ErrorData::internal_error(ToolError::Internal.fixed_text(), None)
-        })?;
+        let view = match board.create(&subject.id) {
+            Ok(view) => view,
+            Err(refused) => {
+                tracing::info!(subject = %subject.id, reason = %refused, "task refused");
+                let error = match refused.flag() {
+                    Some(_) => ToolError::ResourceLimit,
+                    None => ToolError::Internal,
+                };
+                let mut execution = Execution::refused(error, None);
+                execution.stats.limit = refused.flag();
+                execution.stats.elapsed_us = arrived.elapsed().as_micros() as u64;
+                return Ok(project_execution(execution).into());
+            }
+        };
         let options = RunOptions {
             progress: None,
             trace,
@@ -207,8 +217,12 @@ impl McpServer {
         let running = tokio::spawn({
             let (board, id) = (board.clone(), view.id.clone());
             async move {
+                // A panic on the way still ends the task (as failed).
+                let ending = EndTask(board, id);
                 let execution = service.run_since(&subject, &source, arrived, options).await;
-                board.finish(&id, tasks::completed(&project_execution(execution)));
+                ending
+                    .0
+                    .finish(&ending.1, tasks::completed(&project_execution(execution)));
             }
         });
         board.attach(&view.id, running.abort_handle());
@@ -468,6 +482,16 @@ impl ServerHandler for McpServer {
         } else {
             Err(tasks::not_found())
         }
+    }
+}
+
+/// Ends a task as failed when its execution's future goes without ending it
+/// (a panic); after a normal end, or a cancel, ending again changes nothing.
+struct EndTask(Arc<TaskBoard>, String);
+
+impl Drop for EndTask {
+    fn drop(&mut self) {
+        self.0.finish(&self.1, tasks::failed());
     }
 }
 

@@ -6,6 +6,8 @@
 use rmcp::model::{
     CallToolResult, DetailedTask, GetTaskResult, ProtocolVersion, Task, TaskPayload, TaskStatus,
 };
+use std::sync::Arc;
+
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 use serde_json::{Value, json};
@@ -19,8 +21,8 @@ pub(super) const POLL_INTERVAL_MS: u64 = 1000;
 /// another subject's (the three are not told apart).
 pub(super) const TASK_NOT_FOUND: &str = "Failed to retrieve task: Task not found";
 
-/// What a task that ended without a result says (its result could not be
-/// encoded: never expected).
+/// What a task that ended without a result says (its execution panicked, or
+/// its result could not be encoded: never expected).
 pub(super) const TASK_INTERNAL_FAILURE: &str = "internal failure";
 
 /// Whether this request's client takes a task for an answer: it declared the
@@ -58,26 +60,42 @@ pub(super) fn handle(view: &TaskView) -> Task {
 pub(super) fn detailed(view: &TaskView) -> GetTaskResult {
     let payload = match &view.state {
         TaskState::Working => TaskPayload::Working,
-        TaskState::Completed(Value::Object(result)) => TaskPayload::Completed {
-            result: result.clone(),
+        TaskState::Completed(text) => match object(text) {
+            Some(result) => TaskPayload::Completed { result },
+            None => TaskPayload::Failed {
+                error: internal_failure(),
+            },
         },
-        TaskState::Failed(Value::Object(error)) => TaskPayload::Failed {
-            error: error.clone(),
-        },
-        TaskState::Completed(_) | TaskState::Failed(_) => TaskPayload::Failed {
-            error: internal_failure(),
+        TaskState::Failed(text) => TaskPayload::Failed {
+            error: object(text).unwrap_or_else(internal_failure),
         },
         TaskState::Cancelled => TaskPayload::Cancelled,
     };
     GetTaskResult::new(DetailedTask::new(handle(view), payload))
 }
 
-/// A finished execution's tool result as the task's end.
-pub(super) fn completed(result: &CallToolResult) -> TaskState {
-    match serde_json::to_value(result) {
-        Ok(value @ Value::Object(_)) => TaskState::Completed(value),
-        Ok(_) | Err(_) => TaskState::Failed(Value::Object(internal_failure())),
+/// A JSON object's text, read back.
+fn object(text: &str) -> Option<serde_json::Map<String, Value>> {
+    match serde_json::from_str(text) {
+        Ok(Value::Object(object)) => Some(object),
+        Ok(_) | Err(_) => None,
     }
+}
+
+/// A finished execution's tool result as the task's end (kept as JSON text:
+/// about the result's size, where a parsed tree would be many times it).
+pub(super) fn completed(result: &CallToolResult) -> TaskState {
+    match serde_json::to_string(result) {
+        Ok(text) => TaskState::Completed(Arc::from(text)),
+        Err(_) => failed(),
+    }
+}
+
+/// A task whose execution ended without a result (it panicked).
+pub(super) fn failed() -> TaskState {
+    TaskState::Failed(Arc::from(
+        Value::Object(internal_failure()).to_string().as_str(),
+    ))
 }
 
 /// The JSON-RPC error of a task that ended without a result.

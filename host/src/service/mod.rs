@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 use crate::plugins::{self, GlobalCaps, PluginFolder, PluginsProvider, ReloadError, Reloaded};
 use crate::registry::Registry;
 use crate::source::{Provider, Skipped};
-use crate::tasks::TaskBoard;
+use crate::tasks::{TaskBoard, TaskLimits};
 use crate::upstream::{STOP_GRACE, UpstreamConfig, UpstreamProvider};
 
 pub use setup::{ServiceConfig, StartError};
@@ -173,7 +173,11 @@ impl Service {
             executor,
             metrics,
             require_all_plugins: config.require_all_plugins,
-            tasks: Arc::new(TaskBoard::new(config.tasks)),
+            tasks: Arc::new(TaskBoard::new(TaskLimits {
+                // Direct calls keep the other half of the slots.
+                max_running: (config.limits.max_concurrent_executions / 2).max(1),
+                ..config.tasks
+            })),
         })
     }
 
@@ -182,10 +186,18 @@ impl Service {
         &self.tasks
     }
 
-    /// Closes every upstream's session and waits (a few seconds at most) for their
-    /// children to exit; calls of their capabilities then fail as unavailable. For
-    /// the end of serving.
+    /// Cancels the running tasks, closes every upstream's session and waits (a
+    /// few seconds at most) for their children to exit; calls of their
+    /// capabilities then fail as unavailable. For the end of serving.
     pub fn close_upstreams(&self) {
+        // Running tasks end first: their calls would fail as unavailable.
+        let cancelled = self.tasks.cancel_all();
+        if cancelled > 0 {
+            tracing::info!(
+                tasks = cancelled,
+                "running tasks cancelled: the server is ending"
+            );
+        }
         self.registry
             .stop(Instant::now() + STOP_GRACE + Duration::from_secs(1));
     }
