@@ -846,7 +846,7 @@ fn disabling_an_upstream_id_needs_it_configured_not_up_and_readyz_names_it_down(
         "{log}"
     );
     assert!(
-        log.contains("WARN codemode_host::service: an upstream's timeout is above --max-execution-time, which ends its calls first upstream=time timeout=20s max_execution_time=5s"),
+        log.contains("WARN codemode_host::service: an upstream's timeout is above --max-execution-time, which ends its calls first (in a task, --max-task-time does) upstream=time timeout=20s max_execution_time=5s"),
         "the time config's 20 s timeout against the default 5 s budget: {log}"
     );
 }

@@ -483,7 +483,7 @@ impl UpstreamChanges {
 fn warn_timeout(upstream: &UpstreamConfig, limits: &Limits) {
     let max_time = limits.max_execution_time;
     if let Some(timeout) = upstream.timeout.filter(|timeout| *timeout > max_time) {
-        tracing::warn!(upstream = %upstream.name, timeout = ?timeout, max_execution_time = ?max_time, "an upstream's timeout is above --max-execution-time, which ends its calls first");
+        tracing::warn!(upstream = %upstream.name, timeout = ?timeout, max_execution_time = ?max_time, "an upstream's timeout is above --max-execution-time, which ends its calls first (in a task, --max-task-time does)");
     }
 }
 
