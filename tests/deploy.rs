@@ -326,6 +326,14 @@ fn find<'a>(docs: &'a [(String, Value)], kind: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {kind} in deploy/kubernetes"))
 }
 
+/// The manifest of `kind` named `name`.
+fn find_named<'a>(docs: &'a [(String, Value)], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .map(|(_, d)| d)
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in deploy/kubernetes"))
+}
+
 fn mount<'a>(container: &'a Value, volume: &str) -> &'a str {
     container["volumeMounts"]
         .as_array()
@@ -356,7 +364,7 @@ fn the_kubernetes_manifests_agree_with_the_binary() {
     files.dedup();
     assert_eq!(listed, files);
 
-    let deployment = find(&docs, "Deployment");
+    let deployment = find_named(&docs, "Deployment", "codemode-host");
     let pod = &deployment["spec"]["template"]["spec"];
     let container = &pod["containers"][0];
     let argv: Vec<String> = container["args"]
@@ -404,7 +412,7 @@ fn the_kubernetes_manifests_agree_with_the_binary() {
         port_of("--metrics-listen"),
         container["ports"][1]["containerPort"].as_u64()
     );
-    let service = find(&docs, "Service");
+    let service = find_named(&docs, "Service", "codemode-host");
     assert_eq!(service["spec"]["ports"][0]["targetPort"], "http");
     assert_eq!(
         service["spec"]["selector"],
@@ -499,11 +507,61 @@ fn the_kubernetes_manifests_agree_with_the_binary() {
     assert!(decide("analyst", "records.lookup").is_ok());
     assert!(decide("analyst", "records.query").is_err());
     assert!(decide("guest", "records.lookup").is_err());
-    let secret = find(&docs, "Secret");
+    let secret = find_named(&docs, "Secret", "codemode-tokens");
     let key = tokens.file_name().expect("a file").to_string_lossy();
     let text = secret["stringData"][key.as_ref()]
         .as_str()
         .expect("the tokens in the Secret");
     let parsed = Tokens::parse(text).expect("the shipped tokens file parses");
     assert_eq!(parsed.len(), 1);
+
+    // The replicas share the Redis of redis.yaml as their task store, with the
+    // password of its Secret, and only they may reach it.
+    let redis = find_named(&docs, "Deployment", "codemode-redis");
+    let redis_service = find_named(&docs, "Service", "codemode-redis");
+    let redis_container = &redis["spec"]["template"]["spec"]["containers"][0];
+    let store = flag_value(&argv, "--task-store").expect("--task-store");
+    let redis_port = redis_service["spec"]["ports"][0]["port"]
+        .as_u64()
+        .expect("a port");
+    assert_eq!(
+        store,
+        format!("redis://:$(REDIS_PASSWORD)@codemode-redis:{redis_port}/0")
+    );
+    assert_eq!(
+        redis_service["spec"]["selector"],
+        redis["spec"]["selector"]["matchLabels"]
+    );
+    assert_eq!(redis_container["ports"][0]["containerPort"], redis_port);
+    let password = |container: &Value| container["env"][0].clone();
+    assert_eq!(password(container)["name"], "REDIS_PASSWORD");
+    assert_eq!(password(container), password(redis_container));
+    assert_eq!(
+        password(container)["valueFrom"]["secretKeyRef"]["name"],
+        find_named(&docs, "Secret", "codemode-redis")["metadata"]["name"]
+    );
+    let redis_args: Vec<&str> = redis_container["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("a string arg"))
+        .collect();
+    for (flag, value) in [
+        ("--requirepass", "$(REDIS_PASSWORD)"),
+        ("--appendonly", "yes"),
+        ("--appendfsync", "always"),
+        ("--maxmemory-policy", "noeviction"),
+    ] {
+        let at = redis_args.iter().position(|a| *a == flag);
+        assert_eq!(at.map(|i| redis_args[i + 1]), Some(value), "{flag}");
+    }
+    let network = find_named(&docs, "NetworkPolicy", "codemode-redis");
+    assert_eq!(
+        network["spec"]["podSelector"]["matchLabels"],
+        redis["spec"]["selector"]["matchLabels"]
+    );
+    assert_eq!(
+        network["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
 }

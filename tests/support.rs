@@ -756,3 +756,93 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("tokio runtime")
 }
+
+/// A `redis-server` on a loopback port for the task store's tests, its data in
+/// a folder of its own under `target/`, every write appended to its file before
+/// Redis answers (so that a restart keeps what it stored); killed when dropped.
+pub(crate) struct RedisServer {
+    child: Option<std::process::Child>,
+    /// The port it listens on.
+    pub port: u16,
+    dir: PathBuf,
+}
+
+impl RedisServer {
+    /// Starts one (`cargo xtask test` installs `redis-server`) and waits until it
+    /// answers.
+    pub(crate) fn start(label: &str) -> Self {
+        let dir = root()
+            .join("target/e2e-redis")
+            .join(format!("{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the Redis folder");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free loopback port")
+            .port();
+        let mut redis = Self {
+            child: None,
+            port,
+            dir,
+        };
+        redis.restart();
+        redis
+    }
+
+    /// The `--task-store` URL of its database 0.
+    pub(crate) fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Kills it (SIGKILL: no goodbye) and waits for it to exit.
+    pub(crate) fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it (again) on its port and folder, and waits until it answers.
+    pub(crate) fn restart(&mut self) {
+        self.kill();
+        let port = self.port.to_string();
+        let child = Command::new("redis-server")
+            .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "yes", "--appendfsync", "always"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start redis-server ({e}): `cargo xtask test` installs it (Debian package redis-server)")
+            });
+        self.child = Some(child);
+        wait_until(
+            "redis-server to answer PING",
+            || redis_ping(self.port),
+            || format!("redis-server on port {}", self.port),
+        );
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Whether a Redis answers PING on `port`.
+fn redis_ping(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(1)));
+    let mut answer = [0u8; 7];
+    stream.write_all(b"PING\r\n").is_ok()
+        && stream.read_exact(&mut answer).is_ok()
+        && &answer == b"+PONG\r\n"
+}

@@ -8,7 +8,8 @@
 use serde_json::{Value, json};
 
 use crate::support::{
-    HttpServer, plugin_folder, raw_request, test_plugin, wait_for_audit, wait_until,
+    HttpServer, RedisServer, plugin_folder, raw_request, test_plugin, wait_for_audit, wait_for_log,
+    wait_until,
 };
 
 const TASKS: &str = "io.modelcontextprotocol/tasks";
@@ -275,11 +276,12 @@ fn a_task_has_its_own_time_budget() {
     );
 }
 
-#[test]
-fn a_subject_sees_and_cancels_only_its_own_tasks_and_the_oldest_ended_goes_first() {
+/// A tokens file of test `label` for the subjects `ada` and `bob` (their
+/// tokens are `ada-secret` and `bob-secret`).
+fn tokens_file(label: &str) -> std::path::PathBuf {
     let dir = crate::support::root().join("target/e2e-tasks");
     std::fs::create_dir_all(&dir).expect("create the folder");
-    let tokens = dir.join("tokens");
+    let tokens = dir.join(format!("{label}.tokens"));
     std::fs::write(
         &tokens,
         format!(
@@ -289,15 +291,31 @@ fn a_subject_sees_and_cancels_only_its_own_tasks_and_the_oldest_ended_goes_first
         ),
     )
     .expect("write the tokens");
-    let server = server(
-        "tasks-subjects",
-        &[
-            "--tokens",
-            tokens.to_str().expect("utf-8"),
-            "--max-tasks",
-            "2",
-        ],
-    );
+    tokens
+}
+
+#[test]
+fn a_subject_sees_and_cancels_only_its_own_tasks_and_the_oldest_ended_goes_first() {
+    subjects_and_eviction("tasks-subjects", &[]);
+}
+
+#[test]
+fn in_redis_a_subject_sees_only_its_own_tasks_and_the_oldest_ended_goes_first() {
+    let redis = RedisServer::start("subjects");
+    subjects_and_eviction("tasks-subjects-redis", &["--task-store", &redis.url()]);
+}
+
+/// Two subjects' tasks on a server with `--max-tasks 2` and `extra`.
+fn subjects_and_eviction(label: &str, extra: &[&str]) {
+    let tokens = tokens_file(label);
+    let mut args = vec![
+        "--tokens",
+        tokens.to_str().expect("utf-8"),
+        "--max-tasks",
+        "2",
+    ];
+    args.extend_from_slice(extra);
+    let server = server(label, &args);
     let (ada, bob) = (Some("ada-secret"), Some("bob-secret"));
     let long = task_id(&execute(&server, ada, &nap(60_000), true));
     assert_eq!(get(&server, bob, &long)["error"], not_found());
@@ -413,4 +431,156 @@ fn over_stdio_a_task_runs_between_requests() {
     drop(stdin);
     let status = child.wait().expect("wait for codemode-host");
     assert!(status.success(), "{status}");
+}
+
+/// The error of a task request while the task store does not answer.
+fn unavailable() -> Value {
+    json!({"code": -32603, "message": "Task store unavailable: try again later"})
+}
+
+/// Two replicas share one Redis: a task one runs is read, and cancelled, on
+/// the other, for its subject only; the cancel stops the execution where it
+/// runs (its only task slot is free again).
+#[test]
+fn replicas_behind_a_balancer_share_tasks_through_redis() {
+    let redis = RedisServer::start("replicas");
+    let url = redis.url();
+    let tokens = tokens_file("tasks-replicas");
+    let tokens = tokens.to_str().expect("utf-8");
+    let common = ["--tokens", tokens, "--task-store", &url];
+    let mut first = common.to_vec();
+    // One task at a time on the first replica.
+    first.extend(["--max-concurrent-executions", "2"]);
+    let a = server("tasks-replica-a", &first);
+    let b = server("tasks-replica-b", &common);
+    assert!(
+        a.log().contains(&format!(
+            "tasks are kept in Redis, shared with the other replicas store={url}"
+        )),
+        "{}",
+        a.log()
+    );
+    let (ada, bob) = (Some("ada-secret"), Some("bob-secret"));
+    // Made on A, read on B: exactly what A answers.
+    let id = task_id(&execute(&a, ada, &nap(200), true));
+    let on_b = until_ended(&b, ada, &id);
+    assert_eq!(on_b["result"]["status"], "completed", "{on_b}");
+    assert_eq!(
+        on_b["result"]["result"]["structuredContent"],
+        json!({"result": {"ms": 200}})
+    );
+    assert_eq!(get(&a, ada, &id), on_b);
+    assert_eq!(get(&b, bob, &id)["error"], not_found());
+    // Running on A, cancelled on B.
+    let source = "def main():\n    sleepy.nap(ms=1)\n    return sleepy.nap(ms=60000)";
+    let long = task_id(&execute(&a, ada, source, true));
+    wait_for_audit(&a, "\"outcome\":\"ok\"", 2);
+    assert_eq!(get(&b, ada, &long)["result"]["status"], "working");
+    assert_refused(
+        &execute(&a, ada, &nap(1), true),
+        "--max-concurrent-executions",
+    );
+    assert_eq!(cancel(&b, bob, &long)["error"], not_found());
+    assert_eq!(
+        cancel(&b, ada, &long)["result"],
+        json!({"resultType": "complete"})
+    );
+    assert_eq!(get(&a, ada, &long)["result"]["status"], "cancelled");
+    // A heard of it and stopped the execution: its one task slot is free long
+    // before the nap would end.
+    wait_for_log(
+        &a,
+        "task cancelled through the task store: its execution stopped",
+        1,
+    );
+    let next = task_id(&execute(&a, ada, &nap(1), true));
+    assert_eq!(until_ended(&b, ada, &next)["result"]["status"], "completed");
+    // The execution ending later changes nothing.
+    assert_eq!(get(&b, ada, &long)["result"]["status"], "cancelled");
+}
+
+/// Redis goes away while a task runs: requests about tasks fail with a clear
+/// error at once, the result of the task that ends meanwhile is written when
+/// Redis is back, and what was stored before is still there.
+#[test]
+fn redis_going_away_mid_task_loses_no_result() {
+    let mut redis = RedisServer::start("outage");
+    let server = server("tasks-outage", &["--task-store", &redis.url()]);
+    let stored = task_id(&execute(&server, None, &nap(1), true));
+    let before = until_ended(&server, None, &stored);
+    assert_eq!(before["result"]["status"], "completed", "{before}");
+    let running = task_id(&execute(&server, None, &nap(1500), true));
+    redis.kill();
+    assert_eq!(get(&server, None, &stored)["error"], unavailable());
+    assert_eq!(cancel(&server, None, &running)["error"], unavailable());
+    assert_eq!(
+        execute(&server, None, &nap(1), true)["error"],
+        unavailable()
+    );
+    // A client that did not ask for a task is not affected.
+    let direct = execute(&server, None, &nap(1), false);
+    assert_eq!(
+        direct["result"]["structuredContent"],
+        json!({"result": {"ms": 1}}),
+        "{direct}"
+    );
+    // The running task ends while Redis is away: its result waits.
+    wait_for_log(
+        &server,
+        "cannot store the task result yet: the task store is unavailable; retrying",
+        1,
+    );
+    redis.restart();
+    assert_eq!(get(&server, None, &stored), before);
+    let after = until_ended(&server, None, &running);
+    assert_eq!(
+        after["result"]["result"]["structuredContent"],
+        json!({"result": {"ms": 1500}}),
+        "{after}"
+    );
+    wait_for_log(
+        &server,
+        "task result stored after the task store came back",
+        1,
+    );
+}
+
+/// A server whose task store does not answer does not start, and says why;
+/// a URL it cannot use is refused before anything starts.
+#[test]
+fn a_task_store_that_does_not_answer_stops_the_start() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let plugins = plugin_folder("tasks-no-redis", &[test_plugin("sleepy")]);
+    let plugins = plugins.to_str().expect("utf-8");
+    let url = format!("redis://:secret@127.0.0.1:{port}/0");
+    let (lines, code) = crate::support::startup_log(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--allow-all",
+        "--plugins",
+        plugins,
+        "--task-store",
+        &url,
+    ]);
+    assert_eq!(code, Some(1), "{lines:?}");
+    let last = lines.last().expect("a line");
+    assert!(
+        last.contains(&format!(
+            "cannot reach the task store at redis://***@127.0.0.1:{port}/0: "
+        )),
+        "{lines:?}"
+    );
+    assert!(!lines.join("\n").contains("secret"), "{lines:?}");
+    let (lines, code) =
+        crate::support::startup_log(&["--plugins", plugins, "--task-store", "rediss://h:6380/0"]);
+    assert_eq!(code, Some(2), "{lines:?}");
+    assert!(
+        lines.join("\n").contains(
+            "invalid value 'rediss://h:6380/0' for '--task-store <URL>': --task-store rediss://h:6380/0: TLS to Redis (rediss://) is not supported; reach Redis on a private network"
+        ),
+        "{lines:?}"
+    );
 }

@@ -251,10 +251,25 @@ pub struct Cli {
     #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
     pub task_ttl: Option<Duration>,
 
-    /// Tasks kept at once; the oldest goes first (cancelled if running)
+    /// Tasks kept at once; the oldest ended ones go first, a running one never
     /// [default: 1000]
+    ///
+    /// With --task-store, the number kept in Redis for all replicas together.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_tasks: Option<u64>,
+
+    /// Keep tasks in Redis, shared by replicas: redis://[:PASSWORD@]HOST:PORT/N
+    ///
+    /// Without it tasks live in this server's memory. With it, any replica
+    /// behind a load balancer answers status, result and cancel for a task
+    /// another runs (a cancel reaches the running replica through Redis
+    /// pub/sub); each task still runs on the replica that created it. The
+    /// server does not start when Redis does not answer; while Redis is away,
+    /// requests about tasks fail with "Task store unavailable" and finished
+    /// results are written when it is back (within --task-ttl). TLS (rediss://)
+    /// is not supported.
+    #[arg(long, value_name = "URL", value_parser = task_store)]
+    pub task_store: Option<String>,
 
     /// Nesting depth of any value crossing the sandbox [default: 32]
     ///
@@ -405,6 +420,13 @@ fn total_memory(text: &str) -> Result<usize, String> {
 
 /// An OTLP receiver's base URL: `http` or `https`, a host, no query (the traces
 /// path is added after it).
+/// A `--task-store` URL: `redis://` that the Redis client accepts.
+fn task_store(value: &str) -> Result<String, String> {
+    codemode_host::tasks::check_redis_url(value)
+        .map(|_| value.to_owned())
+        .map_err(|error| error.to_string())
+}
+
 fn otlp_endpoint(value: &str) -> Result<String, String> {
     let uri: http::Uri = value
         .parse()
@@ -735,18 +757,18 @@ impl Cli {
         }
     }
 
-    /// What executions run as tasks may take (how many run at once follows from
-    /// `--max-concurrent-executions` when the service loads).
+    /// What executions run as tasks may take; half of
+    /// `--max-concurrent-executions` run at once (direct calls keep the rest).
     pub fn task_limits(&self) -> TaskLimits {
         let d = TaskLimits::default();
         TaskLimits {
+            max_running: (self.limits().max_concurrent_executions / 2).max(1),
             max_task_time: self.max_task_time.unwrap_or(d.max_task_time),
             ttl: self.task_ttl.unwrap_or(d.ttl),
             max_tasks: self
                 .max_tasks
                 .and_then(|n| usize::try_from(n).ok())
                 .unwrap_or(d.max_tasks),
-            ..d
         }
     }
 

@@ -10,6 +10,7 @@ use cli::{Cli, Command, LogFormat};
 use codemode_host::authz::Subject;
 use codemode_host::mcp::http::{self, Authentication, HttpConfig, Readiness};
 use codemode_host::mcp::{McpServer, SubjectSource, serve_stdio};
+use codemode_host::tasks::{RedisTasks, TaskBoard, TaskStore};
 use codemode_host::{Service, ServiceConfig, StartError, watch};
 use codemode_host::{children, default_cache_dir};
 use tracing_subscriber::EnvFilter;
@@ -247,7 +248,6 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
     }
     let config = ServiceConfig {
         telemetry: telemetry.clone(),
-        tasks: cli.task_limits(),
         limits: cli.limits(),
         loading: cli.loading(),
         cache_dir: cli.cache_dir.clone().or_else(default_cache_dir),
@@ -296,10 +296,13 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
     // Before serving: from here on SIGHUP reloads instead of ending the server.
     let _reloading = secrets::start(reloadable, runtime.handle())
         .context("cannot watch the tokens and policy files for changes")?;
-    let served = match http {
-        None => runtime.block_on(serve_stdio_while_loading(config, &cli, &loaded)),
-        Some((address, http)) => runtime.block_on(serve_http(address, http, config, &cli, &loaded)),
-    };
+    let served = runtime.block_on(async {
+        let tasks = task_store(&cli).await?;
+        match http {
+            None => serve_stdio_while_loading(config, &cli, &loaded, tasks).await,
+            Some((address, http)) => serve_http(address, http, config, &cli, &loaded, tasks).await,
+        }
+    });
     // Executions (and a load) still running on blocking threads end by their own
     // deadlines; exiting does not wait for them past this.
     runtime.shutdown_timeout(SHUTDOWN_GRACE);
@@ -314,6 +317,35 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
     }
     audit.close();
     served
+}
+
+/// Where tasks are kept: in memory, or in the Redis of `--task-store` (the
+/// server does not start when it does not answer).
+async fn task_store(cli: &Cli) -> anyhow::Result<Arc<TaskStore>> {
+    let limits = cli.task_limits();
+    let Some(url) = &cli.task_store else {
+        return Ok(Arc::new(TaskStore::Memory(TaskBoard::new(limits))));
+    };
+    let redis = RedisTasks::connect(url, limits).await?;
+    tracing::info!(
+        store = %codemode_host::tasks::redacted(url),
+        "tasks are kept in Redis, shared with the other replicas"
+    );
+    Ok(Arc::new(TaskStore::Redis(redis)))
+}
+
+/// Cancels the tasks running here, then closes the upstreams: no upstream
+/// child outlives the server, and no task's call fails as unavailable first.
+async fn close(service: Arc<Service>, tasks: &TaskStore) -> anyhow::Result<()> {
+    let cancelled = tasks.cancel_all().await;
+    if cancelled > 0 {
+        tracing::info!(
+            tasks = cancelled,
+            "running tasks cancelled: the server is ending"
+        );
+    }
+    tokio::task::spawn_blocking(move || service.close_upstreams()).await?;
+    Ok(())
 }
 
 /// Where `cargo xtask plugins` puts the example plugins, relative to a checkout.
@@ -349,6 +381,7 @@ async fn serve_http(
     config: ServiceConfig,
     cli: &Cli,
     loaded: &OnceLock<Arc<Service>>,
+    tasks: Arc<TaskStore>,
 ) -> anyhow::Result<()> {
     let listener = http::bind(address)
         .await
@@ -390,15 +423,13 @@ async fn serve_http(
     };
     let _watch = start_watch(cli, &service)?;
     let _ = loaded.set(service.clone());
-    readiness.set(service.clone());
+    readiness.set(service.clone(), tasks.clone());
     tracing::info!("ready to serve");
     server.await??;
     if let Some(probes) = probes {
         probes.await??;
     }
-    // No upstream child outlives the server.
-    tokio::task::spawn_blocking(move || service.close_upstreams()).await?;
-    Ok(())
+    close(service, &tasks).await
 }
 
 /// Serves MCP on stdio at once while the plugins load: a cold cache takes tens of
@@ -410,11 +441,17 @@ async fn serve_stdio_while_loading(
     config: ServiceConfig,
     cli: &Cli,
     service_cell: &OnceLock<Arc<Service>>,
+    tasks: Arc<TaskStore>,
 ) -> anyhow::Result<()> {
     let (publish, loaded) = tokio::sync::watch::channel(None);
     let subjects = SubjectSource::Fixed(Subject::new(cli.subject.clone()));
     let max_execution_time = config.limits.max_execution_time;
-    let serving = serve_stdio(McpServer::loading(loaded, max_execution_time, subjects));
+    let serving = serve_stdio(McpServer::loading(
+        loaded,
+        max_execution_time,
+        subjects,
+        tasks.clone(),
+    ));
     tokio::pin!(serving);
     let mut loading = tokio::task::spawn_blocking(move || load(&config));
     let (service, served) = tokio::select! {
@@ -428,8 +465,7 @@ async fn serve_stdio_while_loading(
         Some(served) => served,
         None => serving.await,
     };
-    // No upstream child outlives the server.
-    tokio::task::spawn_blocking(move || service.close_upstreams()).await?;
+    close(service, &tasks).await?;
     served.map_err(anyhow::Error::from)
 }
 

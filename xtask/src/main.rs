@@ -510,6 +510,7 @@ fn fuzz(args: &[String]) -> Result<()> {
 
 fn test() -> Result<()> {
     deny::deny()?;
+    redis_server()?;
     let examples = plugins()?;
     status(cargo().args(["fmt", "--all", "--check"]))?;
     status(cargo().args(["fmt", "--check", "--manifest-path", RUNNER_MANIFEST]))?;
@@ -590,6 +591,40 @@ fn test() -> Result<()> {
         tests.args(["--", "--skip", "toolchains::"]);
     }
     status(&mut tests)
+}
+
+/// Installs `redis-server` (the Debian package) unless it is on the PATH: the
+/// task store's tests start their own, on a loopback port.
+fn redis_server() -> Result<()> {
+    let found = Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if found {
+        return Ok(());
+    }
+    eprintln!("xtask: installing redis-server (Debian package) for the task store's tests");
+    // As root (CI) apt-get runs as is; otherwise through sudo, without a prompt.
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| out.stdout.trim_ascii() == b"0");
+    let apt = |args: &[&str]| {
+        let mut command = if root {
+            Command::new("apt-get")
+        } else {
+            let mut sudo = Command::new("sudo");
+            sudo.args(["-n", "apt-get"]);
+            sudo
+        };
+        command.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        status(&mut command)
+    };
+    apt(&["update", "-qq"])
+        .and_then(|()| apt(&["install", "-y", "-qq", "redis-server"]))
+        .context(
+            "the task store's tests need redis-server: install the Debian package redis-server",
+        )
 }
 
 #[cfg(test)]

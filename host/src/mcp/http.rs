@@ -30,6 +30,7 @@ use super::server::{McpServer, SubjectSource};
 use crate::authz::{Subject, Tokens};
 use crate::error::UNAUTHENTICATED;
 use crate::service::Service;
+use crate::tasks::TaskStore;
 
 /// Where MCP is served.
 pub const MCP_PATH: &str = "/mcp";
@@ -83,9 +84,10 @@ pub struct Readiness {
 }
 
 impl Readiness {
-    /// Starts serving `service` on `/mcp`; `/readyz` turns 200.
-    pub fn set(&self, service: Arc<Service>) {
-        let server = McpServer::new(service.clone(), SubjectSource::Authenticated);
+    /// Starts serving `service` on `/mcp`, its tasks kept in `tasks`; `/readyz`
+    /// turns 200.
+    pub fn set(&self, service: Arc<Service>, tasks: Arc<TaskStore>) {
+        let server = McpServer::new(service.clone(), SubjectSource::Authenticated, tasks);
         let _ = self.ready.set((service, server));
     }
 

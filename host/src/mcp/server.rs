@@ -24,7 +24,7 @@ use crate::error::ToolError;
 use crate::execute::{Execution, RunOptions};
 use crate::service::Service;
 use crate::source::TraceContext;
-use crate::tasks::TaskBoard;
+use crate::tasks::{TaskRefused, TaskStore};
 use crate::telemetry;
 
 /// The `_meta` key of an execution's statistics (fuel, steps, native calls, bytes,
@@ -91,12 +91,15 @@ pub struct McpServer {
     backend: Backend,
     subjects: SubjectSource,
     tools: Arc<Vec<Tool>>,
+    /// The executions run as tasks (answered without waiting for the service).
+    tasks: Arc<TaskStore>,
 }
 
 impl McpServer {
-    /// A server answering from `service` for the subjects `subjects` resolves.
-    pub fn new(service: Arc<Service>, subjects: SubjectSource) -> Self {
-        Self::with_backend(Backend::Ready(service), subjects)
+    /// A server answering from `service` for the subjects `subjects` resolves,
+    /// keeping the executions run as tasks in `tasks`.
+    pub fn new(service: Arc<Service>, subjects: SubjectSource, tasks: Arc<TaskStore>) -> Self {
+        Self::with_backend(Backend::Ready(service), subjects, tasks)
     }
 
     /// A server answering before its service is loaded: `loaded` holds it once it
@@ -107,6 +110,7 @@ impl McpServer {
         loaded: tokio::sync::watch::Receiver<Option<Arc<Service>>>,
         max_execution_time: Duration,
         subjects: SubjectSource,
+        tasks: Arc<TaskStore>,
     ) -> Self {
         Self::with_backend(
             Backend::Loading {
@@ -114,10 +118,11 @@ impl McpServer {
                 max_execution_time,
             },
             subjects,
+            tasks,
         )
     }
 
-    fn with_backend(backend: Backend, subjects: SubjectSource) -> Self {
+    fn with_backend(backend: Backend, subjects: SubjectSource, tasks: Arc<TaskStore>) -> Self {
         let tools = vec![
             tool(
                 SEARCH_API,
@@ -139,6 +144,7 @@ impl McpServer {
             backend,
             subjects,
             tools: Arc::new(tools),
+            tasks,
         }
     }
 
@@ -194,9 +200,10 @@ impl McpServer {
         let Ok(service) = self.service(None).await else {
             return Ok(project::<()>(Err(ToolError::Internal)).into());
         };
-        let board = service.tasks().clone();
-        let view = match board.create(&subject.id) {
+        let board = self.tasks.clone();
+        let view = match board.create(&subject.id).await {
             Ok(view) => view,
+            Err(TaskRefused::Unavailable) => return Err(tasks::unavailable()),
             Err(refused) => {
                 tracing::info!(subject = %subject.id, reason = %refused, "task refused");
                 let error = match refused.flag() {
@@ -229,17 +236,6 @@ impl McpServer {
         Ok(CallToolResponse::Task(CreateTaskResult::new(
             tasks::handle(&view),
         )))
-    }
-
-    /// The task board and the subject of a `tasks/*` request; `None` when the
-    /// request has no subject or the service never loaded.
-    async fn task_board(
-        &self,
-        context: &RequestContext<RoleServer>,
-    ) -> Option<(Arc<TaskBoard>, Subject)> {
-        let subject = self.subjects.resolve(context)?;
-        let service = self.service(None).await.ok()?;
-        Some((service.tasks().clone(), subject))
     }
 
     /// Runs one tool call; `Err` is a protocol error (an unknown tool). Arguments
@@ -446,12 +442,14 @@ impl ServerHandler for McpServer {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        let view = self
-            .task_board(&context)
-            .await
-            .and_then(|(board, subject)| board.get(&subject.id, &request.task_id));
-        view.map(|view| tasks::detailed(&view))
-            .ok_or_else(tasks::not_found)
+        let Some(subject) = self.subjects.resolve(&context) else {
+            return Err(tasks::not_found());
+        };
+        match self.tasks.get(&subject.id, &request.task_id).await {
+            Ok(Some(view)) => Ok(tasks::detailed(&view)),
+            Ok(None) => Err(tasks::not_found()),
+            Err(_) => Err(tasks::unavailable()),
+        }
     }
 
     async fn update_task(
@@ -461,11 +459,14 @@ impl ServerHandler for McpServer {
     ) -> Result<(), ErrorData> {
         // An execution never asks for input: there is nothing to update, but the
         // task must be one this subject can see.
-        let found = self
-            .task_board(&context)
-            .await
-            .and_then(|(board, subject)| board.get(&subject.id, &request.task_id));
-        found.map(|_| ()).ok_or_else(tasks::not_found)
+        let Some(subject) = self.subjects.resolve(&context) else {
+            return Err(tasks::not_found());
+        };
+        match self.tasks.get(&subject.id, &request.task_id).await {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(tasks::not_found()),
+            Err(_) => Err(tasks::unavailable()),
+        }
     }
 
     async fn cancel_task(
@@ -473,21 +474,20 @@ impl ServerHandler for McpServer {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let cancelled = self
-            .task_board(&context)
-            .await
-            .is_some_and(|(board, subject)| board.cancel(&subject.id, &request.task_id));
-        if cancelled {
-            Ok(())
-        } else {
-            Err(tasks::not_found())
+        let Some(subject) = self.subjects.resolve(&context) else {
+            return Err(tasks::not_found());
+        };
+        match self.tasks.cancel(&subject.id, &request.task_id).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(tasks::not_found()),
+            Err(_) => Err(tasks::unavailable()),
         }
     }
 }
 
 /// Ends a task as failed when its execution's future goes without ending it
 /// (a panic); after a normal end, or a cancel, ending again changes nothing.
-struct EndTask(Arc<TaskBoard>, String);
+struct EndTask(Arc<TaskStore>, String);
 
 impl Drop for EndTask {
     fn drop(&mut self) {

@@ -1,7 +1,7 @@
 //! The Tasks extension (`io.modelcontextprotocol/tasks`, SEP-2663) on the wire:
 //! when a `tools/call execute` becomes a task, and what a task looks like in the
-//! answers to `tools/call` and `tasks/get`. The board itself is
-//! [`crate::tasks::TaskBoard`].
+//! answers to `tools/call` and `tasks/get`. The store itself is
+//! [`crate::tasks::TaskStore`].
 
 use rmcp::model::{
     CallToolResult, DetailedTask, GetTaskResult, ProtocolVersion, Task, TaskPayload, TaskStatus,
@@ -20,6 +20,10 @@ pub(super) const POLL_INTERVAL_MS: u64 = 1000;
 /// The error of a `tasks/*` request naming a task that is unknown, expired, or
 /// another subject's (the three are not told apart).
 pub(super) const TASK_NOT_FOUND: &str = "Failed to retrieve task: Task not found";
+
+/// The error of a `tasks/*` request, or of a `tools/call` asking for a task,
+/// when the task store (Redis) does not answer; the reason is in the log.
+pub(super) const TASK_STORE_UNAVAILABLE: &str = "Task store unavailable: try again later";
 
 /// What a task that ended without a result says (its execution panicked, or
 /// its result could not be encoded: never expected).
@@ -104,6 +108,12 @@ fn internal_failure() -> serde_json::Map<String, Value> {
         Value::Object(error) => error,
         _ => serde_json::Map::new(),
     }
+}
+
+/// The error of a request the task store could not answer (JSON-RPC internal
+/// error).
+pub(super) fn unavailable() -> ErrorData {
+    ErrorData::internal_error(TASK_STORE_UNAVAILABLE, None)
 }
 
 /// The error of a `tasks/*` request for a task this subject cannot see.

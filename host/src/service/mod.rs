@@ -21,7 +21,6 @@ use crate::metrics::Metrics;
 use crate::plugins::{self, GlobalCaps, PluginFolder, PluginsProvider, ReloadError, Reloaded};
 use crate::registry::Registry;
 use crate::source::{Provider, Skipped};
-use crate::tasks::{TaskBoard, TaskLimits};
 use crate::upstream::{STOP_GRACE, UpstreamConfig, UpstreamProvider};
 
 pub use setup::{ServiceConfig, StartError};
@@ -50,8 +49,6 @@ pub struct Service {
     metrics: Arc<Metrics>,
     /// [`ServiceConfig::require_all_plugins`].
     require_all_plugins: bool,
-    /// The executions running or kept as tasks.
-    tasks: Arc<TaskBoard>,
 }
 
 impl Service {
@@ -173,31 +170,13 @@ impl Service {
             executor,
             metrics,
             require_all_plugins: config.require_all_plugins,
-            tasks: Arc::new(TaskBoard::new(TaskLimits {
-                // Direct calls keep the other half of the slots.
-                max_running: (config.limits.max_concurrent_executions / 2).max(1),
-                ..config.tasks
-            })),
         })
     }
 
-    /// The executions running or kept as tasks.
-    pub(crate) fn tasks(&self) -> &Arc<TaskBoard> {
-        &self.tasks
-    }
-
-    /// Cancels the running tasks, closes every upstream's session and waits (a
-    /// few seconds at most) for their children to exit; calls of their
-    /// capabilities then fail as unavailable. For the end of serving.
+    /// Closes every upstream's session and waits (a few seconds at most) for
+    /// their children to exit; calls of their capabilities then fail as
+    /// unavailable. For the end of serving (running tasks are cancelled first).
     pub fn close_upstreams(&self) {
-        // Running tasks end first: their calls would fail as unavailable.
-        let cancelled = self.tasks.cancel_all();
-        if cancelled > 0 {
-            tracing::info!(
-                tasks = cancelled,
-                "running tasks cancelled: the server is ending"
-            );
-        }
         self.registry
             .stop(Instant::now() + STOP_GRACE + Duration::from_secs(1));
     }

@@ -9,7 +9,6 @@ use crate::catalog::SpecError;
 use crate::execute::{LimitError, Limits, RunnerError};
 use crate::plugins::LoadLimits;
 use crate::source::{Provider, Skipped};
-use crate::tasks::TaskLimits;
 use crate::telemetry::Telemetry;
 use crate::upstream::UpstreamConfig;
 
@@ -52,9 +51,6 @@ pub struct ServiceConfig {
     /// Where execution spans are exported ([`Telemetry::start`]); `None` exports
     /// none (a request's trace context still reaches upstreams).
     pub telemetry: Option<Arc<Telemetry>>,
-    /// What executions run as tasks may take: their time budget, how long a
-    /// finished one is kept, how many are kept.
-    pub tasks: TaskLimits,
 }
 
 impl std::fmt::Debug for ServiceConfig {
@@ -73,7 +69,6 @@ impl std::fmt::Debug for ServiceConfig {
             .field("plugins_optional", &self.plugins_optional)
             .field("providers", &providers)
             .field("telemetry", &self.telemetry.is_some())
-            .field("tasks", &self.tasks)
             .finish()
     }
 }
@@ -96,7 +91,6 @@ impl ServiceConfig {
             plugins_optional: false,
             providers: Vec::new(),
             telemetry: None,
-            tasks: TaskLimits::default(),
         }
     }
 }

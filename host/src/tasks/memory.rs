@@ -1,133 +1,16 @@
-//! Executions that outlive their request: the task board.
+//! The task board in memory: the default store, for one server.
 //!
-//! A client may ask for an `execute` to run as a task (the MCP Tasks extension):
-//! the answer is the task's handle at once, and the client asks for its status
-//! and result, or cancels it, in later requests. The board keeps each task's
-//! state under a random ID, for the subject that started it only: another
-//! subject's task is not found. A finished task is kept `--task-ttl`; the board
-//! holds at most `--max-tasks` (the oldest ended ones dropped first, a running one
-//! never for another) and 256 MiB of results, and runs at most half of
-//! `--max-concurrent-executions` tasks at once, so that direct calls keep the
-//! other half. It stores results as opaque JSON text: what a result looks like on
-//! the wire is the MCP layer's business.
+//! It keeps each task's state under its ID, for the subject that started it
+//! only. A finished task is kept `--task-ttl`; the board holds at most
+//! `--max-tasks` (the oldest ended ones dropped first, a running one never for
+//! another) and [`MAX_STORED_BYTES`] of results, and runs at most
+//! [`TaskLimits::max_running`] tasks at once.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::Mutex;
+use std::time::{Instant, SystemTime};
 
-/// The default `--max-task-time`: how long a task's execution may run.
-pub const DEFAULT_MAX_TASK_TIME: Duration = Duration::from_secs(5 * 60);
-/// The default `--task-ttl`: how long a finished task is kept.
-pub const DEFAULT_TASK_TTL: Duration = Duration::from_secs(10 * 60);
-/// The default `--max-tasks`: how many tasks the board holds.
-pub const DEFAULT_MAX_TASKS: usize = 1000;
-/// Most bytes of results the board keeps together; past it the oldest ended
-/// tasks go first.
-pub const MAX_STORED_BYTES: usize = 256 * 1024 * 1024;
-/// The flag of a task's time budget, reported as the limit that fired.
-pub const TASK_TIME_FLAG: &str = "--max-task-time";
-/// The flag reported when the board is full of running tasks.
-pub const MAX_TASKS_FLAG: &str = "--max-tasks";
-/// The flag reported when as many tasks run as may at once (half the execution
-/// slots: direct calls keep the other half).
-pub const RUNNING_TASKS_FLAG: &str = "--max-concurrent-executions";
-
-/// What the board allows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TaskLimits {
-    /// How long a task's execution may run (its own time budget, in place of
-    /// `--max-execution-time`; waiting for a slot counts).
-    pub max_task_time: Duration,
-    /// How long a finished task (and its result) is kept.
-    pub ttl: Duration,
-    /// How many tasks are kept at once, running or ended.
-    pub max_tasks: usize,
-    /// How many tasks may run at once: half of `--max-concurrent-executions`
-    /// (at least one), so that a flood of tasks leaves direct calls the rest.
-    pub max_running: usize,
-}
-
-impl Default for TaskLimits {
-    fn default() -> Self {
-        Self {
-            max_task_time: DEFAULT_MAX_TASK_TIME,
-            ttl: DEFAULT_TASK_TTL,
-            max_tasks: DEFAULT_MAX_TASKS,
-            max_running: 4,
-        }
-    }
-}
-
-/// Where a task stands.
-#[derive(Debug, Clone, PartialEq)]
-pub enum TaskState {
-    /// Its execution runs.
-    Working,
-    /// It ended with this result, as JSON text (a tool result: an execution
-    /// that failed is one too).
-    Completed(Arc<str>),
-    /// It ended without a result: this error, as JSON text.
-    Failed(Arc<str>),
-    /// It was cancelled before it ended.
-    Cancelled,
-}
-
-impl TaskState {
-    /// Whether it will never change again.
-    pub fn is_terminal(&self) -> bool {
-        !matches!(self, TaskState::Working)
-    }
-
-    /// Bytes of the result or error it holds.
-    fn bytes(&self) -> usize {
-        match self {
-            TaskState::Completed(text) | TaskState::Failed(text) => text.len(),
-            TaskState::Working | TaskState::Cancelled => 0,
-        }
-    }
-}
-
-/// A task as the board reports it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TaskView {
-    /// Its ID: 128 random bits, in hex.
-    pub id: String,
-    /// Where it stands.
-    pub state: TaskState,
-    /// When it was created.
-    pub created: SystemTime,
-    /// When its state last changed.
-    pub updated: SystemTime,
-    /// How long after `created` it may still be read: its time budget and then
-    /// the TTL while it runs, its run and then the TTL once it ended.
-    pub ttl: Duration,
-}
-
-/// Why no task was made: the error the client reads names the flag.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum TaskRefused {
-    /// As many tasks run as may at once.
-    #[error("as many tasks run as may at once ({RUNNING_TASKS_FLAG})")]
-    Running,
-    /// The board is full of running tasks.
-    #[error("the task board is full of running tasks ({MAX_TASKS_FLAG})")]
-    Full,
-    /// No random ID could be drawn.
-    #[error("no random task ID")]
-    Random,
-}
-
-impl TaskRefused {
-    /// The flag of the limit that refused it.
-    pub fn flag(self) -> Option<&'static str> {
-        match self {
-            TaskRefused::Running => Some(RUNNING_TASKS_FLAG),
-            TaskRefused::Full => Some(MAX_TASKS_FLAG),
-            TaskRefused::Random => None,
-        }
-    }
-}
+use super::{MAX_STORED_BYTES, TaskLimits, TaskRefused, TaskState, TaskView, new_id};
 
 /// One task on the board.
 struct Entry {
@@ -218,9 +101,7 @@ impl TaskBoard {
     /// [`TaskRefused`]: as many tasks run as may, the board is full of running
     /// ones, or no random ID could be drawn.
     pub fn create(&self, subject: &str) -> Result<TaskView, TaskRefused> {
-        let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes).map_err(|_| TaskRefused::Random)?;
-        let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let id = new_id()?;
         let now = SystemTime::now();
         let mut dropped = Vec::new();
         let mut board = self.board();
@@ -409,6 +290,8 @@ impl TaskBoard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
 
     fn board(max_tasks: usize, max_running: usize, ttl: Duration) -> TaskBoard {
         TaskBoard::new(TaskLimits {
