@@ -520,25 +520,62 @@ fn the_kubernetes_manifests_agree_with_the_binary() {
     let redis = find_named(&docs, "Deployment", "codemode-redis");
     let redis_service = find_named(&docs, "Service", "codemode-redis");
     let redis_container = &redis["spec"]["template"]["spec"]["containers"][0];
-    let store = flag_value(&argv, "--task-store").expect("--task-store");
     let redis_port = redis_service["spec"]["ports"][0]["port"]
         .as_u64()
         .expect("a port");
+    // The URL (and its password) comes as a variable, off the command line.
+    assert_eq!(flag_value(&argv, "--task-store"), None);
+    let env = |container: &Value, name: &str| {
+        container["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .position(|e| e["name"] == name)
+            .map(|at| (at, container["env"][at].clone()))
+            .unwrap_or_else(|| panic!("no {name} in {container}"))
+    };
+    let (password_at, password) = env(container, "REDIS_PASSWORD");
+    let (store_at, store) = env(container, "CODEMODE_TASK_STORE");
+    // Kubernetes expands $(REDIS_PASSWORD) only when it is defined first.
+    assert!(password_at < store_at);
     assert_eq!(
-        store,
+        store["value"],
         format!("redis://:$(REDIS_PASSWORD)@codemode-redis:{redis_port}/0")
     );
+    let help = Command::new(host_bin())
+        .args(&argv)
+        .arg("--help")
+        .env(
+            "CODEMODE_TASK_STORE",
+            store["value"].as_str().expect("a URL"),
+        )
+        .output()
+        .expect("run the binary");
+    assert!(
+        help.status.success(),
+        "{}",
+        String::from_utf8_lossy(&help.stderr)
+    );
+    let secret = find_named(&docs, "Secret", "codemode-redis");
+    let (_, auth) = env(redis_container, "REDISCLI_AUTH");
+    for reference in [&password, &auth] {
+        assert_eq!(
+            reference["valueFrom"]["secretKeyRef"]["name"],
+            secret["metadata"]["name"]
+        );
+        assert_eq!(reference["valueFrom"]["secretKeyRef"]["key"], "password");
+    }
+    assert!(secret["stringData"]["password"].is_string());
     assert_eq!(
         redis_service["spec"]["selector"],
         redis["spec"]["selector"]["matchLabels"]
     );
     assert_eq!(redis_container["ports"][0]["containerPort"], redis_port);
-    let password = |container: &Value| container["env"][0].clone();
-    assert_eq!(password(container)["name"], "REDIS_PASSWORD");
-    assert_eq!(password(container), password(redis_container));
-    assert_eq!(
-        password(container)["valueFrom"]["secretKeyRef"]["name"],
-        find_named(&docs, "Secret", "codemode-redis")["metadata"]["name"]
+    // The password reaches redis-server as config on stdin.
+    let command = redis_container["command"].to_string();
+    assert!(
+        command.contains("requirepass") && command.contains("redis-server -"),
+        "{command}"
     );
     let redis_args: Vec<&str> = redis_container["args"]
         .as_array()
@@ -547,7 +584,6 @@ fn the_kubernetes_manifests_agree_with_the_binary() {
         .map(|a| a.as_str().expect("a string arg"))
         .collect();
     for (flag, value) in [
-        ("--requirepass", "$(REDIS_PASSWORD)"),
         ("--appendonly", "yes"),
         ("--appendfsync", "always"),
         ("--maxmemory-policy", "noeviction"),

@@ -802,6 +802,35 @@ impl RedisServer {
         }
     }
 
+    /// Kills it and starts it again with nothing stored (its files removed).
+    pub(crate) fn restart_empty(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+        std::fs::create_dir_all(&self.dir).expect("create the Redis folder");
+        self.restart();
+    }
+
+    /// Sends one command (as RESP) and returns the answer's first line.
+    pub(crate) fn command(&self, args: &[&str]) -> String {
+        use std::io::Read;
+        let mut request = format!("*{}\r\n", args.len());
+        for arg in args {
+            request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        let mut stream =
+            std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("connect to Redis");
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .expect("a read timeout");
+        stream.write_all(request.as_bytes()).expect("send to Redis");
+        let mut answer = Vec::new();
+        let mut byte = [0u8; 1];
+        while stream.read_exact(&mut byte).is_ok() && byte[0] != b'\n' {
+            answer.push(byte[0]);
+        }
+        String::from_utf8_lossy(&answer).trim_end().to_owned()
+    }
+
     /// Starts it (again) on its port and folder, and waits until it answers.
     pub(crate) fn restart(&mut self) {
         self.kill();

@@ -460,6 +460,7 @@ fn replicas_behind_a_balancer_share_tasks_through_redis() {
         "{}",
         a.log()
     );
+    assert!(!a.log().contains("not subscribed"), "{}", a.log());
     let (ada, bob) = (Some("ada-secret"), Some("bob-secret"));
     // Made on A, read on B: exactly what A answers.
     let id = task_id(&execute(&a, ada, &nap(200), true));
@@ -531,8 +532,25 @@ fn redis_going_away_mid_task_loses_no_result() {
         1,
     );
     redis.restart();
-    assert_eq!(get(&server, None, &stored), before);
-    let after = until_ended(&server, None, &running);
+    let last = std::cell::RefCell::new(Value::Null);
+    wait_until(
+        "the stored result to be read again",
+        || {
+            *last.borrow_mut() = get(&server, None, &stored);
+            *last.borrow() == before
+        },
+        || last.borrow().to_string(),
+    );
+    let last = std::cell::RefCell::new(Value::Null);
+    wait_until(
+        "the pending result to be written",
+        || {
+            *last.borrow_mut() = get(&server, None, &running);
+            last.borrow()["result"]["status"] == "completed"
+        },
+        || last.borrow().to_string(),
+    );
+    let after = last.into_inner();
     assert_eq!(
         after["result"]["result"]["structuredContent"],
         json!({"result": {"ms": 1500}}),
@@ -545,42 +563,188 @@ fn redis_going_away_mid_task_loses_no_result() {
     );
 }
 
-/// A server whose task store does not answer does not start, and says why;
-/// a URL it cannot use is refused before anything starts.
+/// A server whose task store does not answer serves direct calls and says
+/// so, without the password; a URL it cannot use stops the start, the
+/// password hidden there too.
 #[test]
-fn a_task_store_that_does_not_answer_stops_the_start() {
+fn a_task_store_that_does_not_answer_leaves_direct_calls_served() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port();
-    let plugins = plugin_folder("tasks-no-redis", &[test_plugin("sleepy")]);
-    let plugins = plugins.to_str().expect("utf-8");
-    let url = format!("redis://:secret@127.0.0.1:{port}/0");
-    let (lines, code) = crate::support::startup_log(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--allow-all",
-        "--plugins",
-        plugins,
-        "--task-store",
-        &url,
-    ]);
-    assert_eq!(code, Some(1), "{lines:?}");
-    let last = lines.last().expect("a line");
+    let url = format!("redis://:s3cret@127.0.0.1:{port}/0");
+    let server = server("tasks-no-redis", &["--task-store", &url]);
     assert!(
-        last.contains(&format!(
-            "cannot reach the task store at redis://***@127.0.0.1:{port}/0: "
+        server.log().contains(&format!(
+            "the task store does not answer: direct calls are served, requests about tasks fail until it does store=redis://***@127.0.0.1:{port}/0"
         )),
-        "{lines:?}"
+        "{}",
+        server.log()
     );
-    assert!(!lines.join("\n").contains("secret"), "{lines:?}");
-    let (lines, code) =
-        crate::support::startup_log(&["--plugins", plugins, "--task-store", "rediss://h:6380/0"]);
-    assert_eq!(code, Some(2), "{lines:?}");
-    assert!(
-        lines.join("\n").contains(
-            "invalid value 'rediss://h:6380/0' for '--task-store <URL>': --task-store rediss://h:6380/0: TLS to Redis (rediss://) is not supported; reach Redis on a private network"
+    let direct = execute(&server, None, &nap(1), false);
+    assert_eq!(
+        direct["result"]["structuredContent"],
+        json!({"result": {"ms": 1}}),
+        "{direct}"
+    );
+    assert_eq!(
+        execute(&server, None, &nap(1), true)["error"],
+        unavailable()
+    );
+    assert!(!server.log().contains("s3cret"), "{}", server.log());
+    let plugins = plugin_folder("tasks-no-redis", &[test_plugin("sleepy")]);
+    for (bad, reason) in [
+        (
+            "rediss://:s3/cret@h:6380/0",
+            "--task-store rediss://***@h:6380/0: TLS to Redis (rediss://) is not supported; reach Redis on a private network",
         ),
-        "{lines:?}"
+        (
+            "redis://:s3/cret@h:6380/zero",
+            "--task-store redis://***@h:6380/zero: not a Redis URL (InvalidClientConfig)",
+        ),
+    ] {
+        let (lines, code) = crate::support::startup_log(&[
+            "--plugins",
+            plugins.to_str().expect("utf-8"),
+            "--task-store",
+            bad,
+        ]);
+        assert_eq!(code, Some(1), "{lines:?}");
+        let text = lines.join("\n");
+        assert!(text.contains(reason), "{lines:?}");
+        assert!(!text.contains("s3/cret"), "{lines:?}");
+    }
+}
+
+/// Redis restarted with nothing stored while a task runs: the task's end
+/// writes it again whole.
+#[test]
+fn a_task_redis_lost_is_written_again_when_it_ends() {
+    let mut redis = RedisServer::start("emptied");
+    let server = server("tasks-emptied", &["--task-store", &redis.url()]);
+    let id = task_id(&execute(&server, None, &nap(1500), true));
+    redis.restart_empty();
+    let last = std::cell::RefCell::new(Value::Null);
+    wait_until(
+        "the task to be written again",
+        || {
+            *last.borrow_mut() = get(&server, None, &id);
+            last.borrow()["result"]["status"] == "completed"
+        },
+        || last.borrow().to_string(),
     );
+    assert_eq!(
+        last.borrow()["result"]["result"]["structuredContent"],
+        json!({"result": {"ms": 1500}})
+    );
+}
+
+/// The store's own rules in Redis: at most `max_tasks`, the oldest ended (or
+/// stale) first and never a working one; at most `max_stored_bytes` of
+/// results; a subject's tasks only.
+#[test]
+fn the_redis_store_keeps_its_limits() {
+    use codemode_host::tasks::{RedisTasks, TaskLimits, TaskRefused, TaskState};
+    use std::sync::Arc;
+    use std::time::Duration;
+    let redis = RedisServer::start("limits");
+    let limits = TaskLimits {
+        max_task_time: Duration::from_secs(60),
+        ttl: Duration::from_secs(600),
+        max_tasks: 3,
+        max_running: 10,
+        max_stored_bytes: 100,
+    };
+    let runtime = crate::support::runtime();
+    runtime.block_on(async {
+        let store = RedisTasks::connect(&redis.url(), limits)
+            .await
+            .expect("connect");
+        let ended = |id: String| {
+            let store = &store;
+            async move {
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+                loop {
+                    let view = store.get("ada", &id).await.expect("Redis answers");
+                    if view.as_ref().is_some_and(|v| v.state.is_terminal()) {
+                        return view;
+                    }
+                    assert!(tokio::time::Instant::now() < deadline, "{id} never ended");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        };
+        let a = store.create("ada").await.expect("a").id;
+        store.finish(&a, TaskState::Completed(Arc::from("x".repeat(60))));
+        ended(a.clone()).await;
+        // 120 bytes of results: the oldest ended goes.
+        let b = store.create("ada").await.expect("b").id;
+        store.finish(&b, TaskState::Completed(Arc::from("y".repeat(60))));
+        assert_eq!(
+            ended(b.clone()).await.map(|v| v.state),
+            Some(TaskState::Completed(Arc::from("y".repeat(60))))
+        );
+        assert_eq!(store.get("ada", &a).await, Ok(None));
+        assert_eq!(store.get("bob", &b).await, Ok(None));
+        // A stale working task (its replica gone) counts as ended.
+        redis.command(&[
+            "HSET",
+            "codemode:task:0123456789abcdef0123456789abcdef",
+            "subject",
+            "ada",
+            "status",
+            "working",
+            "created",
+            "1",
+            "updated",
+            "1",
+        ]);
+        redis.command(&[
+            "ZADD",
+            "codemode:tasks",
+            "1",
+            "0123456789abcdef0123456789abcdef",
+        ]);
+        assert_eq!(
+            store
+                .get("ada", "0123456789abcdef0123456789abcdef")
+                .await
+                .map(|v| v.map(|v| v.state)),
+            Ok(Some(TaskState::Lost))
+        );
+        // Three kept (the stale one, b, c): the next create drops the stale one
+        // (the oldest), then b; then all three work and a fourth is refused.
+        let c = store.create("ada").await.expect("c").id;
+        let d = store.create("ada").await.expect("d").id;
+        assert_eq!(
+            store.get("ada", "0123456789abcdef0123456789abcdef").await,
+            Ok(None)
+        );
+        let e = store.create("ada").await.expect("e").id;
+        assert_eq!(store.get("ada", &b).await, Ok(None));
+        assert_eq!(
+            store.create("ada").await.map(|v| v.id),
+            Err(TaskRefused::Full)
+        );
+        // Only its subject cancels it.
+        assert_eq!(store.cancel("bob", &c).await, Ok(false));
+        assert_eq!(store.cancel("ada", &c).await, Ok(true));
+        assert_eq!(
+            store.get("ada", &c).await.map(|v| v.map(|v| v.state)),
+            Ok(Some(TaskState::Cancelled))
+        );
+        // Its end comes later and changes nothing.
+        store.finish(&c, TaskState::Completed(Arc::from("1")));
+        for id in [&d, &e] {
+            assert_eq!(
+                store.get("ada", id).await.map(|v| v.map(|v| v.state)),
+                Ok(Some(TaskState::Working))
+            );
+        }
+        assert_eq!(store.cancel_all().await, 2);
+        assert_eq!(
+            store.get("ada", &d).await.map(|v| v.map(|v| v.state)),
+            Ok(Some(TaskState::Cancelled))
+        );
+    });
 }

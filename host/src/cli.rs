@@ -263,12 +263,13 @@ pub struct Cli {
     /// Without it tasks live in this server's memory. With it, any replica
     /// behind a load balancer answers status, result and cancel for a task
     /// another runs (a cancel reaches the running replica through Redis
-    /// pub/sub); each task still runs on the replica that created it. The
-    /// server does not start when Redis does not answer; while Redis is away,
-    /// requests about tasks fail with "Task store unavailable" and finished
+    /// pub/sub); each task still runs on the replica that created it. While
+    /// Redis does not answer (at start too), direct calls are served and
+    /// requests about tasks fail with "Task store unavailable"; finished
     /// results are written when it is back (within --task-ttl). TLS (rediss://)
-    /// is not supported.
-    #[arg(long, value_name = "URL", value_parser = task_store)]
+    /// is not supported. Pass it as CODEMODE_TASK_STORE to keep the password
+    /// off the command line.
+    #[arg(long, value_name = "URL")]
     pub task_store: Option<String>,
 
     /// Nesting depth of any value crossing the sandbox [default: 32]
@@ -420,13 +421,6 @@ fn total_memory(text: &str) -> Result<usize, String> {
 
 /// An OTLP receiver's base URL: `http` or `https`, a host, no query (the traces
 /// path is added after it).
-/// A `--task-store` URL: `redis://` that the Redis client accepts.
-fn task_store(value: &str) -> Result<String, String> {
-    codemode_host::tasks::check_redis_url(value)
-        .map(|_| value.to_owned())
-        .map_err(|error| error.to_string())
-}
-
 fn otlp_endpoint(value: &str) -> Result<String, String> {
     let uri: http::Uri = value
         .parse()
@@ -769,6 +763,7 @@ impl Cli {
                 .max_tasks
                 .and_then(|n| usize::try_from(n).ok())
                 .unwrap_or(d.max_tasks),
+            max_stored_bytes: d.max_stored_bytes,
         }
     }
 

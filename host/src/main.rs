@@ -319,18 +319,14 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
     served
 }
 
-/// Where tasks are kept: in memory, or in the Redis of `--task-store` (the
-/// server does not start when it does not answer).
+/// Where tasks are kept: in memory, or in the Redis of `--task-store` (a URL
+/// it cannot use stops the start; a Redis that does not answer does not).
 async fn task_store(cli: &Cli) -> anyhow::Result<Arc<TaskStore>> {
     let limits = cli.task_limits();
     let Some(url) = &cli.task_store else {
         return Ok(Arc::new(TaskStore::Memory(TaskBoard::new(limits))));
     };
     let redis = RedisTasks::connect(url, limits).await?;
-    tracing::info!(
-        store = %codemode_host::tasks::redacted(url),
-        "tasks are kept in Redis, shared with the other replicas"
-    );
     Ok(Arc::new(TaskStore::Redis(redis)))
 }
 

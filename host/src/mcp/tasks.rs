@@ -25,6 +25,10 @@ pub(super) const TASK_NOT_FOUND: &str = "Failed to retrieve task: Task not found
 /// when the task store (Redis) does not answer; the reason is in the log.
 pub(super) const TASK_STORE_UNAVAILABLE: &str = "Task store unavailable: try again later";
 
+/// What a task says whose server stopped before it ended (with Redis: still
+/// working well past its time budget).
+pub(super) const TASK_LOST: &str = "the server running this task stopped before it ended";
+
 /// What a task that ended without a result says (its execution panicked, or
 /// its result could not be encoded: never expected).
 pub(super) const TASK_INTERNAL_FAILURE: &str = "internal failure";
@@ -46,7 +50,7 @@ pub(super) fn handle(view: &TaskView) -> Task {
     let status = match view.state {
         TaskState::Working => TaskStatus::Working,
         TaskState::Completed(_) => TaskStatus::Completed,
-        TaskState::Failed(_) => TaskStatus::Failed,
+        TaskState::Failed(_) | TaskState::Lost => TaskStatus::Failed,
         TaskState::Cancelled => TaskStatus::Cancelled,
     };
     Task::new(
@@ -74,6 +78,9 @@ pub(super) fn detailed(view: &TaskView) -> GetTaskResult {
             error: object(text).unwrap_or_else(internal_failure),
         },
         TaskState::Cancelled => TaskPayload::Cancelled,
+        TaskState::Lost => TaskPayload::Failed {
+            error: error_object(TASK_LOST),
+        },
     };
     GetTaskResult::new(DetailedTask::new(handle(view), payload))
 }
@@ -104,7 +111,12 @@ pub(super) fn failed() -> TaskState {
 
 /// The JSON-RPC error of a task that ended without a result.
 fn internal_failure() -> serde_json::Map<String, Value> {
-    match json!({"code": -32603, "message": TASK_INTERNAL_FAILURE}) {
+    error_object(TASK_INTERNAL_FAILURE)
+}
+
+/// A JSON-RPC internal error (-32603) saying `message`.
+fn error_object(message: &str) -> serde_json::Map<String, Value> {
+    match json!({"code": -32603, "message": message}) {
         Value::Object(error) => error,
         _ => serde_json::Map::new(),
     }

@@ -3,14 +3,14 @@
 //! It keeps each task's state under its ID, for the subject that started it
 //! only. A finished task is kept `--task-ttl`; the board holds at most
 //! `--max-tasks` (the oldest ended ones dropped first, a running one never for
-//! another) and [`MAX_STORED_BYTES`] of results, and runs at most
+//! another) and [`TaskLimits::max_stored_bytes`] of results, and runs at most
 //! [`TaskLimits::max_running`] tasks at once.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime};
 
-use super::{MAX_STORED_BYTES, TaskLimits, TaskRefused, TaskState, TaskView, new_id};
+use super::{TaskLimits, TaskRefused, TaskState, TaskView, new_id};
 
 /// One task on the board.
 struct Entry {
@@ -168,7 +168,7 @@ impl TaskBoard {
     }
 
     /// Ends task `id` with `state`, unless it ended already (a cancelled task
-    /// stays cancelled) or is gone. Past [`MAX_STORED_BYTES`] of results, the
+    /// stays cancelled) or is gone. Past [`TaskLimits::max_stored_bytes`] of results, the
     /// oldest ended tasks go.
     pub fn finish(&self, id: &str, state: TaskState) {
         let mut dropped = Vec::new();
@@ -187,7 +187,7 @@ impl TaskBoard {
             entry.abort = None;
             board.running -= 1;
             board.stored += bytes;
-            while board.stored > MAX_STORED_BYTES {
+            while board.stored > self.limits.max_stored_bytes {
                 let Some(oldest) = board.oldest_ended() else {
                     break;
                 };
@@ -290,6 +290,7 @@ impl TaskBoard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tasks::MAX_STORED_BYTES;
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -299,6 +300,7 @@ mod tests {
             ttl,
             max_tasks,
             max_running,
+            max_stored_bytes: MAX_STORED_BYTES,
         })
     }
 

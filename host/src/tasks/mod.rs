@@ -20,7 +20,9 @@ mod memory;
 mod redis;
 
 pub use memory::TaskBoard;
-pub use redis::{CANCEL_CHANNEL, ConnectError, RedisTasks, check_url as check_redis_url, redacted};
+pub use redis::{
+    CANCEL_CHANNEL, ConnectError, RedisTasks, STALE_AFTER, check_url as check_redis_url, redacted,
+};
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -55,6 +57,9 @@ pub struct TaskLimits {
     /// How many tasks may run at once: half of `--max-concurrent-executions`
     /// (at least one), so that a flood of tasks leaves direct calls the rest.
     pub max_running: usize,
+    /// Most bytes of results kept together ([`MAX_STORED_BYTES`]); past it
+    /// the oldest ended tasks go first.
+    pub max_stored_bytes: usize,
 }
 
 impl Default for TaskLimits {
@@ -64,6 +69,7 @@ impl Default for TaskLimits {
             ttl: DEFAULT_TASK_TTL,
             max_tasks: DEFAULT_MAX_TASKS,
             max_running: 4,
+            max_stored_bytes: MAX_STORED_BYTES,
         }
     }
 }
@@ -80,6 +86,9 @@ pub enum TaskState {
     Failed(Arc<str>),
     /// It was cancelled before it ended.
     Cancelled,
+    /// It never ended: the server running it stopped (Redis only: a task
+    /// still working well past its time budget).
+    Lost,
 }
 
 impl TaskState {
@@ -92,7 +101,7 @@ impl TaskState {
     fn bytes(&self) -> usize {
         match self {
             TaskState::Completed(text) | TaskState::Failed(text) => text.len(),
-            TaskState::Working | TaskState::Cancelled => 0,
+            TaskState::Working | TaskState::Cancelled | TaskState::Lost => 0,
         }
     }
 }

@@ -6,28 +6,39 @@
 //! error as JSON text, and times in milliseconds since the epoch) that expires
 //! on its own: `--max-task-time` plus `--task-ttl` after it was created while it
 //! runs, `--task-ttl` after it ended. The sorted set `codemode:tasks` holds the
-//! IDs by creation time, for keeping at most `--max-tasks` (the oldest ended
-//! ones dropped first). Every step that reads and then writes (create, finish,
-//! cancel) is one Lua script, so that two replicas never interleave inside one.
+//! IDs by creation time, for keeping at most `--max-tasks` and
+//! [`super::MAX_STORED_BYTES`] of results (the oldest ended tasks dropped first; the
+//! sizes are kept in `codemode:tasks:sizes` and their sum in
+//! `codemode:tasks:bytes`). Every step that reads and then writes (create,
+//! finish, cancel) is one Lua script, so that two replicas never interleave
+//! inside one; the scripts walk the set a hundred IDs at a time.
 //!
 //! A task runs on the replica that created it, which alone can stop its
 //! execution. A cancel on any replica marks the task cancelled and publishes its
 //! ID on `codemode:tasks:cancel`; the running replica, subscribed, stops the
 //! execution. A message missed while the subscription was down is made up for
 //! when it is back, and every few seconds the running replica also reads the
-//! status of its tasks, so that no cancel is lost for good.
+//! status of its tasks, so that no cancel is lost for good. A task still
+//! working [`STALE_AFTER`] past its time budget lost its replica (killed, or
+//! unable to write its end): it reads as [`TaskState::Lost`] and can be dropped.
 //!
-//! When Redis does not answer, requests about tasks fail at once with
-//! [`Unavailable`] (the reason is logged); a result that could not be written
-//! is retried in the background for up to `--task-ttl`, so that a short outage
-//! loses none.
+//! When Redis does not answer, requests about tasks fail within a few seconds
+//! with [`Unavailable`] (the reason is logged); a result that could not be
+//! written is retried in the background for up to `--task-ttl`, so that a short
+//! outage loses none, and a task Redis lost (restarted empty) is written again
+//! whole. The server starts whether or not Redis answers: direct calls never
+//! need it. A connection whose peer vanished without a word is given up after
+//! [`USER_TIMEOUT`] of unanswered data.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
+use redis::IntoConnectionInfo;
 use redis::aio::ConnectionManager;
+use tokio_util::task::TaskTracker;
 
 use super::{TaskLimits, TaskRefused, TaskState, TaskView, Unavailable, new_id};
 
@@ -35,6 +46,10 @@ use super::{TaskLimits, TaskRefused, TaskState, TaskView, Unavailable, new_id};
 const TASK_KEY: &str = "codemode:task:";
 /// The sorted set of task IDs by creation time.
 const ORDER_KEY: &str = "codemode:tasks";
+/// The hash of each ended task's result size, by ID.
+const SIZES_KEY: &str = "codemode:tasks:sizes";
+/// The sum of the sizes.
+const BYTES_KEY: &str = "codemode:tasks:bytes";
 /// The pub/sub channel on which cancelled tasks' IDs are published.
 pub const CANCEL_CHANNEL: &str = "codemode:tasks:cancel";
 
@@ -42,45 +57,85 @@ pub const CANCEL_CHANNEL: &str = "codemode:tasks:cancel";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long one request to Redis may take before it counts as unavailable.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long data sent on a connection may go unacknowledged before the
+/// connection is dropped (TCP_USER_TIMEOUT): a Redis that vanished without a
+/// reset is then reconnected to instead of timing out every request.
+const USER_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often a replica reads the status of the tasks it runs (a cancel whose
 /// message it missed stops them within this).
 const RECONCILE_EVERY: Duration = Duration::from_secs(5);
 /// The longest wait between two tries to write a result or to subscribe.
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(5);
+/// How long past its time budget a task still working is taken for lost.
+pub const STALE_AFTER: Duration = Duration::from_secs(30);
+/// How long a stopping server waits for the results it is still writing.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The functions the scripts share. `ended` tells a task's state from its
+/// hash (`gone`, `ended`, or `working`; a working one older than the stale
+/// limit counts as ended); `forget` drops a task and its size; `make_room`
+/// drops the oldest ended (or gone) tasks, a hundred IDs read at a time, until
+/// `fits()` holds or none is left, never `keep`.
+const PRELUDE: &str = r"
+local function ended(key, now, stale)
+  local f = redis.call('HMGET', key, 'status', 'created')
+  if not f[1] then return 'gone' end
+  if f[1] ~= 'working' then return 'ended' end
+  if (tonumber(f[2]) or 0) + stale < now then return 'ended' end
+  return 'working'
+end
+local function forget(order, sizes, bytes, prefix, id)
+  redis.call('DEL', prefix .. id)
+  redis.call('ZREM', order, id)
+  local size = redis.call('HGET', sizes, id)
+  if size then
+    redis.call('HDEL', sizes, id)
+    redis.call('DECRBY', bytes, size)
+  end
+end
+local function make_room(order, sizes, bytes, prefix, now, stale, fits, keep)
+  local start = 0
+  while not fits() do
+    local ids = redis.call('ZRANGE', order, start, start + 99)
+    if #ids == 0 then return false end
+    local kept = 0
+    for _, id in ipairs(ids) do
+      if fits() then return true end
+      if id ~= keep and ended(prefix .. id, now, stale) ~= 'working' then
+        forget(order, sizes, bytes, prefix, id)
+      else
+        kept = kept + 1
+      end
+    end
+    start = start + kept
+  end
+  return true
+end
+";
 
 /// Creates a working task, unless `--max-tasks` are kept and none of them has
-/// ended (the oldest ended ones go first; an ID whose hash expired is dropped
-/// from the order). KEYS: order, task. ARGV: ID, subject, now, max tasks,
-/// expiry in ms, task key prefix. Returns 1 when created, 0 when full.
+/// ended. KEYS: order, sizes, bytes, task. ARGV: ID, subject, now, max tasks,
+/// expiry in ms, task key prefix, stale limit in ms. Returns 1 when created, 0
+/// when full.
 const CREATE: &str = r"
-local count = redis.call('ZCARD', KEYS[1])
 local max = tonumber(ARGV[4])
-if count >= max then
-  for _, old in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-    if count < max then break end
-    local status = redis.call('HGET', ARGV[6] .. old, 'status')
-    if not status then
-      redis.call('ZREM', KEYS[1], old)
-      count = count - 1
-    elseif status ~= 'working' then
-      redis.call('DEL', ARGV[6] .. old)
-      redis.call('ZREM', KEYS[1], old)
-      count = count - 1
-    end
-  end
-  if count >= max then return 0 end
+local fits = function() return redis.call('ZCARD', KEYS[1]) < max end
+if not make_room(KEYS[1], KEYS[2], KEYS[3], ARGV[6], tonumber(ARGV[3]), tonumber(ARGV[7]), fits, '') then
+  return 0
 end
-redis.call('HSET', KEYS[2], 'subject', ARGV[2], 'status', 'working', 'created', ARGV[3], 'updated', ARGV[3])
-redis.call('PEXPIRE', KEYS[2], ARGV[5])
+redis.call('HSET', KEYS[4], 'subject', ARGV[2], 'status', 'working', 'created', ARGV[3], 'updated', ARGV[3])
+redis.call('PEXPIRE', KEYS[4], ARGV[5])
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
 return 1
 ";
 
-/// Ends a working task with a status and its JSON text, and keeps it for the
-/// TTL. A task that is gone (Redis lost it, or restarted empty) is written
-/// again whole, so that its result is not lost; a cancelled one stays
-/// cancelled. KEYS: task, order. ARGV: status, payload, now, TTL in ms, subject,
-/// created, ID. Returns 1 when written, 0 when it had ended.
+/// Ends a working task with a status and its JSON text, keeps it for the TTL
+/// and counts its size, dropping the oldest ended tasks past the byte budget.
+/// A task that is gone (Redis lost it, or restarted empty) is written again
+/// whole, so that its result is not lost; a cancelled one stays cancelled.
+/// KEYS: task, order, sizes, bytes. ARGV: status, payload, now, TTL in ms,
+/// subject, created, ID, task key prefix, stale limit in ms, byte budget.
+/// Returns 1 when written, 0 when it had ended.
 const FINISH: &str = r"
 local status = redis.call('HGET', KEYS[1], 'status')
 if status and status ~= 'working' then return 0 end
@@ -90,21 +145,29 @@ if not status then
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'payload', ARGV[2], 'updated', ARGV[3], 'ended', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
+local size = string.len(ARGV[2])
+local old = redis.call('HGET', KEYS[3], ARGV[7])
+if old then redis.call('DECRBY', KEYS[4], old) end
+redis.call('HSET', KEYS[3], ARGV[7], size)
+redis.call('INCRBY', KEYS[4], size)
+local max = tonumber(ARGV[10])
+local fits = function() return (tonumber(redis.call('GET', KEYS[4])) or 0) <= max end
+make_room(KEYS[2], KEYS[3], KEYS[4], ARGV[8], tonumber(ARGV[3]), tonumber(ARGV[9]), fits, ARGV[7])
 return 1
 ";
 
-/// Cancels a task of a subject (any subject when ARGV[1] is empty): a working
+/// Cancels a task of a subject (of any subject when ARGV[2] is `1`): a working
 /// one is marked cancelled, kept for the TTL and its ID published for the
-/// replica that runs it. KEYS: task. ARGV: subject, now, TTL in ms, channel, ID.
-/// Returns 1 when the subject's task exists (cancelled now or ended before), 0
-/// when not found.
+/// replica that runs it. KEYS: task. ARGV: subject, any subject, now, TTL in
+/// ms, channel, ID. Returns 1 when the task exists (cancelled now or ended
+/// before), 0 when not found.
 const CANCEL: &str = r"
 local found = redis.call('HMGET', KEYS[1], 'subject', 'status')
-if not found[1] or (ARGV[1] ~= '' and found[1] ~= ARGV[1]) then return 0 end
+if not found[1] or (ARGV[2] ~= '1' and found[1] ~= ARGV[1]) then return 0 end
 if found[2] == 'working' then
-  redis.call('HSET', KEYS[1], 'status', 'cancelled', 'updated', ARGV[2], 'ended', ARGV[2])
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  redis.call('PUBLISH', ARGV[4], ARGV[5])
+  redis.call('HSET', KEYS[1], 'status', 'cancelled', 'updated', ARGV[3], 'ended', ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  redis.call('PUBLISH', ARGV[5], ARGV[6])
 end
 return 1
 ";
@@ -118,8 +181,8 @@ struct Scripts {
 
 fn scripts() -> &'static Scripts {
     static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scripts {
-        create: redis::Script::new(CREATE),
-        finish: redis::Script::new(FINISH),
+        create: redis::Script::new(&format!("{PRELUDE}{CREATE}")),
+        finish: redis::Script::new(&format!("{PRELUDE}{FINISH}")),
         cancel: redis::Script::new(CANCEL),
     });
     &SCRIPTS
@@ -135,14 +198,6 @@ pub enum ConnectError {
         /// The URL, without its password.
         url: String,
         /// What is wrong with it.
-        reason: String,
-    },
-    /// Redis did not answer.
-    #[error("cannot reach the task store at {url}: {reason}")]
-    Unreachable {
-        /// The URL, without its password.
-        url: String,
-        /// Redis's error, or the timeout.
         reason: String,
     },
 }
@@ -164,8 +219,9 @@ pub struct RedisTasks {
     limits: TaskLimits,
     connection: ConnectionManager,
     local: Local,
-    /// Where results are written in the background.
+    /// Where results are written in the background, and waited for at the end.
     runtime: tokio::runtime::Handle,
+    writes: TaskTracker,
     /// The subscriber to cancels (ended when the store is dropped).
     subscriber: tokio::task::AbortHandle,
 }
@@ -184,24 +240,25 @@ impl Drop for RedisTasks {
     }
 }
 
-/// `url` without its password, to be shown and logged.
+/// `url` without its password (whatever is between `://` and the last `@`),
+/// to be shown and logged.
 pub fn redacted(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
+    match rest.rfind('@') {
         Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
         None => url.to_owned(),
     }
 }
 
-/// Checks that `url` names a Redis the store can use: `redis://` (TLS and Unix
-/// sockets are not supported).
+/// Checks that `url` names a Redis the store can use (`redis://`; TLS and Unix
+/// sockets are not supported) and makes its client, whose connections give up
+/// after [`USER_TIMEOUT`] of unacknowledged data.
 ///
 /// # Errors
 ///
-/// [`ConnectError::Url`] naming what is wrong.
+/// [`ConnectError::Url`] naming what is wrong (never the password).
 pub fn check_url(url: &str) -> Result<redis::Client, ConnectError> {
     let bad = |reason: String| ConnectError::Url {
         url: redacted(url),
@@ -219,7 +276,13 @@ pub fn check_url(url: &str) -> Result<redis::Client, ConnectError> {
             return Err(bad("expected redis://HOST:PORT/N".to_owned()));
         }
     }
-    redis::Client::open(url).map_err(|error| bad(error.to_string()))
+    // The client's errors may quote the URL: only their kind is told.
+    let info = url
+        .into_connection_info()
+        .map_err(|error| bad(format!("not a Redis URL ({:?})", error.kind())))?;
+    let tcp = redis::io::tcp::TcpSettings::default().set_user_timeout(USER_TIMEOUT);
+    redis::Client::open(info.set_tcp_settings(tcp))
+        .map_err(|error| bad(format!("not a Redis URL ({:?})", error.kind())))
 }
 
 /// Milliseconds since the epoch, now.
@@ -242,51 +305,95 @@ fn time_of(ms: u64) -> SystemTime {
 }
 
 /// Runs one request to Redis; a timeout or an error is [`Unavailable`], with
-/// the reason logged once here.
-async fn ask<T>(
-    what: &'static str,
-    request: impl Future<Output = redis::RedisResult<T>>,
-) -> Result<T, Unavailable> {
-    match tokio::time::timeout(RESPONSE_TIMEOUT + Duration::from_secs(1), request).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(error)) => {
-            tracing::warn!(reason = %error, "task store unavailable: cannot {what}");
-            Err(Unavailable)
-        }
-        Err(_) => {
-            tracing::warn!(
-                reason = "no answer in time",
-                "task store unavailable: cannot {what}"
-            );
-            Err(Unavailable)
+/// the reason logged here. A connection found broken is tried once more: the
+/// first request after an outage gets the old connection's error while the
+/// new one is made.
+async fn ask<T, F, R>(what: &'static str, mut request: F) -> Result<T, Unavailable>
+where
+    F: FnMut() -> R,
+    R: Future<Output = redis::RedisResult<T>>,
+{
+    let limit = RESPONSE_TIMEOUT + Duration::from_secs(1);
+    let mut retried = false;
+    loop {
+        let reason = match tokio::time::timeout(limit, request()).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(error))
+                if !retried && (error.is_io_error() || error.is_connection_dropped()) =>
+            {
+                retried = true;
+                continue;
+            }
+            Ok(Err(error)) => error.to_string(),
+            Err(_) => "no answer in time".to_owned(),
+        };
+        tracing::warn!(reason = %reason, "task store unavailable: cannot {what}");
+        return Err(Unavailable);
+    }
+}
+
+/// The limit past which a working task is taken for lost, in milliseconds.
+fn stale_ms(limits: TaskLimits) -> u64 {
+    millis(limits.max_task_time + STALE_AFTER)
+}
+
+/// Gives a task's slot back unless [`Slot::keep`] was called: a `create`
+/// whose future is dropped while Redis answers leaves no slot taken.
+struct Slot<'a> {
+    local: &'a Local,
+    id: &'a str,
+    kept: bool,
+}
+
+impl Slot<'_> {
+    fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            lock(self.local).remove(self.id);
         }
     }
 }
 
 impl RedisTasks {
-    /// Connects to Redis at `url` and subscribes to cancels.
+    /// The store in the Redis at `url`, subscribed to cancels. It connects now
+    /// when it can; when Redis does not answer, the server serves anyway (a WARN
+    /// says so) and requests about tasks fail until it does.
     ///
     /// # Errors
     ///
-    /// [`ConnectError`] when the URL is not a `redis://` one or Redis does not
-    /// answer within a few seconds.
+    /// [`ConnectError`] when the URL is not a `redis://` one.
     pub async fn connect(url: &str, limits: TaskLimits) -> Result<Self, ConnectError> {
         let client = check_url(url)?;
-        let unreachable = |reason: String| ConnectError::Unreachable {
-            url: redacted(url),
-            reason,
-        };
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(Some(RESPONSE_TIMEOUT))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_secs(1));
-        let connecting = client.get_connection_manager_with_config(config);
-        let connection = match tokio::time::timeout(CONNECT_TIMEOUT * 2, connecting).await {
-            Ok(Ok(connection)) => connection,
-            Ok(Err(error)) => return Err(unreachable(error.to_string())),
-            Err(_) => return Err(unreachable("no answer in time".to_owned())),
-        };
+        let connection =
+            ConnectionManager::new_lazy_with_config(client.clone(), config).map_err(|error| {
+                ConnectError::Url {
+                    url: redacted(url),
+                    reason: format!("{:?}", error.kind()),
+                }
+            })?;
+        let pinged = ask("reach it", || {
+            let mut probe = connection.clone();
+            async move { redis::cmd("PING").query_async::<String>(&mut probe).await }
+        })
+        .await;
+        match pinged {
+            Ok(_) => {
+                tracing::info!(store = %redacted(url), "tasks are kept in Redis, shared with the other replicas")
+            }
+            Err(Unavailable) => {
+                tracing::warn!(store = %redacted(url), "the task store does not answer: direct calls are served, requests about tasks fail until it does")
+            }
+        }
         let local = Local::default();
         let subscriber = tokio::spawn(subscribe(client, connection.clone(), local.clone()));
         Ok(Self {
@@ -294,6 +401,7 @@ impl RedisTasks {
             connection,
             local,
             runtime: tokio::runtime::Handle::current(),
+            writes: TaskTracker::new(),
             subscriber: subscriber.abort_handle(),
         })
     }
@@ -329,34 +437,47 @@ impl RedisTasks {
                 },
             );
         }
-        let mut script = scripts().create.prepare_invoke();
-        script
-            .key(ORDER_KEY)
-            .key(format!("{TASK_KEY}{id}"))
-            .arg(&id)
-            .arg(subject)
-            .arg(now)
-            .arg(self.limits.max_tasks.max(1))
-            .arg(millis(self.limits.max_task_time + self.limits.ttl))
-            .arg(TASK_KEY);
-        let mut connection = self.connection.clone();
-        let created = ask("create a task", script.invoke_async::<i64>(&mut connection)).await;
+        let slot = Slot {
+            local: &self.local,
+            id: &id,
+            kept: false,
+        };
+        let task_key = format!("{TASK_KEY}{id}");
+        let expiry = millis(self.limits.max_task_time + self.limits.ttl);
+        let stale = stale_ms(self.limits);
+        let max_tasks = self.limits.max_tasks.max(1);
+        let connection = &self.connection;
+        let created = ask("create a task", || {
+            let mut script = scripts().create.prepare_invoke();
+            script
+                .key(ORDER_KEY)
+                .key(SIZES_KEY)
+                .key(BYTES_KEY)
+                .key(&task_key)
+                .arg(&id)
+                .arg(subject)
+                .arg(now)
+                .arg(max_tasks)
+                .arg(expiry)
+                .arg(TASK_KEY)
+                .arg(stale);
+            let mut connection = connection.clone();
+            async move { script.invoke_async::<i64>(&mut connection).await }
+        })
+        .await;
         match created {
-            Ok(1) => Ok(TaskView {
-                id,
-                state: TaskState::Working,
-                created: time_of(now),
-                updated: time_of(now),
-                ttl: self.limits.max_task_time + self.limits.ttl,
-            }),
-            Ok(_) => {
-                self.running().remove(&id);
-                Err(TaskRefused::Full)
+            Ok(1) => {
+                slot.keep();
+                Ok(TaskView {
+                    id: id.clone(),
+                    state: TaskState::Working,
+                    created: time_of(now),
+                    updated: time_of(now),
+                    ttl: self.limits.max_task_time + self.limits.ttl,
+                })
             }
-            Err(Unavailable) => {
-                self.running().remove(&id);
-                Err(TaskRefused::Unavailable)
-            }
+            Ok(_) => Err(TaskRefused::Full),
+            Err(Unavailable) => Err(TaskRefused::Unavailable),
         }
     }
 
@@ -371,14 +492,18 @@ impl RedisTasks {
 
     /// Task `id` of `subject`, as Redis holds it.
     pub async fn get(&self, subject: &str, id: &str) -> Result<Option<TaskView>, Unavailable> {
-        let mut connection = self.connection.clone();
-        let mut request = redis::cmd("HMGET");
-        request.arg(format!("{TASK_KEY}{id}")).arg(&[
-            "subject", "status", "payload", "created", "updated", "ended",
-        ]);
-        let fields: Vec<Option<String>> =
-            ask("read a task", request.query_async(&mut connection)).await?;
-        Ok(view(self.limits, id, subject, fields))
+        let key = format!("{TASK_KEY}{id}");
+        let connection = &self.connection;
+        let fields: Vec<Option<String>> = ask("read a task", || {
+            let mut request = redis::cmd("HMGET");
+            request.arg(&key).arg(&[
+                "subject", "status", "payload", "created", "updated", "ended",
+            ]);
+            let mut connection = connection.clone();
+            async move { request.query_async(&mut connection).await }
+        })
+        .await?;
+        Ok(view(self.limits, now_ms(), id, subject, fields))
     }
 
     /// Ends task `id`, which runs here, with `state`; the result is written in
@@ -392,7 +517,7 @@ impl RedisTasks {
         let (status, payload) = match state {
             TaskState::Completed(text) => ("completed", text),
             TaskState::Failed(text) => ("failed", text),
-            TaskState::Cancelled => ("cancelled", Arc::from("")),
+            TaskState::Cancelled | TaskState::Lost => ("cancelled", Arc::from("")),
             TaskState::Working => return,
         };
         let write = Finish {
@@ -401,14 +526,18 @@ impl RedisTasks {
             payload,
             subject: running.subject,
             created_ms: running.created_ms,
-            ttl: self.limits.ttl,
+            limits: self.limits,
         };
-        self.runtime.spawn(write.run(self.connection.clone()));
+        // Runs on its own; `cancel_all` waits for it through the tracker.
+        drop(
+            self.writes
+                .spawn_on(write.run(self.connection.clone()), &self.runtime),
+        );
     }
 
     /// Cancels task `id` of `subject`, wherever it runs.
     pub async fn cancel(&self, subject: &str, id: &str) -> Result<bool, Unavailable> {
-        let found = self.cancel_in_redis(subject, id).await?;
+        let found = self.cancel_in_redis(Some(subject), id).await?;
         if found {
             // Running here: stopped now rather than when the message comes back.
             let _ = stop(&self.local, id);
@@ -416,22 +545,32 @@ impl RedisTasks {
         Ok(found)
     }
 
-    async fn cancel_in_redis(&self, subject: &str, id: &str) -> Result<bool, Unavailable> {
-        let mut script = scripts().cancel.prepare_invoke();
-        script
-            .key(format!("{TASK_KEY}{id}"))
-            .arg(subject)
-            .arg(now_ms())
-            .arg(millis(self.limits.ttl))
-            .arg(CANCEL_CHANNEL)
-            .arg(id);
-        let mut connection = self.connection.clone();
-        let found = ask("cancel a task", script.invoke_async::<i64>(&mut connection)).await?;
+    /// Cancels task `id` in Redis, of `subject` only when one is given.
+    async fn cancel_in_redis(&self, subject: Option<&str>, id: &str) -> Result<bool, Unavailable> {
+        let key = format!("{TASK_KEY}{id}");
+        let now = now_ms();
+        let ttl = millis(self.limits.ttl);
+        let connection = &self.connection;
+        let found = ask("cancel a task", || {
+            let mut script = scripts().cancel.prepare_invoke();
+            script
+                .key(&key)
+                .arg(subject.unwrap_or(""))
+                .arg(if subject.is_some() { "0" } else { "1" })
+                .arg(now)
+                .arg(ttl)
+                .arg(CANCEL_CHANNEL)
+                .arg(id);
+            let mut connection = connection.clone();
+            async move { script.invoke_async::<i64>(&mut connection).await }
+        })
+        .await?;
         Ok(found == 1)
     }
 
-    /// Stops every task running here (the server is ending) and marks them
-    /// cancelled in Redis, waiting a few seconds at most.
+    /// Stops every task running here (the server is ending), marks them
+    /// cancelled in Redis, and waits for the results still being written, a
+    /// few seconds at most.
     pub async fn cancel_all(&self) -> usize {
         let stopped: Vec<String> = {
             let mut running = self.running();
@@ -446,19 +585,31 @@ impl RedisTasks {
                 .collect()
         };
         for id in &stopped {
-            // An empty subject: whoever's it is.
-            if self.cancel_in_redis("", id).await.is_err() {
+            // Redis away: the rest read as lost once stale.
+            if self.cancel_in_redis(None, id).await.is_err() {
                 break;
             }
+        }
+        self.writes.close();
+        if tokio::time::timeout(FLUSH_TIMEOUT, self.writes.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                results = self.writes.len(),
+                "task results not written before the server ended: the task store did not answer"
+            );
         }
         stopped.len()
     }
 }
 
-/// The view of a task from its hash's fields (in [`RedisTasks::get`]'s order);
-/// `None` when it is not `subject`'s or not a task this store wrote.
+/// The view of a task from its hash's fields (in [`RedisTasks::get`]'s order)
+/// at `now`; `None` when it is not `subject`'s or not a task this store wrote.
+/// A task working past its budget and [`STALE_AFTER`] reads as lost.
 fn view(
     limits: TaskLimits,
+    now: u64,
     id: &str,
     subject: &str,
     fields: Vec<Option<String>>,
@@ -475,6 +626,7 @@ fn view(
     let updated = number(updated).unwrap_or(created);
     let payload = || Arc::<str>::from(payload.clone().unwrap_or_default());
     let state = match status.as_str() {
+        "working" if now > created.saturating_add(stale_ms(limits)) => TaskState::Lost,
         "working" => TaskState::Working,
         "completed" => TaskState::Completed(payload()),
         "failed" => TaskState::Failed(payload()),
@@ -512,13 +664,6 @@ fn stop(local: &Local, id: &str) -> bool {
     true
 }
 
-/// Stops task `id`, cancelled on some replica, if it runs here, and says so.
-fn stop_cancelled(local: &Local, id: &str) {
-    if stop(local, id) {
-        tracing::info!(task = %id, "task cancelled through the task store: its execution stopped");
-    }
-}
-
 /// A result to write.
 struct Finish {
     id: String,
@@ -526,29 +671,34 @@ struct Finish {
     payload: Arc<str>,
     subject: String,
     created_ms: u64,
-    ttl: Duration,
+    limits: TaskLimits,
 }
 
 impl Finish {
     /// Writes it, retrying while Redis is unavailable for up to the TTL (after
     /// which it would have expired anyway).
-    async fn run(self, mut connection: ConnectionManager) {
+    async fn run(self, connection: ConnectionManager) {
         let started = tokio::time::Instant::now();
         let mut delay = Duration::from_millis(100);
         let mut failures = 0u32;
         loop {
-            let now = now_ms();
             let mut script = scripts().finish.prepare_invoke();
             script
                 .key(format!("{TASK_KEY}{}", self.id))
                 .key(ORDER_KEY)
+                .key(SIZES_KEY)
+                .key(BYTES_KEY)
                 .arg(self.status)
                 .arg(self.payload.as_ref())
-                .arg(now)
-                .arg(millis(self.ttl))
+                .arg(now_ms())
+                .arg(millis(self.limits.ttl))
                 .arg(&self.subject)
                 .arg(self.created_ms)
-                .arg(&self.id);
+                .arg(&self.id)
+                .arg(TASK_KEY)
+                .arg(stale_ms(self.limits))
+                .arg(self.limits.max_stored_bytes);
+            let mut connection = connection.clone();
             let written = tokio::time::timeout(
                 RESPONSE_TIMEOUT + Duration::from_secs(1),
                 script.invoke_async::<i64>(&mut connection),
@@ -565,7 +715,7 @@ impl Finish {
                 Err(_) => "no answer in time".to_owned(),
             };
             failures += 1;
-            if started.elapsed() + delay >= self.ttl {
+            if started.elapsed() + delay >= self.limits.ttl {
                 tracing::error!(task = %self.id, reason, "task result lost: the task store was unavailable for --task-ttl");
                 return;
             }
@@ -579,67 +729,66 @@ impl Finish {
 }
 
 /// Listens for cancels on [`CANCEL_CHANNEL`] for as long as the store lives,
-/// resubscribing after a lost connection; on every (re)subscription and every
-/// [`RECONCILE_EVERY`] the status of the tasks running here is read, so that a
-/// cancel whose message was missed still stops its task.
+/// resubscribing (after a growing pause) whenever the subscription ends; on
+/// every subscription and every [`RECONCILE_EVERY`] the status of the tasks
+/// running here is read, so that a cancel whose message was missed still stops
+/// its task.
 async fn subscribe(client: redis::Client, connection: ConnectionManager, local: Local) {
     let mut delay = Duration::from_millis(100);
-    let mut lost = false;
+    // Said once per outage: a WARN when it starts, an INFO when it ends.
+    let lost = AtomicBool::new(false);
     loop {
         let subscribed = async {
             let mut pubsub = client.get_async_pubsub().await?;
             pubsub.subscribe(CANCEL_CHANNEL).await?;
             Ok::<_, redis::RedisError>(pubsub)
         };
-        let pubsub = match tokio::time::timeout(CONNECT_TIMEOUT, subscribed).await {
-            Ok(Ok(pubsub)) => pubsub,
-            Ok(Err(error)) => {
-                if !lost {
-                    tracing::warn!(reason = %error, "cannot subscribe to task cancels; retrying");
-                    lost = true;
+        let reason = match tokio::time::timeout(CONNECT_TIMEOUT, subscribed).await {
+            Ok(Ok(pubsub)) => {
+                if lost.swap(false, Ordering::Relaxed) {
+                    tracing::info!("subscribed to task cancels again");
                 }
+                let since = tokio::time::Instant::now();
                 reconcile(&connection, &local).await;
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(MAX_RETRY_DELAY);
-                continue;
-            }
-            Err(_) => {
-                if !lost {
-                    tracing::warn!(
-                        reason = "no answer in time",
-                        "cannot subscribe to task cancels; retrying"
-                    );
-                    lost = true;
+                listen(pubsub, &connection, &local).await;
+                // A subscription that lasted resets the pause.
+                if since.elapsed() > MAX_RETRY_DELAY {
+                    delay = Duration::from_millis(100);
                 }
-                reconcile(&connection, &local).await;
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(MAX_RETRY_DELAY);
-                continue;
+                "the subscription ended".to_owned()
             }
+            Ok(Err(error)) => error.to_string(),
+            Err(_) => "no answer in time".to_owned(),
         };
-        if lost {
-            tracing::info!("subscribed to task cancels again");
+        if !lost.swap(true, Ordering::Relaxed) {
+            tracing::warn!(reason = %reason, "not subscribed to task cancels; retrying (the tasks running here are checked every 5 s meanwhile)");
         }
-        delay = Duration::from_millis(100);
         reconcile(&connection, &local).await;
-        let mut messages = pubsub.into_on_message();
-        let mut every = tokio::time::interval(RECONCILE_EVERY);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                message = messages.next() => match message {
-                    Some(message) => {
-                        if let Ok(id) = message.get_payload::<String>() {
-                            stop_cancelled(&local, &id);
-                        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(MAX_RETRY_DELAY);
+    }
+}
+
+/// Stops the tasks whose IDs come on the subscription, and every
+/// [`RECONCILE_EVERY`] those found cancelled; until the subscription ends.
+async fn listen(pubsub: redis::aio::PubSub, connection: &ConnectionManager, local: &Local) {
+    let mut messages = pubsub.into_on_message();
+    let mut every = tokio::time::interval(RECONCILE_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            message = messages.next() => match message {
+                Some(message) => {
+                    if let Ok(id) = message.get_payload::<String>()
+                        && stop(local, &id)
+                    {
+                        tracing::info!(task = %id, "task cancelled through the task store: its execution stopped");
                     }
-                    None => break,
-                },
-                _ = every.tick() => reconcile(&connection, &local).await,
-            }
+                }
+                None => return,
+            },
+            _ = every.tick() => reconcile(connection, local).await,
         }
-        tracing::warn!("lost the subscription to task cancels; resubscribing");
-        lost = true;
     }
 }
 
@@ -666,8 +815,8 @@ async fn reconcile(connection: &ConnectionManager, local: &Local) {
         return;
     };
     for (id, status) in ids.iter().zip(statuses) {
-        if status.as_deref() == Some("cancelled") {
-            stop_cancelled(local, id);
+        if status.as_deref() == Some("cancelled") && stop(local, id) {
+            tracing::info!(task = %id, "task found cancelled in the task store: its execution stopped");
         }
     }
 }
@@ -693,6 +842,7 @@ mod tests {
             ttl: Duration::from_secs(600),
             max_tasks: 10,
             max_running: 2,
+            max_stored_bytes: 100,
         };
         let fields = |status: &str, payload: Option<&str>, ended: Option<&str>| {
             [
@@ -706,24 +856,19 @@ mod tests {
             .map(|f| f.map(str::to_owned))
             .to_vec()
         };
-        let working = view(limits, "t", "ada", fields("working", None, None)).unwrap();
+        let view = |id, subject, fields| view(limits, 2000, id, subject, fields);
+        let working = view("t", "ada", fields("working", None, None)).unwrap();
         assert_eq!(working.state, TaskState::Working);
         assert_eq!(working.created, time_of(1000));
         assert_eq!(working.updated, time_of(1500));
         assert_eq!(working.ttl, Duration::from_secs(660));
-        let done = view(
-            limits,
-            "t",
-            "ada",
-            fields("completed", Some("{}"), Some("3000")),
-        );
+        let done = view("t", "ada", fields("completed", Some("{}"), Some("3000")));
         let done = done.unwrap();
         assert_eq!(done.state, TaskState::Completed(Arc::from("{}")));
         // Its run (2 s) and then the TTL.
         assert_eq!(done.ttl, Duration::from_secs(602));
         assert_eq!(
             view(
-                limits,
                 "t",
                 "ada",
                 fields("failed", Some("{\"code\":1}"), Some("1000"))
@@ -732,20 +877,37 @@ mod tests {
             Some(TaskState::Failed(Arc::from("{\"code\":1}")))
         );
         assert_eq!(
-            view(limits, "t", "ada", fields("cancelled", None, Some("2000"))).map(|v| v.state),
+            view("t", "ada", fields("cancelled", None, Some("2000"))).map(|v| v.state),
             Some(TaskState::Cancelled)
         );
+        assert_eq!(view("t", "bob", fields("working", None, None)), None);
+        assert_eq!(view("t", "ada", fields("odd", None, None)), None);
+        assert_eq!(view("t", "ada", vec![None; 6]), None);
+        // Still working past its budget and the stale limit: its replica is gone.
+        let stale = 1000 + 60_000 + 30_000 + 1;
         assert_eq!(
-            view(limits, "t", "bob", fields("working", None, None)),
-            None
+            super::view(limits, stale, "t", "ada", fields("working", None, None)).map(|v| v.state),
+            Some(TaskState::Lost)
         );
-        assert_eq!(view(limits, "t", "ada", fields("odd", None, None)), None);
-        assert_eq!(view(limits, "t", "ada", vec![None; 6]), None);
+        assert_eq!(
+            super::view(limits, stale - 1, "t", "ada", fields("working", None, None))
+                .map(|v| v.state),
+            Some(TaskState::Working)
+        );
     }
 
     #[test]
     fn only_redis_urls_are_taken() {
         assert!(check_url("redis://127.0.0.1:6379/0").is_ok());
+        assert_eq!(
+            check_url("redis://:pw@h:6379/x")
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            Err(
+                "--task-store redis://***@h:6379/x: not a Redis URL (InvalidClientConfig)"
+                    .to_owned()
+            )
+        );
         assert_eq!(
             check_url("rediss://:pw@h:6380/0").map(|_| ()).map_err(|e| e.to_string()),
             Err("--task-store rediss://***@h:6380/0: TLS to Redis (rediss://) is not supported; reach Redis on a private network".to_owned())
