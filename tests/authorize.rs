@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use codemode_host::authz::{AuthorizationInput, Authorizer, AuthzError, Subject};
+use codemode_host::authz::{AuthorizationInput, Authorizer, AuthzError, Subject, Verdict};
 use codemode_host::{LOCAL_SUBJECT, Service, ServiceConfig, ToolError};
 use codemode_value::Value;
 use serde_json::json;
@@ -18,14 +18,14 @@ struct Recording {
 }
 
 impl Authorizer for Recording {
-    fn authorize(&self, input: &AuthorizationInput<'_>) -> Result<(), AuthzError> {
+    fn authorize(&self, input: &AuthorizationInput<'_>) -> Result<Verdict, AuthzError> {
         self.seen.lock().expect("lock").push((
             input.subject.id.clone(),
             input.capability_id.to_owned(),
             input.capability_name.to_owned(),
             input.arguments.clone(),
         ));
-        self.answer.clone()
+        self.answer.clone().map(|()| Verdict::Allow)
     }
 }
 

@@ -502,6 +502,7 @@ fn the_kubernetes_manifests_agree_with_the_binary() {
             capability_id: name,
             capability_name: name,
             arguments: &Arg::Dict(Vec::new()),
+            annotations: &codemode_host::authz::Annotations::default(),
         })
     };
     assert!(decide("analyst", "records.lookup").is_ok());

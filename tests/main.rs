@@ -6,6 +6,7 @@
 // is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod approval;
 mod authorize;
 mod canary;
 mod compile;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use codemode_host::authz::{AuthorizationInput, Authorizer, AuthzError, Subject};
+use codemode_host::authz::{AuthorizationInput, Authorizer, AuthzError, Subject, Verdict};
 use codemode_host::source::{
     Arguments, CallBudget, CallFailure, CallFuture, Capability, CapabilitySource, CapabilitySpec,
     Field, Offer, Provider, Publisher, Session, Shape, Value, validate_spec,
@@ -106,10 +106,10 @@ impl Provider for NotesProvider {
 struct NoFailing;
 
 impl Authorizer for NoFailing {
-    fn authorize(&self, input: &AuthorizationInput<'_>) -> Result<(), AuthzError> {
+    fn authorize(&self, input: &AuthorizationInput<'_>) -> Result<Verdict, AuthzError> {
         match input.capability_id {
             "notes.fail" => Err(AuthzError::Denied),
-            _ => Ok(()),
+            _ => Ok(Verdict::Allow),
         }
     }
 }

@@ -237,7 +237,7 @@ pub(crate) fn drive_http(url: &str, headers: Value, mode: &str, steps: Value) ->
     run_driver(&serde_json::json!({ "url": url, "headers": headers, "mode": mode, "steps": steps }))
 }
 
-fn run_driver(script: &Value) -> Value {
+pub(crate) fn run_driver(script: &Value) -> Value {
     let mut child = Command::new(python())
         .arg(root().join("tests/clients/mcp_driver.py"))
         .stdin(Stdio::piped())

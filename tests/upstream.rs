@@ -19,7 +19,7 @@ const UPSTREAM_PACKAGES: [&str; 2] = ["mcp-server-time==2026.10.19", "mcp-server
 
 /// The bin folder of `target/e2e-upstreams-venv`, which holds the upstream servers
 /// (a venv of their own: their dependencies need not agree with the client's).
-fn upstream_bin() -> &'static Path {
+pub(crate) fn upstream_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let venv = root().join("target/e2e-upstreams-venv");
@@ -418,7 +418,7 @@ fn a_policy_decides_upstream_calls_by_their_ids() {
 }
 
 /// A git repository with one commit, made for the test `label`.
-fn git_repository(label: &str) -> PathBuf {
+pub(crate) fn git_repository(label: &str) -> PathBuf {
     let repo = root()
         .join("target/e2e-upstream")
         .join(format!("{label}-repo"));

@@ -646,6 +646,7 @@ fn decision_cost(rego: &RegoAuthorizer) -> Duration {
         capability_id: "stats.summary",
         capability_name: "stats.summary",
         arguments: &arguments,
+        annotations: &codemode_host::authz::Annotations::default(),
     };
     let mut times: Vec<Duration> = (0..20_000)
         .map(|_| {

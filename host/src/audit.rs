@@ -28,6 +28,8 @@ pub enum Decision {
     Deny,
     /// The policy could not decide (`authorization policy failure`).
     Failure,
+    /// The policy said to ask a human (`approval` says how that ended).
+    Asked,
     /// The call ended before authorization (unknown name, binding, a budget).
     NotEvaluated,
 }
@@ -47,12 +49,26 @@ pub struct AuditRecord<'a> {
     pub capability: &'a str,
     /// What the policy said.
     pub decision: Decision,
+    /// When the policy said to ask a human: how the asking ended, and for whom.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Approval<'a>>,
     /// `ok`, or the fixed text of the error (never its detail).
     pub outcome: &'a str,
     /// Fuel the plugin burned.
     pub fuel: u64,
     /// Wall time of the call, binding to conversion, in microseconds.
     pub duration_us: u64,
+}
+
+/// How asking a human about one call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Approval<'a> {
+    /// `approved`, `approved for this execution`, `approved earlier` (an
+    /// approval for the execution held), `declined`, `timed out`, `not asked`
+    /// (the client cannot be asked) or `canceled` (the request was, meanwhile).
+    pub outcome: &'static str,
+    /// The subject whose client answered.
+    pub subject: &'a str,
 }
 
 /// Where audit lines go.
@@ -197,6 +213,7 @@ mod tests {
             capability_id: "c1",
             capability: "records.lookup",
             decision: Decision::Deny,
+            approval: None,
             outcome: "permission denied",
             fuel: 0,
             duration_us: 12,
@@ -204,6 +221,14 @@ mod tests {
         log.record(&record);
         log.record(&AuditRecord {
             decision: Decision::NotEvaluated,
+            ..record.clone()
+        });
+        log.record(&AuditRecord {
+            decision: Decision::Asked,
+            approval: Some(Approval {
+                outcome: "declined",
+                subject: "analyst",
+            }),
             ..record.clone()
         });
         log.close();
@@ -219,6 +244,8 @@ mod tests {
                 r#"{"time":"2026-12-02T18:40:01.000001Z","execution":7,"subject":"analyst","capability_id":"c1","capability":"records.lookup","decision":"deny","outcome":"permission denied","fuel":0,"duration_us":12}"#,
                 "\n",
                 r#"{"time":"2026-12-02T18:40:01.000001Z","execution":7,"subject":"analyst","capability_id":"c1","capability":"records.lookup","decision":"not_evaluated","outcome":"permission denied","fuel":0,"duration_us":12}"#,
+                "\n",
+                r#"{"time":"2026-12-02T18:40:01.000001Z","execution":7,"subject":"analyst","capability_id":"c1","capability":"records.lookup","decision":"asked","approval":{"outcome":"declined","subject":"analyst"},"outcome":"permission denied","fuel":0,"duration_us":12}"#,
                 "\n"
             )
         );

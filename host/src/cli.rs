@@ -92,15 +92,31 @@ pub struct Cli {
     /// Authorize native calls with a Rego policy module (repeatable)
     ///
     /// Modules are parsed at start, in file-name order (Rego v1). Each native
-    /// call is decided by --policy-decision with the input
-    /// {"subject":{"id"},"capability":{"id","name"},"arguments":{...}}: only `true`
-    /// allows; `false` is `permission denied`; undefined, another value or an
-    /// error is `authorization policy failure`. Builtins that read the clock,
+    /// call is decided by --policy-decision with the input {"subject":{"id"},
+    /// "capability":{"id","name","annotations"},"arguments":{...}}
+    /// (annotations: the readOnlyHint, destructiveHint, idempotentHint and
+    /// openWorldHint an upstream tool declares): `true` allows; `false` is
+    /// `permission denied`; {"ask": "<question>"} asks the client's user first
+    /// (see --approval-timeout); undefined, another value or an error is
+    /// `authorization policy failure`. Builtins that read the clock,
     /// randomness or the network, and print, are refused at start. The modules are
     /// read again when one changes and on SIGHUP; a version that does not compile
     /// is logged and the policy in force keeps deciding.
     #[arg(long = "policy", value_name = "FILE", conflicts_with = "allow_all")]
     pub policy: Vec<PathBuf>,
+
+    /// How long a user may take to approve a call, e.g. 2m [default: 10m]
+    ///
+    /// When a policy decides {"ask": "<question>"}, a client over stdio that
+    /// declared form elicitation (2025-06-18, 2025-11-25) is asked with the
+    /// question, the capability and its arguments; the call runs once approved
+    /// (or every call of that capability in the execution, when the user says
+    /// so). Declined, unanswered within this time, or a client that cannot be
+    /// asked (over HTTP, a 2026-07-28 client, a task, no elicitation): the call
+    /// is `permission denied`. The wait does not count against
+    /// --max-execution-time.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    pub approval_timeout: Option<Duration>,
 
     /// The rule --policy decides with [default: data.codemode.authz.allow]
     ///

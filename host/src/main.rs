@@ -442,12 +442,12 @@ async fn serve_stdio_while_loading(
     let (publish, loaded) = tokio::sync::watch::channel(None);
     let subjects = SubjectSource::Fixed(Subject::new(cli.subject.clone()));
     let max_execution_time = config.limits.max_execution_time;
-    let serving = serve_stdio(McpServer::loading(
-        loaded,
-        max_execution_time,
-        subjects,
-        tasks.clone(),
-    ));
+    let server = McpServer::loading(loaded, max_execution_time, subjects, tasks.clone())
+        .with_approval_timeout(
+            cli.approval_timeout
+                .unwrap_or(codemode_host::mcp::DEFAULT_APPROVAL_TIMEOUT),
+        );
+    let serving = serve_stdio(server);
     tokio::pin!(serving);
     let mut loading = tokio::task::spawn_blocking(move || load(&config));
     let (service, served) = tokio::select! {

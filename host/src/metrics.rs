@@ -89,6 +89,7 @@ pub struct Metrics {
     native_calls: Family<Call, Counter>,
     plugin_load_failures: Family<Plugin, Counter>,
     reloads: Family<Outcome, Counter>,
+    approvals: Family<Outcome, Counter>,
     http_unauthenticated: Counter,
     latency: Histogram,
     fuel: Histogram,
@@ -106,6 +107,7 @@ impl Default for Metrics {
             native_calls: Family::default(),
             plugin_load_failures: Family::default(),
             reloads: Family::default(),
+            approvals: Family::default(),
             http_unauthenticated: Counter::default(),
             latency: Histogram::new(LATENCY_BUCKETS),
             fuel: Histogram::new(FUEL_BUCKETS),
@@ -134,6 +136,11 @@ impl Default for Metrics {
             "codemode_reloads",
             "Reloads of the plugins folder by outcome (ok, failed: some file did not load, error: nothing applied)",
             metrics.reloads.clone(),
+        );
+        registry.register(
+            "codemode_approvals",
+            "Native calls a policy said to ask a human about, by outcome (approved, approved for this execution, approved earlier, declined, timed out, not asked, canceled)",
+            metrics.approvals.clone(),
         );
         registry.register(
             "codemode_http_unauthenticated",
@@ -248,6 +255,11 @@ impl Metrics {
     /// [`RELOAD_FAILED`], [`RELOAD_ERROR`]).
     pub fn reload(&self, outcome: &'static str) {
         self.reloads.get_or_create(&Outcome { outcome }).inc();
+    }
+
+    /// One call a policy said to ask about ended its asking with `outcome`.
+    pub fn approval(&self, outcome: &'static str) {
+        self.approvals.get_or_create(&Outcome { outcome }).inc();
     }
 
     /// One HTTP request refused for want of a valid bearer token.

@@ -293,6 +293,10 @@ impl std::error::Error for Interrupted {}
 #[derive(Debug, Clone)]
 pub(crate) struct Stop {
     deadline: Instant,
+    /// Nanoseconds added to `deadline` (time spent waiting for a human, which
+    /// the time budget does not count); shared by every clone, so that the
+    /// plugin stores' checks see it too.
+    extended: Arc<std::sync::atomic::AtomicU64>,
     cancel: Arc<Cancel>,
     call_deadline: Option<Instant>,
 }
@@ -302,9 +306,21 @@ impl Stop {
     pub(crate) fn new(deadline: Instant, cancel: Arc<Cancel>) -> Self {
         Self {
             deadline,
+            extended: Arc::default(),
             cancel,
             call_deadline: None,
         }
+    }
+
+    /// Moves the execution's deadline `by` later (for this stop and every
+    /// clone of it).
+    pub(crate) fn extend(&self, by: std::time::Duration) {
+        let nanos = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        let _ = self.extended.fetch_update(
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+            |old| Some(old.saturating_add(nanos)),
+        );
     }
 
     /// The stop of one plugin call that must also end by `call_deadline`.
@@ -317,13 +333,18 @@ impl Stop {
 
     /// When the execution's time budget runs out.
     pub(crate) fn deadline(&self) -> Instant {
-        self.deadline
+        let extended = self.extended.load(std::sync::atomic::Ordering::Relaxed);
+        if extended == 0 {
+            return self.deadline;
+        }
+        let later = std::time::Duration::from_nanos(extended);
+        self.deadline.checked_add(later).unwrap_or(self.deadline)
     }
 
     /// When the current wait must end: the call's own deadline if it has one (it is
     /// never later than the execution's), else the execution's.
     pub(crate) fn wait_deadline(&self) -> Instant {
-        self.call_deadline.unwrap_or(self.deadline)
+        self.call_deadline.unwrap_or_else(|| self.deadline())
     }
 
     /// The request's cancellation.
@@ -346,7 +367,7 @@ impl Stop {
                 return Err(wasmtime::Error::new(Interrupted::Cancelled));
             }
             let now = Instant::now();
-            if now >= stop.deadline {
+            if now >= stop.deadline() {
                 return Err(wasmtime::Error::new(Interrupted::Deadline));
             }
             if stop.call_deadline.is_some_and(|d| now >= d) {

@@ -12,7 +12,11 @@ message], ...], what the SDK's callback got), or {"op": "call_until", ...
 "seconds": S} (a call repeated every 0.2 s until it succeeds, for at most S
 seconds; its RESULT is the last one),
 and prints one JSON document: {"server_info": ..., "instructions": ...,
-"results": [RESULT, ...]}. A call's RESULT is {"is_error", "structured", "text",
+"results": [RESULT, ...]}. With "elicitation": [ANSWER, ...] the client declares
+form elicitation and answers each request with the next ANSWER (the last one
+again once they run out): {"action": "accept", "content": {...}}, {"action":
+"decline"}, or {"wait": SECONDS} (an answer that comes after SECONDS: first the
+next ANSWER); the document then has "elicitations": [the requests' params, ...]. A call's RESULT is {"is_error", "structured", "text",
 "meta"} or {"protocol_error": MESSAGE}. The Rust end-to-end tests assert on it exactly.
 """
 
@@ -36,7 +40,23 @@ def target(script):
 
 async def run(script):
     results = []
-    async with mcp.Client(target(script), mode=script.get("mode", "legacy"), read_timeout_seconds=60) as client:
+    elicitations = []
+    options = {}
+    if "elicitation" in script:
+        answers = list(script["elicitation"])
+
+        async def on_elicitation(context, params):
+            elicitations.append(params.model_dump(by_alias=True, exclude_none=True, mode="json"))
+            answer = answers.pop(0) if len(answers) > 1 else answers[0]
+            if "wait" in answer:
+                await asyncio.sleep(answer["wait"])
+                answer = answers.pop(0) if len(answers) > 1 else answers[0]
+            return mcp.types.ElicitResult(action=answer["action"], content=answer.get("content"))
+
+        options["elicitation_callback"] = on_elicitation
+    async with mcp.Client(
+        target(script), mode=script.get("mode", "legacy"), read_timeout_seconds=60, **options
+    ) as client:
         info = client.server_info
         for step in script["steps"]:
             if step["op"] == "list_tools":
@@ -53,12 +73,15 @@ async def run(script):
                 results.append(result)
             else:
                 raise ValueError(f"unknown op {step['op']!r}")
-        return {
+        out = {
             "server_info": info.model_dump(by_alias=True, exclude_none=True) if info else None,
             "instructions": client.instructions,
             "protocol_version": client.protocol_version,
             "results": results,
         }
+        if "elicitation" in script:
+            out["elicitations"] = elicitations
+        return out
 
 
 async def call(client, step):

@@ -4,6 +4,8 @@ Run by codemode-host as a `[[upstream]]` child over stdio. Its tools report what
 child sees (its environment), wait (to be cancelled at a deadline: a cancellation is
 written to the file named by DOUBLE_LOG, one line per cancelled call), fail with
 `isError`, end the process in the middle of a call, or add a tool while serving.
+`note` (annotated destructive) writes `note TEXT` to that file and `echo`
+(annotated read-only) answers its text: what approval tests ask about.
 Each start writes `started PID` to that file. `crash_and_stay_down` also makes the
 next starts fail at once (counted in the file named by DOUBLE_HOLD), so the server
 sees the upstream down for a while.
@@ -14,6 +16,7 @@ import os
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
 
 server = MCPServer("double")
 
@@ -29,6 +32,19 @@ def log(line):
 def env(name: str) -> str:
     """The value of an environment variable of the server. Answers <unset> when absent."""
     return os.environ.get(name, "<unset>")
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
+def note(text: str) -> str:
+    """Write `note TEXT` to the file named by DOUBLE_LOG: a side effect a test can see."""
+    log(f"note {text}")
+    return f"noted {text}"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def echo(text: str) -> str:
+    """Answer TEXT: read-only."""
+    return text
 
 
 @server.tool()

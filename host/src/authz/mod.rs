@@ -6,6 +6,9 @@
 
 use codemode_value::Value;
 
+/// What a capability's source says of its effects, as policies read it.
+pub use crate::catalog::Annotations;
+
 mod bounded;
 pub mod rego;
 pub mod tokens;
@@ -41,6 +44,22 @@ pub struct AuthorizationInput<'a> {
     /// receives them, optional fields given as `None` or omitted left out at every
     /// level. Empty when [`Authorizer::wants_arguments`] is false.
     pub arguments: &'a Value,
+    /// What the capability's source says of its effects.
+    pub annotations: &'a Annotations,
+}
+
+/// Most bytes of the question a policy asks a human (`{"ask": "..."}`).
+pub const MAX_QUESTION_BYTES: usize = 1024;
+
+/// What a policy decided about a call it did not deny.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The call runs.
+    Allow,
+    /// A human must approve it first: the policy's question, operator text
+    /// shown to the human and never to the agent (at most
+    /// [`MAX_QUESTION_BYTES`], printable).
+    Ask(String),
 }
 
 /// Why a call was not allowed.
@@ -59,12 +78,13 @@ pub enum AuthzError {
 /// Decides whether one native call may run. Called once per call, after binding and
 /// before the plugin, concurrently from several executions.
 pub trait Authorizer: Send + Sync + std::fmt::Debug {
-    /// `Ok(())` allows the call.
+    /// [`Verdict::Allow`] lets the call run; [`Verdict::Ask`] lets it run once
+    /// a human approved it.
     ///
     /// # Errors
     ///
     /// [`AuthzError::Denied`] or [`AuthzError::Failure`].
-    fn authorize(&self, input: &AuthorizationInput<'_>) -> Result<(), AuthzError>;
+    fn authorize(&self, input: &AuthorizationInput<'_>) -> Result<Verdict, AuthzError>;
 
     /// Whether decisions read the arguments; when not, they are not built (they cost
     /// a copy of every argument per call).
@@ -96,7 +116,7 @@ impl Replaceable {
 }
 
 impl Authorizer for Replaceable {
-    fn authorize(&self, input: &AuthorizationInput<'_>) -> Result<(), AuthzError> {
+    fn authorize(&self, input: &AuthorizationInput<'_>) -> Result<Verdict, AuthzError> {
         self.current.load().authorize(input)
     }
 
@@ -112,8 +132,8 @@ impl Authorizer for Replaceable {
 pub struct AllowAll;
 
 impl Authorizer for AllowAll {
-    fn authorize(&self, _input: &AuthorizationInput<'_>) -> Result<(), AuthzError> {
-        Ok(())
+    fn authorize(&self, _input: &AuthorizationInput<'_>) -> Result<Verdict, AuthzError> {
+        Ok(Verdict::Allow)
     }
 
     fn wants_arguments(&self) -> bool {

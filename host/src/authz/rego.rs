@@ -22,7 +22,7 @@ use codemode_value::Value;
 use regorus::unstable::{Lexer, TokenKind};
 use regorus::utils::limits::ExecutionTimerConfig;
 
-use super::{AuthorizationInput, Authorizer, AuthzError, bounded};
+use super::{AuthorizationInput, Authorizer, AuthzError, MAX_QUESTION_BYTES, Verdict, bounded};
 
 /// The decision evaluated when `--policy-decision` is not given.
 pub const DEFAULT_DECISION: &str = "data.codemode.authz.allow";
@@ -194,18 +194,18 @@ impl RegoAuthorizer {
         &self.decision
     }
 
-    /// Evaluates the decision for `input`: `Some(true)` allows, `Some(false)` denies.
-    fn evaluate(&self, input: regorus::Value) -> Result<bool, AuthzError> {
+    /// Evaluates the decision for `input`: `true` allows, `false` denies,
+    /// `{"ask": "<question>"}` asks a human.
+    fn evaluate(&self, input: regorus::Value) -> Result<Verdict, AuthzError> {
         let mut engine = self.engine.clone();
         engine.set_input(input);
         match engine.eval_rule(self.decision.clone()) {
-            Ok(regorus::Value::Bool(allowed)) => Ok(allowed),
+            Ok(regorus::Value::Bool(true)) => Ok(Verdict::Allow),
+            Ok(regorus::Value::Bool(false)) => Err(AuthzError::Denied),
             Ok(regorus::Value::Undefined) => Err(AuthzError::Failure(
                 "rego: decision is undefined".to_owned(),
             )),
-            Ok(_) => Err(AuthzError::Failure(
-                "rego: decision must be boolean".to_owned(),
-            )),
+            Ok(value) => ask(&value).map(Verdict::Ask),
             Err(error) => Err(AuthzError::Failure(format!(
                 "rego: evaluate decision: {error:#}"
             ))),
@@ -213,19 +213,58 @@ impl RegoAuthorizer {
     }
 }
 
+/// What a decision that is neither `true`, `false` nor undefined says: the
+/// question of `{"ask": "<question>"}` (one key, a printable string of at most
+/// [`MAX_QUESTION_BYTES`] that is not blank), else why it is a failure.
+fn ask(value: &regorus::Value) -> Result<String, AuthzError> {
+    let failure = |reason: &str| AuthzError::Failure(format!("rego: {reason}"));
+    let regorus::Value::Object(fields) = value else {
+        return Err(failure(DECISION_SHAPE));
+    };
+    let question = match (fields.len(), fields.get(&regorus::Value::from("ask"))) {
+        (1, Some(regorus::Value::String(question))) => question,
+        (1, Some(_)) => return Err(failure("the question of {\"ask\": ...} must be a string")),
+        _ => return Err(failure(DECISION_SHAPE)),
+    };
+    if question.trim().is_empty() {
+        return Err(failure("the question of {\"ask\": ...} is blank"));
+    }
+    if question.len() > MAX_QUESTION_BYTES {
+        return Err(failure(&format!(
+            "the question of {{\"ask\": ...}} is over {MAX_QUESTION_BYTES} bytes"
+        )));
+    }
+    // Shown to a human: no control characters but line breaks and tabs.
+    Ok(question
+        .chars()
+        .map(|c| match c {
+            '\n' | '\t' => c,
+            c if c.is_control() => ' ',
+            c => c,
+        })
+        .collect())
+}
+
+/// What a decision must be.
+const DECISION_SHAPE: &str = "decision must be true, false or {\"ask\": \"<question>\"}";
+
 impl Authorizer for RegoAuthorizer {
-    fn authorize(&self, input: &AuthorizationInput<'_>) -> Result<(), AuthzError> {
-        match self.evaluate(input_document(input)) {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(AuthzError::Denied),
-            Err(error) => Err(error),
-        }
+    fn authorize(&self, input: &AuthorizationInput<'_>) -> Result<Verdict, AuthzError> {
+        self.evaluate(input_document(input))
     }
 }
 
 /// The input document, exactly:
-/// `{"subject":{"id"},"capability":{"id","name"},"arguments":{...}}`.
+/// `{"subject":{"id"},"capability":{"id","name","annotations"},"arguments":{...}}`,
+/// `annotations` holding the hints the capability's source declared, by their
+/// MCP names (`readOnlyHint`, `destructiveHint`, `idempotentHint`,
+/// `openWorldHint`).
 pub fn input_document(input: &AuthorizationInput<'_>) -> regorus::Value {
+    let annotations: std::collections::BTreeMap<regorus::Value, regorus::Value> = input
+        .annotations
+        .declared()
+        .map(|(name, hint)| (regorus::Value::from(name), regorus::Value::from(hint)))
+        .collect();
     object([
         (
             "subject",
@@ -236,6 +275,7 @@ pub fn input_document(input: &AuthorizationInput<'_>) -> regorus::Value {
             object([
                 ("id", input.capability_id.into()),
                 ("name", input.capability_name.into()),
+                ("annotations", regorus::Value::from(annotations)),
             ]),
         ),
         ("arguments", to_rego(input.arguments)),
@@ -374,6 +414,7 @@ fn refuse_builtins(file: &str, source: &str) -> Result<(), RegoError> {
 mod tests {
     use super::*;
     use crate::authz::Subject;
+    use crate::catalog::Annotations;
 
     const POLICY: &str = r#"package codemode.authz
 
@@ -405,12 +446,15 @@ allow if {
         arguments: Value,
     ) -> Result<(), AuthzError> {
         let subject = Subject { id: subject.into() };
-        authorizer.authorize(&AuthorizationInput {
-            subject: &subject,
-            capability_id: "id-1",
-            capability_name: name,
-            arguments: &arguments,
-        })
+        authorizer
+            .authorize(&AuthorizationInput {
+                subject: &subject,
+                capability_id: "id-1",
+                capability_name: name,
+                arguments: &arguments,
+                annotations: &Annotations::default(),
+            })
+            .map(|verdict| assert_eq!(verdict, Verdict::Allow))
     }
 
     fn no_arguments() -> Value {
@@ -473,6 +517,12 @@ allow if {
             capability_id: "cap-id",
             capability_name: "records.lookup",
             arguments: &arguments,
+            annotations: &Annotations {
+                read_only: Some(false),
+                destructive: Some(true),
+                idempotent: None,
+                open_world: None,
+            },
         });
         // Rego has one number type: the float 1.0 and the int 1 are the same value.
         let document: serde_json::Value = serde_json::from_str(&document.to_json_str()?)?;
@@ -480,7 +530,11 @@ allow if {
             document,
             serde_json::json!({
                 "subject": {"id": "s"},
-                "capability": {"id": "cap-id", "name": "records.lookup"},
+                "capability": {
+                    "id": "cap-id",
+                    "name": "records.lookup",
+                    "annotations": {"readOnlyHint": false, "destructiveHint": true}
+                },
                 "arguments": {"n": 9223372036854775807_i64, "tags": ["a"], "x": 1, "z": null}
             })
         );
@@ -496,11 +550,32 @@ allow if {
             ),
             (
                 "package codemode.authz\nallow := \"yes\"\n",
-                "rego: decision must be boolean",
+                "rego: decision must be true, false or {\"ask\": \"<question>\"}",
             ),
             (
                 "package codemode.authz\nallow := x if { x := {true, false} }\n",
-                "rego: decision must be boolean",
+                "rego: decision must be true, false or {\"ask\": \"<question>\"}",
+            ),
+            (
+                "package codemode.authz\nallow := {\"ask\": \"ok?\", \"why\": 1}\n",
+                "rego: decision must be true, false or {\"ask\": \"<question>\"}",
+            ),
+            (
+                "package codemode.authz\nallow := {\"ask\": true}\n",
+                "rego: the question of {\"ask\": ...} must be a string",
+            ),
+            (
+                "package codemode.authz\nallow := {\"ask\": \"  \"}\n",
+                "rego: the question of {\"ask\": ...} is blank",
+            ),
+            (
+                // Lines of at most 1024 columns (regorus's limit).
+                &format!(
+                    "package codemode.authz\nallow := {{\"ask\": concat(\"\", [\n\"{}\",\n\"{}\",\n\"x\"])}}\n",
+                    "x".repeat(MAX_QUESTION_BYTES / 2),
+                    "x".repeat(MAX_QUESTION_BYTES / 2),
+                ),
+                "rego: the question of {\"ask\": ...} is over 1024 bytes",
             ),
         ];
         for (source, reason) in cases {
@@ -511,6 +586,45 @@ allow if {
                 "{source}"
             );
         }
+        Ok(())
+    }
+
+    #[test]
+    fn an_ask_object_asks_a_human_with_its_question() -> anyhow::Result<()> {
+        let source = r#"package codemode.authz
+
+default allow := false
+
+allow if input.capability.annotations.readOnlyHint
+
+allow := {"ask": sprintf("Let %s run %s?\u0007", [input.subject.id, input.capability.name])} if {
+    input.capability.annotations.destructiveHint
+}
+"#;
+        let authorizer = RegoAuthorizer::new(DEFAULT_DECISION, &modules(source))?;
+        let subject = Subject::new("ada");
+        let arguments = no_arguments();
+        let decide = |annotations: Annotations| {
+            authorizer.authorize(&AuthorizationInput {
+                subject: &subject,
+                capability_id: "mcp:git/git_commit",
+                capability_name: "git.git_commit",
+                arguments: &arguments,
+                annotations: &annotations,
+            })
+        };
+        let hints = |read_only, destructive| Annotations {
+            read_only,
+            destructive,
+            ..Annotations::default()
+        };
+        assert_eq!(decide(hints(Some(true), None)), Ok(Verdict::Allow));
+        assert_eq!(
+            decide(hints(Some(false), Some(true))),
+            Ok(Verdict::Ask("Let ada run git.git_commit? ".to_owned()))
+        );
+        // Undeclared hints are absent: neither rule holds.
+        assert_eq!(decide(Annotations::default()), Err(AuthzError::Denied));
         Ok(())
     }
 

@@ -89,6 +89,40 @@ pub struct Capability {
     pub search_terms: Vec<String>,
     /// Raw searchable bytes as declared, counted against [`MAX_METADATA_BYTES`].
     pub metadata_bytes: usize,
+    /// What its source says of its effects (policies read them; none are
+    /// assumed).
+    pub annotations: Annotations,
+}
+
+/// What a capability's source says of its effects: MCP's tool annotations
+/// (`readOnlyHint`, `destructiveHint`, `idempotentHint`, `openWorldHint`).
+/// `None` is not said: the MCP defaults are not filled in, so that a policy
+/// tells a declared hint from an absent one. Hints, not guarantees: they come
+/// from the source, which a policy may or may not trust.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Annotations {
+    /// It does not change its environment.
+    pub read_only: Option<bool>,
+    /// It may destroy or overwrite (meaningful when not read-only).
+    pub destructive: Option<bool>,
+    /// Calling it again with the same arguments changes nothing more.
+    pub idempotent: Option<bool>,
+    /// It reaches an open world of entities (the web, say), not a closed one.
+    pub open_world: Option<bool>,
+}
+
+impl Annotations {
+    /// The hints said, by their MCP names, in that order.
+    pub fn declared(&self) -> impl Iterator<Item = (&'static str, bool)> {
+        [
+            ("readOnlyHint", self.read_only),
+            ("destructiveHint", self.destructive),
+            ("idempotentHint", self.idempotent),
+            ("openWorldHint", self.open_world),
+        ]
+        .into_iter()
+        .filter_map(|(name, hint)| hint.map(|hint| (name, hint)))
+    }
 }
 
 /// The successful value of `describe_api`.
@@ -229,6 +263,7 @@ pub fn validate_spec(spec: &CapabilitySpec) -> Result<Capability, SpecError> {
         output: spec.output.clone(),
         search_terms: spec.search_terms.clone(),
         metadata_bytes: metadata_bytes(spec),
+        annotations: Annotations::default(),
     })
 }
 

@@ -17,9 +17,10 @@ use wasmtime::component::{Linker, WasmList};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
+use super::approval::{self, Outcome};
 use super::{ExecState, Route};
 use crate::audit::{AuditRecord, Decision, rfc3339};
-use crate::authz::{AuthorizationInput, AuthzError};
+use crate::authz::{AuthorizationInput, AuthzError, Verdict};
 use crate::budget::Budget;
 use crate::catalog::{self, BindError, BindLimits};
 use crate::error::ToolError;
@@ -125,6 +126,8 @@ struct Trace {
     route: Option<(usize, usize)>,
     /// What the policy said.
     decision: Decision,
+    /// How asking a human ended, when the policy said to ask.
+    approval: Option<Outcome>,
     /// Fuel the plugin burned (instantiation included).
     fuel: u64,
 }
@@ -134,6 +137,7 @@ impl Default for Trace {
         Self {
             route: None,
             decision: Decision::NotEvaluated,
+            approval: None,
             fuel: 0,
         }
     }
@@ -197,6 +201,9 @@ fn audit(
         capability_id,
         capability: name,
         decision: trace.decision,
+        approval: trace
+            .approval
+            .map(|outcome| outcome.audit(&state.subject.id)),
         outcome,
         fuel: trace.fuel,
         duration_us: started.map_or(0, |started| started.elapsed().as_micros() as u64),
@@ -296,9 +303,22 @@ fn call(
         capability_id: route.capability.id.as_str(),
         capability_name: name,
         arguments: &canonical,
+        annotations: &route.capability.annotations,
     };
     match state.authorizer.authorize(&input) {
-        Ok(()) => trace.decision = Decision::Allow,
+        Ok(Verdict::Allow) => trace.decision = Decision::Allow,
+        Ok(Verdict::Ask(question)) => {
+            trace.decision = Decision::Asked;
+            let (outcome, approved) = approval::approve(
+                state,
+                route.capability.id.as_str(),
+                name,
+                &canonical,
+                question,
+            );
+            trace.approval = Some(outcome);
+            approved?;
+        }
         Err(AuthzError::Denied) => {
             trace.decision = Decision::Deny;
             return Err(ToolError::PermissionDenied);

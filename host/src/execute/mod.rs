@@ -9,6 +9,7 @@
 //! ledger: a plugin instance gets the interpreter's remaining fuel for its call and
 //! what it burns is taken from the interpreter's store.
 
+mod approval;
 mod dispatch;
 mod ledger;
 mod limits;
@@ -27,6 +28,7 @@ use wasmtime::component::{Linker, ResourceTable};
 use wasmtime::{Engine, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+pub(crate) use approval::{Answer, ApprovalRequest, Approver, Asking};
 pub use limits::{LimitError, Limits, Retuned};
 pub use runner::RunnerError;
 
@@ -197,6 +199,9 @@ pub(crate) struct RunOptions {
     /// Its time budget in place of `--max-execution-time` (a task's
     /// `--max-task-time`, which is then the limit reported when it runs out).
     pub max_time: Option<Duration>,
+    /// Who is asked when a policy says to ask a human; `None`: nobody can be,
+    /// and such calls are denied.
+    pub approver: Option<Arc<dyn Approver>>,
 }
 
 /// The data of one execution's interpreter store.
@@ -224,6 +229,9 @@ pub(crate) struct ExecState {
     /// Successful native calls so far, and who hears of each.
     calls_done: u64,
     progress: Option<Arc<dyn Progress>>,
+    /// Who is asked when the policy says to ask, and what was approved.
+    approver: Option<Arc<dyn Approver>>,
+    approvals: approval::Approvals,
     /// How calls join the execution's trace, when it is traced or its request
     /// carried a trace context.
     calls: Option<CallTracer>,
@@ -432,6 +440,7 @@ impl Executor {
         }
         let deadline = started + options.max_time.unwrap_or(limits.max_execution_time);
         let progress = options.progress;
+        let approver = options.approver;
         // Its time went by before it could start (waiting for the load, over stdio).
         if Instant::now() >= deadline {
             return Execution::refused(ToolError::ResourceLimit, Some(Budget::ExecutionTime));
@@ -456,6 +465,7 @@ impl Executor {
         let job = Job {
             execution,
             progress,
+            approver,
             calls,
             ..job
         };
@@ -546,6 +556,7 @@ impl Executor {
             source: source.to_owned(),
             stop,
             progress: None,
+            approver: None,
             calls: None,
         }
     }
@@ -593,6 +604,7 @@ struct Job {
     source: String,
     stop: Stop,
     progress: Option<Arc<dyn Progress>>,
+    approver: Option<Arc<dyn Approver>>,
     calls: Option<CallTracer>,
 }
 
@@ -614,6 +626,8 @@ impl Job {
             ok_calls: Vec::new(),
             calls_done: 0,
             progress: self.progress.clone(),
+            approver: self.approver.clone(),
+            approvals: approval::Approvals::default(),
             calls: self.calls.clone(),
             call_trace: None,
             sessions: HashMap::new(),

@@ -6,6 +6,7 @@
 //! as `structuredContent` plus a JSON text mirror, or as a fixed error text with
 //! `isError`.
 
+mod approval;
 mod contract;
 pub mod http;
 mod listener;
@@ -14,6 +15,7 @@ mod server;
 mod stdio;
 mod tasks;
 
+pub use approval::{APPROVE_FIELD, DEFAULT_APPROVAL_TIMEOUT, FOR_EXECUTION_FIELD};
 pub use contract::{
     DESCRIBE_API, DESCRIBE_API_DESCRIPTION, EXECUTE, EXECUTE_DESCRIPTION, INSTRUCTIONS,
     LANGUAGE_SURFACE, SEARCH_API, SEARCH_API_DESCRIPTION,

@@ -14,6 +14,7 @@ use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::approval::{self, DEFAULT_APPROVAL_TIMEOUT};
 use super::contract::{self, DESCRIBE_API, EXECUTE, SEARCH_API};
 use super::progress::Reporter;
 use super::stdio::StdioTransport;
@@ -21,7 +22,7 @@ use super::tasks;
 use crate::authz::Subject;
 use crate::budget::Budget;
 use crate::error::ToolError;
-use crate::execute::{Execution, RunOptions};
+use crate::execute::{Approver, Execution, RunOptions};
 use crate::service::Service;
 use crate::source::TraceContext;
 use crate::tasks::{TaskRefused, TaskStore};
@@ -93,16 +94,33 @@ pub struct McpServer {
     tools: Arc<Vec<Tool>>,
     /// The executions run as tasks (answered without waiting for the service).
     tasks: Arc<TaskStore>,
+    /// Over Streamable HTTP (stateless: a client's answer to a request the
+    /// server sent could reach another replica), not stdio.
+    over_http: bool,
+    /// How long a human may take to approve a call (`--approval-timeout`).
+    approval_timeout: Duration,
 }
 
 impl McpServer {
-    /// A server answering from `service` for the subjects `subjects` resolves,
-    /// keeping the executions run as tasks in `tasks`.
+    /// A server over Streamable HTTP answering from `service` for the subjects
+    /// `subjects` resolves, keeping the executions run as tasks in `tasks`.
     pub fn new(service: Arc<Service>, subjects: SubjectSource, tasks: Arc<TaskStore>) -> Self {
-        Self::with_backend(Backend::Ready(service), subjects, tasks)
+        Self {
+            over_http: true,
+            ..Self::with_backend(Backend::Ready(service), subjects, tasks)
+        }
     }
 
-    /// A server answering before its service is loaded: `loaded` holds it once it
+    /// The same server, giving a human `timeout` to approve a call a policy
+    /// asks about ([`DEFAULT_APPROVAL_TIMEOUT`] when not set).
+    pub fn with_approval_timeout(self, timeout: Duration) -> Self {
+        Self {
+            approval_timeout: timeout,
+            ..self
+        }
+    }
+
+    /// A server over stdio answering before its service is loaded: `loaded` holds it once it
     /// is (the sender dropped without one: the load failed). Tool calls wait for
     /// it; an `execute` at most `max_execution_time` from its arrival, which then
     /// ends as `resource limit exceeded` (limit `--max-execution-time`).
@@ -145,6 +163,8 @@ impl McpServer {
             subjects,
             tools: Arc::new(tools),
             tasks,
+            over_http: false,
+            approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
         }
     }
 
@@ -220,6 +240,7 @@ impl McpServer {
             progress: None,
             trace,
             max_time: Some(board.limits().max_task_time),
+            approver: Some(approval::for_task(self.approval_timeout)),
         };
         let running = tokio::spawn({
             let (board, id) = (board.clone(), view.id.clone());
@@ -248,6 +269,7 @@ impl McpServer {
         arguments: Option<&JsonObject>,
         progress: Option<(Peer<RoleServer>, ProgressToken)>,
         trace: Option<TraceContext>,
+        approver: Arc<dyn Approver>,
     ) -> Result<CallToolResult, ErrorData> {
         let arrived = Instant::now();
         let tool_name = match name {
@@ -298,6 +320,7 @@ impl McpServer {
                     progress: reporter.as_ref().map(Reporter::progress),
                     trace,
                     max_time: None,
+                    approver: Some(approver),
                 };
                 let execution = service.run_since(&subject, input, arrived, options).await;
                 if let Some(reporter) = reporter {
@@ -425,8 +448,9 @@ impl ServerHandler for McpServer {
             .meta
             .get_progress_token()
             .map(|token| (context.peer.clone(), token));
+        let approver = approval::approver(&context, self.over_http, self.approval_timeout);
         tokio::select! {
-            result = self.call(subject, &request.name, request.arguments.as_ref(), progress, trace_context(&context)) => {
+            result = self.call(subject, &request.name, request.arguments.as_ref(), progress, trace_context(&context), approver) => {
                 result.map(CallToolResponse::from)
             }
             () = context.ct.cancelled() => {

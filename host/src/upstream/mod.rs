@@ -42,7 +42,8 @@ use self::lines::{
 };
 use self::schema::{SchemaError, Stop};
 use crate::catalog::{
-    BindError, BindLimits, Bound, Capability, CapabilitySpec, DottedName, Field, validate_spec,
+    Annotations, BindError, BindLimits, Bound, Capability, CapabilitySpec, DottedName, Field,
+    validate_spec,
 };
 use crate::error::{timed_out_detail, unavailable_detail};
 use crate::source::{
@@ -599,6 +600,19 @@ async fn convert(config: &UpstreamConfig, listed: Vec<Tool>) -> Result<Vec<Upstr
 /// The capabilities of the `listed` tools of upstream `config`: those in its
 /// allow-list whose mapped name, parameters and texts the catalog accepts and whose
 /// schemas fit one tool's budget. Ends early (with what it has) when `stop` is set.
+/// What a tool's annotations say of its effects (its title is a search term).
+fn annotations(given: Option<&rmcp::model::ToolAnnotations>) -> Annotations {
+    match given {
+        None => Annotations::default(),
+        Some(given) => Annotations {
+            read_only: given.read_only_hint,
+            destructive: given.destructive_hint,
+            idempotent: given.idempotent_hint,
+            open_world: given.open_world_hint,
+        },
+    }
+}
+
 fn capabilities(config: &UpstreamConfig, listed: Vec<Tool>, stop: &Stop) -> Vec<UpstreamTool> {
     let mut tools: Vec<UpstreamTool> = Vec::new();
     let mut spent = 0usize;
@@ -673,7 +687,10 @@ fn capabilities(config: &UpstreamConfig, listed: Vec<Tool>, stop: &Stop) -> Vec<
             Ok(capability) => Ok(capability),
         };
         let capability = match validated {
-            Ok(capability) => Arc::new(capability),
+            Ok(mut capability) => {
+                capability.annotations = annotations(tool.annotations.as_ref());
+                Arc::new(capability)
+            }
             Err(reason) => {
                 tracing::warn!(upstream = %config.name, tool = %original, reason = %reason, "upstream tool skipped");
                 continue;
