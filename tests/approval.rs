@@ -71,13 +71,31 @@ impl Setup {
     /// Runs `source` over stdio with the Python client, answering the
     /// elicitations with `answers` (none: the client declares no elicitation).
     fn execute(&self, extra: &[&str], answers: Option<Value>, source: &str) -> Value {
+        self.execute_in("legacy", extra, answers, source)
+    }
+
+    /// [`Setup::execute`] with the client in protocol `mode`.
+    fn execute_in(
+        &self,
+        mode: &str,
+        extra: &[&str],
+        answers: Option<Value>,
+        source: &str,
+    ) -> Value {
+        let steps = json!([{"op": "call", "tool": "execute", "arguments": {"source": source}}]);
+        self.steps(mode, extra, answers, steps)
+    }
+
+    /// Runs the driver's `steps` in protocol `mode`, answering elicitations with
+    /// `answers`.
+    fn steps(&self, mode: &str, extra: &[&str], answers: Option<Value>, steps: Value) -> Value {
         let args = self.args(extra);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut script = json!({
             "command": crate::support::host_bin(),
             "args": with_cache(&args),
-            "mode": "legacy",
-            "steps": [{"op": "call", "tool": "execute", "arguments": {"source": source}}],
+            "mode": mode,
+            "steps": steps,
         });
         if let Some(answers) = answers {
             script["elicitation"] = answers;
@@ -87,10 +105,15 @@ impl Setup {
 
     /// The notes the upstream wrote.
     fn notes(&self) -> Vec<String> {
+        self.logged("note ")
+    }
+
+    /// The upstream's log lines starting with `prefix`, without it.
+    fn logged(&self, prefix: &str) -> Vec<String> {
         std::fs::read_to_string(self.dir.join("double.log"))
             .unwrap_or_default()
             .lines()
-            .filter_map(|line| line.strip_prefix("note "))
+            .filter_map(|line| line.strip_prefix(prefix))
             .map(str::to_owned)
             .collect()
     }
@@ -226,10 +249,19 @@ fn an_unanswered_question_times_out_and_waiting_is_not_execution_time() {
     );
     // Answered after 2.5 s, within --approval-timeout: an execution with 2 s
     // of time runs on, the wait not counted.
+    // (A search first: the start, which the first call waits for, is over.)
     let patient = Setup::new("patient", "max-execution-time = \"2s\"");
     let slow = json!([{"wait": 2.5}, accept(true, false)]);
-    let out = patient.execute(&["--approval-timeout", "5s"], Some(slow), &note("b"));
-    assert_eq!(out["results"][0]["is_error"], false, "{out}");
+    let out = patient.steps(
+        "legacy",
+        &["--approval-timeout", "5s"],
+        Some(slow),
+        json!([
+            {"op": "call", "tool": "search_api", "arguments": {"query": "note"}},
+            {"op": "call", "tool": "execute", "arguments": {"source": note("b")}},
+        ]),
+    );
+    assert_eq!(out["results"][1]["is_error"], false, "{out}");
     assert_eq!(patient.notes(), ["b"]);
 }
 
@@ -405,4 +437,274 @@ fn the_readme_policy_asks_before_a_git_commit_through_the_gateway() {
     );
     assert_eq!(out["elicitations"][0]["message"], question.as_str());
     assert_eq!(last_commit(&repo), "Approved by a human");
+}
+
+/// A 2026-07-28 client is asked with an input_required result; the Python SDK
+/// answers through its elicitation callback and retries; the program runs
+/// again, its earlier calls replayed from the record, never made twice.
+#[test]
+fn a_2026_client_answers_an_input_required_and_nothing_runs_twice() {
+    let setup = Setup::new("mrtr", "");
+    let source = "def main():\n    n = double.count()\n    double.note(text=\"x\")\n    double.note(text=\"y\")\n    return n";
+    let out = setup.execute_in(
+        "2026-07-28",
+        &[],
+        Some(json!([accept(true, false)])),
+        source,
+    );
+    assert_eq!(
+        out["results"][0]["structured"],
+        json!({"result": {"result": 1}}),
+        "{out}"
+    );
+    // Asked once per note: two rounds, each replaying what ran before.
+    let messages: Vec<&str> = out["elicitations"]
+        .as_array()
+        .expect("elicitations")
+        .iter()
+        .filter_map(|e| e["message"].as_str())
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "May local write a note?\n\nCapability: double.note\nArguments: {\"text\":\"x\"}",
+            "May local write a note?\n\nCapability: double.note\nArguments: {\"text\":\"y\"}",
+        ]
+    );
+    assert_eq!(setup.logged("count "), ["1"]);
+    assert_eq!(setup.notes(), ["x", "y"]);
+    let decisions: Vec<(String, String)> = std::fs::read_to_string(setup.dir.join("audit.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("JSON"))
+        .map(|line| {
+            (
+                line["capability"].as_str().unwrap_or_default().to_owned(),
+                match &line["approval"] {
+                    Value::Null => line["decision"].as_str().unwrap_or_default().to_owned(),
+                    approval => approval["outcome"].as_str().unwrap_or_default().to_owned(),
+                },
+            )
+        })
+        .collect();
+    let pair = |c: &str, d: &str| (c.to_owned(), d.to_owned());
+    assert_eq!(
+        decisions,
+        [
+            pair("double.count", "allow"),
+            pair("double.note", "awaiting answer"),
+            pair("double.count", "replayed"),
+            pair("double.note", "approved"),
+            pair("double.note", "awaiting answer"),
+            pair("double.count", "replayed"),
+            pair("double.note", "replayed"),
+            pair("double.note", "approved"),
+        ]
+    );
+    // Declined: the program ends at the call, which never ran.
+    let declined = Setup::new("mrtr-declined", "");
+    let out = declined.execute_in(
+        "2026-07-28",
+        &[],
+        Some(json!([{"action": "decline"}])),
+        &note("a"),
+    );
+    assert_denied(&out, 2, 12);
+    assert_eq!(declined.notes(), Vec::<String>::new());
+    // Approved for the execution: one round for fifty notes.
+    let looped = Setup::new("mrtr-loop", "");
+    let source = "def main():\n    for i in range(50):\n        double.note(text=str(i))\n    return \"done\"";
+    let out = looped.execute_in("2026-07-28", &[], Some(json!([accept(true, true)])), source);
+    assert_eq!(
+        out["results"][0]["structured"],
+        json!({"result": "done"}),
+        "{out}"
+    );
+    assert_eq!(out["elicitations"].as_array().map(Vec::len), Some(1));
+    assert_eq!(looped.notes().len(), 50);
+}
+
+/// A plugin's instance that waited while a human took longer than the
+/// execution's time left keeps running: the deadline its sandbox checks moved
+/// with the wait.
+#[test]
+fn a_plugin_called_again_after_a_long_approval_keeps_its_time() {
+    let setup = Setup::new("plugin", "max-execution-time = \"2s\"");
+    std::fs::copy(
+        crate::support::test_plugin("sleepy"),
+        setup.dir.join("plugins/sleepy.wasm"),
+    )
+    .expect("copy the plugin");
+    std::fs::write(
+        setup.dir.join("policy.rego"),
+        "package codemode.authz\n\ndefault allow := false\n\nallow if input.arguments.ms != 2\n\nallow := {\"ask\": \"Nap for 2 ms?\"} if input.arguments.ms == 2\n",
+    )
+    .expect("write the policy");
+    let out = setup.steps(
+        "legacy",
+        &["--approval-timeout", "5s"],
+        Some(json!([{"wait": 2.5}, accept(true, false)])),
+        json!([
+            {"op": "call", "tool": "search_api", "arguments": {"query": "nap"}},
+            {"op": "call", "tool": "execute", "arguments": {"source":
+                "def main():\n    sleepy.nap(ms=1)\n    sleepy.nap(ms=2)\n    return sleepy.nap(ms=3)"}},
+        ]),
+    );
+    assert_eq!(
+        out["results"][1]["structured"],
+        json!({"result": {"ms": 3}}),
+        "{out}"
+    );
+    assert_eq!(
+        out["elicitations"][0]["message"],
+        "Nap for 2 ms?\n\nCapability: sleepy.nap\nArguments: {\"ms\":2}"
+    );
+}
+
+/// One 2026-07-28 `tools/call execute` of `source` over HTTP as the subject of
+/// `token`, declaring elicitation; a retry carries `retry` (`inputResponses`
+/// and `requestState`). Returns the JSON-RPC answer.
+fn call_2026(server: &HttpServer, token: &str, source: &str, retry: Option<Value>) -> Value {
+    let mut params = json!({
+        "name": "execute",
+        "arguments": {"source": source},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "approval-test", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+        },
+    });
+    if let Some(Value::Object(retry)) = retry {
+        for (key, value) in retry {
+            params[key] = value;
+        }
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+    let bearer = format!("Bearer {token}");
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "execute"),
+        ("Authorization", bearer.as_str()),
+    ];
+    let answer =
+        crate::support::raw_request(server.port, "POST", "/mcp", &headers, &body.to_string());
+    serde_json::from_str(&answer.body)
+        .unwrap_or_else(|e| panic!("{e}: {} {}", answer.status, answer.body))
+}
+
+/// Two replicas sharing the approval key: the question comes from one, the
+/// answer goes to the other, which replays the program; a state altered,
+/// carried by another subject, or expired is refused.
+#[test]
+fn over_http_a_2026_answer_may_reach_another_replica() {
+    let setup = Setup::new("replicas", "");
+    let key = setup.dir.join("approval.key");
+    std::fs::write(&key, format!("{}\n", "ab12".repeat(16))).expect("write the key");
+    let tokens = setup.dir.join("tokens");
+    std::fs::write(
+        &tokens,
+        format!(
+            "ada {}\nbob {}\n",
+            codemode_host::authz::token_hash("ada-secret"),
+            codemode_host::authz::token_hash("bob-secret")
+        ),
+    )
+    .expect("write the tokens");
+    let start = |timeout: &str| {
+        let mut args = setup.args(&["--approval-timeout", timeout]);
+        args.extend([
+            "--approval-key".to_owned(),
+            key.display().to_string(),
+            "--tokens".to_owned(),
+            tokens.display().to_string(),
+        ]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        HttpServer::start(&args)
+    };
+    let (a, b) = (start("10m"), start("10m"));
+    let asked = call_2026(&a, "ada-secret", &note("h"), None);
+    let result = &asked["result"];
+    assert_eq!(result["resultType"], "input_required", "{asked}");
+    assert_eq!(
+        result["inputRequests"]["approval"]["params"]["message"],
+        "May ada write a note?\n\nCapability: double.note\nArguments: {\"text\":\"h\"}"
+    );
+    assert_eq!(
+        result["inputRequests"]["approval"]["method"],
+        "elicitation/create"
+    );
+    let state = result["requestState"]
+        .as_str()
+        .expect("a requestState")
+        .to_owned();
+    assert_eq!(setup.notes(), Vec::<String>::new());
+    let answer = |state: &str, approve: bool| {
+        json!({
+            "requestState": state,
+            "inputResponses": {"approval": {"action": "accept", "content": {"approve": approve}}},
+        })
+    };
+    let denied = |answer: &Value| {
+        assert_eq!(answer["result"]["isError"], true, "{answer}");
+        assert_eq!(answer["result"]["content"][0]["text"], "permission denied");
+    };
+    // Altered (one character of the signed part), or carried by another
+    // subject: refused, and nothing ran.
+    let mut altered = state.clone();
+    let at = altered.len() / 2;
+    let flipped = if &altered[at..=at] == "A" { "B" } else { "A" };
+    altered.replace_range(at..=at, flipped);
+    denied(&call_2026(
+        &b,
+        "ada-secret",
+        &note("h"),
+        Some(answer(&altered, true)),
+    ));
+    denied(&call_2026(
+        &b,
+        "bob-secret",
+        &note("h"),
+        Some(answer(&state, true)),
+    ));
+    // Another program with this state: refused.
+    denied(&call_2026(
+        &b,
+        "ada-secret",
+        &note("i"),
+        Some(answer(&state, true)),
+    ));
+    crate::support::wait_for_log(&b, "execute refused: its requestState does not open", 3);
+    assert_eq!(setup.notes(), Vec::<String>::new());
+    // Answered on the other replica: it replays the program and the note runs.
+    let done = call_2026(&b, "ada-secret", &note("h"), Some(answer(&state, true)));
+    assert_eq!(
+        done["result"]["structuredContent"],
+        json!({"result": {"result": "noted h"}}),
+        "{done}"
+    );
+    assert_eq!(setup.notes(), ["h"]);
+    // A state past --approval-timeout is refused (declined meanwhile: nothing runs).
+    let quick = start("1s");
+    let asked = call_2026(&quick, "ada-secret", &note("late"), None);
+    let state = asked["result"]["requestState"]
+        .as_str()
+        .expect("a requestState")
+        .to_owned();
+    crate::support::wait_until(
+        "the state to expire",
+        || {
+            denied(&call_2026(
+                &b,
+                "ada-secret",
+                &note("late"),
+                Some(answer(&state, false)),
+            ));
+            b.log().contains("reason=request state has expired")
+        },
+        || b.log(),
+    );
+    assert_eq!(setup.notes(), ["h"]);
 }

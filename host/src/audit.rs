@@ -30,6 +30,9 @@ pub enum Decision {
     Failure,
     /// The policy said to ask a human (`approval` says how that ended).
     Asked,
+    /// The call was made in an earlier run of the program (which stopped to
+    /// ask a human): its recorded result was given again, nothing ran.
+    Replayed,
     /// The call ended before authorization (unknown name, binding, a budget).
     NotEvaluated,
 }

@@ -111,12 +111,24 @@ pub struct Cli {
     /// declared form elicitation (2025-06-18, 2025-11-25) is asked with the
     /// question, the capability and its arguments; the call runs once approved
     /// (or every call of that capability in the execution, when the user says
-    /// so). Declined, unanswered within this time, or a client that cannot be
-    /// asked (over HTTP, a 2026-07-28 client, a task, no elicitation): the call
-    /// is `permission denied`. The wait does not count against
-    /// --max-execution-time.
+    /// so); a 2026-07-28 client, over stdio or HTTP, gets an input_required
+    /// result and retries with the answer (see --approval-key). Declined,
+    /// unanswered within this time, or a client that cannot be asked (an older
+    /// one over HTTP, a task, no elicitation): the call is `permission denied`.
+    /// The wait does not count against --max-execution-time.
     #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
     pub approval_timeout: Option<Duration>,
+
+    /// The key that signs approvals' requestState (2026-07-28 clients)
+    ///
+    /// A 2026-07-28 client is asked with an input_required result and comes
+    /// back with the answer in a new request, which any replica may take: the
+    /// state it carries (the calls made before the question) is signed with
+    /// this key (at least 32 bytes, e.g. `openssl rand -hex 32`), so replicas
+    /// behind one load balancer share the file. Without it, approval.key in the
+    /// cache folder is used, made there when absent.
+    #[arg(long, value_name = "FILE")]
+    pub approval_key: Option<PathBuf>,
 
     /// The rule --policy decides with [default: data.codemode.authz.allow]
     ///

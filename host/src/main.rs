@@ -296,11 +296,14 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
     // Before serving: from here on SIGHUP reloads instead of ending the server.
     let _reloading = secrets::start(reloadable, runtime.handle())
         .context("cannot watch the tokens and policy files for changes")?;
+    let approvals = approvals(&cli, config.cache_dir.as_deref())?;
     let served = runtime.block_on(async {
         let tasks = task_store(&cli).await?;
         match http {
-            None => serve_stdio_while_loading(config, &cli, &loaded, tasks).await,
-            Some((address, http)) => serve_http(address, http, config, &cli, &loaded, tasks).await,
+            None => serve_stdio_while_loading(config, &cli, &loaded, tasks, approvals).await,
+            Some((address, http)) => {
+                serve_http(address, http, config, &cli, &loaded, tasks, approvals).await
+            }
         }
     });
     // Executions (and a load) still running on blocking threads end by their own
@@ -328,6 +331,25 @@ async fn task_store(cli: &Cli) -> anyhow::Result<Arc<TaskStore>> {
     };
     let redis = RedisTasks::connect(url, limits).await?;
     Ok(Arc::new(TaskStore::Redis(redis)))
+}
+
+/// How approvals are asked: `--approval-timeout`, and the key that signs the
+/// `requestState` of 2026-07-28 approvals (`--approval-key`, else the cache
+/// folder's), loaded only when a policy can ask.
+type Approvals = (
+    std::time::Duration,
+    Option<Arc<rmcp::model::RequestStateCodec>>,
+);
+
+fn approvals(cli: &Cli, cache_dir: Option<&std::path::Path>) -> anyhow::Result<Approvals> {
+    let timeout = cli
+        .approval_timeout
+        .unwrap_or(codemode_host::mcp::DEFAULT_APPROVAL_TIMEOUT);
+    if cli.policy.is_empty() && cli.approval_key.is_none() {
+        return Ok((timeout, None));
+    }
+    let codec = codemode_host::mcp::load_key(cli.approval_key.as_deref(), cache_dir)?;
+    Ok((timeout, Some(Arc::new(codec))))
 }
 
 /// Cancels the tasks running here, then closes the upstreams: no upstream
@@ -378,6 +400,7 @@ async fn serve_http(
     cli: &Cli,
     loaded: &OnceLock<Arc<Service>>,
     tasks: Arc<TaskStore>,
+    approvals: Approvals,
 ) -> anyhow::Result<()> {
     let listener = http::bind(address)
         .await
@@ -419,7 +442,7 @@ async fn serve_http(
     };
     let _watch = start_watch(cli, &service)?;
     let _ = loaded.set(service.clone());
-    readiness.set(service.clone(), tasks.clone());
+    readiness.set(service.clone(), tasks.clone(), approvals);
     tracing::info!("ready to serve");
     server.await??;
     if let Some(probes) = probes {
@@ -438,15 +461,13 @@ async fn serve_stdio_while_loading(
     cli: &Cli,
     service_cell: &OnceLock<Arc<Service>>,
     tasks: Arc<TaskStore>,
+    approvals: Approvals,
 ) -> anyhow::Result<()> {
     let (publish, loaded) = tokio::sync::watch::channel(None);
     let subjects = SubjectSource::Fixed(Subject::new(cli.subject.clone()));
     let max_execution_time = config.limits.max_execution_time;
     let server = McpServer::loading(loaded, max_execution_time, subjects, tasks.clone())
-        .with_approval_timeout(
-            cli.approval_timeout
-                .unwrap_or(codemode_host::mcp::DEFAULT_APPROVAL_TIMEOUT),
-        );
+        .with_approvals(approvals.0, approvals.1);
     let serving = serve_stdio(server);
     tokio::pin!(serving);
     let mut loading = tokio::task::spawn_blocking(move || load(&config));

@@ -15,8 +15,8 @@ and prints one JSON document: {"server_info": ..., "instructions": ...,
 "results": [RESULT, ...]}. With "elicitation": [ANSWER, ...] the client declares
 form elicitation and answers each request with the next ANSWER (the last one
 again once they run out): {"action": "accept", "content": {...}}, {"action":
-"decline"}, or {"wait": SECONDS} (an answer that comes after SECONDS: first the
-next ANSWER); the document then has "elicitations": [the requests' params, ...]. A call's RESULT is {"is_error", "structured", "text",
+"decline"}, or {"wait": SECONDS} (an answer that comes after SECONDS: the next
+ANSWER, or a decline when none is left); the document then has "elicitations": [the requests' params, ...]. A call's RESULT is {"is_error", "structured", "text",
 "meta"} or {"protocol_error": MESSAGE}. The Rust end-to-end tests assert on it exactly.
 """
 
@@ -51,6 +51,8 @@ async def run(script):
             if "wait" in answer:
                 await asyncio.sleep(answer["wait"])
                 answer = answers.pop(0) if len(answers) > 1 else answers[0]
+                if "wait" in answer:
+                    answer = {"action": "decline"}
             return mcp.types.ElicitResult(action=answer["action"], content=answer.get("content"))
 
         options["elicitation_callback"] = on_elicitation

@@ -42,6 +42,18 @@ def note(text: str) -> str:
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def count() -> int:
+    """How many times it was called in this process (each call writes `count N` to DOUBLE_LOG)."""
+    global COUNTED
+    COUNTED += 1
+    log(f"count {COUNTED}")
+    return COUNTED
+
+
+COUNTED = 0
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def echo(text: str) -> str:
     """Answer TEXT: read-only."""
     return text

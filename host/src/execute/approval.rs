@@ -8,25 +8,55 @@
 //! holds for that call only, unless the human approved the capability for the
 //! rest of the execution. No approver (a client that cannot be asked), a
 //! decline or a timeout all end the call as `permission denied`.
+//!
+//! An approver that cannot wait (a 2026-07-28 client answers in a new request,
+//! which may reach another replica) [`suspends`](Approver::suspends): the
+//! execution records each successful call (its capability, a digest of its
+//! arguments, its encoded result), and at the call to ask about it stops
+//! ([`Suspended`]). The MCP layer hands the record to the client, signed, and
+//! when the client comes back with the answer the program is run again from the
+//! start with a [`Replay`]: each earlier call must be the same capability with
+//! the same arguments as recorded, and gets the recorded result without its
+//! plugin or upstream being called again; the call asked about gets the
+//! answer. A program that asks for anything else at a recorded position ends
+//! as `capability failed: the program did not repeat its earlier calls`, so no
+//! side effect is ever repeated.
 
 use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use codemode_value::Value;
+use serde::{Deserialize, Serialize};
+use sha2::Digest as _;
 
 use super::ExecState;
 use crate::audit::Approval;
 use crate::error::ToolError;
 use crate::wait::{self, Abandoned};
 
-/// Most bytes of a call's arguments shown to the human (as JSON; longer ones
-/// are cut, and say so).
+/// Most bytes of a call's arguments shown to the human (as JSON): past it,
+/// long strings are cut (each saying so) so that every argument stays in
+/// sight; arguments that still do not fit are not shown, and the call is
+/// denied rather than approved unseen.
 pub const MAX_ARGUMENTS_SHOWN: usize = 4096;
 
+/// Why a call is denied whose arguments cannot be shown whole enough.
+pub const ARGUMENTS_TOO_LARGE: &str =
+    "its arguments are too large to show the human (4 KiB, long strings cut)";
+
+/// How long past the approver's timeout the dispatcher still waits for it to
+/// say it withdrew the question.
+const WITHDRAW_GRACE: Duration = Duration::from_secs(1);
+
+/// The detail of the `capability failed` of a replayed program that asked for
+/// another call than the one recorded at the same position.
+pub const DIVERGED: &str = "the program did not repeat its earlier calls";
+
 /// What a human is asked about one call.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalRequest {
     /// The policy's question (operator text, never shown to the agent).
     pub question: String,
@@ -46,6 +76,9 @@ pub enum Answer {
     ApprovedForExecution,
     /// It may not (or the human dismissed the question).
     Declined,
+    /// No answer came within the approver's timeout (the question was
+    /// withdrawn).
+    TimedOut,
     /// Nobody could be asked: why, for the log.
     NotAsked(String),
 }
@@ -61,6 +94,126 @@ pub trait Approver: Send + Sync {
 
     /// Asks about one call.
     fn ask(&self, request: ApprovalRequest) -> Asking;
+
+    /// Whether it asks by stopping the execution instead of waiting (the
+    /// answer comes with a new request, and the program is replayed).
+    fn suspends(&self) -> bool {
+        false
+    }
+}
+
+/// One successful native call, as a replay needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recorded {
+    /// The capability's ID.
+    pub id: String,
+    /// [`digest`] of its arguments.
+    pub digest: String,
+    /// Its encoded result, in hex.
+    pub result: String,
+}
+
+/// The call an execution stopped at: its capability's ID and [`digest`] of
+/// its arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingCall {
+    /// The capability's ID.
+    pub id: String,
+    /// [`digest`] of its arguments.
+    pub digest: String,
+}
+
+/// An execution that stopped to ask a human: the calls it made, the one it
+/// asks about, and the capabilities approved for the rest of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Suspended {
+    /// Its successful calls, in order.
+    pub calls: Vec<Recorded>,
+    /// The call asked about.
+    pub pending: PendingCall,
+    /// What the human is asked.
+    pub request: ApprovalRequest,
+    /// Capability IDs the human approved for the rest of the execution.
+    pub for_execution: Vec<String>,
+}
+
+/// What a re-run of a suspended execution replays.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replay {
+    /// The calls made before, in order.
+    pub calls: Vec<Recorded>,
+    /// The call that was asked about, and the human's answer.
+    pub pending: PendingCall,
+    pub answer: Answer,
+    /// Capability IDs approved for the rest of the execution.
+    pub for_execution: Vec<String>,
+}
+
+/// A digest of a call's canonical arguments: SHA-256 of their JSON, in hex.
+pub(crate) fn digest(arguments: &Value) -> String {
+    let json = super::to_json(arguments.clone())
+        .map(|json| json.to_string())
+        .unwrap_or_default();
+    hex::encode(sha2::Sha256::digest(json.as_bytes()))
+}
+
+/// What a native call does in an execution that replays or records.
+pub(crate) enum Step {
+    /// It was made before: its recorded result, encoded.
+    Replayed(Vec<u8>),
+    /// It runs (when recording, with this digest).
+    Live(Option<String>),
+}
+
+/// The next native call, of `capability_id` with `arguments`: replayed from
+/// the record while there is one, else live. A call that differs from the
+/// record at its position (or a record that does not decode) fails the
+/// execution with [`DIVERGED`].
+pub(crate) fn next_call(
+    state: &mut ExecState,
+    capability_id: &str,
+    arguments: &Value,
+) -> Result<Step, ToolError> {
+    let position = state.approvals.position;
+    state.approvals.position += 1;
+    let recording = state.approvals.recorded.is_some();
+    let Some(replay) = &state.approvals.replay else {
+        return Ok(Step::Live(recording.then(|| digest(arguments))));
+    };
+    let digest = digest(arguments);
+    let diverged = || ToolError::CapabilityFailed(Some(DIVERGED.to_owned()));
+    match replay.calls.get(position) {
+        Some(recorded) if recorded.id == capability_id && recorded.digest == digest => {
+            let bytes = hex::decode(&recorded.result).map_err(|_| diverged())?;
+            if let Some(calls) = &mut state.approvals.recorded {
+                calls.push(recorded.clone());
+            }
+            Ok(Step::Replayed(bytes))
+        }
+        Some(_) => Err(diverged()),
+        None if position == replay.calls.len()
+            && (replay.pending.id != capability_id || replay.pending.digest != digest) =>
+        {
+            Err(diverged())
+        }
+        None => Ok(Step::Live(Some(digest))),
+    }
+}
+
+/// Records a live call's result, when the execution records.
+pub(crate) fn record(
+    state: &mut ExecState,
+    capability_id: &str,
+    digest: Option<String>,
+    bytes: &[u8],
+) {
+    if let (Some(calls), Some(digest)) = (&mut state.approvals.recorded, digest) {
+        calls.push(Recorded {
+            id: capability_id.to_owned(),
+            digest,
+            result: hex::encode(bytes),
+        });
+    }
 }
 
 /// How asking about one call ended, as the audit log and the metrics say it.
@@ -73,6 +226,9 @@ pub(crate) enum Outcome {
     TimedOut,
     NotAsked,
     Canceled,
+    /// The execution stopped and the question went to the client, whose
+    /// answer comes with a new request.
+    Awaiting,
 }
 
 impl Outcome {
@@ -86,6 +242,7 @@ impl Outcome {
             Outcome::TimedOut => "timed out",
             Outcome::NotAsked => "not asked",
             Outcome::Canceled => "canceled",
+            Outcome::Awaiting => "awaiting answer",
         }
     }
 
@@ -99,10 +256,41 @@ impl Outcome {
 }
 
 /// What one execution asked so far: the capabilities approved for the rest of
-/// it (by ID).
+/// it (by ID); and, when its approver suspends, its calls and the replay it
+/// runs.
 #[derive(Debug, Default)]
 pub(crate) struct Approvals {
     for_execution: HashSet<String>,
+    /// Its successful calls so far (recorded only when the approver suspends).
+    recorded: Option<Vec<Recorded>>,
+    /// The record it replays.
+    replay: Option<Replay>,
+    /// Native calls that reached authorization so far.
+    position: usize,
+    /// Where it stopped to ask, when its approver suspends.
+    pub(crate) suspended: Option<Suspended>,
+}
+
+impl Approvals {
+    /// An execution's: recording when `approver` suspends, replaying `replay`.
+    pub(crate) fn new(approver: Option<&Arc<dyn Approver>>, replay: Option<Replay>) -> Self {
+        let recording = approver.is_some_and(|approver| approver.suspends());
+        Self {
+            for_execution: replay
+                .as_ref()
+                .map(|replay| replay.for_execution.iter().cloned().collect())
+                .unwrap_or_default(),
+            recorded: recording.then(Vec::new),
+            replay,
+            position: 0,
+            suspended: None,
+        }
+    }
+
+    /// Whether calls are checked against a record or recorded.
+    pub(crate) fn active(&self) -> bool {
+        self.recorded.is_some() || self.replay.is_some()
+    }
 }
 
 /// Asks whether the call of `capability` (`name`) with `arguments` may run;
@@ -119,6 +307,43 @@ pub(crate) fn approve(
     outcome
 }
 
+/// What the human answered, as the outcome of the call asked about.
+fn answered(
+    state: &mut ExecState,
+    capability_id: &str,
+    name: &str,
+    answer: Answer,
+) -> (Outcome, Result<(), ToolError>) {
+    match answer {
+        Answer::Approved => (Outcome::Approved, Ok(())),
+        Answer::ApprovedForExecution => {
+            state
+                .approvals
+                .for_execution
+                .insert(capability_id.to_owned());
+            (Outcome::ApprovedForExecution, Ok(()))
+        }
+        Answer::Declined => (Outcome::Declined, Err(ToolError::PermissionDenied)),
+        Answer::TimedOut => {
+            tracing::info!(
+                subject = %state.subject.id,
+                capability = %name,
+                "call denied: no answer to its approval in time (--approval-timeout)"
+            );
+            (Outcome::TimedOut, Err(ToolError::PermissionDenied))
+        }
+        Answer::NotAsked(reason) => {
+            tracing::info!(
+                subject = %state.subject.id,
+                capability = %name,
+                reason = %reason,
+                "call denied: the policy asks a human, who cannot be asked"
+            );
+            (Outcome::NotAsked, Err(ToolError::PermissionDenied))
+        }
+    }
+}
+
 fn ask(
     state: &mut ExecState,
     capability_id: &str,
@@ -129,6 +354,17 @@ fn ask(
     if state.approvals.for_execution.contains(capability_id) {
         return (Outcome::ApprovedEarlier, Ok(()));
     }
+    // The call a replay was answered for (`next_call` checked it is the one).
+    let position = state.approvals.position.saturating_sub(1);
+    let answer = match &mut state.approvals.replay {
+        Some(replay) if position == replay.calls.len() => {
+            Some(std::mem::replace(&mut replay.answer, Answer::Declined))
+        }
+        Some(_) | None => None,
+    };
+    if let Some(answer) = answer {
+        return answered(state, capability_id, name, answer);
+    }
     let Some(approver) = state.approver.clone() else {
         tracing::info!(
             subject = %state.subject.id,
@@ -138,38 +374,44 @@ fn ask(
         );
         return (Outcome::NotAsked, Err(ToolError::PermissionDenied));
     };
+    let Some(shown) = shown(arguments) else {
+        tracing::info!(
+            subject = %state.subject.id,
+            capability = %name,
+            reason = ARGUMENTS_TOO_LARGE,
+            "call denied: the policy asks a human, who cannot be asked"
+        );
+        return (Outcome::NotAsked, Err(ToolError::PermissionDenied));
+    };
     let request = ApprovalRequest {
         question,
         capability: name.to_owned(),
-        arguments: shown(arguments),
+        arguments: shown,
     };
+    if approver.suspends() {
+        state.approvals.suspended = Some(Suspended {
+            calls: state.approvals.recorded.clone().unwrap_or_default(),
+            pending: PendingCall {
+                id: capability_id.to_owned(),
+                digest: digest(arguments),
+            },
+            request,
+            for_execution: state.approvals.for_execution.iter().cloned().collect(),
+        });
+        return (Outcome::Awaiting, Err(ToolError::PermissionDenied));
+    }
+    // The approver withdraws the question at its timeout (and says so); this
+    // wait ends a little later in case it cannot.
     let asked = Instant::now();
     let answer = wait::until(
-        asked + approver.timeout(),
+        asked + approver.timeout() + WITHDRAW_GRACE,
         Some(state.stop.cancel()),
         approver.ask(request),
     );
     // Waiting for the human is not the program's time.
     state.stop.extend(asked.elapsed());
     match answer {
-        Ok(Answer::Approved) => (Outcome::Approved, Ok(())),
-        Ok(Answer::ApprovedForExecution) => {
-            state
-                .approvals
-                .for_execution
-                .insert(capability_id.to_owned());
-            (Outcome::ApprovedForExecution, Ok(()))
-        }
-        Ok(Answer::Declined) => (Outcome::Declined, Err(ToolError::PermissionDenied)),
-        Ok(Answer::NotAsked(reason)) => {
-            tracing::info!(
-                subject = %state.subject.id,
-                capability = %name,
-                reason = %reason,
-                "call denied: the policy asks a human, who cannot be asked"
-            );
-            (Outcome::NotAsked, Err(ToolError::PermissionDenied))
-        }
+        Ok(answer) => answered(state, capability_id, name, answer),
         Err(Abandoned::Deadline) => {
             tracing::info!(
                 subject = %state.subject.id,
@@ -184,22 +426,63 @@ fn ask(
     }
 }
 
-/// `arguments` as JSON for a human to read, cut at [`MAX_ARGUMENTS_SHOWN`]
-/// bytes (on a character boundary) with a note saying so.
-pub(crate) fn shown(arguments: &Value) -> String {
-    // Bound arguments are what JSON carries (binding refused the rest).
-    let text = super::to_json(arguments.clone())
-        .map(|json| json.to_string())
-        .unwrap_or_default();
-    if text.len() <= MAX_ARGUMENTS_SHOWN {
-        return text;
+/// `arguments` as JSON for a human to read, at most [`MAX_ARGUMENTS_SHOWN`]
+/// bytes: strings longer than a limit are cut (ending in `…[cut]`), the limit
+/// lowered until the whole fits, so that no argument is pushed out of sight.
+/// Characters that change how text is laid out (line and paragraph
+/// separators, bidirectional and zero-width marks) are escaped. `None` when
+/// even the shortest form does not fit.
+pub(crate) fn shown(arguments: &Value) -> Option<String> {
+    for limit in [usize::MAX, 512, 128, 32, 8] {
+        let cut = cut_strings(arguments, limit);
+        let text = super::to_json(cut)?.to_string();
+        let text = escape_layout(&text);
+        if text.len() <= MAX_ARGUMENTS_SHOWN {
+            return Some(text);
+        }
     }
-    let note = " … (cut)";
-    let mut end = MAX_ARGUMENTS_SHOWN - note.len();
-    while !text.is_char_boundary(end) {
-        end -= 1;
+    None
+}
+
+/// `value` with every string over `limit` characters cut to it.
+fn cut_strings(value: &Value, limit: usize) -> Value {
+    match value {
+        Value::Str(text) if text.chars().count() > limit => {
+            let mut cut: String = text.chars().take(limit).collect();
+            cut.push_str("…[cut]");
+            Value::Str(cut)
+        }
+        Value::List(items) => Value::List(items.iter().map(|v| cut_strings(v, limit)).collect()),
+        Value::Dict(entries) => Value::Dict(
+            entries
+                .iter()
+                .map(|(k, v)| (k.clone(), cut_strings(v, limit)))
+                .collect(),
+        ),
+        other => other.clone(),
     }
-    format!("{}{note}", &text[..end])
+}
+
+/// `text` with the characters that change its layout written as `\uXXXX`.
+fn escape_layout(text: &str) -> String {
+    let layout = |c: char| {
+        matches!(c,
+            '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
+    };
+    if !text.chars().any(layout) {
+        return text.to_owned();
+    }
+    text.chars()
+        .map(|c| {
+            if layout(c) {
+                format!("\\u{:04X}", c as u32)
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -207,14 +490,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn arguments_are_shown_as_json_and_cut_past_the_limit() {
+    fn arguments_are_shown_as_json_long_strings_cut_so_every_key_stays() {
         let small = Value::Dict(vec![("message".into(), Value::Str("fix".into()))]);
-        assert_eq!(shown(&small), r#"{"message":"fix"}"#);
-        let big = Value::Dict(vec![("text".into(), Value::Str("é".repeat(3000)))]);
-        let text = shown(&big);
-        assert!(text.len() <= MAX_ARGUMENTS_SHOWN, "{}", text.len());
-        assert!(text.starts_with(r#"{"text":"éé"#), "{text}");
-        assert!(text.ends_with("é … (cut)"), "{text}");
+        assert_eq!(shown(&small).as_deref(), Some(r#"{"message":"fix"}"#));
+        // A long message would push repo_path out of sight: it is cut instead.
+        let big = Value::Dict(vec![
+            ("message".into(), Value::Str("é".repeat(3000))),
+            ("repo_path".into(), Value::Str("/srv/repo".into())),
+        ]);
+        let text = shown(&big).unwrap();
+        assert_eq!(
+            text,
+            format!(
+                r#"{{"message":"{}…[cut]","repo_path":"/srv/repo"}}"#,
+                "é".repeat(512)
+            )
+        );
+        // Layout characters are escaped, not rendered.
+        let sneaky = Value::Dict(vec![("m".into(), Value::Str("a\u{202E}b\u{2028}c".into()))]);
+        assert_eq!(
+            shown(&sneaky).as_deref(),
+            Some(r#"{"m":"a\u202Eb\u2028c"}"#)
+        );
+        // Too many arguments to show even cut: not shown at all.
+        let many = Value::List((0..2000).map(Value::Int).collect());
+        assert_eq!(shown(&Value::Dict(vec![("xs".into(), many)])), None);
     }
 
     #[test]
@@ -227,6 +527,7 @@ mod tests {
             Outcome::TimedOut,
             Outcome::NotAsked,
             Outcome::Canceled,
+            Outcome::Awaiting,
         ];
         assert_eq!(
             all.map(Outcome::text),
@@ -237,7 +538,8 @@ mod tests {
                 "declined",
                 "timed out",
                 "not asked",
-                "canceled"
+                "canceled",
+                "awaiting answer"
             ]
         );
     }

@@ -298,6 +298,23 @@ fn call(
             return Err(ToolError::Internal);
         }
     };
+    // A replay answers the calls made before from its record.
+    let digest = if state.approvals.active() {
+        match approval::next_call(state, route.capability.id.as_str(), &canonical)? {
+            approval::Step::Replayed(bytes) => {
+                trace.decision = Decision::Replayed;
+                state.ledger.charge_result(
+                    codemode_value::decode(&bytes, max_depth + 1)
+                        .map(|value| codemode_value::json_len(&value))
+                        .unwrap_or(usize::MAX),
+                )?;
+                return Ok(bytes);
+            }
+            approval::Step::Live(digest) => digest,
+        }
+    } else {
+        None
+    };
     let input = AuthorizationInput {
         subject: &state.subject,
         capability_id: route.capability.id.as_str(),
@@ -339,6 +356,7 @@ fn call(
     state
         .ledger
         .charge_result(out.json_len().unwrap_or(usize::MAX))?;
+    approval::record(state, route.capability.id.as_str(), digest, &bytes);
     Ok(bytes)
 }
 

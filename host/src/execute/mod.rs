@@ -28,7 +28,9 @@ use wasmtime::component::{Linker, ResourceTable};
 use wasmtime::{Engine, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-pub(crate) use approval::{Answer, ApprovalRequest, Approver, Asking};
+pub(crate) use approval::{
+    Answer, ApprovalRequest, Approver, Asking, PendingCall, Recorded, Replay, Suspended,
+};
 pub use limits::{LimitError, Limits, Retuned};
 pub use runner::RunnerError;
 
@@ -107,6 +109,9 @@ pub struct Execution {
     /// When the error came from a native call: which capability, and where the
     /// program called it. Reported in the tool result's `_meta`.
     pub failed_call: Option<FailedCall>,
+    /// When it stopped to ask a human (its approver suspends): what it did and
+    /// asks. Its outcome is then `permission denied` until answered.
+    pub suspended: Option<Suspended>,
 }
 
 /// The native call an execution failed on.
@@ -142,6 +147,7 @@ impl Execution {
                 ..Stats::default()
             },
             failed_call: None,
+            suspended: None,
         }
     }
 }
@@ -202,6 +208,8 @@ pub(crate) struct RunOptions {
     /// Who is asked when a policy says to ask a human; `None`: nobody can be,
     /// and such calls are denied.
     pub approver: Option<Arc<dyn Approver>>,
+    /// The record of an earlier run that stopped to ask, and the answer.
+    pub replay: Option<Replay>,
 }
 
 /// The data of one execution's interpreter store.
@@ -387,6 +395,18 @@ impl Executor {
         execution.stats.elapsed_us = started.elapsed().as_micros() as u64;
         let label = match &execution.outcome {
             Ok(_) => "ok",
+            Err(_) if execution.suspended.is_some() => {
+                tracing::info!(
+                    subject = %subject.id,
+                    capability = execution
+                        .failed_call
+                        .as_ref()
+                        .map_or("-", |call| call.capability.as_str()),
+                    elapsed_ms = crate::units::millis(started.elapsed()),
+                    "execution stopped to ask the client's user; it runs again with the answer"
+                );
+                "input required"
+            }
             Err(error) => {
                 tracing::info!(
                     subject = %subject.id,
@@ -441,6 +461,7 @@ impl Executor {
         let deadline = started + options.max_time.unwrap_or(limits.max_execution_time);
         let progress = options.progress;
         let approver = options.approver;
+        let replay = options.replay;
         // Its time went by before it could start (waiting for the load, over stdio).
         if Instant::now() >= deadline {
             return Execution::refused(ToolError::ResourceLimit, Some(Budget::ExecutionTime));
@@ -466,6 +487,7 @@ impl Executor {
             execution,
             progress,
             approver,
+            replay,
             calls,
             ..job
         };
@@ -557,6 +579,7 @@ impl Executor {
             stop,
             progress: None,
             approver: None,
+            replay: None,
             calls: None,
         }
     }
@@ -605,6 +628,7 @@ struct Job {
     stop: Stop,
     progress: Option<Arc<dyn Progress>>,
     approver: Option<Arc<dyn Approver>>,
+    replay: Option<Replay>,
     calls: Option<CallTracer>,
 }
 
@@ -627,7 +651,7 @@ impl Job {
             calls_done: 0,
             progress: self.progress.clone(),
             approver: self.approver.clone(),
-            approvals: approval::Approvals::default(),
+            approvals: approval::Approvals::new(self.approver.as_ref(), self.replay.clone()),
             calls: self.calls.clone(),
             call_trace: None,
             sessions: HashMap::new(),
@@ -710,6 +734,7 @@ impl Job {
             outcome,
             stats,
             failed_call,
+            suspended: store.data_mut().approvals.suspended.take(),
         };
         (execution, Some(store))
     }

@@ -84,10 +84,19 @@ pub struct Readiness {
 }
 
 impl Readiness {
-    /// Starts serving `service` on `/mcp`, its tasks kept in `tasks`; `/readyz`
-    /// turns 200.
-    pub fn set(&self, service: Arc<Service>, tasks: Arc<TaskStore>) {
-        let server = McpServer::new(service.clone(), SubjectSource::Authenticated, tasks);
+    /// Starts serving `service` on `/mcp`, its tasks kept in `tasks`, approvals
+    /// as `approvals` says (`--approval-timeout`, the key); `/readyz` turns 200.
+    pub fn set(
+        &self,
+        service: Arc<Service>,
+        tasks: Arc<TaskStore>,
+        approvals: (
+            std::time::Duration,
+            Option<Arc<rmcp::model::RequestStateCodec>>,
+        ),
+    ) {
+        let server = McpServer::new(service.clone(), SubjectSource::Authenticated, tasks)
+            .with_approvals(approvals.0, approvals.1);
         let _ = self.ready.set((service, server));
     }
 

@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
-    CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, InitializeResult, JsonObject,
-    ListToolsResult, MetaObject, PaginatedRequestParams, ProgressToken, ServerCapabilities,
-    ServerConfig, Tool, UpdateTaskParams,
+    CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, InitializeResult,
+    InputResponses, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams, ProgressToken,
+    RequestStateCodec, ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
@@ -99,6 +99,17 @@ pub struct McpServer {
     over_http: bool,
     /// How long a human may take to approve a call (`--approval-timeout`).
     approval_timeout: Duration,
+    /// Signs and opens the `requestState` of 2026-07-28 approvals; `None`:
+    /// such clients are not asked.
+    codec: Option<Arc<RequestStateCodec>>,
+}
+
+/// What a `tools/call` brings for asking a human: who asks, and on a retry the
+/// signed state and the answers.
+struct Asking {
+    approver: Arc<dyn Approver>,
+    request_state: Option<String>,
+    responses: Option<InputResponses>,
 }
 
 impl McpServer {
@@ -112,10 +123,12 @@ impl McpServer {
     }
 
     /// The same server, giving a human `timeout` to approve a call a policy
-    /// asks about ([`DEFAULT_APPROVAL_TIMEOUT`] when not set).
-    pub fn with_approval_timeout(self, timeout: Duration) -> Self {
+    /// asks about ([`DEFAULT_APPROVAL_TIMEOUT`] when not set), and signing the
+    /// `requestState` of 2026-07-28 approvals with `codec`.
+    pub fn with_approvals(self, timeout: Duration, codec: Option<Arc<RequestStateCodec>>) -> Self {
         Self {
             approval_timeout: timeout,
+            codec,
             ..self
         }
     }
@@ -165,6 +178,7 @@ impl McpServer {
             tasks,
             over_http: false,
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
+            codec: None,
         }
     }
 
@@ -241,6 +255,7 @@ impl McpServer {
             trace,
             max_time: Some(board.limits().max_task_time),
             approver: Some(approval::for_task(self.approval_timeout)),
+            replay: None,
         };
         let running = tokio::spawn({
             let (board, id) = (board.clone(), view.id.clone());
@@ -269,8 +284,8 @@ impl McpServer {
         arguments: Option<&JsonObject>,
         progress: Option<(Peer<RoleServer>, ProgressToken)>,
         trace: Option<TraceContext>,
-        approver: Arc<dyn Approver>,
-    ) -> Result<CallToolResult, ErrorData> {
+        asking: Asking,
+    ) -> Result<CallToolResponse, ErrorData> {
         let arrived = Instant::now();
         let tool_name = match name {
             SEARCH_API => SEARCH_API,
@@ -290,13 +305,13 @@ impl McpServer {
         let input = match contract::single_string(tool_name, property, arguments) {
             Ok(input) => input,
             Err(error) => {
-                return Ok(CallToolResult::error(vec![ContentBlock::text(
-                    error.to_string(),
-                )]));
+                return Ok(
+                    CallToolResult::error(vec![ContentBlock::text(error.to_string())]).into(),
+                );
             }
         };
         let Some(subject) = subject else {
-            return Ok(project::<()>(Err(ToolError::Unauthenticated)));
+            return Ok(project::<()>(Err(ToolError::Unauthenticated)).into());
         };
         let execute = (tool_name == EXECUTE).then_some(arrived);
         let service = match self.service(execute).await {
@@ -308,27 +323,69 @@ impl McpServer {
                     }
                     NotLoaded::Failed => Execution::refused(ToolError::Internal, None),
                 };
-                return Ok(not_loaded_yet(tool_name, &subject, execution, arrived));
+                return Ok(not_loaded_yet(tool_name, &subject, execution, arrived).into());
             }
         };
-        Ok(match tool_name {
-            SEARCH_API => project(service.search(input)),
-            DESCRIBE_API => project(service.describe(input)),
+        match tool_name {
+            SEARCH_API => Ok(project(service.search(input)).into()),
+            DESCRIBE_API => Ok(project(service.describe(input)).into()),
             _ => {
+                let max_bytes = service.max_value_bytes();
+                let replay = match (&asking.request_state, &self.codec) {
+                    (None, _) => None,
+                    (Some(sealed), codec) => {
+                        let opened = codec
+                            .as_ref()
+                            .ok_or_else(|| approval::NO_KEY.to_owned())
+                            .and_then(|codec| {
+                                approval::replay(
+                                    codec,
+                                    &subject.id,
+                                    input,
+                                    sealed,
+                                    asking.responses.as_ref(),
+                                    max_bytes,
+                                )
+                            });
+                        match opened {
+                            Ok(replay) => Some(replay),
+                            Err(reason) => {
+                                tracing::info!(subject = %subject.id, reason = %reason, "execute refused: its requestState does not open");
+                                return Ok(project::<()>(Err(ToolError::PermissionDenied)).into());
+                            }
+                        }
+                    }
+                };
                 let reporter = progress.map(|(peer, token)| Reporter::start(peer, token));
                 let options = RunOptions {
                     progress: reporter.as_ref().map(Reporter::progress),
                     trace,
                     max_time: None,
-                    approver: Some(approver),
+                    approver: Some(asking.approver),
+                    replay,
                 };
-                let execution = service.run_since(&subject, input, arrived, options).await;
+                let mut execution = service.run_since(&subject, input, arrived, options).await;
                 if let Some(reporter) = reporter {
                     reporter.finish().await;
                 }
-                project_execution(execution)
+                if let (Some(suspended), Some(codec)) = (execution.suspended.take(), &self.codec) {
+                    match approval::input_required(
+                        codec,
+                        &subject.id,
+                        input,
+                        suspended,
+                        self.approval_timeout,
+                        max_bytes,
+                    ) {
+                        Ok(result) => return Ok(CallToolResponse::InputRequired(result)),
+                        Err(reason) => {
+                            tracing::info!(subject = %subject.id, reason, "call denied: the policy asks a human, who cannot be asked");
+                        }
+                    }
+                }
+                Ok(project_execution(execution).into())
             }
-        })
+        }
     }
 }
 
@@ -448,10 +505,19 @@ impl ServerHandler for McpServer {
             .meta
             .get_progress_token()
             .map(|token| (context.peer.clone(), token));
-        let approver = approval::approver(&context, self.over_http, self.approval_timeout);
+        let asking = Asking {
+            approver: approval::approver(
+                &context,
+                self.over_http,
+                self.codec.is_some(),
+                self.approval_timeout,
+            ),
+            request_state: request.request_state.clone(),
+            responses: request.input_responses.clone(),
+        };
         tokio::select! {
-            result = self.call(subject, &request.name, request.arguments.as_ref(), progress, trace_context(&context), approver) => {
-                result.map(CallToolResponse::from)
+            result = self.call(subject, &request.name, request.arguments.as_ref(), progress, trace_context(&context), asking) => {
+                result
             }
             () = context.ct.cancelled() => {
                 Ok(CallToolResponse::from(CallToolResult::error(vec![ContentBlock::text(

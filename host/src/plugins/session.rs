@@ -57,6 +57,7 @@ impl CapabilitySource for LoadedPlugin {
             execution,
             instance: None,
             stop_has_call_deadline: false,
+            stop_deadline: None,
             output: Output::default(),
             last: None,
         })
@@ -74,6 +75,9 @@ struct PluginSession {
     /// Whether the stop installed in the instance's store has a call deadline (a
     /// `timeout` grant): without one, the next call can keep it as it is.
     stop_has_call_deadline: bool,
+    /// The execution deadline of that stop: it moves when a human took time to
+    /// approve a call (the time is not the program's), and the stop with it.
+    stop_deadline: Option<Instant>,
     /// What the instances write to stdout and stderr.
     output: Output,
     /// The capability of the latest call, which any output left belongs to.
@@ -137,7 +141,8 @@ impl PluginSession {
             .timeout
             .map(|t| Instant::now() + t)
             .filter(|d| *d < budget.deadline);
-        let stop = Stop::new(budget.deadline, budget.cancel).for_call(call_deadline);
+        let deadline = budget.deadline;
+        let stop = Stop::new(deadline, budget.cancel).for_call(call_deadline);
         // Set when this call instantiates the plugin itself: a spare is made for the
         // next execution once that worked.
         let mut instantiated = None;
@@ -146,9 +151,13 @@ impl PluginSession {
                 if store.set_fuel(fuel).is_err() {
                     return Err(CallFailure::Internal);
                 }
-                // The execution's deadline and cancellation are the same for every
-                // call of a session; only a call deadline changes the stop.
-                if call_deadline.is_some() || self.stop_has_call_deadline {
+                // The execution's cancellation is the same for every call of a
+                // session; a call deadline, or a deadline moved by an approval,
+                // changes the stop.
+                if call_deadline.is_some()
+                    || self.stop_has_call_deadline
+                    || self.stop_deadline != Some(deadline)
+                {
                     stop.install(&mut store);
                 } else {
                     stop.renew(&mut store);
@@ -241,6 +250,7 @@ impl PluginSession {
         };
         self.instance = Some((store, instance));
         self.stop_has_call_deadline = call_deadline.is_some();
+        self.stop_deadline = Some(deadline);
         if let Some(terms) = instantiated {
             Spares::replenish(plugin.clone(), terms);
         }

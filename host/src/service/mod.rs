@@ -367,6 +367,12 @@ impl Service {
             .await
     }
 
+    /// The encoded size any value crossing the sandbox may have
+    /// (`--max-value-bytes`), in force now.
+    pub(crate) fn max_value_bytes(&self) -> usize {
+        self.executor.limits().max_value_bytes
+    }
+
     /// [`Service::run`] of a request that arrived at `arrived`: its time budget
     /// runs from then, so a wait before the service could take it (the load, over
     /// stdio) is part of it. `options` says who hears of each successful native

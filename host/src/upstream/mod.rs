@@ -597,9 +597,6 @@ async fn convert(config: &UpstreamConfig, listed: Vec<Tool>) -> Result<Vec<Upstr
         .map_err(|error| format!("converting its tools failed: {error}"))
 }
 
-/// The capabilities of the `listed` tools of upstream `config`: those in its
-/// allow-list whose mapped name, parameters and texts the catalog accepts and whose
-/// schemas fit one tool's budget. Ends early (with what it has) when `stop` is set.
 /// What a tool's annotations say of its effects (its title is a search term).
 fn annotations(given: Option<&rmcp::model::ToolAnnotations>) -> Annotations {
     match given {
@@ -613,6 +610,9 @@ fn annotations(given: Option<&rmcp::model::ToolAnnotations>) -> Annotations {
     }
 }
 
+/// The capabilities of the `listed` tools of upstream `config`: those in its
+/// allow-list whose mapped name, parameters and texts the catalog accepts and whose
+/// schemas fit one tool's budget. Ends early (with what it has) when `stop` is set.
 fn capabilities(config: &UpstreamConfig, listed: Vec<Tool>, stop: &Stop) -> Vec<UpstreamTool> {
     let mut tools: Vec<UpstreamTool> = Vec::new();
     let mut spent = 0usize;
