@@ -595,9 +595,10 @@ fn call_2026(server: &HttpServer, token: &str, source: &str, retry: Option<Value
         .unwrap_or_else(|e| panic!("{e}: {} {}", answer.status, answer.body))
 }
 
-/// Two replicas sharing the approval key: the question comes from one, the
-/// answer goes to the other, which replays the program; a state altered,
-/// carried by another subject, or expired is refused.
+/// Two replicas sharing the approval key and the task store: the question
+/// comes from one, the answer goes to the other, which replays the program; a
+/// state altered, carried by another subject or for another program, answered
+/// before, or expired is refused.
 #[test]
 fn over_http_a_2026_answer_may_reach_another_replica() {
     let setup = Setup::new("replicas", "");
@@ -613,6 +614,8 @@ fn over_http_a_2026_answer_may_reach_another_replica() {
         ),
     )
     .expect("write the tokens");
+    // Replicas share the task store: a state answered on one is spent on all.
+    let redis = crate::support::RedisServer::start("approvals");
     let start = |timeout: &str| {
         let mut args = setup.args(&["--approval-timeout", timeout]);
         args.extend([
@@ -620,6 +623,8 @@ fn over_http_a_2026_answer_may_reach_another_replica() {
             key.display().to_string(),
             "--tokens".to_owned(),
             tokens.display().to_string(),
+            "--task-store".to_owned(),
+            redis.url(),
         ]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         HttpServer::start(&args)
@@ -686,6 +691,59 @@ fn over_http_a_2026_answer_may_reach_another_replica() {
         "{done}"
     );
     assert_eq!(setup.notes(), ["h"]);
+    // A state is answered once: the same answer again (a retried POST, say)
+    // runs nothing, on either replica.
+    for replica in [&a, &b] {
+        denied(&call_2026(
+            replica,
+            "ada-secret",
+            &note("h"),
+            Some(answer(&state, true)),
+        ));
+    }
+    crate::support::wait_for_log(
+        &a,
+        "reason=requestState was answered already: a state is answered once",
+        1,
+    );
+    assert_eq!(setup.notes(), ["h"]);
+    // A retry that carries no answer is denied (and spends the state).
+    let asked = call_2026(&a, "ada-secret", &note("j"), None);
+    let state = asked["result"]["requestState"]
+        .as_str()
+        .expect("a requestState")
+        .to_owned();
+    let out = call_2026(
+        &b,
+        "ada-secret",
+        &note("j"),
+        Some(json!({"requestState": state})),
+    );
+    denied(&out);
+    assert_eq!(
+        out["result"]["_meta"]["codemode/error"]["capability"],
+        "double.note"
+    );
+    crate::support::wait_for_log(&b, "reason=the retry carried no answer to the approval", 1);
+    assert_eq!(setup.notes(), ["h"]);
+    // A retry from a client that takes tasks is answered directly: a task
+    // would run the program again without its record.
+    let asked = call_2026(&a, "ada-secret", &note("k"), None);
+    let state = asked["result"]["requestState"]
+        .as_str()
+        .expect("a requestState");
+    let mut retry = answer(state, true);
+    retry["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "approval-test", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {
+            "elicitation": {"form": {}},
+            "extensions": {"io.modelcontextprotocol/tasks": {}},
+        },
+    });
+    let done = call_2026(&b, "ada-secret", &note("k"), Some(retry));
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
+    assert_eq!(setup.notes(), ["h", "k"]);
     // A state past --approval-timeout is refused (declined meanwhile: nothing runs).
     let quick = start("1s");
     let asked = call_2026(&quick, "ada-secret", &note("late"), None);
@@ -706,5 +764,5 @@ fn over_http_a_2026_answer_may_reach_another_replica() {
         },
         || b.log(),
     );
-    assert_eq!(setup.notes(), ["h"]);
+    assert_eq!(setup.notes(), ["h", "k"]);
 }

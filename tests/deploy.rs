@@ -458,6 +458,27 @@ fn the_kubernetes_manifests_agree_with_the_binary() {
     assert_eq!(parent(policy), mount(container, "policy"));
     let tokens = Path::new(flag_value(&argv, "--tokens").expect("--tokens"));
     assert_eq!(parent(tokens), mount(container, "tokens"));
+    // The approval key comes from its Secret, shared by the replicas.
+    let approval = Path::new(flag_value(&argv, "--approval-key").expect("--approval-key"));
+    assert_eq!(parent(approval), mount(container, "approval"));
+    let approval_volume = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == "approval")
+        .expect("the approval volume");
+    let approval_secret = find_named(&docs, "Secret", "codemode-approval");
+    assert_eq!(
+        approval_volume["secret"]["secretName"],
+        approval_secret["metadata"]["name"]
+    );
+    let file = approval.file_name().expect("a file").to_string_lossy();
+    assert!(
+        approval_secret["stringData"][file.as_ref()]
+            .as_str()
+            .is_some_and(|key| key.len() >= 32),
+        "{approval_secret}"
+    );
     // The audit log is written to a volume of its own, writable under
     // readOnlyRootFilesystem, and the operator log is JSON.
     let audit = Path::new(flag_value(&argv, "--audit-log").expect("--audit-log"));

@@ -348,20 +348,55 @@ fn check_private(path: &Path, forbidden: u32, what: &str) -> std::io::Result<()>
 
 /// The key in `path`, if there is one, after checking that only we can read it.
 fn read_key(path: &Path) -> std::io::Result<Option<[u8; 32]>> {
+    read_named_key(path, "the cache key")
+}
+
+/// The key (`what`) in `path`, if there is one, after checking that only we
+/// can read it and that it is a regular file of 32 bytes.
+fn read_named_key(path: &Path, what: &str) -> std::io::Result<Option<[u8; 32]>> {
     match std::fs::symlink_metadata(path) {
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(error) => return Err(error),
-        Ok(_) => check_private(path, PRIVATE_KEY_BITS, "the cache key")?,
+        Ok(_) => check_private(path, PRIVATE_KEY_BITS, what)?,
     }
-    let bytes = std::fs::read(path)?;
+    let bytes = crate::files::read_regular(path, 32, "a 32-byte key")
+        .map_err(|error| std::io::Error::other(format!("{what} {}: {error}", path.display())))?;
     let key: [u8; 32] = bytes.as_slice().try_into().map_err(|_| {
         std::io::Error::other(format!(
-            "the cache key {} is {} bytes long, not 32",
+            "{what} {} is {} bytes long, not 32",
             path.display(),
             bytes.len()
         ))
     })?;
     Ok(Some(key))
+}
+
+/// The key named `file` in the cache folder `dir` (`what` in errors): read when
+/// there, else made (32 random bytes, readable by the owner only, linked into
+/// place whole: a process starting at the same time reads the one that won).
+/// The folder is created private when missing.
+///
+/// # Errors
+///
+/// When it cannot be read or made, or is not private to this user.
+pub(crate) fn private_key(dir: &Path, file: &str, what: &str) -> std::io::Result<[u8; 32]> {
+    create_private_dir(dir)?;
+    let path = dir.join(file);
+    if let Some(key) = read_named_key(&path, what)? {
+        return Ok(key);
+    }
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(std::io::Error::other)?;
+    let mut temp = tempfile::Builder::new().prefix(".tmp").tempfile_in(dir)?;
+    temp.write_all(&key)?;
+    temp.as_file().sync_all()?;
+    match temp.persist_noclobber(&path) {
+        Ok(_) => Ok(key),
+        Err(error) if error.error.kind() == std::io::ErrorKind::AlreadyExists => {
+            read_named_key(&path, what)?.ok_or(error.error)
+        }
+        Err(error) => Err(error.error),
+    }
 }
 
 /// A new random key, created readable by its owner only: written to a temporary

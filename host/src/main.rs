@@ -338,7 +338,7 @@ async fn task_store(cli: &Cli) -> anyhow::Result<Arc<TaskStore>> {
 /// folder's), loaded only when a policy can ask.
 type Approvals = (
     std::time::Duration,
-    Option<Arc<rmcp::model::RequestStateCodec>>,
+    Option<Arc<codemode_host::mcp::ApprovalKey>>,
 );
 
 fn approvals(cli: &Cli, cache_dir: Option<&std::path::Path>) -> anyhow::Result<Approvals> {
@@ -348,8 +348,8 @@ fn approvals(cli: &Cli, cache_dir: Option<&std::path::Path>) -> anyhow::Result<A
     if cli.policy.is_empty() && cli.approval_key.is_none() {
         return Ok((timeout, None));
     }
-    let codec = codemode_host::mcp::load_key(cli.approval_key.as_deref(), cache_dir)?;
-    Ok((timeout, Some(Arc::new(codec))))
+    let key = codemode_host::mcp::load_key(cli.approval_key.as_deref(), cache_dir)?;
+    Ok((timeout, Some(Arc::new(key))))
 }
 
 /// Cancels the tasks running here, then closes the upstreams: no upstream

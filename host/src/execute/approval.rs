@@ -149,12 +149,12 @@ pub struct Replay {
     pub for_execution: Vec<String>,
 }
 
-/// A digest of a call's canonical arguments: SHA-256 of their JSON, in hex.
+/// A digest of a call's canonical arguments: SHA-256 of their encoding (total,
+/// and keeping every type apart), in hex.
 pub(crate) fn digest(arguments: &Value) -> String {
-    let json = super::to_json(arguments.clone())
-        .map(|json| json.to_string())
-        .unwrap_or_default();
-    hex::encode(sha2::Sha256::digest(json.as_bytes()))
+    let mut bytes = Vec::new();
+    codemode_value::encode(arguments, &mut bytes);
+    hex::encode(sha2::Sha256::digest(&bytes))
 }
 
 /// What a native call does in an execution that replays or records.
@@ -182,21 +182,40 @@ pub(crate) fn next_call(
     };
     let digest = digest(arguments);
     let diverged = || ToolError::CapabilityFailed(Some(DIVERGED.to_owned()));
-    match replay.calls.get(position) {
-        Some(recorded) if recorded.id == capability_id && recorded.digest == digest => {
+    match replayed(replay, position, capability_id, &digest).map_err(|()| diverged())? {
+        Some(recorded) => {
             let bytes = hex::decode(&recorded.result).map_err(|_| diverged())?;
+            let recorded = recorded.clone();
             if let Some(calls) = &mut state.approvals.recorded {
-                calls.push(recorded.clone());
+                calls.push(recorded);
             }
             Ok(Step::Replayed(bytes))
         }
-        Some(_) => Err(diverged()),
+        None => Ok(Step::Live(Some(digest))),
+    }
+}
+
+/// What `replay` says of the call at `position` of `capability_id` whose
+/// arguments have `digest`: its record (`Some`), live (`None`: past the
+/// record, the pending call first), or `Err` when it differs from what was
+/// recorded or pending there.
+fn replayed<'a>(
+    replay: &'a Replay,
+    position: usize,
+    capability_id: &str,
+    digest: &str,
+) -> Result<Option<&'a Recorded>, ()> {
+    match replay.calls.get(position) {
+        Some(recorded) if recorded.id == capability_id && recorded.digest == digest => {
+            Ok(Some(recorded))
+        }
+        Some(_) => Err(()),
         None if position == replay.calls.len()
             && (replay.pending.id != capability_id || replay.pending.digest != digest) =>
         {
-            Err(diverged())
+            Err(())
         }
-        None => Ok(Step::Live(Some(digest))),
+        None => Ok(None),
     }
 }
 
@@ -515,6 +534,38 @@ mod tests {
         // Too many arguments to show even cut: not shown at all.
         let many = Value::List((0..2000).map(Value::Int).collect());
         assert_eq!(shown(&Value::Dict(vec![("xs".into(), many)])), None);
+    }
+
+    #[test]
+    fn a_replay_answers_recorded_calls_and_refuses_any_other() {
+        let recorded = |id: &str, digest: &str| Recorded {
+            id: id.to_owned(),
+            digest: digest.to_owned(),
+            result: "00".to_owned(),
+        };
+        let replay = Replay {
+            calls: vec![recorded("a", "1"), recorded("b", "2")],
+            pending: PendingCall {
+                id: "c".to_owned(),
+                digest: "3".to_owned(),
+            },
+            answer: Answer::Approved,
+            for_execution: Vec::new(),
+        };
+        assert_eq!(replayed(&replay, 0, "a", "1"), Ok(Some(&replay.calls[0])));
+        assert_eq!(replayed(&replay, 1, "b", "2"), Ok(Some(&replay.calls[1])));
+        // Another capability, or other arguments, where one was recorded.
+        assert_eq!(replayed(&replay, 0, "b", "2"), Err(()));
+        assert_eq!(replayed(&replay, 1, "b", "9"), Err(()));
+        // The pending call comes next, and only it.
+        assert_eq!(replayed(&replay, 2, "c", "3"), Ok(None));
+        assert_eq!(replayed(&replay, 2, "a", "1"), Err(()));
+        assert_eq!(replayed(&replay, 2, "c", "4"), Err(()));
+        // Past it, calls run live.
+        assert_eq!(replayed(&replay, 3, "a", "1"), Ok(None));
+        // Arguments of other types differ in their digest.
+        assert_ne!(digest(&Value::Int(1)), digest(&Value::Float(1.0)));
+        assert_ne!(digest(&Value::Str("1".into())), digest(&Value::Int(1)));
     }
 
     #[test]

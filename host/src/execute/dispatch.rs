@@ -298,20 +298,14 @@ fn call(
             return Err(ToolError::Internal);
         }
     };
-    // A replay answers the calls made before from its record.
-    let digest = if state.approvals.active() {
-        match approval::next_call(state, route.capability.id.as_str(), &canonical)? {
-            approval::Step::Replayed(bytes) => {
-                trace.decision = Decision::Replayed;
-                state.ledger.charge_result(
-                    codemode_value::decode(&bytes, max_depth + 1)
-                        .map(|value| codemode_value::json_len(&value))
-                        .unwrap_or(usize::MAX),
-                )?;
-                return Ok(bytes);
-            }
-            approval::Step::Live(digest) => digest,
-        }
+    // A replay answers the calls made before from its record (authorized again:
+    // a policy reloaded since may deny them; one that asks was answered).
+    let step = if state.approvals.active() {
+        Some(approval::next_call(
+            state,
+            route.capability.id.as_str(),
+            &canonical,
+        )?)
     } else {
         None
     };
@@ -322,9 +316,34 @@ fn call(
         arguments: &canonical,
         annotations: &route.capability.annotations,
     };
-    match state.authorizer.authorize(&input) {
-        Ok(Verdict::Allow) => trace.decision = Decision::Allow,
-        Ok(Verdict::Ask(question)) => {
+    let verdict = match state.authorizer.authorize(&input) {
+        Ok(verdict) => verdict,
+        Err(AuthzError::Denied) => {
+            trace.decision = Decision::Deny;
+            return Err(ToolError::PermissionDenied);
+        }
+        Err(AuthzError::Failure(reason)) => {
+            trace.decision = Decision::Failure;
+            tracing::warn!(capability = %name, reason = %reason, "authorization policy failure");
+            return Err(ToolError::PolicyFailure);
+        }
+    };
+    let digest = match step {
+        Some(approval::Step::Replayed(bytes)) => {
+            trace.decision = Decision::Replayed;
+            state.ledger.charge_result(
+                codemode_value::decode(&bytes, max_depth + 1)
+                    .map(|value| codemode_value::json_len(&value))
+                    .unwrap_or(usize::MAX),
+            )?;
+            return Ok(bytes);
+        }
+        Some(approval::Step::Live(digest)) => digest,
+        None => None,
+    };
+    match verdict {
+        Verdict::Allow => trace.decision = Decision::Allow,
+        Verdict::Ask(question) => {
             trace.decision = Decision::Asked;
             let (outcome, approved) = approval::approve(
                 state,
@@ -335,15 +354,6 @@ fn call(
             );
             trace.approval = Some(outcome);
             approved?;
-        }
-        Err(AuthzError::Denied) => {
-            trace.decision = Decision::Deny;
-            return Err(ToolError::PermissionDenied);
-        }
-        Err(AuthzError::Failure(reason)) => {
-            trace.decision = Decision::Failure;
-            tracing::warn!(capability = %name, reason = %reason, "authorization policy failure");
-            return Err(ToolError::PolicyFailure);
         }
     }
     let value = invoke(store, source, route, bound.arguments, trace)?;

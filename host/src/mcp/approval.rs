@@ -21,6 +21,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use chacha20poly1305::aead::{Aead, Payload};
+use chacha20poly1305::{KeyInit, XChaCha20Poly1305, XNonce};
 use rmcp::model::{
     BooleanSchema, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction,
     ElicitationSchema, InputRequest, InputRequests, InputRequiredResult, InputResponses,
@@ -57,6 +59,10 @@ pub const NOT_OVER_HTTP: &str = "asking over Streamable HTTP is not supported ye
 pub const INPUT_KEY: &str = "approval";
 /// Why a 2026-07-28 client is not asked when the server has no approval key.
 pub const NO_KEY: &str = "the server has no approval key to sign requestState";
+/// Why a call is denied when no random state token could be drawn.
+const NO_RANDOM: &str = "no random bytes for the requestState";
+/// Why a retry is denied whose state was answered before.
+pub const USED_ALREADY: &str = "requestState was answered already: a state is answered once";
 /// Why a call is denied whose record does not fit in `requestState`.
 pub const STATE_TOO_LARGE: &str =
     "the calls before the approval do not fit in requestState (--max-value-bytes)";
@@ -190,10 +196,17 @@ pub fn approver(
     timeout: Duration,
 ) -> Arc<dyn Approver> {
     let how = if is_2026(context) {
-        match context.client_capabilities() {
-            Some(_) if !keyed => How::Cannot(NO_KEY),
-            Some(capabilities) if capabilities.elicitation.is_some() => How::Suspend,
-            Some(_) | None => How::Cannot(NO_ELICITATION),
+        // Form elicitation: declared with `form`, or with neither mode.
+        let form = context.client_capabilities().is_some_and(|capabilities| {
+            capabilities
+                .elicitation
+                .as_ref()
+                .is_some_and(|e| e.form.is_some() || e.url.is_none())
+        });
+        match (keyed, form) {
+            (false, _) => How::Cannot(NO_KEY),
+            (true, true) => How::Suspend,
+            (true, false) => How::Cannot(NO_ELICITATION),
         }
     } else if over_http {
         How::Cannot(NOT_OVER_HTTP)
@@ -221,9 +234,86 @@ pub fn is_2026(context: &RequestContext<RoleServer>) -> bool {
 #[derive(Debug, Serialize, Deserialize)]
 struct State {
     v: u8,
+    /// 128 random bits: a state is answered once ([`Replayed::once`]).
+    once: String,
     calls: Vec<Recorded>,
     pending: PendingCall,
     for_execution: Vec<String>,
+}
+
+/// The key of approvals' `requestState`: it encrypts what the state carries
+/// (the earlier calls' results are not the client's to read; XChaCha20-Poly1305
+/// under a key derived from it) and signs it with its expiry (rmcp's
+/// [`RequestStateCodec`], HMAC-SHA256), both bound to the subject and the
+/// program.
+pub struct ApprovalKey {
+    codec: RequestStateCodec,
+    cipher: XChaCha20Poly1305,
+}
+
+impl std::fmt::Debug for ApprovalKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApprovalKey")
+    }
+}
+
+impl ApprovalKey {
+    /// The key of `secret` (at least 32 bytes).
+    fn new(secret: &[u8]) -> Option<Self> {
+        let codec = RequestStateCodec::try_new(secret.to_vec()).ok()?;
+        let mut derive = sha2::Sha256::new();
+        derive.update(b"codemode-approval/encrypt/v1\0");
+        derive.update(secret);
+        let cipher = XChaCha20Poly1305::new_from_slice(derive.finalize().as_slice()).ok()?;
+        Some(Self { codec, cipher })
+    }
+
+    /// `state` encrypted and signed for `bound`, expiring after `ttl`.
+    fn seal(&self, state: &State, bound: &[u8], ttl: Duration) -> Option<String> {
+        let json = serde_json::to_vec(state).ok()?;
+        let mut nonce = [0u8; 24];
+        getrandom::fill(&mut nonce).ok()?;
+        let sealed = self
+            .cipher
+            .encrypt(
+                &XNonce::from(nonce),
+                Payload {
+                    msg: &json,
+                    aad: bound,
+                },
+            )
+            .ok()?;
+        let mut payload = nonce.to_vec();
+        payload.extend_from_slice(&sealed);
+        let options = SealOptions::new().associated_data(bound).ttl(ttl);
+        Some(self.codec.seal_with(&payload, &options))
+    }
+
+    /// The state `sealed` carries, if it was sealed by this key for `bound`
+    /// and has not expired; else why not.
+    fn open(&self, sealed: &str, bound: &[u8]) -> Result<State, String> {
+        let payload = self
+            .codec
+            .open_with(sealed, bound)
+            .map_err(|error| error.to_string())?;
+        let (nonce, encrypted) = payload
+            .split_at_checked(24)
+            .ok_or_else(|| "request state is too short".to_owned())?;
+        let nonce: [u8; 24] = nonce
+            .try_into()
+            .map_err(|_| "request state is too short".to_owned())?;
+        let json = self
+            .cipher
+            .decrypt(
+                &XNonce::from(nonce),
+                Payload {
+                    msg: encrypted,
+                    aad: bound,
+                },
+            )
+            .map_err(|_| "request state does not decrypt".to_owned())?;
+        serde_json::from_slice(&json).map_err(|_| "request state is not this server's".to_owned())
+    }
 }
 
 /// What a state is bound to: the subject and the program (so it opens for
@@ -238,24 +328,24 @@ fn context_of(subject: &str, source: &str) -> Vec<u8> {
 /// after `timeout`. `Err` with the reason when the state would be over
 /// `max_bytes`.
 pub fn input_required(
-    codec: &RequestStateCodec,
+    key: &ApprovalKey,
     subject: &str,
     source: &str,
     suspended: Suspended,
     timeout: Duration,
     max_bytes: usize,
 ) -> Result<InputRequiredResult, &'static str> {
+    let mut once = [0u8; 16];
+    getrandom::fill(&mut once).map_err(|_| NO_RANDOM)?;
     let state = State {
         v: 1,
+        once: hex::encode(once),
         calls: suspended.calls,
         pending: suspended.pending,
         for_execution: suspended.for_execution,
     };
     let bound = context_of(subject, source);
-    let options = SealOptions::new().associated_data(&bound).ttl(timeout);
-    let sealed = codec
-        .seal_json_with(&state, &options)
-        .map_err(|_| STATE_TOO_LARGE)?;
+    let sealed = key.seal(&state, &bound, timeout).ok_or(NO_RANDOM)?;
     if sealed.len() > max_bytes {
         return Err(STATE_TOO_LARGE);
     }
@@ -272,26 +362,33 @@ pub fn input_required(
     Ok(InputRequiredResult::new(Some(requests), Some(sealed)))
 }
 
+/// A retry's opened state: the replay to run, once its token is claimed.
+pub struct Replayed {
+    /// What the program replays.
+    pub replay: Replay,
+    /// The state's single-use token: a state is answered once (claimed in the
+    /// task store, which replicas share with `--task-store`).
+    pub once: String,
+}
+
 /// The replay a retry asks for: its `requestState` opened for this subject
 /// and program, its answer read from `inputResponses`. `Err` with the reason
 /// (logged; the client reads `permission denied`) when the state was altered,
 /// made for another subject or program, expired, or is over `max_bytes`.
 pub fn replay(
-    codec: &RequestStateCodec,
+    key: &ApprovalKey,
     subject: &str,
     source: &str,
     sealed: &str,
     responses: Option<&InputResponses>,
     max_bytes: usize,
-) -> Result<Replay, String> {
+) -> Result<Replayed, String> {
     if sealed.len() > max_bytes {
         return Err(format!(
             "requestState is over {max_bytes} bytes (--max-value-bytes)"
         ));
     }
-    let state: State = codec
-        .open_json_with(sealed, &context_of(subject, source))
-        .map_err(|error| error.to_string())?;
+    let state = key.open(sealed, &context_of(subject, source))?;
     if state.v != 1 {
         return Err(format!(
             "requestState version {} is not this server's",
@@ -305,11 +402,14 @@ pub fn replay(
         },
         None => Answer::NotAsked(NO_ANSWER.to_owned()),
     };
-    Ok(Replay {
-        calls: state.calls,
-        pending: state.pending,
-        answer,
-        for_execution: state.for_execution,
+    Ok(Replayed {
+        replay: Replay {
+            calls: state.calls,
+            pending: state.pending,
+            answer,
+            for_execution: state.for_execution,
+        },
+        once: state.once,
     })
 }
 
@@ -329,8 +429,11 @@ pub enum KeyError {
         /// The file.
         path: String,
         /// Why.
-        reason: crate::files::FileError,
+        reason: String,
     },
+    /// No random key could be drawn.
+    #[error("no random bytes for an approval key")]
+    Random,
     /// It holds fewer than 32 bytes (after trimming).
     #[error("the approval key {path} is {len} bytes; it needs at least {MIN} (e.g. `openssl rand -hex 32`)", MIN = RequestStateCodec::MIN_KEY_LENGTH)]
     Short {
@@ -341,92 +444,60 @@ pub enum KeyError {
     },
 }
 
-/// The codec that signs and opens `requestState`, with the key of `given`
-/// (`--approval-key`), else of [`KEY_FILE`] in `cache_dir`, made there (32
-/// random bytes, in hex, readable by the owner only) when absent. Replicas that
-/// share the file open each other's states. Where no file can be had (no
-/// cache folder, or a read-only one), a key of this process is drawn and a WARN
-/// says that replicas will not open each other's states.
+/// The key that seals `requestState`: the file `given` (`--approval-key`: at
+/// least 32 bytes after trimming, e.g. `openssl rand -hex 32`), else
+/// [`KEY_FILE`] in `cache_dir` (32 random bytes, made when absent, private to
+/// this user like the cache's own key). Replicas that share the file open each
+/// other's states. Where no file can be had (no cache folder, or a read-only
+/// one), a key of this process is drawn and a WARN says that other replicas,
+/// and this one after a restart, will not open its states.
 ///
 /// # Errors
 ///
-/// [`KeyError`] when the named file, or the cache folder's, cannot be read or
-/// is too short.
+/// [`KeyError`] when the named file cannot be read or is too short, or no
+/// random key can be drawn.
 pub fn load_key(
     given: Option<&std::path::Path>,
     cache_dir: Option<&std::path::Path>,
-) -> Result<RequestStateCodec, KeyError> {
-    let read = |path: &std::path::Path| {
+) -> Result<ApprovalKey, KeyError> {
+    if let Some(path) = given {
         let text = crate::files::read_text(path, MAX_KEY_FILE_BYTES, "--approval-key").map_err(
             |reason| KeyError::Read {
                 path: path.display().to_string(),
-                reason,
+                reason: reason.to_string(),
             },
         )?;
-        let key = text.trim().as_bytes().to_vec();
-        if key.len() < RequestStateCodec::MIN_KEY_LENGTH {
-            return Err(KeyError::Short {
-                path: path.display().to_string(),
-                len: key.len(),
-            });
-        }
-        Ok(RequestStateCodec::new_unchecked(key))
-    };
-    if let Some(path) = given {
-        return read(path);
+        let secret = text.trim().as_bytes();
+        return ApprovalKey::new(secret).ok_or_else(|| KeyError::Short {
+            path: path.display().to_string(),
+            len: secret.len(),
+        });
     }
-    let drawn = || {
-        let mut bytes = [0u8; 32];
-        getrandom::fill(&mut bytes).ok()?;
-        Some(hex::encode(bytes))
-    };
-    let Some(dir) = cache_dir else {
-        tracing::warn!(
-            "no cache folder for the approval key: a key of this process signs approvals, which other replicas cannot open (pass --approval-key)"
-        );
-        return Ok(RequestStateCodec::new_unchecked(
-            drawn().unwrap_or_default(),
-        ));
-    };
-    let path = dir.join(KEY_FILE);
-    match read(&path) {
-        Ok(codec) => return Ok(codec),
-        Err(KeyError::Read {
-            reason: crate::files::FileError::Io(error),
-            ..
-        }) if error.kind() == std::io::ErrorKind::NotFound => {}
-        Err(error) => return Err(error),
-    }
-    let key = drawn().unwrap_or_default();
-    match write_new(&path, &key) {
-        Ok(()) => {
-            tracing::info!(file = %path.display(), "made an approval key: replicas share approvals when they share this file (or --approval-key)");
-            Ok(RequestStateCodec::new_unchecked(key))
+    let made = cache_dir.map(|dir| {
+        crate::cache::private_key(dir, KEY_FILE, "the approval key")
+            .map_err(|error| (dir.join(KEY_FILE), error))
+    });
+    let secret = match made {
+        Some(Ok(secret)) => secret,
+        Some(Err((path, error))) => {
+            tracing::warn!(file = %path.display(), reason = %error, "no approval key file: a key of this process signs approvals, which other replicas (and this one after a restart) cannot open; pass --approval-key");
+            drawn()?
         }
-        // Another process made it first: use that one.
-        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => read(&path),
-        Err(error) => {
-            tracing::warn!(file = %path.display(), reason = %error, "cannot write the approval key: a key of this process signs approvals, which other replicas cannot open (pass --approval-key)");
-            Ok(RequestStateCodec::new_unchecked(key))
+        None => {
+            tracing::warn!(
+                "no cache folder for the approval key: a key of this process signs approvals, which other replicas (and this one after a restart) cannot open; pass --approval-key"
+            );
+            drawn()?
         }
-    }
+    };
+    ApprovalKey::new(&secret).ok_or(KeyError::Random)
 }
 
-/// Writes `key` to a new file at `path`, readable by its owner only.
-fn write_new(path: &std::path::Path, key: &str) -> std::io::Result<()> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)?;
-    file.write_all(key.as_bytes())?;
-    file.write_all(b"\n")?;
-    file.sync_all()
+/// 32 random bytes.
+fn drawn() -> Result<[u8; 32], KeyError> {
+    let mut secret = [0u8; 32];
+    getrandom::fill(&mut secret).map_err(|_| KeyError::Random)?;
+    Ok(secret)
 }
 
 /// The approver of a task's execution: nobody can be asked yet.
@@ -468,6 +539,86 @@ mod tests {
                 "required": ["approve"]
             })
         );
+    }
+
+    fn state(once: &str) -> State {
+        State {
+            v: 1,
+            once: once.to_owned(),
+            calls: vec![Recorded {
+                id: "mcp:double/count".to_owned(),
+                digest: "d".to_owned(),
+                result: "00ff".to_owned(),
+            }],
+            pending: PendingCall {
+                id: "mcp:double/note".to_owned(),
+                digest: "e".to_owned(),
+            },
+            for_execution: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_key_made_in_the_cache_folder_is_private_and_read_back() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        let first = load_key(None, Some(&cache)).unwrap();
+        let file = cache.join(KEY_FILE);
+        let meta = std::fs::metadata(&file).unwrap();
+        assert_eq!(meta.len(), 32);
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        // Another start (a replica sharing the folder) reads the same key.
+        let second = load_key(None, Some(&cache)).unwrap();
+        let bound = context_of("ada", "def main():\n    return 1");
+        let sealed = first
+            .seal(&state("x"), &bound, Duration::from_secs(60))
+            .unwrap();
+        assert_eq!(
+            second.open(&sealed, &bound).map(|s| s.once),
+            Ok("x".to_owned())
+        );
+        // What it carries is encrypted: the signed payload does not show it.
+        let payload = first.codec.open_with(&sealed, &bound).unwrap();
+        assert!(!String::from_utf8_lossy(&payload).contains("mcp:double"));
+        assert!(
+            second
+                .open(&sealed, &context_of("bob", "def main():\n    return 1"))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn a_state_opens_for_its_subject_and_program_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("key");
+        std::fs::write(&file, "short\n").unwrap();
+        assert_eq!(
+            load_key(Some(&file), None).unwrap_err().to_string(),
+            format!(
+                "the approval key {} is 5 bytes; it needs at least 32 (e.g. `openssl rand -hex 32`)",
+                file.display()
+            )
+        );
+        std::fs::write(&file, format!("{}\n", "k".repeat(40))).unwrap();
+        let key = load_key(Some(&file), None).unwrap();
+        let bound = context_of("ada", "p");
+        let sealed = key
+            .seal(&state("y"), &bound, Duration::from_secs(60))
+            .unwrap();
+        assert!(key.open(&sealed, &bound).is_ok());
+        assert_eq!(
+            key.open(&sealed, &context_of("bob", "p")).map(|s| s.once),
+            Err("request state failed integrity verification".to_owned())
+        );
+        assert!(key.open(&sealed, &context_of("ada", "q")).is_err());
+        let mut altered = sealed.clone();
+        altered.push('A');
+        assert!(key.open(&altered, &bound).is_err());
+        // Another key does not open it.
+        std::fs::write(&file, "m".repeat(40)).unwrap();
+        let other = load_key(Some(&file), None).unwrap();
+        assert!(other.open(&sealed, &bound).is_err());
     }
 
     #[test]

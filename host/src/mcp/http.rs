@@ -90,10 +90,7 @@ impl Readiness {
         &self,
         service: Arc<Service>,
         tasks: Arc<TaskStore>,
-        approvals: (
-            std::time::Duration,
-            Option<Arc<rmcp::model::RequestStateCodec>>,
-        ),
+        approvals: (std::time::Duration, Option<Arc<super::ApprovalKey>>),
     ) {
         let server = McpServer::new(service.clone(), SubjectSource::Authenticated, tasks)
             .with_approvals(approvals.0, approvals.1);

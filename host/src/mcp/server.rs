@@ -7,14 +7,14 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
     CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, InitializeResult,
     InputResponses, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams, ProgressToken,
-    RequestStateCodec, ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
+    ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::approval::{self, DEFAULT_APPROVAL_TIMEOUT};
+use super::approval::{self, ApprovalKey, DEFAULT_APPROVAL_TIMEOUT};
 use super::contract::{self, DESCRIBE_API, EXECUTE, SEARCH_API};
 use super::progress::Reporter;
 use super::stdio::StdioTransport;
@@ -99,9 +99,9 @@ pub struct McpServer {
     over_http: bool,
     /// How long a human may take to approve a call (`--approval-timeout`).
     approval_timeout: Duration,
-    /// Signs and opens the `requestState` of 2026-07-28 approvals; `None`:
+    /// Seals and opens the `requestState` of 2026-07-28 approvals; `None`:
     /// such clients are not asked.
-    codec: Option<Arc<RequestStateCodec>>,
+    key: Option<Arc<ApprovalKey>>,
 }
 
 /// What a `tools/call` brings for asking a human: who asks, and on a retry the
@@ -124,11 +124,11 @@ impl McpServer {
 
     /// The same server, giving a human `timeout` to approve a call a policy
     /// asks about ([`DEFAULT_APPROVAL_TIMEOUT`] when not set), and signing the
-    /// `requestState` of 2026-07-28 approvals with `codec`.
-    pub fn with_approvals(self, timeout: Duration, codec: Option<Arc<RequestStateCodec>>) -> Self {
+    /// `requestState` of 2026-07-28 approvals with `key`.
+    pub fn with_approvals(self, timeout: Duration, key: Option<Arc<ApprovalKey>>) -> Self {
         Self {
             approval_timeout: timeout,
-            codec,
+            key,
             ..self
         }
     }
@@ -178,7 +178,7 @@ impl McpServer {
             tasks,
             over_http: false,
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
-            codec: None,
+            key: None,
         }
     }
 
@@ -274,6 +274,41 @@ impl McpServer {
         )))
     }
 
+    /// The replay a retry's `requestState` asks for, its single-use token
+    /// claimed (in the task store, shared by replicas with `--task-store`);
+    /// `Err` with the reason when it does not open or was answered before.
+    async fn reopen(
+        &self,
+        subject: &Subject,
+        source: &str,
+        sealed: &str,
+        asking: &Asking,
+        max_bytes: usize,
+    ) -> Result<crate::execute::Replay, String> {
+        let key = self
+            .key
+            .as_ref()
+            .ok_or_else(|| approval::NO_KEY.to_owned())?;
+        let replayed = approval::replay(
+            key,
+            &subject.id,
+            source,
+            sealed,
+            asking.responses.as_ref(),
+            max_bytes,
+        )?;
+        // Kept past the state's own expiry.
+        let claimed = self
+            .tasks
+            .claim(&replayed.once, self.approval_timeout)
+            .await
+            .map_err(|_| "the task store is unavailable to claim the requestState".to_owned())?;
+        if !claimed {
+            return Err(approval::USED_ALREADY.to_owned());
+        }
+        Ok(replayed.replay)
+    }
+
     /// Runs one tool call; `Err` is a protocol error (an unknown tool). Arguments
     /// that violate the tool's input schema are a tool error result.
     /// Dropping the future (a cancelled request) cancels an execution.
@@ -331,30 +366,18 @@ impl McpServer {
             DESCRIBE_API => Ok(project(service.describe(input)).into()),
             _ => {
                 let max_bytes = service.max_value_bytes();
-                let replay = match (&asking.request_state, &self.codec) {
-                    (None, _) => None,
-                    (Some(sealed), codec) => {
-                        let opened = codec
-                            .as_ref()
-                            .ok_or_else(|| approval::NO_KEY.to_owned())
-                            .and_then(|codec| {
-                                approval::replay(
-                                    codec,
-                                    &subject.id,
-                                    input,
-                                    sealed,
-                                    asking.responses.as_ref(),
-                                    max_bytes,
-                                )
-                            });
-                        match opened {
-                            Ok(replay) => Some(replay),
-                            Err(reason) => {
-                                tracing::info!(subject = %subject.id, reason = %reason, "execute refused: its requestState does not open");
-                                return Ok(project::<()>(Err(ToolError::PermissionDenied)).into());
-                            }
+                let replay = match &asking.request_state {
+                    None => None,
+                    Some(sealed) => match self
+                        .reopen(&subject, input, sealed, &asking, max_bytes)
+                        .await
+                    {
+                        Ok(replay) => Some(replay),
+                        Err(reason) => {
+                            tracing::info!(subject = %subject.id, reason = %reason, "execute refused: its requestState does not open");
+                            return Ok(project::<()>(Err(ToolError::PermissionDenied)).into());
                         }
-                    }
+                    },
                 };
                 let reporter = progress.map(|(peer, token)| Reporter::start(peer, token));
                 let options = RunOptions {
@@ -368,9 +391,9 @@ impl McpServer {
                 if let Some(reporter) = reporter {
                     reporter.finish().await;
                 }
-                if let (Some(suspended), Some(codec)) = (execution.suspended.take(), &self.codec) {
+                if let (Some(suspended), Some(key)) = (execution.suspended.take(), &self.key) {
                     match approval::input_required(
-                        codec,
+                        key,
                         &subject.id,
                         input,
                         suspended,
@@ -496,7 +519,10 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let subject = self.subjects.resolve(&context);
-        if request.name == EXECUTE && tasks::wants_task(&context) {
+        // A retry answering an approval is a direct call: a task would run the
+        // program again without its record.
+        let retry = request.request_state.is_some() || request.input_responses.is_some();
+        if request.name == EXECUTE && tasks::wants_task(&context) && !retry {
             return self
                 .start_task(subject, request.arguments.as_ref(), trace_context(&context))
                 .await;
@@ -509,7 +535,7 @@ impl ServerHandler for McpServer {
             approver: approval::approver(
                 &context,
                 self.over_http,
-                self.codec.is_some(),
+                self.key.is_some(),
                 self.approval_timeout,
             ),
             request_state: request.request_state.clone(),

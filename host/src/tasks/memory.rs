@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::{TaskLimits, TaskRefused, TaskState, TaskView, new_id};
 
@@ -30,7 +30,13 @@ struct Entry {
 pub struct TaskBoard {
     limits: TaskLimits,
     inner: Mutex<Board>,
+    /// Single-use tokens claimed, until when ([`TaskBoard::claim`]).
+    claims: Mutex<HashMap<String, Instant>>,
 }
+
+/// Most single-use tokens held at once; past it, new claims are refused until
+/// some expire.
+pub const MAX_CLAIMS: usize = 100_000;
 
 #[derive(Default)]
 struct Board {
@@ -77,6 +83,7 @@ impl TaskBoard {
         Self {
             limits,
             inner: Mutex::new(Board::default()),
+            claims: Mutex::default(),
         }
     }
 
@@ -241,6 +248,24 @@ impl TaskBoard {
         cancelled
     }
 
+    /// Claims `token` for `ttl`: `true` the first time, `false` while it is
+    /// held (or when [`MAX_CLAIMS`] are held).
+    pub fn claim(&self, token: &str, ttl: Duration) -> bool {
+        let mut claims = self
+            .claims
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        if claims.len() >= MAX_CLAIMS {
+            claims.retain(|_, until| *until > now);
+        }
+        if claims.get(token).is_some_and(|until| *until > now) || claims.len() >= MAX_CLAIMS {
+            return false;
+        }
+        claims.insert(token.to_owned(), now + ttl);
+        true
+    }
+
     /// How many tasks are on the board.
     pub fn len(&self) -> usize {
         self.board().entries.len()
@@ -292,7 +317,6 @@ mod tests {
     use super::*;
     use crate::tasks::MAX_STORED_BYTES;
     use std::sync::Arc;
-    use std::time::Duration;
 
     fn board(max_tasks: usize, max_running: usize, ttl: Duration) -> TaskBoard {
         TaskBoard::new(TaskLimits {
@@ -306,6 +330,17 @@ mod tests {
 
     fn text(json: &str) -> TaskState {
         TaskState::Completed(Arc::from(json))
+    }
+
+    #[test]
+    fn a_token_is_claimed_once_until_it_expires() {
+        let board = board(10, 10, Duration::from_secs(60));
+        assert!(board.claim("t1", Duration::from_secs(60)));
+        assert!(!board.claim("t1", Duration::from_secs(60)));
+        assert!(board.claim("t2", Duration::from_secs(60)));
+        assert!(board.claim("t3", Duration::ZERO));
+        // Expired: claimable again.
+        assert!(board.claim("t3", Duration::from_secs(60)));
     }
 
     #[test]

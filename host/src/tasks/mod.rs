@@ -254,6 +254,20 @@ impl TaskStore {
         }
     }
 
+    /// Claims the single-use `token` for `ttl`: `true` the first time, `false`
+    /// after (on any replica sharing Redis). Approvals' `requestState` are
+    /// answered once this way.
+    ///
+    /// # Errors
+    ///
+    /// [`Unavailable`] when the store does not answer.
+    pub async fn claim(&self, token: &str, ttl: Duration) -> Result<bool, Unavailable> {
+        match self {
+            TaskStore::Memory(board) => Ok(board.claim(token, ttl)),
+            TaskStore::Redis(redis) => redis.claim(token, ttl).await,
+        }
+    }
+
     /// Stops every task running on this server (it is ending): they end
     /// `Cancelled`. Returns how many there were.
     pub async fn cancel_all(&self) -> usize {

@@ -50,6 +50,8 @@ const ORDER_KEY: &str = "codemode:tasks";
 const SIZES_KEY: &str = "codemode:tasks:sizes";
 /// The sum of the sizes.
 const BYTES_KEY: &str = "codemode:tasks:bytes";
+/// The prefix of a claimed single-use token's key.
+const CLAIM_KEY: &str = "codemode:claim:";
 /// The pub/sub channel on which cancelled tasks' IDs are published.
 pub const CANCEL_CHANNEL: &str = "codemode:tasks:cancel";
 
@@ -566,6 +568,22 @@ impl RedisTasks {
         })
         .await?;
         Ok(found == 1)
+    }
+
+    /// Claims `token` for `ttl` in Redis (`SET NX PX`): `true` the first time
+    /// on any replica.
+    pub async fn claim(&self, token: &str, ttl: Duration) -> Result<bool, Unavailable> {
+        let key = format!("{CLAIM_KEY}{token}");
+        let ttl = millis(ttl).max(1);
+        let connection = &self.connection;
+        let set: Option<String> = ask("claim a token", || {
+            let mut request = redis::cmd("SET");
+            request.arg(&key).arg(1).arg("NX").arg("PX").arg(ttl);
+            let mut connection = connection.clone();
+            async move { request.query_async(&mut connection).await }
+        })
+        .await?;
+        Ok(set.is_some())
     }
 
     /// Stops every task running here (the server is ending), marks them
