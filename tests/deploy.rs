@@ -472,12 +472,30 @@ fn the_kubernetes_manifests_agree_with_the_binary() {
         approval_volume["secret"]["secretName"],
         approval_secret["metadata"]["name"]
     );
+    // Its placeholder is no key: an unreplaced one stops the start, naming it.
     let file = approval.file_name().expect("a file").to_string_lossy();
+    let placeholder = approval_secret["stringData"][file.as_ref()]
+        .as_str()
+        .expect("the key in the Secret");
+    let dir = root().join("target/e2e-deploy");
+    std::fs::create_dir_all(&dir).expect("create the folder");
+    let key = dir.join("approval.key");
+    std::fs::write(&key, placeholder).expect("write the key");
+    let started = Command::new(host_bin())
+        .args(["--allow-all", "--approval-key"])
+        .arg(&key)
+        .args(["--plugins", "/nonexistent-plugins-folder"])
+        .output()
+        .expect("run the binary");
+    assert!(!started.status.success());
     assert!(
-        approval_secret["stringData"][file.as_ref()]
-            .as_str()
-            .is_some_and(|key| key.len() >= 32),
-        "{approval_secret}"
+        String::from_utf8_lossy(&started.stderr).contains(&format!(
+            "the approval key {} is {} bytes; it needs at least 32 (e.g. `openssl rand -hex 32`)",
+            key.display(),
+            placeholder.len()
+        )),
+        "{}",
+        String::from_utf8_lossy(&started.stderr)
     );
     // The audit log is written to a volume of its own, writable under
     // readOnlyRootFilesystem, and the operator log is JSON.

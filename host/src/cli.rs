@@ -107,26 +107,30 @@ pub struct Cli {
 
     /// How long a user may take to approve a call, e.g. 2m [default: 10m]
     ///
-    /// When a policy decides {"ask": "<question>"}, a client over stdio that
-    /// declared form elicitation (2025-06-18, 2025-11-25) is asked with the
-    /// question, the capability and its arguments; the call runs once approved
-    /// (or every call of that capability in the execution, when the user says
-    /// so); a 2026-07-28 client, over stdio or HTTP, gets an input_required
-    /// result and retries with the answer (see --approval-key). Declined,
-    /// unanswered within this time, or a client that cannot be asked (an older
-    /// one over HTTP, a task, no elicitation): the call is `permission denied`.
-    /// The wait does not count against --max-execution-time.
+    /// When a policy decides {"ask": "<question>"}, a client over stdio before
+    /// 2026-07-28 that declared form elicitation is asked with the question,
+    /// the capability and its arguments; the call runs once approved (or every
+    /// call of that capability in the execution, when the user says so); a
+    /// 2026-07-28 client, over stdio or HTTP, gets an input_required result and
+    /// retries with the answer (see --approval-key), its requestState valid
+    /// this long. Declined, unanswered within this time, or a client that
+    /// cannot be asked (an older one over HTTP, a task, no form elicitation):
+    /// the call is `permission denied`. The wait does not count against
+    /// --max-execution-time.
     #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
     pub approval_timeout: Option<Duration>,
 
-    /// The key that signs approvals' requestState (2026-07-28 clients)
+    /// The key that encrypts and signs approvals' requestState (2026-07-28)
     ///
     /// A 2026-07-28 client is asked with an input_required result and comes
     /// back with the answer in a new request, which any replica may take: the
-    /// state it carries (the calls made before the question) is signed with
-    /// this key (at least 32 bytes, e.g. `openssl rand -hex 32`), so replicas
-    /// behind one load balancer share the file. Without it, approval.key in the
-    /// cache folder is used, made there when absent.
+    /// state it carries (the calls made before the question) is encrypted and
+    /// signed with this key (at least 32 bytes, e.g. `openssl rand -hex 32`),
+    /// so replicas behind one load balancer share the file. Without it,
+    /// approval.key in the cache folder is used, made there when absent; where
+    /// that cannot be (no cache folder, a read-only one), a key of this process
+    /// is drawn (a WARN says so), whose states no other replica, and not this
+    /// one after a restart, can open.
     #[arg(long, value_name = "FILE")]
     pub approval_key: Option<PathBuf>,
 
@@ -293,8 +297,9 @@ pub struct Cli {
     /// another runs (a cancel reaches the running replica through Redis
     /// pub/sub); each task still runs on the replica that created it. While
     /// Redis does not answer (at start too), direct calls are served and
-    /// requests about tasks fail with "Task store unavailable"; finished
-    /// results are written when it is back (within --task-ttl). TLS (rediss://)
+    /// requests about tasks fail with "Task store unavailable" (and answers to
+    /// approvals, whose single use Redis records, with `permission denied`);
+    /// finished results are written when it is back (within --task-ttl). TLS (rediss://)
     /// is not supported. Pass it as CODEMODE_TASK_STORE to keep the password
     /// off the command line.
     #[arg(long, value_name = "URL")]
