@@ -337,7 +337,7 @@ fn over_http_nobody_is_asked_and_the_log_says_why() {
     assert_eq!(out["content"][0]["text"], "permission denied", "{out}");
     crate::support::wait_for_log(
         &server,
-        "call denied: the policy asks a human, who cannot be asked subject=local capability=double.note reason=asking over Streamable HTTP is not supported yet (stdio only)",
+        "call denied: the policy asks a human, who cannot be asked subject=local capability=double.note reason=a client before 2026-07-28 over Streamable HTTP is asked only with --http-sessions",
         1,
     );
     assert_eq!(setup.notes(), Vec::<String>::new());
@@ -765,4 +765,223 @@ fn over_http_a_2026_answer_may_reach_another_replica() {
         || b.log(),
     );
     assert_eq!(setup.notes(), ["h", "k"]);
+}
+
+/// With `--http-sessions` an older client over Streamable HTTP is asked: the
+/// question rides the `tools/call`'s SSE response, the answer comes back in the
+/// client's session. The Python SDK approves one note and declines the next.
+#[test]
+fn with_http_sessions_an_older_client_is_asked_over_http() {
+    let setup = Setup::new("http-sessions", "");
+    let args = setup.args(&["--http-sessions"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = HttpServer::start(&args);
+    let call =
+        |source: String| json!({"op": "call", "tool": "execute", "arguments": {"source": source}});
+    let script = json!({
+        "url": format!("http://127.0.0.1:{}/mcp", server.port),
+        "mode": "legacy",
+        "elicitation": [accept(true, false), {"action": "decline"}],
+        "steps": [call(note("a")), call(note("b"))],
+    });
+    let out = run_driver(&script);
+    assert_eq!(out["results"][0]["is_error"], false, "{out}");
+    assert_eq!(
+        out["results"][0]["structured"],
+        json!({"result": {"result": "noted a"}}),
+        "{out}"
+    );
+    let result = &out["results"][1];
+    assert_eq!(result["text"], json!(["permission denied"]), "{out}");
+    let messages: Vec<&str> = out["elicitations"]
+        .as_array()
+        .expect("elicitations")
+        .iter()
+        .filter_map(|e| e["message"].as_str())
+        .collect();
+    assert_eq!(messages, [QUESTION, &QUESTION.replace("\"a\"", "\"b\"")]);
+    assert_eq!(setup.notes(), ["a"]);
+    assert_eq!(
+        setup.asked(),
+        [
+            json!({"decision": "asked", "approval": {"outcome": "approved", "subject": "local"}, "outcome": "ok"}),
+            json!({"decision": "asked", "approval": {"outcome": "declined", "subject": "local"}, "outcome": "permission denied"}),
+        ]
+    );
+}
+
+/// A session belongs to the subject that opened it: another subject naming its
+/// ID is answered as for an unknown one. A subject holds at most
+/// `MAX_SESSIONS_PER_SUBJECT` sessions; one closed makes room again.
+#[test]
+fn a_session_is_its_subjects_alone_and_bounded() {
+    let setup = Setup::new("http-sessions-owners", "");
+    let tokens = setup.dir.join("tokens");
+    std::fs::write(
+        &tokens,
+        format!(
+            "alice {}\nbob {}\n",
+            codemode_host::authz::token_hash("alice-token"),
+            codemode_host::authz::token_hash("bob-token")
+        ),
+    )
+    .expect("write the tokens");
+    let tokens = tokens.display().to_string();
+    let args = setup.args(&["--http-sessions", "--tokens", &tokens]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = HttpServer::start(&args);
+    let post = |token: &str, session: Option<&str>, body: Value| {
+        let bearer = format!("Bearer {token}");
+        let mut headers = vec![
+            ("Authorization", bearer.as_str()),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ];
+        if let Some(session) = session {
+            headers.push(("Mcp-Session-Id", session));
+        }
+        crate::support::raw_request(server.port, "POST", "/mcp", &headers, &body.to_string())
+    };
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "sessions-test", "version": "1"}}});
+    let open = |token: &str| {
+        let response = post(token, None, initialize.clone());
+        (
+            response.status,
+            response
+                .header(codemode_host::mcp::SESSION_HEADER)
+                .map(str::to_owned),
+            response.body,
+        )
+    };
+    let (status, alices, body) = open("alice-token");
+    assert_eq!(status, 200, "{body}");
+    let alices = alices.expect("a session ID");
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(
+        post("alice-token", Some(&alices), initialized.clone()).status,
+        202
+    );
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let bobs_try = post("bob-token", Some(&alices), list.clone());
+    let unknown = post("bob-token", Some("no-such-session"), list.clone());
+    assert_eq!(
+        (bobs_try.status, bobs_try.body.as_str()),
+        (404, "Not Found: Session not found")
+    );
+    assert_eq!(
+        (unknown.status, unknown.body.as_str()),
+        (404, "Not Found: Session not found")
+    );
+    let listed = post("alice-token", Some(&alices), list);
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    assert!(listed.body.contains("\"search_api\""), "{}", listed.body);
+    // Alice holds one; she may open the rest up to the limit, then no more.
+    for _ in 1..codemode_host::mcp::MAX_SESSIONS_PER_SUBJECT {
+        let (status, id, body) = open("alice-token");
+        assert_eq!((status, id.is_some()), (200, true), "{body}");
+    }
+    let (status, id, body) = open("alice-token");
+    assert_eq!(
+        (status, id, body.as_str()),
+        (503, None, codemode_host::mcp::TOO_MANY_SESSIONS)
+    );
+    assert_eq!(open("bob-token").0, 200);
+    // One closed makes room.
+    let bearer = "Bearer alice-token";
+    let closed = crate::support::raw_request(
+        server.port,
+        "DELETE",
+        "/mcp",
+        &[
+            ("Authorization", bearer),
+            ("Mcp-Session-Id", &alices),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+        "",
+    );
+    assert!(matches!(closed.status, 200 | 202 | 204), "{closed:?}");
+    assert_eq!(open("alice-token").0, 200);
+}
+
+/// The official TypeScript SDK client answers the question: over stdio, and
+/// over Streamable HTTP with `--http-sessions`; approves one note, declines
+/// the next.
+#[test]
+fn the_typescript_client_approves_and_declines() {
+    let tools = crate::support::node_tools();
+    for over in ["stdio", "http"] {
+        let setup = Setup::new(&format!("typescript-{over}"), "");
+        let args = setup.args(&["--http-sessions"][..usize::from(over == "http")]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut script = json!({
+            "sdk": tools.sdk,
+            "answers": [accept(true, false), {"action": "decline"}],
+            "sources": [note("a"), note("b")],
+        });
+        let server;
+        if over == "http" {
+            server = HttpServer::start(&args);
+            script["url"] = json!(format!("http://127.0.0.1:{}/mcp", server.port));
+        } else {
+            script["command"] = json!(crate::support::host_bin());
+            script["args"] = json!(with_cache(&args));
+        }
+        let out = run_node(&tools.node, "tests/clients/sdk_elicitation.mjs", &script);
+        assert_eq!(
+            out["results"][0]["structuredContent"],
+            json!({"result": {"result": "noted a"}}),
+            "{over}: {out}"
+        );
+        assert_eq!(out["results"][1]["isError"], true, "{over}: {out}");
+        assert_eq!(
+            out["results"][1]["content"][0]["text"], "permission denied",
+            "{over}: {out}"
+        );
+        assert_eq!(
+            out["results"][1]["_meta"]["codemode/error"],
+            json!({"capability": "double.note", "line": 2, "column": 12}),
+            "{over}: {out}"
+        );
+        let messages: Vec<&str> = out["elicitations"]
+            .as_array()
+            .expect("elicitations")
+            .iter()
+            .filter_map(|e| e["message"].as_str())
+            .collect();
+        assert_eq!(
+            messages,
+            [QUESTION, &QUESTION.replace("\"a\"", "\"b\"")],
+            "{over}"
+        );
+        assert_eq!(setup.notes(), ["a"], "{over}");
+    }
+}
+
+/// Runs the Node script `script_path` (under the repository) with `input` on
+/// stdin; its JSON output.
+fn run_node(node: &std::path::Path, script_path: &str, input: &Value) -> Value {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new(node)
+        .arg(root().join(script_path))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run node");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.to_string().as_bytes())
+        .expect("write the script");
+    let out = child.wait_with_output().expect("wait for node");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
 }

@@ -14,6 +14,7 @@ use codemode_host::authz::{
     Tokens, TokensError,
 };
 use codemode_host::files::{FileError, read_text};
+use codemode_host::mcp::DEFAULT_APPROVAL_TIMEOUT;
 use codemode_host::mcp::http::{Authentication, ConnectionLimits, HttpConfig, LOOPBACK_HOSTS};
 use codemode_host::tasks::TaskLimits;
 use codemode_host::units::{
@@ -222,6 +223,21 @@ pub struct Cli {
     /// Kubernetes' do) fail there: point them at this address instead.
     #[arg(long, value_name = "ADDR", requires = "listen", value_parser = listen_address)]
     pub metrics_listen: Option<SocketAddr>,
+
+    /// Give HTTP clients before 2026-07-28 sessions, so they can be asked
+    ///
+    /// Without it /mcp is stateless: a client before 2026-07-28 cannot be
+    /// asked to approve a call over HTTP (its answer would be a new request,
+    /// which could reach another replica), so such a call is denied. With it,
+    /// such a client's initialize opens a session (the Mcp-Session-Id header),
+    /// the question rides its tools/call's SSE response and the answer comes
+    /// back to the call waiting for it. Replicas then need affinity on
+    /// Mcp-Session-Id. A session belongs to the subject that opened it; at
+    /// most 64 per subject and 4096 in all are open, and one ends when idle
+    /// longer than an execution and an approval (at least 5 minutes).
+    /// 2026-07-28 clients are always served statelessly.
+    #[arg(long, requires = "listen")]
+    pub http_sessions: bool,
 
     /// Log filter, e.g. `debug`
     ///
@@ -557,6 +573,10 @@ pub enum Lang {
 /// How long after the time budget in-flight requests may still finish at shutdown.
 const HTTP_DRAIN_MARGIN: Duration = Duration::from_secs(1);
 
+/// How much longer than an execution and an approval an HTTP session may stay
+/// idle before it ends (`--http-sessions`).
+const SESSION_IDLE_MARGIN: Duration = Duration::from_secs(60);
+
 /// How long `precompile` and `check` let one plugin compile when
 /// `--load-timeout` is not given: they run ahead of serving (an image build, a
 /// deploy step, a plugin author's build), where a slow compile costs nobody a
@@ -762,6 +782,11 @@ impl Cli {
                     ..ConnectionLimits::default()
                 },
                 metrics_listen: self.metrics_listen,
+                sessions: self.http_sessions.then(|| {
+                    self.limits().max_execution_time
+                        + self.approval_timeout.unwrap_or(DEFAULT_APPROVAL_TIMEOUT)
+                        + SESSION_IDLE_MARGIN
+                }),
             },
         )))
     }

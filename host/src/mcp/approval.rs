@@ -24,9 +24,9 @@ use std::time::Duration;
 use chacha20poly1305::aead::{Aead, Payload};
 use chacha20poly1305::{KeyInit, XChaCha20Poly1305, XNonce};
 use rmcp::model::{
-    BooleanSchema, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction,
-    ElicitationSchema, InputRequest, InputRequests, InputRequiredResult, InputResponses,
-    ProtocolVersion, RequestStateCodec, SealOptions,
+    BooleanSchema, ClientResult, ElicitRequest, ElicitRequestParams, ElicitResult,
+    ElicitationAction, ElicitationSchema, InputRequest, InputRequests, InputRequiredResult,
+    InputResponses, ProtocolVersion, RequestId, RequestStateCodec, SealOptions, ServerRequest,
 };
 use rmcp::service::{ElicitationMode, RequestContext};
 use rmcp::{Peer, RoleServer};
@@ -51,9 +51,11 @@ const APPROVE_TITLE: &str = "Approve this call";
 /// The title of [`FOR_EXECUTION_FIELD`].
 const FOR_EXECUTION_TITLE: &str = "Approve every call of this capability until the program ends";
 
-/// Why a client over Streamable HTTP is not asked: the server is stateless,
-/// and the client's answer to a request it sent would reach any replica.
-pub const NOT_OVER_HTTP: &str = "asking over Streamable HTTP is not supported yet (stdio only)";
+/// Why a client before 2026-07-28 over Streamable HTTP is not asked without
+/// `--http-sessions`: the server is stateless, and the client's answer to a
+/// request it sent would reach any replica.
+pub const NOT_OVER_HTTP: &str =
+    "a client before 2026-07-28 over Streamable HTTP is asked only with --http-sessions";
 /// The key of the question in `inputRequests`, and of the answer in
 /// `inputResponses`.
 pub const INPUT_KEY: &str = "approval";
@@ -128,7 +130,8 @@ struct Asker {
 }
 
 enum How {
-    Elicit(Peer<RoleServer>),
+    /// `elicitation/create`, sent on the stream of the request it is for.
+    Elicit(Peer<RoleServer>, RequestId),
     /// Ends the execution with `input_required` (2026-07-28).
     Suspend,
     Cannot(&'static str),
@@ -144,8 +147,8 @@ impl Approver for Asker {
     }
 
     fn ask(&self, request: ApprovalRequest) -> Asking {
-        let peer = match &self.how {
-            How::Elicit(peer) => peer.clone(),
+        let (peer, originating) = match &self.how {
+            How::Elicit(peer, id) => (peer.clone(), id.clone()),
             // Never asked: the dispatcher suspends instead.
             How::Suspend => return Box::pin(async { Answer::Declined }),
             How::Cannot(reason) => {
@@ -160,11 +163,7 @@ impl Approver for Asker {
                 message: message(&request),
                 requested_schema: form(),
             };
-            // At the timeout rmcp withdraws the question (notifications/cancelled).
-            match peer
-                .create_elicitation_with_timeout(params, Some(timeout))
-                .await
-            {
+            match elicit(&peer, originating, params, timeout).await {
                 Ok(result) => answer(&result),
                 Err(rmcp::service::ServiceError::Timeout { .. }) => Answer::TimedOut,
                 Err(error) => {
@@ -185,13 +184,41 @@ impl Approver for Asker {
     }
 }
 
+/// Sends `params` as `elicitation/create` and waits at most `timeout` for the
+/// answer (then rmcp withdraws the question with `notifications/cancelled`).
+/// The request is marked as `originating`'s, so that over HTTP with sessions
+/// it rides that `tools/call`'s response stream: the call waits on a thread
+/// of its own, outside the task whose mark rmcp would read.
+async fn elicit(
+    peer: &Peer<RoleServer>,
+    originating: RequestId,
+    params: ElicitRequestParams,
+    timeout: Duration,
+) -> Result<ElicitResult, rmcp::service::ServiceError> {
+    let mut request = ElicitRequest::new(params);
+    request
+        .extensions
+        .insert(rmcp::service::OriginatingRequestId(originating));
+    let options = rmcp::service::PeerRequestOptions::with_timeout(timeout);
+    let result = peer
+        .send_request_with_option(ServerRequest::ElicitRequest(request), options)
+        .await?
+        .await_response()
+        .await?;
+    match result {
+        ClientResult::ElicitResult(result) => Ok(result),
+        _ => Err(rmcp::service::ServiceError::UnexpectedResponse),
+    }
+}
+
 /// The approver of a `tools/call execute` arriving in `context`: a 2026-07-28
 /// client that declared elicitation is asked by `input_required` (over stdio
-/// or HTTP); an older one over stdio that declared form elicitation by
-/// `elicitation/create`; any other gets one that says why not.
+/// or HTTP); an older one that declared form elicitation by
+/// `elicitation/create` (over stdio, or HTTP with sessions); any other gets
+/// one that says why not.
 pub fn approver(
     context: &RequestContext<RoleServer>,
-    over_http: bool,
+    stateless: bool,
     keyed: bool,
     timeout: Duration,
 ) -> Arc<dyn Approver> {
@@ -208,7 +235,7 @@ pub fn approver(
             (true, true) => How::Suspend,
             (true, false) => How::Cannot(NO_ELICITATION),
         }
-    } else if over_http {
+    } else if stateless {
         How::Cannot(NOT_OVER_HTTP)
     } else if !context
         .peer
@@ -217,7 +244,7 @@ pub fn approver(
     {
         How::Cannot(NO_ELICITATION)
     } else {
-        How::Elicit(context.peer.clone())
+        How::Elicit(context.peer.clone(), context.id.clone())
     };
     Arc::new(Asker { how, timeout })
 }

@@ -8,7 +8,9 @@
 //! `WWW-Authenticate`); without one every request acts for the configured subject
 //! (loopback, or `--insecure`). The subject travels in the request's extensions,
 //! which only the host writes, to [`SubjectSource::Authenticated`]. No session state
-//! is kept, so replicas can sit behind any load balancer.
+//! is kept, so replicas can sit behind any load balancer; unless `--http-sessions`
+//! gives clients before 2026-07-28 sessions ([`super::sessions`]), so that they can
+//! be asked for approval, and replicas then need affinity on `Mcp-Session-Id`.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -27,6 +29,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 
 pub use super::listener::ConnectionLimits;
 use super::server::{McpServer, SubjectSource};
+use super::sessions::{Access, SESSION_HEADER, Sessions, TOO_MANY_SESSIONS};
 use crate::authz::{Subject, Tokens};
 use crate::error::UNAUTHENTICATED;
 use crate::service::Service;
@@ -40,6 +43,9 @@ pub const HEALTHZ_PATH: &str = "/healthz";
 pub const READYZ_PATH: &str = "/readyz";
 /// Prometheus metrics.
 pub const METRICS_PATH: &str = "/metrics";
+
+/// How often a session's open SSE stream carries a ping (`--http-sessions`).
+const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// The realm named in `WWW-Authenticate`.
 const REALM: &str = "codemode-host";
@@ -64,6 +70,9 @@ pub struct HttpConfig {
     /// Where the probes and metrics are also served without the `Host` check
     /// (`--metrics-listen`).
     pub metrics_listen: Option<SocketAddr>,
+    /// Sessions for clients before 2026-07-28 (`--http-sessions`), ending after
+    /// this idle time; `None`: stateless.
+    pub sessions: Option<Duration>,
 }
 
 /// How an HTTP request's subject is found.
@@ -111,22 +120,32 @@ impl Readiness {
 /// must not read the metrics either).
 pub fn router(config: &HttpConfig, readiness: Readiness) -> Router {
     let factory_readiness = readiness.clone();
+    let sessions = config.sessions.map(|idle| Arc::new(Sessions::new(idle)));
+    let keeps_sessions = sessions.is_some();
+    let manager = match &sessions {
+        Some(sessions) => sessions.manager(),
+        None => Arc::new(LocalSessionManager::default()),
+    };
     let mcp = StreamableHttpService::new(
         move || {
             factory_readiness
                 .server()
+                .map(|server| server.with_sessions(keeps_sessions))
                 .ok_or_else(|| std::io::Error::other("the catalog is not loaded yet"))
         },
-        Arc::new(LocalSessionManager::default()),
+        manager,
         StreamableHttpServerConfig::default()
-            .with_legacy_session_mode(false)
+            .with_legacy_session_mode(keeps_sessions)
             .with_json_response(true)
-            .with_sse_keep_alive(None)
+            // A session's GET stream stays open: pings keep proxies from
+            // closing it. Stateless answers are single JSON bodies.
+            .with_sse_keep_alive(keeps_sessions.then_some(SSE_KEEP_ALIVE))
             .with_allowed_hosts(config.allowed_hosts.clone()),
     );
     let gate = Gate {
         authentication: config.authentication.clone(),
         readiness: readiness.clone(),
+        sessions,
     };
     let mcp = Router::new()
         .route_service(MCP_PATH, mcp)
@@ -206,6 +225,8 @@ fn host_allowed(host: &str, allowed: &[String]) -> bool {
 struct Gate {
     authentication: Authentication,
     readiness: Readiness,
+    /// Who owns each session (`--http-sessions`).
+    sessions: Option<Arc<Sessions>>,
 }
 
 /// `/readyz`: 503 `loading` until the catalog is in place; then 200 `ready`,
@@ -321,8 +342,36 @@ async fn authenticate(State(gate): State<Gate>, mut request: Request, next: Next
             }
         }
     };
-    request.extensions_mut().insert(subject);
-    next.run(request).await
+    let Some(sessions) = &gate.sessions else {
+        request.extensions_mut().insert(subject);
+        return next.run(request).await;
+    };
+    let named = request
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    if let Some(id) = &named
+        && sessions.access(id, &subject) == Access::NotFound
+    {
+        // As rmcp answers for an ID it does not know.
+        return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+    }
+    request.extensions_mut().insert(subject.clone());
+    let response = next.run(request).await;
+    if named.is_some() {
+        return response;
+    }
+    let opened = response
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|value| value.to_str().ok());
+    match opened {
+        Some(id) if !sessions.adopt(id, &subject).await => {
+            (StatusCode::SERVICE_UNAVAILABLE, TOO_MANY_SESSIONS).into_response()
+        }
+        Some(_) | None => response,
+    }
 }
 
 /// The bearer token `request` presents, if any.

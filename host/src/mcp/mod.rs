@@ -12,6 +12,7 @@ pub mod http;
 mod listener;
 mod progress;
 mod server;
+mod sessions;
 mod stdio;
 mod tasks;
 
@@ -24,3 +25,4 @@ pub use contract::{
     LANGUAGE_SURFACE, SEARCH_API, SEARCH_API_DESCRIPTION,
 };
 pub use server::{META_ERROR, META_STATS, McpServer, ServeError, SubjectSource, serve_stdio};
+pub use sessions::{MAX_SESSIONS, MAX_SESSIONS_PER_SUBJECT, SESSION_HEADER, TOO_MANY_SESSIONS};

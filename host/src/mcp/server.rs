@@ -94,9 +94,10 @@ pub struct McpServer {
     tools: Arc<Vec<Tool>>,
     /// The executions run as tasks (answered without waiting for the service).
     tasks: Arc<TaskStore>,
-    /// Over Streamable HTTP (stateless: a client's answer to a request the
-    /// server sent could reach another replica), not stdio.
-    over_http: bool,
+    /// Over Streamable HTTP without sessions: a client's answer to a request
+    /// the server sent would be a new request, which could reach another
+    /// replica.
+    stateless: bool,
     /// How long a human may take to approve a call (`--approval-timeout`).
     approval_timeout: Duration,
     /// Seals and opens the `requestState` of 2026-07-28 approvals; `None`:
@@ -117,7 +118,7 @@ impl McpServer {
     /// `subjects` resolves, keeping the executions run as tasks in `tasks`.
     pub fn new(service: Arc<Service>, subjects: SubjectSource, tasks: Arc<TaskStore>) -> Self {
         Self {
-            over_http: true,
+            stateless: true,
             ..Self::with_backend(Backend::Ready(service), subjects, tasks)
         }
     }
@@ -129,6 +130,16 @@ impl McpServer {
         Self {
             approval_timeout: timeout,
             key,
+            ..self
+        }
+    }
+
+    /// The same server, knowing whether HTTP clients before 2026-07-28 keep a
+    /// session (`--http-sessions`), in which the answer to a question it sends
+    /// comes back to it.
+    pub fn with_sessions(self, sessions: bool) -> Self {
+        Self {
+            stateless: !sessions,
             ..self
         }
     }
@@ -176,7 +187,7 @@ impl McpServer {
             subjects,
             tools: Arc::new(tools),
             tasks,
-            over_http: false,
+            stateless: false,
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
             key: None,
         }
@@ -534,7 +545,7 @@ impl ServerHandler for McpServer {
         let asking = Asking {
             approver: approval::approver(
                 &context,
-                self.over_http,
+                self.stateless,
                 self.key.is_some(),
                 self.approval_timeout,
             ),
