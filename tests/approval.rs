@@ -985,3 +985,82 @@ fn run_node(node: &std::path::Path, script_path: &str, input: &Value) -> Value {
     );
     serde_json::from_slice(&out.stdout).expect("JSON")
 }
+
+/// A plugin's annotations (`codemode_sdk::annotations!`) reach the policy:
+/// `granted.read` is read-only and runs, `granted.write` is destructive and is
+/// asked about. In 2026-07-28 mode each answer runs the program again; the
+/// counter it read is replayed from the record, never read again: a second
+/// read would see the written value and the program would write another.
+#[test]
+fn a_plugins_annotations_ask_before_its_writes_and_its_reads_are_not_repeated() {
+    let setup = Setup::new("plugin-annotations", "");
+    let plugins = setup.dir.join("plugins");
+    std::fs::copy(
+        crate::support::test_plugin("granted"),
+        plugins.join("granted.wasm"),
+    )
+    .expect("copy the plugin");
+    std::fs::create_dir_all(plugins.join("scratch")).expect("scratch");
+    std::fs::write(plugins.join("scratch/counter"), "0").expect("counter");
+    std::fs::write(
+        plugins.join("granted.toml"),
+        "[[dirs]]\nhost = \"scratch\"\nguest = \"/scratch\"\nread_only = false\n",
+    )
+    .expect("write the sidecar");
+    let source = "def main():\n    n = int(granted.read(path=\"/scratch/counter\")[\"value\"])\n    granted.write(path=\"/scratch/counter\", value=str(n + 1))\n    granted.write(path=\"/scratch/last\", value=\"done\")\n    return n";
+    let out = setup.execute_in(
+        "2026-07-28",
+        &[],
+        Some(json!([accept(true, false)])),
+        source,
+    );
+    assert_eq!(
+        out["results"][0]["structured"],
+        json!({"result": 0}),
+        "{out}"
+    );
+    let messages: Vec<&str> = out["elicitations"]
+        .as_array()
+        .expect("elicitations")
+        .iter()
+        .filter_map(|e| e["message"].as_str())
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "May local write a note?\n\nCapability: granted.write\nArguments: {\"path\":\"/scratch/counter\",\"value\":\"1\"}",
+            "May local write a note?\n\nCapability: granted.write\nArguments: {\"path\":\"/scratch/last\",\"value\":\"done\"}",
+        ]
+    );
+    let read = |name: &str| std::fs::read_to_string(plugins.join("scratch").join(name)).ok();
+    assert_eq!(read("counter").as_deref(), Some("1"));
+    assert_eq!(read("last").as_deref(), Some("done"));
+    let decisions: Vec<String> = std::fs::read_to_string(setup.dir.join("audit.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("JSON"))
+        .map(|line| {
+            let decision = match &line["approval"] {
+                Value::Null => line["decision"].as_str().unwrap_or_default().to_owned(),
+                approval => approval["outcome"].as_str().unwrap_or_default().to_owned(),
+            };
+            format!(
+                "{} {decision}",
+                line["capability"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    assert_eq!(
+        decisions,
+        [
+            "granted.read allow",
+            "granted.write awaiting answer",
+            "granted.read replayed",
+            "granted.write approved",
+            "granted.write awaiting answer",
+            "granted.read replayed",
+            "granted.write replayed",
+            "granted.write approved",
+        ]
+    );
+}

@@ -334,3 +334,19 @@ mod toolchains {
         assert_eq!(err(&out["results"][0]), want);
     }
 }
+
+#[test]
+fn check_shows_the_effect_hints_a_plugin_declares() {
+    let granted = root().join("target/test-plugins/granted.wasm");
+    let (code, out) = check(&[&granted]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(
+        out,
+        "granted.wasm: 5 capabilities\n\
+         \x20 granted.env(*, name: str) -> {value: str | None}\n    id: granted.env\n    Read an environment variable.\n\
+         \x20 granted.config(*, key: str) -> {value: str | None}\n    id: granted.config\n    Read a config value.\n\
+         \x20 granted.read(*, path: str) -> {value: str | None}\n    id: granted.read\n    annotations: readOnlyHint=true\n    Read a file.\n\
+         \x20 granted.write(*, path: str, value: str) -> {value: str | None}\n    id: granted.write\n    annotations: readOnlyHint=false destructiveHint=true\n    Write a file.\n\
+         \x20 granted.unprovided() -> {value: str | None}\n    id: granted.unprovided\n    Call an import no host provides.\n"
+    );
+}

@@ -17,6 +17,9 @@ pub struct Checked {
     pub id: String,
     /// The line `search_api` shows.
     pub summary: String,
+    /// The effect hints it declares (`annotate()`), by their MCP names, as a
+    /// policy reads them; empty when it declares none.
+    pub annotations: Vec<(&'static str, bool)>,
 }
 
 /// Loads the plugin at `path` as the server would, compiling it or taking it from
@@ -57,6 +60,7 @@ pub fn check_plugin(
                 signature: format!("{} -> {output}", description.signature),
                 id: capability.id.to_string(),
                 summary: description.summary,
+                annotations: capability.annotations.declared().collect(),
             })
         })
         .collect())

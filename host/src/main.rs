@@ -530,6 +530,14 @@ fn check(cli: &Cli, files: &[std::path::PathBuf]) -> anyhow::Result<()> {
                 for capability in capabilities {
                     println!("  {}", capability.signature);
                     println!("    id: {}", capability.id);
+                    if !capability.annotations.is_empty() {
+                        let hints: Vec<String> = capability
+                            .annotations
+                            .iter()
+                            .map(|(name, value)| format!("{name}={value}"))
+                            .collect();
+                        println!("    annotations: {}", hints.join(" "));
+                    }
                     println!("    {}", capability.summary);
                 }
             }

@@ -100,8 +100,66 @@ pub mod bindings {
     });
 }
 
+/// Bindings of the `codemode:plugin/plugin-annotations` world; used by
+/// [`annotations!`].
+#[doc(hidden)]
+pub mod annotation_bindings {
+    wit_bindgen::generate!({
+        path: "../wit/plugin",
+        world: "codemode:plugin/plugin-annotations",
+        pub_export_macro: true,
+        export_macro_name: "__export_codemode_annotations",
+        default_bindings_module: "codemode_sdk::annotation_bindings",
+    });
+}
+
 /// One capability's metadata: which export it describes and the text agents see.
 pub use bindings::exports::codemode::plugin::metadata::Capability;
+
+/// What one capability says of its effects: the hints a policy reads as
+/// `input.capability.annotations` (MCP's tool annotations).
+pub use annotation_bindings::exports::codemode::plugin::annotations::{Annotated, Hints};
+
+impl Annotated {
+    /// No hints yet for the export `export_name` (as [`Capability::new`] names it).
+    pub fn new(export_name: impl Into<String>) -> Self {
+        Self {
+            export_name: export_name.into(),
+            hints: Hints {
+                read_only: None,
+                destructive: None,
+                idempotent: None,
+                open_world: None,
+            },
+        }
+    }
+
+    /// Whether it leaves its environment unchanged (`readOnlyHint`).
+    pub fn read_only(mut self, value: bool) -> Self {
+        self.hints.read_only = Some(value);
+        self
+    }
+
+    /// Whether it may destroy or overwrite (`destructiveHint`).
+    pub fn destructive(mut self, value: bool) -> Self {
+        self.hints.destructive = Some(value);
+        self
+    }
+
+    /// Whether calling it again with the same arguments changes nothing more
+    /// (`idempotentHint`).
+    pub fn idempotent(mut self, value: bool) -> Self {
+        self.hints.idempotent = Some(value);
+        self
+    }
+
+    /// Whether it reaches an open world of entities, such as the web
+    /// (`openWorldHint`).
+    pub fn open_world(mut self, value: bool) -> Self {
+        self.hints.open_world = Some(value);
+        self
+    }
+}
 
 impl Capability {
     /// Metadata for the export `export_name` (`"<interface>.<function>"` in WIT names,
@@ -216,6 +274,27 @@ macro_rules! metadata {
     };
 }
 
+/// Exports `codemode:plugin/annotations@0.1.0`: what the listed capabilities
+/// say of their effects (optional; a policy reads them as
+/// `input.capability.annotations`, e.g. to ask a human before a destructive
+/// call). Use it once per plugin, beside [`metadata!`], with one [`Annotated`]
+/// per capability that declares hints; each names an export the metadata lists.
+#[macro_export]
+macro_rules! annotations {
+    ($($annotated:expr),* $(,)?) => {
+        #[doc(hidden)]
+        struct __CodemodeAnnotations;
+
+        impl $crate::annotation_bindings::exports::codemode::plugin::annotations::Guest for __CodemodeAnnotations {
+            fn annotate() -> ::std::vec::Vec<$crate::Annotated> {
+                ::std::vec![$($annotated),*]
+            }
+        }
+
+        $crate::annotation_bindings::__export_codemode_annotations!(__CodemodeAnnotations with_types_in $crate::annotation_bindings);
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,6 +328,23 @@ mod tests {
         .append_to(&mut list);
         let names: Vec<_> = list.iter().map(|c| c.export_name.as_str()).collect();
         assert_eq!(names, ["a.one", "b.two", "b.three"]);
+    }
+
+    #[test]
+    fn annotated_sets_only_the_hints_given() {
+        let a = Annotated::new("records.erase")
+            .read_only(false)
+            .destructive(true);
+        assert_eq!(a.export_name, "records.erase");
+        assert_eq!(
+            (
+                a.hints.read_only,
+                a.hints.destructive,
+                a.hints.idempotent,
+                a.hints.open_world
+            ),
+            (Some(false), Some(true), None, None)
+        );
     }
 
     #[test]

@@ -15,14 +15,15 @@ use super::compile::{self, CompileError, Compiler};
 use super::file_label;
 use super::grants::Grants;
 use super::invoke::CallTarget;
-use super::metadata::{self, METADATA_INTERFACE, MetadataEntry};
+use super::metadata::{self, ANNOTATIONS_INTERFACE, Annotated, METADATA_INTERFACE, MetadataEntry};
 use super::reflect::{self, ExportedFunc, TypeError};
 use super::sandbox::{self, PluginState};
 use super::spare::{Spares, Template};
 use super::wire::ErrorKind;
 use crate::cache::{ArtifactCache, Origin};
 use crate::catalog::{
-    Capability, CapabilitySpec, CatalogBuilder, snake_case, validate_spec, with_arguments,
+    Annotations, Capability, CapabilitySpec, CatalogBuilder, snake_case, validate_spec,
+    with_arguments,
 };
 use crate::files::{FileError, read_regular};
 use crate::source::UPSTREAM_ID_PREFIX;
@@ -99,6 +100,15 @@ pub enum LoadError {
     /// `describe()` trapped or failed.
     #[error("`{METADATA_INTERFACE}#describe` failed: {0:#}")]
     Describe(wasmtime::Error),
+    /// `annotate()` is mistyped, trapped or failed.
+    #[error("`{ANNOTATIONS_INTERFACE}#annotate` failed: {0:#}")]
+    Annotate(wasmtime::Error),
+    /// An `annotate()` entry names an export no metadata entry describes.
+    #[error("annotations entry `{0}` names no capability of the metadata")]
+    UnknownAnnotated(String),
+    /// Two `annotate()` entries name the same export.
+    #[error("export `{0}`: annotated more than once")]
+    DuplicateAnnotated(String),
     /// A metadata entry names an export the component does not have.
     #[error(
         "metadata entry `{export}` names no exported function (exported functions: {available})"
@@ -197,7 +207,10 @@ pub(crate) fn check_specs(
             continue;
         }
         match validate_spec(spec) {
-            Ok(valid_one) => valid.push(Arc::new(valid_one)),
+            Ok(mut valid_one) => {
+                valid_one.annotations = capability.annotations;
+                valid.push(Arc::new(valid_one));
+            }
             Err(error) => errors.push(refusal(error.to_string())),
         }
     }
@@ -247,6 +260,8 @@ pub(crate) struct PluginCapability {
     pub function: String,
     /// How its result reports a failure.
     pub error: ErrorKind,
+    /// What it says of its effects (`annotate()`).
+    pub annotations: Annotations,
 }
 
 /// A plugin file that compiled, linked and described itself.
@@ -389,9 +404,11 @@ fn prepare(
         return Err(LoadError::NoMetadata);
     }
     let pre = sandbox::pre_instantiate(engine, component).map_err(LoadError::Link)?;
-    let entries = metadata::describe(&file_label(path), engine, &pre, limits.load_timeout)
+    let described = metadata::describe(&file_label(path), engine, &pre, limits.load_timeout)
         .map_err(LoadError::Describe)?;
-    let (declared, ignored_exports) = assemble(funcs, entries, docs)?;
+    let annotations = described.annotations.map_err(LoadError::Annotate)?;
+    let (mut declared, ignored_exports) = assemble(funcs, described.entries, docs)?;
+    annotate(&mut declared, annotations)?;
     let capabilities = check_specs(&declared)?;
     let targets = declared
         .into_iter()
@@ -412,6 +429,42 @@ fn prepare(
     })
 }
 
+/// Gives each capability the hints its `annotate()` entry declares.
+///
+/// # Errors
+///
+/// [`LoadError::UnknownAnnotated`] or [`LoadError::DuplicateAnnotated`], all
+/// of them at once.
+pub(crate) fn annotate(
+    capabilities: &mut [PluginCapability],
+    annotations: Vec<Annotated>,
+) -> Result<(), LoadError> {
+    let mut errors = Vec::new();
+    let mut seen = HashSet::new();
+    for annotated in annotations {
+        if !seen.insert(annotated.export_name.clone()) {
+            errors.push(LoadError::DuplicateAnnotated(annotated.export_name));
+            continue;
+        }
+        match capabilities
+            .iter_mut()
+            .find(|c| c.export == annotated.export_name)
+        {
+            Some(capability) => {
+                let hints = annotated.hints;
+                capability.annotations = Annotations {
+                    read_only: hints.read_only,
+                    destructive: hints.destructive,
+                    idempotent: hints.idempotent,
+                    open_world: hints.open_world,
+                };
+            }
+            None => errors.push(LoadError::UnknownAnnotated(annotated.export_name)),
+        }
+    }
+    LoadError::all(errors)
+}
+
 /// Pairs metadata entries with exported functions. Returns the capabilities in
 /// metadata order and the exports nobody named. A description ends with the
 /// `Arguments:` block of what `docs` (the component's WIT docs) say of the
@@ -428,7 +481,7 @@ pub(crate) fn assemble(
 ) -> Result<(Vec<PluginCapability>, Vec<String>), LoadError> {
     let funcs: Vec<ExportedFunc> = funcs
         .into_iter()
-        .filter(|f| f.instance != METADATA_INTERFACE)
+        .filter(|f| f.instance != METADATA_INTERFACE && f.instance != ANNOTATIONS_INTERFACE)
         .collect();
     // Every problem is collected, so that one attempt names them all.
     let mut errors = Vec::new();
@@ -502,6 +555,7 @@ pub(crate) fn assemble(
             instance: func.instance.clone(),
             function: func.function.clone(),
             error: signature.error,
+            annotations: Annotations::default(),
         });
     }
     LoadError::all(errors)?;
@@ -692,6 +746,66 @@ mod tests {
     }
 
     #[test]
+    fn annotations_reach_the_capability_they_name_and_strays_are_refused() {
+        let funcs = vec![
+            func("records", "lookup", ok_sig()),
+            func("records", "erase", ok_sig()),
+            func("annotations", "annotate", ok_sig()),
+        ];
+        let mut funcs = funcs;
+        funcs[2].instance = ANNOTATIONS_INTERFACE.to_owned();
+        let (mut declared, ignored) = assemble(
+            funcs,
+            vec![entry("records.lookup"), entry("records.erase")],
+            None,
+        )
+        .expect("assembles");
+        // The annotations export is the host's, not a capability left out.
+        assert_eq!(ignored, Vec::<String>::new());
+        let hints = |read_only, destructive| metadata::Hints {
+            read_only,
+            destructive,
+            ..metadata::Hints::default()
+        };
+        let annotated = |export: &str, hints| Annotated {
+            export_name: export.to_owned(),
+            hints,
+        };
+        annotate(
+            &mut declared,
+            vec![annotated("records.erase", hints(Some(false), Some(true)))],
+        )
+        .expect("annotates");
+        let capabilities = check_specs(&declared).expect("valid");
+        assert_eq!(capabilities[0].annotations, Annotations::default());
+        assert_eq!(
+            capabilities[1].annotations,
+            Annotations {
+                read_only: Some(false),
+                destructive: Some(true),
+                idempotent: None,
+                open_world: None,
+            }
+        );
+        let error = annotate(
+            &mut declared,
+            vec![
+                annotated("records.lookup", hints(Some(true), None)),
+                annotated("records.lookup", hints(Some(true), None)),
+                annotated("records.gone", hints(None, None)),
+            ],
+        )
+        .err();
+        assert_eq!(
+            error.as_ref().map(LoadError::messages),
+            Some(vec![
+                "export `records.lookup`: annotated more than once".to_owned(),
+                "annotations entry `records.gone` names no capability of the metadata".to_owned(),
+            ])
+        );
+    }
+
+    #[test]
     fn every_catalog_problem_of_the_metadata_is_named_at_once() {
         let capability = |export: &str, name: &str, summary: &str| PluginCapability {
             spec: CapabilitySpec {
@@ -707,6 +821,7 @@ mod tests {
             instance: "test:pkg/records@0.1.0".to_owned(),
             function: "f".to_owned(),
             error: ErrorKind::Message,
+            annotations: Annotations::default(),
         };
         let messages = check_specs(&[
             capability("records.a", "json.a", "A."),

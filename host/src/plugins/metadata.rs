@@ -1,4 +1,5 @@
-//! Calls a plugin's `codemode:plugin/metadata@0.1.0#describe` export once, in a
+//! Calls a plugin's `codemode:plugin/metadata@0.1.0#describe` export once, and
+//! its `codemode:plugin/annotations@0.1.0#annotate` when it has one, in a
 //! throw-away instance with its own fuel and memory caps.
 
 use wasmtime::component::{ComponentType, InstancePre, Lift};
@@ -15,6 +16,10 @@ use crate::wait::{self, Abandoned};
 pub(crate) const METADATA_INTERFACE: &str = "codemode:plugin/metadata@0.1.0";
 /// Its one function.
 const DESCRIBE: &str = "describe";
+/// The optional interface of the capabilities' effect hints.
+pub(crate) const ANNOTATIONS_INTERFACE: &str = "codemode:plugin/annotations@0.1.0";
+/// Its one function.
+const ANNOTATE: &str = "annotate";
 /// Fuel for instantiating the plugin and running `describe()`: generous for an
 /// interpreter-based component's start-up (a componentize-py instance start costs
 /// well under this), small enough that a looping plugin is stopped in about a second.
@@ -36,7 +41,38 @@ pub(crate) struct MetadataEntry {
     pub search_terms: Vec<String>,
 }
 
-/// Instantiates the plugin and returns what `describe()` returns, abandoning both
+/// The WIT record `hints`: what a capability says of its effects.
+#[derive(ComponentType, Lift, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[component(record)]
+pub(crate) struct Hints {
+    #[component(name = "read-only")]
+    pub read_only: Option<bool>,
+    pub destructive: Option<bool>,
+    pub idempotent: Option<bool>,
+    #[component(name = "open-world")]
+    pub open_world: Option<bool>,
+}
+
+/// One entry of `annotate()`, the WIT record `annotated`.
+#[derive(ComponentType, Lift, Debug, Clone, PartialEq)]
+#[component(record)]
+pub(crate) struct Annotated {
+    #[component(name = "export-name")]
+    pub export_name: String,
+    pub hints: Hints,
+}
+
+/// What a plugin says of itself: `describe()`, and `annotate()` (empty when
+/// it does not export the interface; an error when its export is mistyped or
+/// the call failed).
+#[derive(Debug)]
+pub(crate) struct Described {
+    pub entries: Vec<MetadataEntry>,
+    pub annotations: wasmtime::Result<Vec<Annotated>>,
+}
+
+/// Instantiates the plugin and returns what `describe()` (and `annotate()`)
+/// return, abandoning both
 /// after `timeout`: fuel stops a plugin computing, the timeout one waiting in a host
 /// call (a sleep, a clock).
 ///
@@ -49,7 +85,7 @@ pub(crate) fn describe(
     engine: &Engine,
     pre: &InstancePre<PluginState>,
     timeout: Duration,
-) -> wasmtime::Result<Vec<MetadataEntry>> {
+) -> wasmtime::Result<Described> {
     // `describe()` gets no grants: metadata needs nothing from outside.
     let output = Output::default();
     let state = PluginState::new(plugin, &Arc::default(), DESCRIBE_MEMORY, &output)
@@ -80,7 +116,7 @@ pub(crate) fn describe(
 async fn describe_async(
     store: &mut Store<PluginState>,
     pre: &InstancePre<PluginState>,
-) -> wasmtime::Result<Vec<MetadataEntry>> {
+) -> wasmtime::Result<Described> {
     let instance = pre.instantiate_async(&mut *store).await?;
     let interface = instance
         .get_export_index(&mut *store, None, METADATA_INTERFACE)
@@ -94,5 +130,33 @@ async fn describe_async(
         })?;
     let describe = instance.get_typed_func::<(), (Vec<MetadataEntry>,)>(&mut *store, &func)?;
     let (entries,) = describe.call_async(&mut *store, ()).await?;
-    Ok(entries)
+    let Some(interface) = instance.get_export_index(&mut *store, None, ANNOTATIONS_INTERFACE)
+    else {
+        return Ok(Described {
+            entries,
+            annotations: Ok(Vec::new()),
+        });
+    };
+    Ok(Described {
+        entries,
+        annotations: annotate(store, &instance, &interface).await,
+    })
+}
+
+/// Calls the instance's `annotate()` export of `interface`.
+async fn annotate(
+    store: &mut Store<PluginState>,
+    instance: &wasmtime::component::Instance,
+    interface: &wasmtime::component::ComponentExportIndex,
+) -> wasmtime::Result<Vec<Annotated>> {
+    let func = instance
+        .get_export_index(&mut *store, Some(interface), ANNOTATE)
+        .ok_or_else(|| {
+            wasmtime::Error::msg(format!(
+                "missing function `{ANNOTATE}` in `{ANNOTATIONS_INTERFACE}`"
+            ))
+        })?;
+    let annotate = instance.get_typed_func::<(), (Vec<Annotated>,)>(&mut *store, &func)?;
+    let (annotations,) = annotate.call_async(&mut *store, ()).await?;
+    Ok(annotations)
 }

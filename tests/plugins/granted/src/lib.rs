@@ -54,3 +54,11 @@ codemode_sdk::metadata![
     codemode_sdk::Capability::new("granted.write", "Write a file."),
     codemode_sdk::Capability::new("granted.unprovided", "Call an import no host provides."),
 ];
+
+// A reader and a writer, as a policy that asks before writes sees them.
+codemode_sdk::annotations![
+    codemode_sdk::Annotated::new("granted.read").read_only(true),
+    codemode_sdk::Annotated::new("granted.write")
+        .read_only(false)
+        .destructive(true),
+];
