@@ -875,6 +875,33 @@ fn a_session_is_its_subjects_alone_and_bounded() {
         (unknown.status, unknown.body.as_str()),
         (404, "Not Found: Session not found")
     );
+    // The session's stream: one open at a time (each holds a connection).
+    let stream_request = format!(
+        "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer alice-token\r\nAccept: text/event-stream\r\nMcp-Session-Id: {alices}\r\nMCP-Protocol-Version: 2025-11-25\r\n\r\n",
+        server.port
+    );
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+    std::io::Write::write_all(&mut stream, stream_request.as_bytes()).expect("send the GET");
+    let mut first = [0u8; 12];
+    std::io::Read::read_exact(&mut stream, &mut first).expect("the stream's status line");
+    assert_eq!(&first, b"HTTP/1.1 200");
+    let second = crate::support::raw_request(
+        server.port,
+        "GET",
+        "/mcp",
+        &[
+            ("Authorization", "Bearer alice-token"),
+            ("Accept", "text/event-stream"),
+            ("Mcp-Session-Id", &alices),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+        "",
+    );
+    assert_eq!(
+        (second.status, second.body.as_str()),
+        (409, codemode_host::mcp::STREAM_OPEN)
+    );
+    drop(stream);
     let listed = post("alice-token", Some(&alices), list);
     assert_eq!(listed.status, 200, "{}", listed.body);
     assert!(listed.body.contains("\"search_api\""), "{}", listed.body);

@@ -21,6 +21,7 @@ mod http;
 mod isolation;
 mod limits;
 mod loading;
+mod oauth;
 mod policy;
 mod polyglot;
 mod precompile;

@@ -531,10 +531,14 @@ pub(crate) struct NodeTools {
     pub everything: PathBuf,
     /// The official TypeScript SDK's package folder (`@modelcontextprotocol/sdk`).
     pub sdk: PathBuf,
+    /// The node_modules folder (`oidc-provider`, the OAuth tests' authorization
+    /// server, is in it).
+    pub modules: PathBuf,
 }
 
 /// The pinned npm packages [`NodeTools`] come from.
-const NODE_PACKAGES: [&str; 5] = [
+const NODE_PACKAGES: [&str; 6] = [
+    "oidc-provider@9.13.3",
     "@modelcontextprotocol/inspector@2.12.0",
     "@modelcontextprotocol/sdk@1.32.2",
     "@modelcontextprotocol/conformance@0.2.0-alpha.12",
@@ -569,6 +573,7 @@ pub(crate) fn node_tools() -> &'static NodeTools {
             conformance: modules.join("@modelcontextprotocol/conformance/dist/index.js"),
             everything: modules.join("@modelcontextprotocol/server-everything/dist/index.js"),
             sdk: modules.join("@modelcontextprotocol/sdk"),
+            modules: modules.clone(),
         };
         let installed = tools.node.is_file()
             && tools.inspector.exists()

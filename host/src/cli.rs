@@ -9,6 +9,9 @@ use std::sync::Arc;
 use clap::Parser;
 
 use codemode_host::audit::AuditLog;
+use codemode_host::authz::oauth::{
+    DEFAULT_SUBJECT_CLAIM, OAuthConfig, UrlError, Verifier, check_url,
+};
 use codemode_host::authz::{
     AllowAll, Authorizer, DEFAULT_DECISION, RegoAuthorizer, RegoError, Replaceable, Subject,
     Tokens, TokensError,
@@ -93,10 +96,12 @@ pub struct Cli {
     /// Authorize native calls with a Rego policy module (repeatable)
     ///
     /// Modules are parsed at start, in file-name order (Rego v1). Each native
-    /// call is decided by --policy-decision with the input {"subject":{"id"},
-    /// "capability":{"id","name","annotations"},"arguments":{...}}
-    /// (annotations: the readOnlyHint, destructiveHint, idempotentHint and
-    /// openWorldHint an upstream tool declares): `true` allows; `false` is
+    /// call is decided by --policy-decision with the input {"subject":{"id",
+    /// "claims","scopes"},"capability":{"id","name","annotations"},
+    /// "arguments":{...}} (claims and scopes: the subject's access token's,
+    /// see --oauth-issuer; annotations: the readOnlyHint, destructiveHint,
+    /// idempotentHint and openWorldHint an upstream tool or a plugin
+    /// declares): `true` allows; `false` is
     /// `permission denied`; {"ask": "<question>"} asks the client's user first
     /// (see --approval-timeout); undefined, another value or an error is
     /// `authorization policy failure`. Builtins that read the clock,
@@ -108,14 +113,16 @@ pub struct Cli {
 
     /// How long a user may take to approve a call, e.g. 2m [default: 10m]
     ///
-    /// When a policy decides {"ask": "<question>"}, a client over stdio before
-    /// 2026-07-28 that declared form elicitation is asked with the question,
+    /// When a policy decides {"ask": "<question>"}, a client before 2026-07-28
+    /// that declared form elicitation, over stdio or over HTTP with
+    /// --http-sessions, is asked with the question,
     /// the capability and its arguments; the call runs once approved (or every
     /// call of that capability in the execution, when the user says so); a
     /// 2026-07-28 client, over stdio or HTTP, gets an input_required result and
     /// retries with the answer (see --approval-key), its requestState valid
     /// this long. Declined, unanswered within this time, or a client that
-    /// cannot be asked (an older one over HTTP, a task, no form elicitation):
+    /// cannot be asked (an older one over HTTP without --http-sessions, a task,
+    /// no form elicitation):
     /// the call is `permission denied`. The wait does not count against
     /// --max-execution-time.
     #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
@@ -182,8 +189,8 @@ pub struct Cli {
     /// A port alone, or localhost:PORT, means 127.0.0.1 (this machine only).
     /// MCP is at /mcp (stateless: replicas need no session affinity); /healthz,
     /// /readyz (200 once plugins are loaded) and /metrics (Prometheus) beside it.
-    /// Needs --policy or --allow-all. A non-loopback address needs --tokens, or
-    /// --insecure. SIGTERM stops accepting and lets executions in flight finish.
+    /// Needs --policy or --allow-all. A non-loopback address needs --tokens or
+    /// --oauth-issuer, or --insecure. SIGTERM stops accepting and lets executions in flight finish.
     #[arg(long, value_name = "ADDR", value_parser = listen_address)]
     pub listen: Option<SocketAddr>,
 
@@ -200,6 +207,43 @@ pub struct Cli {
     /// Allow --listen on a non-loopback address without --tokens
     #[arg(long, requires = "listen")]
     pub insecure: bool,
+
+    /// Accept access tokens of this OAuth 2.1 authorization server (its issuer URL)
+    ///
+    /// Its metadata is discovered (/.well-known/oauth-authorization-server,
+    /// else /.well-known/openid-configuration) and its JWKS fetched when the
+    /// first token comes, and again for a key it does not hold, at most once a
+    /// minute. A bearer token is accepted when it is a JWT signed by one of
+    /// those keys (RS256, ES256 or EdDSA), its iss is this URL, its aud
+    /// contains --resource-url, exp and nbf hold (60 s leeway) and it carries
+    /// every --required-scope; its subject is --subject-claim. Served beside:
+    /// /.well-known/oauth-protected-resource (RFC 9728), and a 401 names it in
+    /// WWW-Authenticate. --tokens may be given too: its tokens are looked up
+    /// first. https only, except on a loopback host.
+    #[arg(long, value_name = "URL", requires = "listen")]
+    pub oauth_issuer: Option<String>,
+
+    /// This server's canonical URL (e.g. https://mcp.example.com/mcp)
+    ///
+    /// What an access token's audience must contain, and the resource named in
+    /// the protected resource metadata. Needed with --oauth-issuer.
+    #[arg(long, value_name = "URL", requires = "oauth_issuer")]
+    pub resource_url: Option<String>,
+
+    /// A scope every access token must carry (repeatable)
+    ///
+    /// A token without one gets 403 insufficient_scope, its WWW-Authenticate
+    /// naming the scopes to ask for.
+    #[arg(
+        long = "required-scope",
+        value_name = "SCOPE",
+        requires = "oauth_issuer"
+    )]
+    pub required_scopes: Vec<String>,
+
+    /// The access token claim that names the subject [default: sub]
+    #[arg(long, value_name = "CLAIM", requires = "oauth_issuer")]
+    pub subject_claim: Option<String>,
 
     /// Also accept this Host header over HTTP (repeatable)
     ///
@@ -622,9 +666,20 @@ pub enum ConfigError {
     },
     /// A non-loopback address without authentication.
     #[error(
-        "refusing to serve {0} without authentication: pass --tokens FILE, or --insecure if the network is trusted"
+        "refusing to serve {0} without authentication: pass --tokens FILE or --oauth-issuer URL, or --insecure if the network is trusted"
     )]
     Exposed(SocketAddr),
+    /// An OAuth flag's URL is refused.
+    #[error(transparent)]
+    OAuthUrl(#[from] UrlError),
+    /// `--oauth-issuer` without `--resource-url`.
+    #[error(
+        "--oauth-issuer needs --resource-url: this server's canonical URL (e.g. https://mcp.example.com/mcp), which tokens must name as their audience"
+    )]
+    NoResourceUrl,
+    /// The OAuth resource server could not be set up.
+    #[error("--oauth-issuer: {0}")]
+    OAuth(String),
     /// The audit log file could not be opened.
     #[error("audit log `{path}`: {reason}")]
     AuditLog {
@@ -757,14 +812,40 @@ impl Cli {
         let Some(address) = self.listen else {
             return Ok(None);
         };
-        let authentication = match &self.tokens {
-            Some(path) => Authentication::Tokens(Arc::new(arc_swap::ArcSwap::from_pointee(
-                read_tokens(path)?,
-            ))),
-            None if address.ip().is_loopback() || self.insecure => {
+        let tokens = match &self.tokens {
+            Some(path) => Some(Arc::new(arc_swap::ArcSwap::from_pointee(read_tokens(
+                path,
+            )?))),
+            None => None,
+        };
+        let oauth = match &self.oauth_issuer {
+            Some(issuer) => {
+                check_url("--oauth-issuer", issuer)?;
+                let resource = self
+                    .resource_url
+                    .as_ref()
+                    .ok_or(ConfigError::NoResourceUrl)?;
+                check_url("--resource-url", resource)?;
+                let verifier = Verifier::new(OAuthConfig {
+                    issuer: issuer.clone(),
+                    resource: resource.clone(),
+                    required_scopes: self.required_scopes.clone(),
+                    subject_claim: self
+                        .subject_claim
+                        .clone()
+                        .unwrap_or_else(|| DEFAULT_SUBJECT_CLAIM.to_owned()),
+                })
+                .map_err(ConfigError::OAuth)?;
+                Some(Arc::new(verifier))
+            }
+            None => None,
+        };
+        let authentication = match (tokens, oauth) {
+            (None, None) if address.ip().is_loopback() || self.insecure => {
                 Authentication::Fixed(Subject::new(self.subject.clone()))
             }
-            None => return Err(ConfigError::Exposed(address)),
+            (None, None) => return Err(ConfigError::Exposed(address)),
+            (tokens, oauth) => Authentication::Bearer { tokens, oauth },
         };
         let mut allowed_hosts: Vec<String> =
             LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect();
@@ -782,6 +863,7 @@ impl Cli {
                     ..ConnectionLimits::default()
                 },
                 metrics_listen: self.metrics_listen,
+                stop: tokio_util::sync::CancellationToken::new(),
                 sessions: self.http_sessions.then(|| {
                     self.limits().max_execution_time
                         + self.approval_timeout.unwrap_or(DEFAULT_APPROVAL_TIMEOUT)
@@ -1098,8 +1180,37 @@ mod tests {
         assert_eq!(
             cli.http().err().map(|e| e.to_string()).as_deref(),
             Some(
-                "refusing to serve 0.0.0.0:8080 without authentication: pass --tokens FILE, or --insecure if the network is trusted"
+                "refusing to serve 0.0.0.0:8080 without authentication: pass --tokens FILE or --oauth-issuer URL, or --insecure if the network is trusted"
             )
+        );
+        // An issuer serves it; one without a resource URL, or over plain HTTP
+        // off loopback, does not.
+        let oauth = |extra: &[&str]| {
+            let mut args = vec!["codemode-host", "--listen", "0.0.0.0:8080"];
+            args.extend_from_slice(extra);
+            Cli::try_parse_from(args).map(|cli| cli.http().map(|_| ()).map_err(|e| e.to_string()))
+        };
+        assert_eq!(
+            oauth(&[
+                "--oauth-issuer",
+                "https://login.example.com",
+                "--resource-url",
+                "https://mcp.example.com/mcp"
+            ])?,
+            Ok(())
+        );
+        assert_eq!(
+            oauth(&["--oauth-issuer", "https://login.example.com"])?,
+            Err("--oauth-issuer needs --resource-url: this server's canonical URL (e.g. https://mcp.example.com/mcp), which tokens must name as their audience".to_owned())
+        );
+        assert_eq!(
+            oauth(&[
+                "--oauth-issuer",
+                "http://login.example.com",
+                "--resource-url",
+                "https://mcp.example.com/mcp"
+            ])?,
+            Err("--oauth-issuer http://login.example.com: must be https (http only on a loopback host)".to_owned())
         );
         let cli = Cli::try_parse_from(["codemode-host", "--listen", "0.0.0.0:8080", "--insecure"])?;
         assert!(matches!(

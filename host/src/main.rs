@@ -224,9 +224,13 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
     let loaded: Arc<OnceLock<Arc<Service>>> = Arc::default();
     let reloadable = secrets::Reloadable {
         tokens: match (&cli.tokens, http.as_ref().map(|(_, h)| &h.authentication)) {
-            (Some(path), Some(Authentication::Tokens(tokens))) => {
-                Some((path.clone(), tokens.clone()))
-            }
+            (
+                Some(path),
+                Some(Authentication::Bearer {
+                    tokens: Some(tokens),
+                    ..
+                }),
+            ) => Some((path.clone(), tokens.clone())),
             _ => None,
         },
         policy: authorization

@@ -4,12 +4,15 @@
 //! The port knows nothing of MCP, wasmtime or Rego; adapters implement the trait:
 //! [`AllowAll`] here, [`RegoAuthorizer`] in [`rego`].
 
+use std::sync::Arc;
+
 use codemode_value::Value;
 
 /// What a capability's source says of its effects, as policies read it.
 pub use crate::catalog::Annotations;
 
 mod bounded;
+pub mod oauth;
 pub mod rego;
 pub mod tokens;
 
@@ -22,12 +25,53 @@ pub use tokens::{Tokens, TokensError, token_hash};
 pub struct Subject {
     /// The identifier.
     pub id: String,
+    /// What its access token says (its claims and scopes), shared by clones;
+    /// `None` for a subject of a tokens file or the fixed one.
+    token: Option<Arc<TokenClaims>>,
 }
+
+/// The claims of a subject's access token, and its scopes.
+#[derive(Debug, PartialEq, Eq)]
+struct TokenClaims {
+    claims: serde_json::Map<String, serde_json::Value>,
+    scopes: Vec<String>,
+}
+
+/// No claims: what a subject without an access token has.
+static NO_CLAIMS: std::sync::LazyLock<serde_json::Map<String, serde_json::Value>> =
+    std::sync::LazyLock::new(serde_json::Map::new);
 
 impl Subject {
     /// The subject `id`.
     pub fn new(id: impl Into<String>) -> Self {
-        Self { id: id.into() }
+        Self {
+            id: id.into(),
+            token: None,
+        }
+    }
+
+    /// The subject `id` of an access token with `claims` and `scopes`.
+    pub fn with_claims(
+        id: impl Into<String>,
+        claims: serde_json::Map<String, serde_json::Value>,
+        scopes: Vec<String>,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            token: Some(Arc::new(TokenClaims { claims, scopes })),
+        }
+    }
+
+    /// Its access token's claims (empty without one).
+    pub fn claims(&self) -> &serde_json::Map<String, serde_json::Value> {
+        self.token
+            .as_ref()
+            .map_or(&NO_CLAIMS, |token| &token.claims)
+    }
+
+    /// Its access token's scopes (none without one).
+    pub fn scopes(&self) -> &[String] {
+        self.token.as_ref().map_or(&[], |token| &token.scopes)
     }
 }
 

@@ -255,7 +255,9 @@ impl Authorizer for RegoAuthorizer {
 }
 
 /// The input document, exactly:
-/// `{"subject":{"id"},"capability":{"id","name","annotations"},"arguments":{...}}`,
+/// `{"subject":{"id","claims","scopes"},"capability":{"id","name","annotations"},"arguments":{...}}`,
+/// `claims` and `scopes` from the subject's access token (`{}` and `[]`
+/// without one),
 /// `annotations` holding the hints the capability's source declared, by their
 /// MCP names (`readOnlyHint`, `destructiveHint`, `idempotentHint`,
 /// `openWorldHint`).
@@ -268,7 +270,24 @@ pub fn input_document(input: &AuthorizationInput<'_>) -> regorus::Value {
     object([
         (
             "subject",
-            object([("id", input.subject.id.as_str().into())]),
+            object([
+                ("id", input.subject.id.as_str().into()),
+                (
+                    "claims",
+                    regorus::Value::from(serde_json::Value::Object(input.subject.claims().clone())),
+                ),
+                (
+                    "scopes",
+                    regorus::Value::from(
+                        input
+                            .subject
+                            .scopes()
+                            .iter()
+                            .map(|scope| regorus::Value::from(scope.as_str()))
+                            .collect::<Vec<_>>(),
+                    ),
+                ),
+            ]),
         ),
         (
             "capability",
@@ -445,7 +464,7 @@ allow if {
         name: &str,
         arguments: Value,
     ) -> Result<(), AuthzError> {
-        let subject = Subject { id: subject.into() };
+        let subject = Subject::new(subject);
         authorizer
             .authorize(&AuthorizationInput {
                 subject: &subject,
@@ -505,7 +524,7 @@ allow if {
 
     #[test]
     fn the_input_document_has_exactly_the_documented_shape() -> anyhow::Result<()> {
-        let subject = Subject { id: "s".into() };
+        let subject = Subject::new("s");
         let arguments = Value::Dict(vec![
             ("n".into(), Value::Int(i64::MAX)),
             ("x".into(), Value::Float(1.0)),
@@ -529,7 +548,7 @@ allow if {
         assert_eq!(
             document,
             serde_json::json!({
-                "subject": {"id": "s"},
+                "subject": {"id": "s", "claims": {}, "scopes": []},
                 "capability": {
                     "id": "cap-id",
                     "name": "records.lookup",
@@ -537,6 +556,37 @@ allow if {
                 },
                 "arguments": {"n": 9223372036854775807_i64, "tags": ["a"], "x": 1, "z": null}
             })
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_token_subjects_claims_and_scopes_reach_the_policy() -> anyhow::Result<()> {
+        let mut claims = serde_json::Map::new();
+        claims.insert("groups".into(), serde_json::json!(["admins", "ops"]));
+        claims.insert("tenant".into(), serde_json::json!("acme"));
+        let subject = Subject::with_claims("ada", claims, vec!["mcp:execute".into()]);
+        let authorizer = RegoAuthorizer::new(
+            DEFAULT_DECISION,
+            &[(
+                "p.rego".to_owned(),
+                "package codemode.authz\ndefault allow := false\nallow if {\n  \"admins\" in input.subject.claims.groups\n  \"mcp:execute\" in input.subject.scopes\n}\n".to_owned(),
+            )],
+        )?;
+        let arguments = Value::Dict(vec![]);
+        let annotations = Annotations::default();
+        let input = |subject| AuthorizationInput {
+            subject,
+            capability_id: "c",
+            capability_name: "c.c",
+            arguments: &arguments,
+            annotations: &annotations,
+        };
+        assert_eq!(authorizer.authorize(&input(&subject)), Ok(Verdict::Allow));
+        let plain = Subject::new("ada");
+        assert_eq!(
+            authorizer.authorize(&input(&plain)),
+            Err(AuthzError::Denied)
         );
         Ok(())
     }

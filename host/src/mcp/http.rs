@@ -29,11 +29,16 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 
 pub use super::listener::ConnectionLimits;
 use super::server::{McpServer, SubjectSource};
-use super::sessions::{Access, SESSION_HEADER, Sessions, TOO_MANY_SESSIONS};
+use super::sessions::{
+    Access, SESSION_HEADER, STREAM_OPEN, Sessions, StreamRefused, TOO_MANY_SESSIONS,
+    TOO_MANY_STREAMS,
+};
+use crate::authz::oauth::{PROTECTED_RESOURCE_PATH, Rejection, Verifier};
 use crate::authz::{Subject, Tokens};
 use crate::error::UNAUTHENTICATED;
 use crate::service::Service;
 use crate::tasks::TaskStore;
+use futures::StreamExt as _;
 
 /// Where MCP is served.
 pub const MCP_PATH: &str = "/mcp";
@@ -73,18 +78,99 @@ pub struct HttpConfig {
     /// Sessions for clients before 2026-07-28 (`--http-sessions`), ending after
     /// this idle time; `None`: stateless.
     pub sessions: Option<Duration>,
+    /// Cancelled when the server begins to stop ([`serve`] does): open session
+    /// streams end then, so they do not hold the drain.
+    pub stop: tokio_util::sync::CancellationToken,
 }
 
 /// How an HTTP request's subject is found.
 #[derive(Debug, Clone)]
 pub enum Authentication {
-    /// `Authorization: Bearer <token>`, looked up in a tokens file; replaced whole
-    /// when the file is reloaded (a request is resolved against the set in place
-    /// when it arrives).
-    Tokens(Arc<arc_swap::ArcSwap<Tokens>>),
+    /// `Authorization: Bearer <token>`: looked up in a tokens file (replaced
+    /// whole when the file is reloaded; a request is resolved against the set
+    /// in place when it arrives), else verified as an access token of the OAuth
+    /// issuer. At least one of the two is set.
+    Bearer {
+        /// The tokens file's subjects (`--tokens`).
+        tokens: Option<Arc<arc_swap::ArcSwap<Tokens>>>,
+        /// The OAuth resource server (`--oauth-issuer`).
+        oauth: Option<Arc<Verifier>>,
+    },
     /// Every request acts for this subject (loopback or `--insecure`, no tokens).
     Fixed(Subject),
 }
+
+/// Why a bearer token did not name a subject.
+enum Refused {
+    /// No token, or one nobody knows (401).
+    Unauthenticated(Option<&'static str>),
+    /// An access token without a required scope (403).
+    InsufficientScope,
+}
+
+impl Authentication {
+    /// The subject `token` names.
+    async fn resolve(&self, token: Option<&str>) -> Result<Subject, Refused> {
+        let (tokens, oauth) = match self {
+            Authentication::Fixed(subject) => return Ok(subject.clone()),
+            Authentication::Bearer { tokens, oauth } => (tokens, oauth),
+        };
+        let Some(token) = token else {
+            return Err(Refused::Unauthenticated(None));
+        };
+        if let Some(subject) = tokens.as_ref().and_then(|t| t.load().resolve(token)) {
+            return Ok(subject);
+        }
+        let Some(verifier) = oauth else {
+            return Err(Refused::Unauthenticated(Some("invalid_token")));
+        };
+        match verifier.verify(token).await {
+            Ok(subject) => Ok(subject),
+            Err(Rejection::InsufficientScope) => Err(Refused::InsufficientScope),
+            Err(Rejection::Invalid(reason)) => {
+                // Why, never the token: a flood of bad tokens stays at debug.
+                tracing::debug!(%reason, "bearer token refused");
+                Err(Refused::Unauthenticated(Some("invalid_token")))
+            }
+            // The fetch that failed logged why.
+            Err(Rejection::KeysUnavailable(_)) => {
+                Err(Refused::Unauthenticated(Some("invalid_token")))
+            }
+        }
+    }
+
+    /// The OAuth resource server, if any.
+    fn oauth(&self) -> Option<&Verifier> {
+        match self {
+            Authentication::Bearer { oauth, .. } => oauth.as_deref(),
+            Authentication::Fixed(_) => None,
+        }
+    }
+
+    /// The answer to a request `refused`.
+    fn refusal(&self, refused: Refused) -> Response {
+        match refused {
+            Refused::Unauthenticated(error) => unauthorized(self.oauth(), error),
+            Refused::InsufficientScope => {
+                let mut response = Response::new(Body::from(INSUFFICIENT_SCOPE_TEXT));
+                *response.status_mut() = StatusCode::FORBIDDEN;
+                if let Some(verifier) = self.oauth()
+                    && let Ok(value) =
+                        HeaderValue::from_str(&verifier.challenge(Some("insufficient_scope")))
+                {
+                    response
+                        .headers_mut()
+                        .insert(header::WWW_AUTHENTICATE, value);
+                }
+                response
+            }
+        }
+    }
+}
+
+/// The body of a 403 for a token without a required scope.
+const INSUFFICIENT_SCOPE_TEXT: &str =
+    "forbidden: the access token lacks a required scope (see WWW-Authenticate)\n";
 
 /// The server once its catalog is loaded.
 #[derive(Clone, Default)]
@@ -138,7 +224,8 @@ pub fn router(config: &HttpConfig, readiness: Readiness) -> Router {
             .with_legacy_session_mode(keeps_sessions)
             .with_json_response(true)
             // A session's GET stream stays open: pings keep proxies from
-            // closing it. Stateless answers are single JSON bodies.
+            // closing it (rmcp sends them on any SSE answer, a stateless one
+            // that streams progress too).
             .with_sse_keep_alive(keeps_sessions.then_some(SSE_KEEP_ALIVE))
             .with_allowed_hosts(config.allowed_hosts.clone()),
     );
@@ -146,6 +233,7 @@ pub fn router(config: &HttpConfig, readiness: Readiness) -> Router {
         authentication: config.authentication.clone(),
         readiness: readiness.clone(),
         sessions,
+        stop: config.stop.clone(),
     };
     let mcp = Router::new()
         .route_service(MCP_PATH, mcp)
@@ -158,20 +246,43 @@ pub fn router(config: &HttpConfig, readiness: Readiness) -> Router {
         .route(METRICS_PATH, get(metrics))
         .with_state(readiness);
     let inspect = match &config.authentication {
-        Authentication::Tokens(tokens) => inspect.layer(middleware::from_fn_with_state(
-            tokens.clone(),
+        Authentication::Bearer { .. } => inspect.layer(middleware::from_fn_with_state(
+            config.authentication.clone(),
             require_token,
         )),
         Authentication::Fixed(_) => inspect,
     };
-    Router::new()
+    let mut router = Router::new()
         .route(HEALTHZ_PATH, get(|| async { "ok\n" }))
         .merge(inspect)
-        .merge(mcp)
-        .layer(middleware::from_fn_with_state(
-            Arc::new(config.allowed_hosts.clone()),
-            check_host,
-        ))
+        .merge(mcp);
+    if let Some(verifier) = config.authentication.oauth() {
+        // RFC 9728: at the well-known path, and with the resource's path after it.
+        let metadata: Arc<str> = Arc::from(verifier.resource_metadata().to_string());
+        let answer = move || {
+            let metadata = metadata.clone();
+            async move {
+                (
+                    [
+                        (header::CONTENT_TYPE, "application/json"),
+                        (header::CACHE_CONTROL, "max-age=3600"),
+                    ],
+                    metadata.to_string(),
+                )
+            }
+        };
+        let suffixed = url::Url::parse(&verifier.config().resource)
+            .map(|url| url.path().trim_end_matches('/').to_owned())
+            .unwrap_or_default();
+        router = router.route(PROTECTED_RESOURCE_PATH, get(answer.clone()));
+        if !suffixed.is_empty() {
+            router = router.route(&format!("{PROTECTED_RESOURCE_PATH}{suffixed}"), get(answer));
+        }
+    }
+    router.layer(middleware::from_fn_with_state(
+        Arc::new(config.allowed_hosts.clone()),
+        check_host,
+    ))
 }
 
 /// `/healthz`, `/readyz` and `/metrics` without the `Host` check: the router of
@@ -227,6 +338,8 @@ struct Gate {
     readiness: Readiness,
     /// Who owns each session (`--http-sessions`).
     sessions: Option<Arc<Sessions>>,
+    /// Cancelled when the server begins to stop.
+    stop: tokio_util::sync::CancellationToken,
 }
 
 /// `/readyz`: 503 `loading` until the catalog is in place; then 200 `ready`,
@@ -276,18 +389,16 @@ async fn metrics(State(readiness): State<Readiness>) -> Response {
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response()
 }
 
-/// Answers 401 unless the request carries a bearer token of a subject.
+/// Answers 401 (or 403) unless the request carries a bearer token of a subject.
 async fn require_token(
-    State(tokens): State<Arc<arc_swap::ArcSwap<Tokens>>>,
+    State(authentication): State<Authentication>,
     request: Request,
     next: Next,
 ) -> Response {
-    match presented_token(&request) {
-        None => unauthorized(None),
-        Some(token) if tokens.load().resolve(token).is_none() => {
-            unauthorized(Some("invalid_token"))
-        }
-        Some(_) => next.run(request).await,
+    let token = presented_token(&request).map(str::to_owned);
+    match authentication.resolve(token.as_deref()).await {
+        Ok(_) => next.run(request).await,
+        Err(refused) => authentication.refusal(refused),
     }
 }
 
@@ -326,20 +437,12 @@ async fn authenticate(State(gate): State<Gate>, mut request: Request, next: Next
     };
     // Whatever a client sent is not trusted; only what is inserted here is.
     request.extensions_mut().remove::<Subject>();
-    let subject = match &gate.authentication {
-        Authentication::Fixed(subject) => subject.clone(),
-        Authentication::Tokens(tokens) => {
-            let Some(token) = presented_token(&request) else {
-                service.metrics().http_unauthenticated();
-                return unauthorized(None);
-            };
-            match tokens.load().resolve(token) {
-                Some(subject) => subject,
-                None => {
-                    service.metrics().http_unauthenticated();
-                    return unauthorized(Some("invalid_token"));
-                }
-            }
+    let token = presented_token(&request).map(str::to_owned);
+    let subject = match gate.authentication.resolve(token.as_deref()).await {
+        Ok(subject) => subject,
+        Err(refused) => {
+            service.metrics().http_unauthenticated();
+            return gate.authentication.refusal(refused);
         }
     };
     let Some(sessions) = &gate.sessions else {
@@ -356,6 +459,32 @@ async fn authenticate(State(gate): State<Gate>, mut request: Request, next: Next
     {
         // As rmcp answers for an ID it does not know.
         return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+    }
+    if let Some(id) = &named
+        && request.method() == axum::http::Method::GET
+    {
+        // The session's stream: one per session, bounded in all, ended when
+        // the server begins to stop (it would hold the drain to its end).
+        let guard = match sessions.open_stream(id) {
+            Ok(guard) => guard,
+            Err(StreamRefused::Open) => return (StatusCode::CONFLICT, STREAM_OPEN).into_response(),
+            Err(StreamRefused::Full) => {
+                return (StatusCode::SERVICE_UNAVAILABLE, TOO_MANY_STREAMS).into_response();
+            }
+        };
+        request.extensions_mut().insert(subject);
+        let (parts, body) = next.run(request).await.into_parts();
+        let stream = body
+            .into_data_stream()
+            .take_until(gate.stop.clone().cancelled_owned())
+            .map(move |chunk| {
+                let _open = &guard;
+                chunk
+            });
+        return Response::from_parts(parts, Body::from_stream(stream));
+    }
+    if named.is_none() && opens_session(&request) && !sessions.has_room(&subject).await {
+        return (StatusCode::SERVICE_UNAVAILABLE, TOO_MANY_SESSIONS).into_response();
     }
     request.extensions_mut().insert(subject.clone());
     let response = next.run(request).await;
@@ -374,6 +503,17 @@ async fn authenticate(State(gate): State<Gate>, mut request: Request, next: Next
     }
 }
 
+/// Whether `request` may open a session: a POST naming none, of a protocol
+/// before 2026-07-28 (those are served statelessly).
+fn opens_session(request: &Request) -> bool {
+    let version = request
+        .headers()
+        .get("mcp-protocol-version")
+        .and_then(|value| value.to_str().ok());
+    request.method() == axum::http::Method::POST
+        && version.is_none_or(|version| version < "2026-07-28")
+}
+
 /// The bearer token `request` presents, if any.
 fn presented_token(request: &Request) -> Option<&str> {
     request
@@ -390,10 +530,12 @@ fn bearer(value: &str) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
-fn unauthorized(error: Option<&str>) -> Response {
-    let challenge = match error {
-        Some(error) => format!("Bearer realm=\"{REALM}\", error=\"{error}\""),
-        None => format!("Bearer realm=\"{REALM}\""),
+fn unauthorized(oauth: Option<&Verifier>, error: Option<&str>) -> Response {
+    let challenge = match (oauth, error) {
+        // RFC 9728 §5.1: where the client learns which server issues tokens.
+        (Some(verifier), error) => verifier.challenge(error),
+        (None, Some(error)) => format!("Bearer realm=\"{REALM}\", error=\"{error}\""),
+        (None, None) => format!("Bearer realm=\"{REALM}\""),
     };
     let mut response = Response::new(Body::from(format!("{UNAUTHENTICATED}\n")));
     *response.status_mut() = StatusCode::UNAUTHORIZED;
@@ -427,12 +569,16 @@ pub fn serve(
     config: &HttpConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> impl Future<Output = std::io::Result<()>> + Send + 'static {
+    let stop = config.stop.clone();
     super::listener::serve(
         listener,
         router,
         config.connections.clone(),
         config.drain,
-        shutdown,
+        async move {
+            shutdown.await;
+            stop.cancel();
+        },
     )
 }
 
@@ -533,7 +679,7 @@ mod tests {
 
     #[test]
     fn a_401_names_the_scheme_and_the_error() {
-        let response = unauthorized(Some("invalid_token"));
+        let response = unauthorized(None, Some("invalid_token"));
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
         assert_eq!(
             response.headers().get(header::WWW_AUTHENTICATE),
@@ -541,7 +687,7 @@ mod tests {
                 "Bearer realm=\"codemode-host\", error=\"invalid_token\""
             ))
         );
-        let response = unauthorized(None);
+        let response = unauthorized(None, None);
         assert_eq!(
             response.headers().get(header::WWW_AUTHENTICATE),
             Some(&HeaderValue::from_static("Bearer realm=\"codemode-host\""))

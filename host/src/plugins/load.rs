@@ -106,6 +106,14 @@ pub enum LoadError {
     /// An `annotate()` entry names an export no metadata entry describes.
     #[error("annotations entry `{0}` names no capability of the metadata")]
     UnknownAnnotated(String),
+    /// `annotate()` returned more entries than the metadata has capabilities.
+    #[error("annotate() returned {entries} entries for {capabilities} capabilities")]
+    TooManyAnnotated {
+        /// How many entries.
+        entries: usize,
+        /// How many capabilities.
+        capabilities: usize,
+    },
     /// Two `annotate()` entries name the same export.
     #[error("export `{0}`: annotated more than once")]
     DuplicateAnnotated(String),
@@ -406,9 +414,28 @@ fn prepare(
     let pre = sandbox::pre_instantiate(engine, component).map_err(LoadError::Link)?;
     let described = metadata::describe(&file_label(path), engine, &pre, limits.load_timeout)
         .map_err(LoadError::Describe)?;
-    let annotations = described.annotations.map_err(LoadError::Annotate)?;
-    let (mut declared, ignored_exports) = assemble(funcs, described.entries, docs)?;
-    annotate(&mut declared, annotations)?;
+    // Every problem of what the plugin says of itself, in one error.
+    let ((mut declared, ignored_exports), annotations) = match (
+        assemble(funcs, described.entries, docs),
+        described.annotations,
+    ) {
+        (Ok(assembled), Ok(annotations)) => (assembled, annotations),
+        (Ok(_), Err(error)) => return Err(LoadError::Annotate(error)),
+        (Err(error), Ok(_)) => return Err(error),
+        (Err(error), Err(annotate_error)) => {
+            return Err(LoadError::Several(vec![
+                error,
+                LoadError::Annotate(annotate_error),
+            ]));
+        }
+    };
+    if let Err(error) = annotate(&mut declared, annotations) {
+        // With the metadata's own problems, if any.
+        return Err(match check_specs(&declared) {
+            Ok(_) => error,
+            Err(checked) => LoadError::Several(vec![error, checked]),
+        });
+    }
     let capabilities = check_specs(&declared)?;
     let targets = declared
         .into_iter()
@@ -429,6 +456,13 @@ fn prepare(
     })
 }
 
+/// Whether `instance` is the annotations interface, of any 0.1.x version.
+fn is_annotations(instance: &str) -> bool {
+    instance
+        .strip_prefix(ANNOTATIONS_INTERFACE.trim_end_matches("0.1.0"))
+        .is_some_and(|version| version.starts_with("0.1."))
+}
+
 /// Gives each capability the hints its `annotate()` entry declares.
 ///
 /// # Errors
@@ -439,6 +473,14 @@ pub(crate) fn annotate(
     capabilities: &mut [PluginCapability],
     annotations: Vec<Annotated>,
 ) -> Result<(), LoadError> {
+    // Past one entry per capability, some entry is unknown or repeated: one
+    // error, not one per entry of a list a plugin made as long as it liked.
+    if annotations.len() > capabilities.len() {
+        return Err(LoadError::TooManyAnnotated {
+            entries: annotations.len(),
+            capabilities: capabilities.len(),
+        });
+    }
     let mut errors = Vec::new();
     let mut seen = HashSet::new();
     for annotated in annotations {
@@ -481,7 +523,9 @@ pub(crate) fn assemble(
 ) -> Result<(Vec<PluginCapability>, Vec<String>), LoadError> {
     let funcs: Vec<ExportedFunc> = funcs
         .into_iter()
-        .filter(|f| f.instance != METADATA_INTERFACE && f.instance != ANNOTATIONS_INTERFACE)
+        // Any 0.1.x of the annotations interface is what `describe()`'s
+        // instance calls (wasmtime finds a compatible version), never a capability.
+        .filter(|f| f.instance != METADATA_INTERFACE && !is_annotations(&f.instance))
         .collect();
     // Every problem is collected, so that one attempt names them all.
     let mut errors = Vec::new();
@@ -790,17 +834,27 @@ mod tests {
         let error = annotate(
             &mut declared,
             vec![
-                annotated("records.lookup", hints(Some(true), None)),
-                annotated("records.lookup", hints(Some(true), None)),
+                annotated("records.gone", hints(None, None)),
                 annotated("records.gone", hints(None, None)),
             ],
         )
         .err();
         assert_eq!(
+            annotate(
+                &mut declared,
+                vec![annotated("records.lookup", hints(None, None)); 3]
+            )
+            .err()
+            .map(|e| e.to_string()),
+            Some("annotate() returned 3 entries for 2 capabilities".to_owned())
+        );
+        assert!(is_annotations("codemode:plugin/annotations@0.1.7"));
+        assert!(!is_annotations("codemode:plugin/annotations@0.2.0"));
+        assert_eq!(
             error.as_ref().map(LoadError::messages),
             Some(vec![
-                "export `records.lookup`: annotated more than once".to_owned(),
                 "annotations entry `records.gone` names no capability of the metadata".to_owned(),
+                "export `records.gone`: annotated more than once".to_owned(),
             ])
         );
     }

@@ -1,0 +1,82 @@
+// A real OAuth 2.0 / OpenID Connect authorization server for the tests: npm
+// `oidc-provider`, on 127.0.0.1 at a port of the system's choosing.
+//
+// Takes {"modules": NODE_MODULES, "resource": "http://127.0.0.1:PORT/mcp"} as
+// its argument. Its clients use the client credentials grant; each client's access
+// token is a JWT (the resource's audience, the scopes asked for, `sub` the
+// client's ID, `groups` from the table below) signed with ES256. Prints one line
+// {"issuer": "http://127.0.0.1:PORT"} once it serves. A line "rotate" on stdin
+// puts a new signing key in front of the old one (both published); it answers
+// {"rotated": KID} when it serves with it.
+import { createServer } from "node:http";
+import { generateKeyPairSync, randomUUID } from "node:crypto";
+import { createInterface } from "node:readline";
+import { pathToFileURL } from "node:url";
+
+const input = JSON.parse(process.argv[2]);
+const { default: Provider } = await import(
+  pathToFileURL(`${input.modules}/oidc-provider/lib/index.js`).href
+);
+
+const GROUPS = { alice: ["admins"], bob: ["users"] };
+const SCOPES = ["mcp:execute", "mcp:admin"];
+
+const key = (type, options) => {
+  const jwk = generateKeyPairSync(type, options).privateKey.export({ format: "jwk" });
+  return { ...jwk, kid: randomUUID(), use: "sig" };
+};
+// oidc-provider signs ID tokens with RS256: it needs an RSA key too.
+const rsa = key("rsa", { modulusLength: 2048 });
+let keys = [key("ec", { namedCurve: "P-256" }), rsa];
+
+const server = createServer();
+await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+const issuer = `http://127.0.0.1:${server.address().port}`;
+
+const provider = (jwks) =>
+  new Provider(issuer, {
+    jwks: { keys: jwks },
+    clients: Object.keys(GROUPS).map((name) => ({
+      client_id: name,
+      client_secret: `${name}-secret`,
+      grant_types: ["client_credentials"],
+      redirect_uris: [],
+      response_types: [],
+      token_endpoint_auth_method: "client_secret_post",
+      scope: SCOPES.join(" "),
+    })),
+    scopes: SCOPES,
+    ttl: { ClientCredentials: 600 },
+    features: {
+      devInteractions: { enabled: false },
+      clientCredentials: { enabled: true },
+      resourceIndicators: {
+        enabled: true,
+        defaultResource: () => input.resource,
+        useGrantedResource: () => true,
+        getResourceServerInfo: (ctx, resource) => ({
+          scope: SCOPES.join(" "),
+          audience: resource,
+          accessTokenTTL: 600,
+          accessTokenFormat: "jwt",
+          jwt: { sign: { alg: "ES256" } },
+        }),
+      },
+    },
+    extraTokenClaims: (ctx, token) => ({ groups: GROUPS[token.clientId] ?? [] }),
+  });
+
+let handler = provider(keys).callback();
+server.on("request", (request, response) => handler(request, response));
+process.stdout.write(`${JSON.stringify({ issuer })}\n`);
+
+for await (const line of createInterface({ input: process.stdin })) {
+  if (line.trim() === "rotate") {
+    const fresh = key("ec", { namedCurve: "P-256" });
+    keys = [fresh, ...keys];
+    handler = provider(keys).callback();
+    process.stdout.write(`${JSON.stringify({ rotated: fresh.kid })}\n`);
+  }
+}
+// stdin closed: the test is over.
+process.exit(0);

@@ -1,0 +1,302 @@
+//! The OAuth 2.1 resource server (issue 38) against a real authorization
+//! server: npm `oidc-provider` (`tests/clients/oidc_provider.mjs`) on a
+//! loopback port, issuing JWT access tokens by the client credentials grant.
+//! Each test checks the exact status, challenge and answer.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use serde_json::{Value, json};
+
+use crate::support::{
+    HttpServer, execute_as, node_tools, plugin_folder, raw_request, root, test_plugin,
+};
+
+/// The canonical URL the tests' server is known by (its tokens' audience).
+const RESOURCE: &str = "http://localhost/mcp";
+/// Where its protected resource metadata is.
+const METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
+/// A program every subject the policy allows may run.
+const NAP: &str = "def main():\n    return sleepy.nap(ms=1)";
+/// Admins run anything; everyone else nothing.
+const POLICY: &str = "package codemode.authz\n\ndefault allow := false\n\nallow if \"admins\" in input.subject.claims.groups\n";
+
+/// An oidc-provider process; ends when dropped.
+struct Issuer {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    /// Its issuer URL.
+    url: String,
+}
+
+impl Issuer {
+    fn start() -> Self {
+        let tools = node_tools();
+        let config = json!({"modules": tools.modules, "resource": RESOURCE});
+        let mut child = Command::new(&tools.node)
+            .arg(root().join("tests/clients/oidc_provider.mjs"))
+            .arg(config.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run oidc-provider");
+        let stdin = child.stdin.take();
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let url = read_line(&mut stdout)["issuer"]
+            .as_str()
+            .expect("the issuer URL")
+            .to_owned();
+        Self {
+            child,
+            stdin,
+            stdout,
+            url,
+        }
+    }
+
+    fn port(&self) -> u16 {
+        self.url
+            .rsplit(':')
+            .next()
+            .and_then(|port| port.parse().ok())
+            .expect("a port")
+    }
+
+    /// An access token for `client` with `scope`, for `resource`.
+    fn token(&self, client: &str, scope: &str, resource: &str) -> String {
+        let body = format!(
+            "grant_type=client_credentials&client_id={client}&client_secret={client}-secret&scope={}&resource={}",
+            scope.replace(':', "%3A").replace(' ', "+"),
+            resource.replace(':', "%3A").replace('/', "%2F"),
+        );
+        let response = raw_request(
+            self.port(),
+            "POST",
+            "/token",
+            &[("Content-Type", "application/x-www-form-urlencoded")],
+            &body,
+        );
+        let answer: Value = serde_json::from_str(&response.body).expect("a JSON answer");
+        answer["access_token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no token: {answer}"))
+            .to_owned()
+    }
+
+    /// Signs with a new key from now on (the old one stays published); its ID.
+    fn rotate(&mut self) -> String {
+        let stdin = self.stdin.as_mut().expect("stdin");
+        stdin.write_all(b"rotate\n").expect("ask to rotate");
+        stdin.flush().expect("flush");
+        read_line(&mut self.stdout)["rotated"]
+            .as_str()
+            .expect("the new key's ID")
+            .to_owned()
+    }
+}
+
+impl Drop for Issuer {
+    fn drop(&mut self) {
+        // Closing stdin ends it; kill in case it does not.
+        drop(self.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The decoded header of the JWT `token`.
+fn header_of(token: &str) -> Value {
+    use base64::Engine as _;
+    let header = token.split('.').next().expect("a header");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(header)
+        .expect("base64url");
+    serde_json::from_slice(&bytes).expect("JSON")
+}
+
+/// The next JSON line `oidc-provider`'s script writes (its own notices are
+/// other lines).
+fn read_line(stdout: &mut BufReader<ChildStdout>) -> Value {
+    loop {
+        let mut line = String::new();
+        let read = stdout
+            .read_line(&mut line)
+            .expect("a line from oidc-provider");
+        assert!(read > 0, "oidc-provider ended");
+        if let Ok(value) = serde_json::from_str(&line) {
+            return value;
+        }
+    }
+}
+
+/// The tests' server: the sleepy plugin, the group policy, `issuer`'s tokens
+/// with the scope `mcp:execute` required.
+fn server(label: &str, issuer: &Issuer) -> HttpServer {
+    let plugins = plugin_folder(label, &[test_plugin("sleepy")]);
+    let policy = plugins.join("groups.rego.txt");
+    std::fs::write(&policy, POLICY).expect("write the policy");
+    HttpServer::start(&[
+        "--plugins",
+        plugins.to_str().expect("utf-8 path"),
+        "--policy",
+        policy.to_str().expect("utf-8 path"),
+        "--oauth-issuer",
+        &issuer.url,
+        "--resource-url",
+        RESOURCE,
+        "--required-scope",
+        "mcp:execute",
+    ])
+}
+
+/// A `tools/list` POST with `token`: status, `WWW-Authenticate`, body.
+fn list(port: u16, token: Option<&str>) -> (u16, Option<String>, String) {
+    let bearer = token.map(|token| format!("Bearer {token}"));
+    let mut headers = vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    if let Some(bearer) = &bearer {
+        headers.push(("Authorization", bearer));
+    }
+    let response = raw_request(
+        port,
+        "POST",
+        "/mcp",
+        &headers,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string(),
+    );
+    (
+        response.status,
+        response.header("www-authenticate").map(str::to_owned),
+        response.body,
+    )
+}
+
+fn challenge(error: Option<&str>) -> Option<String> {
+    let error = error.map_or(String::new(), |e| format!(", error=\"{e}\""));
+    Some(format!(
+        "Bearer resource_metadata=\"http://localhost{METADATA_PATH}\"{error}, scope=\"mcp:execute\""
+    ))
+}
+
+#[test]
+fn the_issuers_access_tokens_name_subjects_whose_claims_reach_the_policy() {
+    let issuer = Issuer::start();
+    let server = server("oauth", &issuer);
+    // The client learns where to log in: the 401 points at the metadata.
+    let (status, header, _) = list(server.port, None);
+    assert_eq!((status, header), (401, challenge(None)));
+    let metadata = raw_request(server.port, "GET", METADATA_PATH, &[], "");
+    assert_eq!(metadata.status, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&metadata.body).expect("JSON"),
+        json!({
+            "resource": RESOURCE,
+            "authorization_servers": [issuer.url],
+            "scopes_supported": ["mcp:execute"],
+            "bearer_methods_supported": ["header"],
+        })
+    );
+    // Alice is an admin, Bob is not: the policy reads the groups claim.
+    let alice = issuer.token("alice", "mcp:execute", RESOURCE);
+    let bob = issuer.token("bob", "mcp:execute", RESOURCE);
+    assert_eq!(execute_as(server.port, &alice, NAP), Ok(json!({"ms": 1})));
+    assert_eq!(
+        execute_as(server.port, &bob, NAP),
+        Err("permission denied".to_owned())
+    );
+    let subjects: Vec<String> = server
+        .audit()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("JSON"))
+        .map(|line| {
+            format!(
+                "{} {}",
+                line["subject"].as_str().unwrap_or_default(),
+                line["decision"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    assert_eq!(subjects, ["alice allow", "bob deny"]);
+    // A token without the required scope: 403, and the scope to ask for.
+    let admin_only = issuer.token("alice", "mcp:admin", RESOURCE);
+    let (status, header, body) = list(server.port, Some(&admin_only));
+    assert_eq!(
+        (status, header, body.as_str()),
+        (
+            403,
+            challenge(Some("insufficient_scope")),
+            "forbidden: the access token lacks a required scope (see WWW-Authenticate)\n"
+        )
+    );
+    // Another server's token, an unsigned one, another issuer's: 401.
+    let elsewhere = issuer.token("alice", "mcp:execute", "http://localhost/other");
+    let unsigned = {
+        use base64::Engine as _;
+        let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let payload = alice.split('.').nth(1).expect("a payload");
+        format!(
+            "{}.{payload}.",
+            engine.encode(br#"{"alg":"none","typ":"at+jwt"}"#)
+        )
+    };
+    let other_issuer = Issuer::start();
+    let foreign = other_issuer.token("alice", "mcp:execute", RESOURCE);
+    for token in [&elsewhere, &unsigned, &foreign, &"not-a-token".to_owned()] {
+        let (status, header, _) = list(server.port, Some(token));
+        assert_eq!((status, header), (401, challenge(Some("invalid_token"))));
+    }
+    // What was accepted still is: the refusals changed nothing.
+    assert_eq!(list(server.port, Some(&alice)).0, 200);
+    // Neither a token nor its claims reach the log.
+    let log = server.log();
+    for secret in [&alice, &bob, &admin_only, &elsewhere, &foreign] {
+        assert!(!log.contains(secret.as_str()), "{log}");
+    }
+    assert!(!log.contains("admins"), "{log}");
+}
+
+/// The issuer rotates its signing key: a token signed with the new key is
+/// refused until the server fetches the keys again, at most once a minute
+/// (a made-up key ID cannot make it fetch on every request), then accepted.
+#[test]
+fn a_rotated_signing_key_is_picked_up() {
+    let mut issuer = Issuer::start();
+    let server = server("oauth-rotation", &issuer);
+    let before = issuer.token("alice", "mcp:execute", RESOURCE);
+    assert_eq!(list(server.port, Some(&before)).0, 200);
+    let kid = issuer.rotate();
+    let after = issuer.token("alice", "mcp:execute", RESOURCE);
+    assert_eq!(
+        header_of(&after)["kid"],
+        json!(kid),
+        "signed with the new key"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let (status, _, _) = list(server.port, Some(&after));
+        if status == 200 {
+            break;
+        }
+        assert_eq!(status, 401);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new key was not picked up within 90 s: {}",
+            server.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    // The old key is still published: its tokens still pass.
+    assert_eq!(list(server.port, Some(&before)).0, 200);
+    // Fetched twice: at the first token, and once for the new key.
+    assert_eq!(
+        server.log().matches("OAuth issuer keys fetched").count(),
+        2,
+        "{}",
+        server.log()
+    );
+}
