@@ -250,6 +250,15 @@ fn the_issuers_access_tokens_name_subjects_whose_claims_reach_the_policy() {
         let (status, header, _) = list(server.port, Some(token));
         assert_eq!((status, header), (401, challenge(Some("invalid_token"))));
     }
+    // Clients reach the server by the resource URL's name: that Host passes.
+    let by_name = raw_request(
+        server.port,
+        "GET",
+        METADATA_PATH,
+        &[("Host", "localhost")],
+        "",
+    );
+    assert_eq!(by_name.status, 200);
     // What was accepted still is: the refusals changed nothing.
     assert_eq!(list(server.port, Some(&alice)).0, 200);
     // Neither a token nor its claims reach the log.
@@ -298,5 +307,49 @@ fn a_rotated_signing_key_is_picked_up() {
         2,
         "{}",
         server.log()
+    );
+}
+
+/// An issuer that does not answer: requests get 503 with `Retry-After` (the
+/// token is not the problem, so no `invalid_token` that would make the client
+/// log in again), and the log says why once per attempt.
+#[test]
+fn an_issuer_that_cannot_be_reached_is_a_503_not_a_bad_token() {
+    let issuer = Issuer::start();
+    let token = issuer.token("alice", "mcp:execute", RESOURCE);
+    // Nothing listens on port 9 of the loopback address.
+    let plugins = plugin_folder("oauth-down", &[test_plugin("sleepy")]);
+    let server = HttpServer::start(&[
+        "--plugins",
+        plugins.to_str().expect("utf-8 path"),
+        "--allow-all",
+        "--oauth-issuer",
+        "http://127.0.0.1:9",
+        "--resource-url",
+        RESOURCE,
+    ]);
+    crate::support::wait_for_log(&server, "OAuth issuer keys could not be fetched", 1);
+    let response = raw_request(
+        server.port,
+        "POST",
+        "/mcp",
+        &[
+            ("Authorization", &format!("Bearer {token}")),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+        ],
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string(),
+    );
+    assert_eq!(
+        (
+            response.status,
+            response.header("retry-after"),
+            response.body.as_str()
+        ),
+        (
+            503,
+            Some("5"),
+            "Service Unavailable: the authorization server's keys could not be fetched; try again shortly\n"
+        )
     );
 }

@@ -10,7 +10,7 @@ use clap::Parser;
 
 use codemode_host::audit::AuditLog;
 use codemode_host::authz::oauth::{
-    DEFAULT_SUBJECT_CLAIM, OAuthConfig, UrlError, Verifier, check_url,
+    DEFAULT_SUBJECT_CLAIM, OAuthConfig, UrlError, Verifier, check_url, is_scope_token,
 };
 use codemode_host::authz::{
     AllowAll, Authorizer, DEFAULT_DECISION, RegoAuthorizer, RegoError, Replaceable, Subject,
@@ -242,6 +242,10 @@ pub struct Cli {
     pub required_scopes: Vec<String>,
 
     /// The access token claim that names the subject [default: sub]
+    ///
+    /// Choose a claim users cannot change (sub, oid), not a name or an email:
+    /// the subject is what policies, tasks and approvals are bound to. A
+    /// subject of --tokens with the same ID is the same subject.
     #[arg(long, value_name = "CLAIM", requires = "oauth_issuer")]
     pub subject_claim: Option<String>,
 
@@ -818,6 +822,7 @@ impl Cli {
             )?))),
             None => None,
         };
+        let mut resource_host = None;
         let oauth = match &self.oauth_issuer {
             Some(issuer) => {
                 check_url("--oauth-issuer", issuer)?;
@@ -825,7 +830,19 @@ impl Cli {
                     .resource_url
                     .as_ref()
                     .ok_or(ConfigError::NoResourceUrl)?;
-                check_url("--resource-url", resource)?;
+                let parsed = check_url("--resource-url", resource)?;
+                // Clients reach this server by the resource URL's name.
+                resource_host = parsed.host_str().map(str::to_owned);
+                if let Some(scope) = self.required_scopes.iter().find(|s| !is_scope_token(s)) {
+                    return Err(ConfigError::OAuth(format!(
+                        "--required-scope {scope:?} is not a scope (printable ASCII without spaces, quotes or backslashes)"
+                    )));
+                }
+                if self.subject_claim.as_deref() == Some("") {
+                    return Err(ConfigError::OAuth(
+                        "--subject-claim must name a claim".to_owned(),
+                    ));
+                }
                 let verifier = Verifier::new(OAuthConfig {
                     issuer: issuer.clone(),
                     resource: resource.clone(),
@@ -850,6 +867,7 @@ impl Cli {
         let mut allowed_hosts: Vec<String> =
             LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect();
         allowed_hosts.extend(self.allowed_hosts.iter().cloned());
+        allowed_hosts.extend(resource_host);
         Ok(Some((
             address,
             HttpConfig {

@@ -412,6 +412,15 @@ async fn serve_http(
     let local = listener.local_addr()?;
     let readiness = Readiness::default();
     let router = http::router(&http, readiness.clone());
+    if let Authentication::Bearer {
+        oauth: Some(verifier),
+        ..
+    } = &http.authentication
+    {
+        // A wrong issuer URL is logged now, not at the first token.
+        let verifier = verifier.clone();
+        tokio::spawn(async move { verifier.prefetch().await });
+    }
     let mut server = tokio::spawn(http::serve(
         listener,
         router,

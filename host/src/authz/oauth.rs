@@ -32,6 +32,8 @@ pub const REFRESH_INTERVAL: Duration = Duration::from_secs(60);
 /// The shortest time between two fetches while no key is known (the issuer was
 /// not reachable yet).
 pub const RETRY_INTERVAL: Duration = Duration::from_secs(5);
+/// How long a request waits for a key fetch already under way.
+pub const LOCK_WAIT: Duration = Duration::from_secs(2);
 /// Seconds of clock skew `exp` and `nbf` allow.
 pub const LEEWAY: u64 = 60;
 /// The longest bearer token looked at.
@@ -222,10 +224,10 @@ impl Verifier {
             return Err(Rejection::InsufficientScope);
         }
         let id = match claims.get(&self.config.subject_claim) {
-            Some(Value::String(id)) if !id.is_empty() => id.clone(),
+            Some(Value::String(id)) if is_subject_id(id) => id.clone(),
             _ => {
                 return Err(Rejection::Invalid(format!(
-                    "the token has no string claim `{}`",
+                    "the token's claim `{}` is no subject ID (a string of 1 to {MAX_SUBJECT_BYTES} bytes, no spaces or control characters)",
                     self.config.subject_claim
                 )));
             }
@@ -266,7 +268,15 @@ impl Verifier {
     /// Fetches the metadata (once) and the JWKS, unless fetched within
     /// [`REFRESH_INTERVAL`] ([`RETRY_INTERVAL`] while no key is known).
     async fn refresh(&self) -> Result<(), Rejection> {
-        let mut keys = self.keys.lock().await;
+        // One fetch at a time; a request that finds one under way waits for
+        // it at most `LOCK_WAIT` (a local issuer answers well within it), then
+        // is refused (503, try again), so a slow issuer holds few requests
+        // and for little time.
+        let Ok(mut keys) = tokio::time::timeout(LOCK_WAIT, self.keys.lock()).await else {
+            return Err(Rejection::KeysUnavailable(
+                "the issuer's keys are being fetched".to_owned(),
+            ));
+        };
         let wait = if keys.keys.is_empty() {
             RETRY_INTERVAL
         } else {
@@ -294,6 +304,9 @@ impl Verifier {
             parse_jwks(&self.fetch(&jwks_uri).await?)
         }
         .await;
+        // The interval counts from the end of a fetch too: a slow one is not
+        // followed at once by the next.
+        keys.fetched = Some(Instant::now());
         let fetched = match fetched {
             Ok(fetched) => fetched,
             Err(reason) => {
@@ -313,6 +326,12 @@ impl Verifier {
         keys.keys = fetched.clone();
         self.current.store(Arc::new(fetched));
         Ok(())
+    }
+
+    /// Fetches the issuer's keys now (at start, so that a wrong issuer URL is
+    /// logged at once rather than at the first token); a failure is logged.
+    pub async fn prefetch(&self) {
+        let _ = self.refresh().await;
     }
 
     /// The issuer's `jwks_uri`, from its metadata: RFC 8414's location first,
@@ -336,7 +355,10 @@ impl Verifier {
                 ));
             }
             return match document.get("jwks_uri").and_then(Value::as_str) {
-                Some(uri) => Ok(uri.to_owned()),
+                // Keys over plain HTTP could be anyone's.
+                Some(uri) => check_url("jwks_uri", uri)
+                    .map(|_| uri.to_owned())
+                    .map_err(|error| format!("{url}: {error}")),
                 None => Err(format!("{url}: no jwks_uri")),
             };
         }
@@ -381,12 +403,16 @@ impl Verifier {
 
     /// The protected resource metadata (RFC 9728) this server serves.
     pub fn resource_metadata(&self) -> Value {
-        serde_json::json!({
+        let mut metadata = serde_json::json!({
             "resource": self.config.resource,
             "authorization_servers": [self.config.issuer],
-            "scopes_supported": self.config.required_scopes,
             "bearer_methods_supported": ["header"],
-        })
+        });
+        // None required: none named (an empty list reads as "ask for none").
+        if !self.config.required_scopes.is_empty() {
+            metadata["scopes_supported"] = serde_json::json!(self.config.required_scopes);
+        }
+        metadata
     }
 
     /// Where [`Verifier::resource_metadata`] is served: the resource URL's
@@ -415,12 +441,37 @@ impl Verifier {
     }
 }
 
+/// The longest subject ID a token may name.
+pub const MAX_SUBJECT_BYTES: usize = 256;
+
+/// Whether `id` can be a subject's ID: what a tokens file's could be (no
+/// whitespace, no control characters), not empty, at most
+/// [`MAX_SUBJECT_BYTES`].
+fn is_subject_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_SUBJECT_BYTES
+        && !id.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
+/// Whether `scope` is a scope token (RFC 6749 §3.3: printable ASCII but
+/// space, `"` and `\\`), which a required scope must be.
+pub fn is_scope_token(scope: &str) -> bool {
+    !scope.is_empty()
+        && scope
+            .bytes()
+            .all(|b| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b))
+}
+
 /// RFC 9728 §3.1: `https://host/.well-known/oauth-protected-resource/mcp` for
 /// `https://host/mcp`.
 pub fn resource_metadata_url(resource: &str) -> String {
     match url::Url::parse(resource) {
         Ok(url) => {
-            let path = url.path().trim_end_matches('/');
+            // RFC 9728 §3.1 keeps the path as it is, but a lone `/` is none.
+            let path = match url.path() {
+                "/" => "",
+                path => path,
+            };
             format!(
                 "{}{PROTECTED_RESOURCE_PATH}{path}",
                 url.origin().ascii_serialization()

@@ -106,6 +106,9 @@ enum Refused {
     Unauthenticated(Option<&'static str>),
     /// An access token without a required scope (403).
     InsufficientScope,
+    /// The issuer's keys could not be fetched (503: the token is not the
+    /// problem, and a client told `invalid_token` would log in again).
+    KeysUnavailable,
 }
 
 impl Authentication {
@@ -133,9 +136,7 @@ impl Authentication {
                 Err(Refused::Unauthenticated(Some("invalid_token")))
             }
             // The fetch that failed logged why.
-            Err(Rejection::KeysUnavailable(_)) => {
-                Err(Refused::Unauthenticated(Some("invalid_token")))
-            }
+            Err(Rejection::KeysUnavailable(_)) => Err(Refused::KeysUnavailable),
         }
     }
 
@@ -151,6 +152,12 @@ impl Authentication {
     fn refusal(&self, refused: Refused) -> Response {
         match refused {
             Refused::Unauthenticated(error) => unauthorized(self.oauth(), error),
+            Refused::KeysUnavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, "5")],
+                KEYS_UNAVAILABLE_TEXT,
+            )
+                .into_response(),
             Refused::InsufficientScope => {
                 let mut response = Response::new(Body::from(INSUFFICIENT_SCOPE_TEXT));
                 *response.status_mut() = StatusCode::FORBIDDEN;
@@ -167,6 +174,9 @@ impl Authentication {
         }
     }
 }
+
+/// The body of a 503 while the OAuth issuer's keys cannot be fetched.
+const KEYS_UNAVAILABLE_TEXT: &str = "Service Unavailable: the authorization server's keys could not be fetched; try again shortly\n";
 
 /// The body of a 403 for a token without a required scope.
 const INSUFFICIENT_SCOPE_TEXT: &str =
@@ -464,8 +474,14 @@ async fn authenticate(State(gate): State<Gate>, mut request: Request, next: Next
         && request.method() == axum::http::Method::GET
     {
         // The session's stream: one per session, bounded in all, ended when
-        // the server begins to stop (it would hold the drain to its end).
-        let guard = match sessions.open_stream(id) {
+        // the server begins to stop (it would hold the drain to its end). A
+        // stream resumed after a cut (`Last-Event-ID`) is one of its own.
+        let resumed = request
+            .headers()
+            .get("last-event-id")
+            .and_then(|value| value.to_str().ok())
+            .map(|event| format!("{id}\u{0}{event}"));
+        let guard = match sessions.open_stream(resumed.as_deref().unwrap_or(id)) {
             Ok(guard) => guard,
             Err(StreamRefused::Open) => return (StatusCode::CONFLICT, STREAM_OPEN).into_response(),
             Err(StreamRefused::Full) => {

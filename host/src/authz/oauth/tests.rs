@@ -73,6 +73,10 @@ fn signed(alg: Algorithm, kid: &str, claims: &Value) -> String {
     encode(&header, claims, &key).expect("signed")
 }
 
+fn verifier_with(required_scopes: &[&str]) -> Verifier {
+    verifier(required_scopes)
+}
+
 fn verify(verifier: &Verifier, token: &str) -> Result<Subject, Rejection> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -147,7 +151,15 @@ fn every_failed_check_is_refused_with_its_reason() {
     );
     assert_eq!(
         verify(&verifier, &es(&with("sub", json!(7)))),
-        invalid("the token has no string claim `sub`")
+        invalid(
+            "the token's claim `sub` is no subject ID (a string of 1 to 256 bytes, no spaces or control characters)"
+        )
+    );
+    assert_eq!(
+        verify(&verifier, &es(&with("sub", json!("ada lovelace")))),
+        invalid(
+            "the token's claim `sub` is no subject ID (a string of 1 to 256 bytes, no spaces or control characters)"
+        )
     );
     assert_eq!(
         verify(&verifier, &es(&with("scope", json!("profile")))),
@@ -219,7 +231,7 @@ fn urls_and_challenges() {
             "https://login.example.com/tenant/.well-known/openid-configuration",
         ]
     );
-    let verifier = verifier(&["mcp:execute", "mcp:read"]);
+    let verifier = verifier_with(&["mcp:execute", "mcp:read"]);
     assert_eq!(
         verifier.challenge(Some("invalid_token")),
         "Bearer resource_metadata=\"https://mcp.example.com/.well-known/oauth-protected-resource/mcp\", error=\"invalid_token\", scope=\"mcp:execute mcp:read\""
@@ -256,5 +268,22 @@ fn urls_and_challenges() {
         );
     }
     assert!(check_url("--oauth-issuer", "http://127.0.0.1:4000").is_ok());
+    assert!(is_scope_token("mcp:execute"));
+    assert!(!is_scope_token("mcp execute"));
+    assert!(!is_scope_token("say\"hi"));
+    assert!(!is_scope_token(""));
+    let none_required = verifier_with(&[]);
+    assert_eq!(
+        none_required.resource_metadata(),
+        json!({
+            "resource": RESOURCE,
+            "authorization_servers": [ISSUER],
+            "bearer_methods_supported": ["header"],
+        })
+    );
+    assert_eq!(
+        resource_metadata_url("https://mcp.example.com/mcp/"),
+        "https://mcp.example.com/.well-known/oauth-protected-resource/mcp/"
+    );
     assert!(check_url("--resource-url", "https://mcp.example.com/mcp").is_ok());
 }
