@@ -32,8 +32,13 @@ struct Issuer {
 
 impl Issuer {
     fn start() -> Self {
+        Self::start_for(RESOURCE)
+    }
+
+    /// An issuer whose tokens name `resource` by default.
+    fn start_for(resource: &str) -> Self {
         let tools = node_tools();
-        let config = json!({"modules": tools.modules, "resource": RESOURCE});
+        let config = json!({"modules": tools.modules, "resource": resource});
         let mut child = Command::new(&tools.node)
             .arg(root().join("tests/clients/oidc_provider.mjs"))
             .arg(config.to_string())
@@ -352,4 +357,71 @@ fn an_issuer_that_cannot_be_reached_is_a_503_not_a_bad_token() {
             "Service Unavailable: the authorization server's keys could not be fetched; try again shortly\n"
         )
     );
+}
+
+/// The official Python SDK as an MCP client does it: its first request gets the
+/// 401, it reads the protected resource metadata, finds oidc-provider, registers
+/// itself (RFC 7591), sends its user through the login and consent pages (PKCE,
+/// the resource indicator naming this server), and calls `execute` with the
+/// token. The user's groups decide what runs.
+#[test]
+fn the_python_sdk_logs_in_through_the_issuer_and_calls_execute() {
+    let port = crate::support::free_port();
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let issuer = Issuer::start_for(&resource);
+    let plugins = plugin_folder("oauth-sdk", &[test_plugin("sleepy")]);
+    let policy = plugins.join("groups.rego.txt");
+    std::fs::write(&policy, POLICY).expect("write the policy");
+    let server = HttpServer::start_listening(
+        &format!("127.0.0.1:{port}"),
+        &[
+            "--plugins",
+            plugins.to_str().expect("utf-8 path"),
+            "--policy",
+            policy.to_str().expect("utf-8 path"),
+            "--oauth-issuer",
+            &issuer.url,
+            "--resource-url",
+            &resource,
+            "--required-scope",
+            "mcp:execute",
+        ],
+        &[],
+    );
+    let run = |login: &str| {
+        crate::support::run_driver(&json!({
+            "url": resource,
+            "mode": "legacy",
+            "oauth": {
+                "login": login,
+                "redirect_uri": "http://127.0.0.1:1/callback",
+                "scope": "mcp:execute",
+            },
+            "steps": [{"op": "call", "tool": "execute", "arguments": {"source": NAP}}],
+        }))
+    };
+    let alice = run("alice");
+    assert_eq!(
+        alice["authorization"],
+        json!({"resource": resource, "scope": "mcp:execute"}),
+        "{alice}"
+    );
+    assert_eq!(
+        alice["results"][0]["structured"],
+        json!({"result": {"ms": 1}}),
+        "{alice}"
+    );
+    let bob = run("bob");
+    assert_eq!(
+        bob["results"][0]["text"],
+        json!(["permission denied"]),
+        "{bob}"
+    );
+    let subjects: Vec<String> = server
+        .audit()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("JSON"))
+        .map(|line| line["subject"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(subjects, ["alice", "bob"]);
 }

@@ -310,7 +310,13 @@ impl HttpServer {
 
     /// [`HttpServer::start`] with the environment variables `env` set too.
     pub(crate) fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut all = vec!["--listen", "127.0.0.1:0"];
+        Self::start_listening("127.0.0.1:0", args, env)
+    }
+
+    /// [`HttpServer::start`] on `listen` (a port known before it starts, for a
+    /// URL given in its own flags).
+    pub(crate) fn start_listening(listen: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut all = vec!["--listen", listen];
         all.extend_from_slice(args);
         // The machine's OpenTelemetry settings are not the test's.
         let otel: Vec<std::ffi::OsString> = std::env::vars_os()
@@ -427,6 +433,15 @@ impl Drop for HttpServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A loopback port free a moment ago (for a server whose flags name its own
+/// URL; the race with another process taking it is the OS's to lose).
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free port")
 }
 
 /// A raw HTTP/1.1 response.

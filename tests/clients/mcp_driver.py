@@ -17,7 +17,12 @@ form elicitation and answers each request with the next ANSWER (the last one
 again once they run out): {"action": "accept", "content": {...}}, {"action":
 "decline"}, or {"wait": SECONDS} (an answer that comes after SECONDS: the next
 ANSWER, or a decline when none is left); the document then has "elicitations": [the requests' params, ...]. A call's RESULT is {"is_error", "structured", "text",
-"meta"} or {"protocol_error": MESSAGE}. The Rust end-to-end tests assert on it exactly.
+"meta"} or {"protocol_error": MESSAGE}. With "oauth": {"login": NAME,
+"redirect_uri": URI, "scope": SCOPES} (HTTP) the SDK's OAuth client finds the
+authorization server from the server's 401, registers, and logs in as NAME through
+the authorization server's development login and consent pages; the document then
+has "authorization": the authorization URL's resource and scope. The Rust
+end-to-end tests assert on it exactly.
 """
 
 import asyncio
@@ -29,17 +34,95 @@ from mcp import StdioServerParameters
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
 
-def target(script):
+def target(script, authorization):
     if "url" in script:
-        http = create_mcp_http_client(headers=script.get("headers") or {})
+        auth = oauth(script, authorization) if "oauth" in script else None
+        http = create_mcp_http_client(headers=script.get("headers") or {}, auth=auth)
         return streamable_http_client(script["url"], http_client=http)
     return StdioServerParameters(
         command=script["command"], args=script["args"], env=script.get("env"), cwd=script.get("cwd")
     )
 
 
+def oauth(script, authorization):
+    """The SDK's OAuth client, logging in as script["oauth"]["login"] through the
+    authorization server's development login and consent pages (oidc-provider's),
+    as a person in a browser would; what the authorization URL asked for goes into
+    `authorization`."""
+    import re
+    import urllib.parse
+
+    import httpx2
+    from mcp.client.auth import OAuthClientProvider
+    from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
+
+    settings = script["oauth"]
+    redirect_uri = settings["redirect_uri"]
+    redirected = {}
+
+    class Memory:
+        def __init__(self):
+            self.tokens = None
+            self.client = None
+
+        async def get_tokens(self):
+            return self.tokens
+
+        async def set_tokens(self, tokens):
+            self.tokens = tokens
+
+        async def get_client_info(self):
+            return self.client
+
+        async def set_client_info(self, client):
+            self.client = client
+
+    async def browse(url):
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+        authorization.update({key: values[0] for key, values in query.items() if key in ("resource", "scope")})
+        async with httpx2.AsyncClient() as browser:
+            response = await browser.get(url)
+            for _ in range(20):
+                location = response.headers.get("location")
+                if location and location.startswith(redirect_uri):
+                    params = urllib.parse.parse_qs(urllib.parse.urlsplit(location).query)
+                    redirected.update({key: values[0] for key, values in params.items()})
+                    return
+                if location:
+                    response = await browser.get(response.url.join(location))
+                    continue
+                action = re.search(r'<form[^>]*action="([^"]+)"', response.text)
+                if action is None:
+                    raise RuntimeError(f"no form on {response.url}: {response.status_code}")
+                fields = {"prompt": "consent"}
+                if 'name="login"' in response.text:
+                    fields = {"prompt": "login", "login": settings["login"], "password": "any"}
+                response = await browser.post(response.url.join(action.group(1)), data=fields)
+            raise RuntimeError("the login did not end at the redirect URI")
+
+    async def callback():
+        return AuthorizationCodeResult(
+            code=redirected["code"], state=redirected.get("state"), iss=redirected.get("iss")
+        )
+
+    return OAuthClientProvider(
+        server_url=script["url"],
+        client_metadata=OAuthClientMetadata(
+            redirect_uris=[redirect_uri],
+            grant_types=["authorization_code"],
+            response_types=["code"],
+            token_endpoint_auth_method="none",
+            scope=settings.get("scope"),
+        ),
+        storage=Memory(),
+        redirect_handler=browse,
+        callback_handler=callback,
+    )
+
+
 async def run(script):
     results = []
+    authorization = {}
     elicitations = []
     options = {}
     if "elicitation" in script:
@@ -57,7 +140,7 @@ async def run(script):
 
         options["elicitation_callback"] = on_elicitation
     async with mcp.Client(
-        target(script), mode=script.get("mode", "legacy"), read_timeout_seconds=60, **options
+        target(script, authorization), mode=script.get("mode", "legacy"), read_timeout_seconds=60, **options
     ) as client:
         info = client.server_info
         for step in script["steps"]:
@@ -83,6 +166,8 @@ async def run(script):
         }
         if "elicitation" in script:
             out["elicitations"] = elicitations
+        if "oauth" in script:
+            out["authorization"] = authorization
         return out
 
 

@@ -2,9 +2,12 @@
 // `oidc-provider`, on 127.0.0.1 at a port of the system's choosing.
 //
 // Takes {"modules": NODE_MODULES, "resource": "http://127.0.0.1:PORT/mcp"} as
-// its argument. Its clients use the client credentials grant; each client's access
-// token is a JWT (the resource's audience, the scopes asked for, `sub` the
-// client's ID, `groups` from the table below) signed with ES256. Prints one line
+// its argument. Its clients use the client credentials grant (`sub` the client's
+// ID) or, registered dynamically (RFC 7591) as MCP clients do, the authorization
+// code grant with PKCE, through its development login and consent pages (any
+// login name is a user: `sub`). Every access token is a JWT (the resource's
+// audience, the scopes asked for, `groups` from the table below) signed with
+// ES256. Prints one line
 // {"issuer": "http://127.0.0.1:PORT"} once it serves. A line "rotate" on stdin
 // puts a new signing key in front of the old one (both published); it answers
 // {"rotated": KID} when it serves with it.
@@ -46,9 +49,10 @@ const provider = (jwks) =>
       scope: SCOPES.join(" "),
     })),
     scopes: SCOPES,
-    ttl: { ClientCredentials: 600 },
+    ttl: { ClientCredentials: 600, AccessToken: 600 },
     features: {
-      devInteractions: { enabled: false },
+      devInteractions: { enabled: true },
+      registration: { enabled: true },
       clientCredentials: { enabled: true },
       resourceIndicators: {
         enabled: true,
@@ -63,7 +67,9 @@ const provider = (jwks) =>
         }),
       },
     },
-    extraTokenClaims: (ctx, token) => ({ groups: GROUPS[token.clientId] ?? [] }),
+    extraTokenClaims: (ctx, token) => ({
+      groups: GROUPS[token.accountId ?? token.clientId] ?? [],
+    }),
   });
 
 let handler = provider(keys).callback();
