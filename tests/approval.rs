@@ -51,6 +51,18 @@ impl Setup {
         Self { dir }
     }
 
+    /// A tokens file in the folder giving each `(subject, token)`; its path.
+    fn tokens(&self, subjects: &[(&str, &str)]) -> String {
+        let text: String = subjects
+            .iter()
+            .map(|(subject, token)| {
+                format!("{subject} {}\n", codemode_host::authz::token_hash(token))
+            })
+            .collect();
+        std::fs::write(self.dir.join("tokens"), text).expect("write the tokens");
+        self.path("tokens")
+    }
+
     fn path(&self, name: &str) -> String {
         self.dir.join(name).display().to_string()
     }
@@ -604,16 +616,7 @@ fn over_http_a_2026_answer_may_reach_another_replica() {
     let setup = Setup::new("replicas", "");
     let key = setup.dir.join("approval.key");
     std::fs::write(&key, format!("{}\n", "ab12".repeat(16))).expect("write the key");
-    let tokens = setup.dir.join("tokens");
-    std::fs::write(
-        &tokens,
-        format!(
-            "ada {}\nbob {}\n",
-            codemode_host::authz::token_hash("ada-secret"),
-            codemode_host::authz::token_hash("bob-secret")
-        ),
-    )
-    .expect("write the tokens");
+    let tokens = setup.tokens(&[("ada", "ada-secret"), ("bob", "bob-secret")]);
     // Replicas share the task store: a state answered on one is spent on all.
     let redis = crate::support::RedisServer::start("approvals");
     let start = |timeout: &str| {
@@ -622,7 +625,7 @@ fn over_http_a_2026_answer_may_reach_another_replica() {
             "--approval-key".to_owned(),
             key.display().to_string(),
             "--tokens".to_owned(),
-            tokens.display().to_string(),
+            tokens.clone(),
             "--task-store".to_owned(),
             redis.url(),
         ]);
@@ -816,17 +819,7 @@ fn with_http_sessions_an_older_client_is_asked_over_http() {
 #[test]
 fn a_session_is_its_subjects_alone_and_bounded() {
     let setup = Setup::new("http-sessions-owners", "");
-    let tokens = setup.dir.join("tokens");
-    std::fs::write(
-        &tokens,
-        format!(
-            "alice {}\nbob {}\n",
-            codemode_host::authz::token_hash("alice-token"),
-            codemode_host::authz::token_hash("bob-token")
-        ),
-    )
-    .expect("write the tokens");
-    let tokens = tokens.display().to_string();
+    let tokens = setup.tokens(&[("alice", "alice-token"), ("bob", "bob-token")]);
     let args = setup.args(&["--http-sessions", "--tokens", &tokens]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let server = HttpServer::start(&args);
@@ -956,7 +949,8 @@ fn the_typescript_client_approves_and_declines() {
             script["command"] = json!(crate::support::host_bin());
             script["args"] = json!(with_cache(&args));
         }
-        let out = run_node(&tools.node, "tests/clients/sdk_elicitation.mjs", &script);
+        let out =
+            crate::support::run_node(&tools.node, "tests/clients/sdk_elicitation.mjs", &script);
         assert_eq!(
             out["results"][0]["structuredContent"],
             json!({"result": {"result": "noted a"}}),
@@ -985,32 +979,6 @@ fn the_typescript_client_approves_and_declines() {
         );
         assert_eq!(setup.notes(), ["a"], "{over}");
     }
-}
-
-/// Runs the Node script `script_path` (under the repository) with `input` on
-/// stdin; its JSON output.
-fn run_node(node: &std::path::Path, script_path: &str, input: &Value) -> Value {
-    use std::io::Write as _;
-    let mut child = std::process::Command::new(node)
-        .arg(root().join(script_path))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run node");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input.to_string().as_bytes())
-        .expect("write the script");
-    let out = child.wait_with_output().expect("wait for node");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON")
 }
 
 /// A plugin's annotations (`codemode_sdk::annotations!`) reach the policy:

@@ -139,21 +139,30 @@ fn read_line(stdout: &mut BufReader<ChildStdout>) -> Value {
 /// The tests' server: the sleepy plugin, the group policy, `issuer`'s tokens
 /// with the scope `mcp:execute` required.
 fn server(label: &str, issuer: &Issuer) -> HttpServer {
+    server_at(label, issuer, RESOURCE, "127.0.0.1:0")
+}
+
+/// [`server`] known as `resource`, listening on `listen`.
+fn server_at(label: &str, issuer: &Issuer, resource: &str, listen: &str) -> HttpServer {
     let plugins = plugin_folder(label, &[test_plugin("sleepy")]);
     let policy = plugins.join("groups.rego.txt");
     std::fs::write(&policy, POLICY).expect("write the policy");
-    HttpServer::start(&[
-        "--plugins",
-        plugins.to_str().expect("utf-8 path"),
-        "--policy",
-        policy.to_str().expect("utf-8 path"),
-        "--oauth-issuer",
-        &issuer.url,
-        "--resource-url",
-        RESOURCE,
-        "--required-scope",
-        "mcp:execute",
-    ])
+    HttpServer::start_listening(
+        listen,
+        &[
+            "--plugins",
+            plugins.to_str().expect("utf-8 path"),
+            "--policy",
+            policy.to_str().expect("utf-8 path"),
+            "--oauth-issuer",
+            &issuer.url,
+            "--resource-url",
+            resource,
+            "--required-scope",
+            "mcp:execute",
+        ],
+        &[],
+    )
 }
 
 /// A `tools/list` POST with `token`: status, `WWW-Authenticate`, body.
@@ -369,24 +378,11 @@ fn the_python_sdk_logs_in_through_the_issuer_and_calls_execute() {
     let port = crate::support::free_port();
     let resource = format!("http://127.0.0.1:{port}/mcp");
     let issuer = Issuer::start_for(&resource);
-    let plugins = plugin_folder("oauth-sdk", &[test_plugin("sleepy")]);
-    let policy = plugins.join("groups.rego.txt");
-    std::fs::write(&policy, POLICY).expect("write the policy");
-    let server = HttpServer::start_listening(
+    let server = server_at(
+        "oauth-sdk",
+        &issuer,
+        &resource,
         &format!("127.0.0.1:{port}"),
-        &[
-            "--plugins",
-            plugins.to_str().expect("utf-8 path"),
-            "--policy",
-            policy.to_str().expect("utf-8 path"),
-            "--oauth-issuer",
-            &issuer.url,
-            "--resource-url",
-            &resource,
-            "--required-scope",
-            "mcp:execute",
-        ],
-        &[],
     );
     let run = |login: &str| {
         crate::support::run_driver(&json!({

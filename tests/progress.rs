@@ -72,26 +72,7 @@ fn the_typescript_clients_onprogress_hears_of_each_call() {
         "args": with_cache(&["--plugins", plugins.to_str().expect("utf-8 path")]),
         "source": NAPS,
     });
-    let mut child = Command::new(&tools.node)
-        .arg(crate::support::root().join("tests/clients/sdk_progress.mjs"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run node");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(script.to_string().as_bytes())
-        .expect("write the script");
-    let out = child.wait_with_output().expect("wait for node");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let out = crate::support::run_node(&tools.node, "tests/clients/sdk_progress.mjs", &script);
     assert_eq!(
         out["progress"],
         json!([

@@ -435,6 +435,32 @@ impl Drop for HttpServer {
     }
 }
 
+/// Runs the Node script `script_path` (under the repository) with `input` on
+/// stdin; its JSON output.
+pub(crate) fn run_node(node: &std::path::Path, script_path: &str, input: &Value) -> Value {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new(node)
+        .arg(root().join(script_path))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run node");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.to_string().as_bytes())
+        .expect("write the script");
+    let out = child.wait_with_output().expect("wait for node");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
 /// A loopback port free a moment ago (for a server whose flags name its own
 /// URL; the race with another process taking it is the OS's to lose).
 pub(crate) fn free_port() -> u16 {
