@@ -130,6 +130,27 @@ impl Setup {
             .collect()
     }
 
+    /// Every audit line as `capability decision`, the decision being the
+    /// approval's outcome when one was asked.
+    fn decisions(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join("audit.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|line| serde_json::from_str::<Value>(line).expect("JSON"))
+            .map(|line| {
+                let decision = match &line["approval"] {
+                    Value::Null => &line["decision"],
+                    approval => &approval["outcome"],
+                };
+                format!(
+                    "{} {}",
+                    line["capability"].as_str().unwrap_or_default(),
+                    decision.as_str().unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+
     /// The audit lines of `double.note`: their decision and approval.
     fn asked(&self) -> Vec<Value> {
         std::fs::read_to_string(self.dir.join("audit.jsonl"))
@@ -146,6 +167,14 @@ impl Setup {
             })
             .collect()
     }
+}
+
+/// The messages of the elicitations a driver's client answered.
+fn messages(out: &Value) -> Vec<&str> {
+    out["elicitations"]
+        .as_array()
+        .map(|all| all.iter().filter_map(|e| e["message"].as_str()).collect())
+        .unwrap_or_default()
 }
 
 fn note(text: &str) -> String {
@@ -470,12 +499,7 @@ fn a_2026_client_answers_an_input_required_and_nothing_runs_twice() {
         "{out}"
     );
     // Asked once per note: two rounds, each replaying what ran before.
-    let messages: Vec<&str> = out["elicitations"]
-        .as_array()
-        .expect("elicitations")
-        .iter()
-        .filter_map(|e| e["message"].as_str())
-        .collect();
+    let messages = messages(&out);
     assert_eq!(
         messages,
         [
@@ -485,32 +509,18 @@ fn a_2026_client_answers_an_input_required_and_nothing_runs_twice() {
     );
     assert_eq!(setup.logged("count "), ["1"]);
     assert_eq!(setup.notes(), ["x", "y"]);
-    let decisions: Vec<(String, String)> = std::fs::read_to_string(setup.dir.join("audit.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).expect("JSON"))
-        .map(|line| {
-            (
-                line["capability"].as_str().unwrap_or_default().to_owned(),
-                match &line["approval"] {
-                    Value::Null => line["decision"].as_str().unwrap_or_default().to_owned(),
-                    approval => approval["outcome"].as_str().unwrap_or_default().to_owned(),
-                },
-            )
-        })
-        .collect();
-    let pair = |c: &str, d: &str| (c.to_owned(), d.to_owned());
+    let decisions = setup.decisions();
     assert_eq!(
         decisions,
         [
-            pair("double.count", "allow"),
-            pair("double.note", "awaiting answer"),
-            pair("double.count", "replayed"),
-            pair("double.note", "approved"),
-            pair("double.note", "awaiting answer"),
-            pair("double.count", "replayed"),
-            pair("double.note", "replayed"),
-            pair("double.note", "approved"),
+            "double.count allow",
+            "double.note awaiting answer",
+            "double.count replayed",
+            "double.note approved",
+            "double.note awaiting answer",
+            "double.count replayed",
+            "double.note replayed",
+            "double.note approved",
         ]
     );
     // Declined: the program ends at the call, which never ran.
@@ -796,12 +806,7 @@ fn with_http_sessions_an_older_client_is_asked_over_http() {
     );
     let result = &out["results"][1];
     assert_eq!(result["text"], json!(["permission denied"]), "{out}");
-    let messages: Vec<&str> = out["elicitations"]
-        .as_array()
-        .expect("elicitations")
-        .iter()
-        .filter_map(|e| e["message"].as_str())
-        .collect();
+    let messages = messages(&out);
     assert_eq!(messages, [QUESTION, &QUESTION.replace("\"a\"", "\"b\"")]);
     assert_eq!(setup.notes(), ["a"]);
     assert_eq!(
@@ -966,12 +971,7 @@ fn the_typescript_client_approves_and_declines() {
             json!({"capability": "double.note", "line": 2, "column": 12}),
             "{over}: {out}"
         );
-        let messages: Vec<&str> = out["elicitations"]
-            .as_array()
-            .expect("elicitations")
-            .iter()
-            .filter_map(|e| e["message"].as_str())
-            .collect();
+        let messages = messages(&out);
         assert_eq!(
             messages,
             [QUESTION, &QUESTION.replace("\"a\"", "\"b\"")],
@@ -1014,12 +1014,7 @@ fn a_plugins_annotations_ask_before_its_writes_and_its_reads_are_not_repeated() 
         json!({"result": 0}),
         "{out}"
     );
-    let messages: Vec<&str> = out["elicitations"]
-        .as_array()
-        .expect("elicitations")
-        .iter()
-        .filter_map(|e| e["message"].as_str())
-        .collect();
+    let messages = messages(&out);
     assert_eq!(
         messages,
         [
@@ -1030,21 +1025,7 @@ fn a_plugins_annotations_ask_before_its_writes_and_its_reads_are_not_repeated() 
     let read = |name: &str| std::fs::read_to_string(plugins.join("scratch").join(name)).ok();
     assert_eq!(read("counter").as_deref(), Some("1"));
     assert_eq!(read("last").as_deref(), Some("done"));
-    let decisions: Vec<String> = std::fs::read_to_string(setup.dir.join("audit.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).expect("JSON"))
-        .map(|line| {
-            let decision = match &line["approval"] {
-                Value::Null => line["decision"].as_str().unwrap_or_default().to_owned(),
-                approval => approval["outcome"].as_str().unwrap_or_default().to_owned(),
-            };
-            format!(
-                "{} {decision}",
-                line["capability"].as_str().unwrap_or_default()
-            )
-        })
-        .collect();
+    let decisions = setup.decisions();
     assert_eq!(
         decisions,
         [
