@@ -9,7 +9,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use serde_json::{Value, json};
 
 use crate::support::{
-    HttpServer, execute_as, node_tools, plugin_folder, raw_request, root, test_plugin,
+    HttpServer, execute_as, node_tools, plugin_folder, raw_request, root, test_plugin, tool_as,
 };
 
 /// The canonical URL the tests' server is known by (its tokens' audience).
@@ -147,22 +147,33 @@ fn server_at(label: &str, issuer: &Issuer, resource: &str, listen: &str) -> Http
     let plugins = plugin_folder(label, &[test_plugin("sleepy")]);
     let policy = plugins.join("groups.rego.txt");
     std::fs::write(&policy, POLICY).expect("write the policy");
-    HttpServer::start_listening(
-        listen,
-        &[
-            "--plugins",
-            plugins.to_str().expect("utf-8 path"),
-            "--policy",
-            policy.to_str().expect("utf-8 path"),
-            "--oauth-issuer",
-            &issuer.url,
-            "--resource-url",
-            resource,
-            "--required-scope",
-            "mcp:execute",
-        ],
-        &[],
-    )
+    start(listen, issuer, resource, &plugins, &policy, &[])
+}
+
+/// A server of `issuer`'s tokens known as `resource`, on `listen`, serving
+/// `plugins` under `policy`, with `more` flags.
+fn start(
+    listen: &str,
+    issuer: &Issuer,
+    resource: &str,
+    plugins: &std::path::Path,
+    policy: &std::path::Path,
+    more: &[&str],
+) -> HttpServer {
+    let mut args = vec![
+        "--plugins",
+        plugins.to_str().expect("utf-8 path"),
+        "--policy",
+        policy.to_str().expect("utf-8 path"),
+        "--oauth-issuer",
+        &issuer.url,
+        "--resource-url",
+        resource,
+        "--required-scope",
+        "mcp:execute",
+    ];
+    args.extend(more);
+    HttpServer::start_listening(listen, &args, &[])
 }
 
 /// A `tools/list` POST with `token`: status, `WWW-Authenticate`, body.
@@ -420,4 +431,118 @@ fn the_python_sdk_logs_in_through_the_issuer_and_calls_execute() {
         .map(|line| line["subject"].as_str().unwrap_or_default().to_owned())
         .collect();
     assert_eq!(subjects, ["alice", "bob"]);
+}
+
+/// Admins see and call everything; everyone else only `sleepy.*` and what is
+/// read-only (`granted.read`).
+const VISIBILITY_POLICY: &str = r#"package codemode.authz
+
+default allow := false
+
+allow if visible
+
+default visible := false
+
+visible if "admins" in input.subject.claims.groups
+
+visible if startswith(input.capability.name, "sleepy.")
+
+visible if input.capability.annotations.readOnlyHint
+"#;
+
+/// The names `search_api` finds for `query` as the holder of `token`.
+fn found(port: u16, token: &str, query: &str) -> Vec<String> {
+    let answer = tool_as(port, token, "search_api", json!({"query": query})).expect("a search");
+    answer["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|result| result["name"].as_str().expect("a name").to_owned())
+        .collect()
+}
+
+/// `--visibility-decision`: a capability a subject may not see is, for it,
+/// as if disabled: search, describe and execute agree, and no suggestion
+/// names it. The admin sees everything. A reloaded policy decides anew.
+#[test]
+fn a_subject_cannot_find_what_its_catalog_hides() {
+    let issuer = Issuer::start();
+    let plugins = plugin_folder(
+        "oauth-visibility",
+        &[test_plugin("sleepy"), test_plugin("granted")],
+    );
+    let policy = plugins.join("visible.rego.txt");
+    std::fs::write(&policy, VISIBILITY_POLICY).expect("write the policy");
+    let server = start(
+        "127.0.0.1:0",
+        &issuer,
+        RESOURCE,
+        &plugins,
+        &policy,
+        &["--visibility-decision", "data.codemode.authz.visible"],
+    );
+    let port = server.port;
+    let alice = issuer.token("alice", "mcp:execute", RESOURCE);
+    let bob = issuer.token("bob", "mcp:execute", RESOURCE);
+
+    // Search.
+    assert_eq!(
+        found(port, &alice, "file"),
+        ["granted.read", "granted.write"]
+    );
+    assert_eq!(found(port, &bob, "file"), ["granted.read"]);
+    assert_eq!(found(port, &bob, "write"), Vec::<String>::new());
+    assert_eq!(found(port, &bob, "sleep"), ["sleepy.nap"]);
+    assert_eq!(found(port, &alice, "sleep"), ["sleepy.nap"]);
+    // Describe.
+    let described = |token: &str, name: &str| {
+        tool_as(port, token, "describe_api", json!({"name": name}))
+            .map(|description| description["signature"].clone())
+    };
+    assert_eq!(
+        described(&alice, "granted.read"),
+        Ok(json!("granted.read(*, path: str)"))
+    );
+    assert_eq!(
+        described(&bob, "granted.write"),
+        Err("capability not found".to_owned())
+    );
+    assert_eq!(
+        described(&bob, "granted.read"),
+        Ok(json!("granted.read(*, path: str)"))
+    );
+    assert_eq!(
+        described(&bob, "sleepy.nap"),
+        Ok(json!("sleepy.nap(*, ms: int)"))
+    );
+    // Execute: for Bob `granted.write` is unknown, and nothing suggests it.
+    let write = "def main():\n    return granted.write(path=\"x\", value=\"y\")";
+    assert_eq!(
+        execute_as(port, &bob, write),
+        Err("invalid program: <codemode>:2:12: unknown capability `granted.write` (find names with search_api)".to_owned())
+    );
+    let misspelled = "def main():\n    return granted.wrote(path=\"x\", value=\"y\")";
+    assert_eq!(
+        execute_as(port, &bob, misspelled),
+        Err("invalid program: <codemode>:2:12: unknown capability `granted.wrote` (find names with search_api)".to_owned())
+    );
+    assert_eq!(
+        execute_as(port, &alice, misspelled),
+        Err("invalid program: <codemode>:2:12: unknown capability `granted.wrote`; did you mean granted.write? (find names with search_api)".to_owned())
+    );
+    assert_eq!(execute_as(port, &bob, NAP), Ok(json!({"ms": 1})));
+    // The hidden capability never ran for Bob: only Bob's nap is audited.
+    assert_eq!(server.audit().lines().count(), 1, "{}", server.audit());
+
+    // A reloaded policy shows everything to everyone: the views are decided anew.
+    std::fs::write(
+        &policy,
+        VISIBILITY_POLICY.replace("default visible := false", "default visible := true"),
+    )
+    .expect("rewrite the policy");
+    crate::support::wait_for_log(&server, "policy reloaded", 1);
+    assert_eq!(found(port, &bob, "write"), ["granted.write"]);
+    // Neither the token nor its claims reach the log.
+    let log = server.log();
+    assert!(!log.contains(&bob) && !log.contains("admins"), "{log}");
 }

@@ -135,15 +135,21 @@ fn a_source_of_the_library_users_own_serves_as_a_plugin_does() {
     })
     .expect("the service starts");
 
-    let found: Vec<String> = service
-        .search("memo")
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let subject = Subject::new(LOCAL_SUBJECT);
+    let found: Vec<String> = runtime
+        .block_on(service.search(&subject, "memo"))
         .expect("a search")
         .results
         .into_iter()
         .map(|result| result.signature)
         .collect();
     assert_eq!(found, ["notes.fail()", "notes.get(*, key: str)"]);
-    let described = service.describe("notes.get").expect("described");
+    let described = runtime
+        .block_on(service.describe(&subject, "notes.get"))
+        .expect("described");
     assert_eq!(
         (described.signature.as_str(), described.summary.as_str()),
         ("notes.get(*, key: str)", "Read one note.")

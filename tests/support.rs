@@ -687,10 +687,27 @@ pub(crate) fn execute_http(port: u16, source: &str) -> Result<Value, String> {
 /// `execute` of `source` over raw HTTP as the subject holding bearer `token`:
 /// `Ok(result value)` or `Err(error text)`.
 pub(crate) fn execute_as(port: u16, token: &str, source: &str) -> Result<Value, String> {
+    tool_as(
+        port,
+        token,
+        "execute",
+        serde_json::json!({ "source": source }),
+    )
+    .map(|content| content["result"].clone())
+}
+
+/// `tools/call` of `tool` with `arguments` over raw HTTP as the subject holding
+/// bearer `token`: `Ok(structured content)` or `Err(error text)`.
+pub(crate) fn tool_as(
+    port: u16,
+    token: &str,
+    tool: &str,
+    arguments: Value,
+) -> Result<Value, String> {
     let response = rpc(
         port,
         token,
-        &serde_json::json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute","arguments":{"source":source}}}),
+        &serde_json::json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":tool,"arguments":arguments}}),
     );
     let result = &response["result"];
     if result["isError"] == true {
@@ -699,7 +716,7 @@ pub(crate) fn execute_as(port: u16, token: &str, source: &str) -> Result<Value, 
             .unwrap_or_default()
             .to_owned());
     }
-    Ok(result["structuredContent"]["result"].clone())
+    Ok(result["structuredContent"].clone())
 }
 
 /// How long a test waits for a condition before it fails.

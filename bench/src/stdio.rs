@@ -40,7 +40,14 @@ struct Kind {
     params: serde_json::Value,
     /// Whether the answer is a tool error (`isError`), as for a missing name.
     fails: bool,
+    /// Whether it goes to the server deciding visibility per subject
+    /// ([`VISIBILITY_POLICY`]) instead of the one without a policy.
+    per_subject: bool,
 }
+
+/// The policy of the server with per-subject catalogs: the subject sees every
+/// capability but `stats.*`, so each search and describe reads a view.
+const VISIBILITY_POLICY: &str = "package codemode.authz\n\ndefault allow := true\n\ndefault visible := false\n\nvisible if not startswith(input.capability.name, \"stats.\")\n";
 
 /// Where the two `describe_api` kinds sit in [`kinds`].
 const DESCRIBE_MISSING: usize = 2;
@@ -58,6 +65,7 @@ fn kinds() -> Vec<Kind> {
             method: "ping",
             params: json!({}),
             fails: false,
+            per_subject: false,
         },
         Kind {
             what: "stdio search_api, no match, above the floor",
@@ -66,6 +74,7 @@ fn kinds() -> Vec<Kind> {
             method: "tools/call",
             params: tool("search_api", json!({"query": "zzqx wvyk"})),
             fails: false,
+            per_subject: false,
         },
         Kind {
             what: "stdio describe_api, missing name, above the floor",
@@ -74,6 +83,7 @@ fn kinds() -> Vec<Kind> {
             method: "tools/call",
             params: tool("describe_api", json!({"name": "nosuch.thing"})),
             fails: true,
+            per_subject: false,
         },
         Kind {
             what: "stdio describe_api stats.summary, above the floor",
@@ -82,6 +92,7 @@ fn kinds() -> Vec<Kind> {
             method: "tools/call",
             params: tool("describe_api", json!({"name": "stats.summary"})),
             fails: false,
+            per_subject: false,
         },
         Kind {
             what: "stdio tools/list, above the floor",
@@ -90,6 +101,7 @@ fn kinds() -> Vec<Kind> {
             method: "tools/list",
             params: json!({}),
             fails: false,
+            per_subject: false,
         },
         Kind {
             what: "stdio execute `return 1`, above floor + in-process",
@@ -98,6 +110,25 @@ fn kinds() -> Vec<Kind> {
             method: "tools/call",
             params: tool("execute", json!({"source": TRIVIAL})),
             fails: false,
+            per_subject: false,
+        },
+        Kind {
+            what: "stdio search_api `records`, per-subject catalog, above the floor",
+            target: "≤ 40 µs",
+            above_floor: Some(40.0),
+            method: "tools/call",
+            params: tool("search_api", json!({"query": "records"})),
+            fails: false,
+            per_subject: true,
+        },
+        Kind {
+            what: "stdio describe_api of a hidden name, per-subject catalog, above the floor",
+            target: "≤ 40 µs",
+            above_floor: Some(40.0),
+            method: "tools/call",
+            params: tool("describe_api", json!({"name": "stats.summary"})),
+            fails: true,
+            per_subject: true,
         },
     ]
 }
@@ -250,15 +281,16 @@ impl Drop for Pinned {
     }
 }
 
-/// The server binary over stdio, initialized.
-fn start_host(root: &Path, plugins: &Path) -> Pipe {
+/// The server binary over stdio, initialized, with `more` flags.
+fn start_host(root: &Path, plugins: &Path, more: &[&std::ffi::OsStr]) -> Pipe {
     let mut command = Command::new(host_binary());
     command
         .arg("--plugins")
         .arg(plugins)
         .arg("--cache-dir")
         .arg(root.join("target/test-cache"))
-        .args(["--no-watch", "--log", "warn"]);
+        .args(["--no-watch", "--log", "warn"])
+        .args(more);
     let mut host = Pipe::spawn(&mut command);
     let initialize = serde_json::json!({
         "protocolVersion": "2025-06-18",
@@ -292,7 +324,21 @@ fn floor_and_server(root: &Path, plugins: &Path, kinds: &[Kind]) -> Measured {
     };
     let runtime = runtime();
     let mut in_process = Vec::with_capacity(ROUNDS);
-    let mut host = start_host(root, plugins);
+    let mut host = start_host(root, plugins, &[]);
+    let policy = root.join("target/bench-visibility.rego");
+    if let Err(error) = std::fs::write(&policy, VISIBILITY_POLICY) {
+        panic!("cannot write {}: {error}", policy.display());
+    }
+    let mut per_subject = start_host(
+        root,
+        plugins,
+        &[
+            "--policy".as_ref(),
+            policy.as_os_str(),
+            "--visibility-decision".as_ref(),
+            "data.codemode.authz.visible".as_ref(),
+        ],
+    );
     let mut cat = Pipe::spawn(&mut Command::new("cat"));
     let mut floor = Vec::with_capacity(ROUNDS * kinds.len());
     let mut times = vec![Vec::with_capacity(ROUNDS); kinds.len()];
@@ -302,7 +348,12 @@ fn floor_and_server(root: &Path, plugins: &Path, kinds: &[Kind]) -> Measured {
             id += 1;
             let line = request(id, kind.method, &kind.params);
             let echoed = cat.round_trip(&line);
-            let answered = host.call(id, &line, kind.fails);
+            let server = if kind.per_subject {
+                &mut per_subject
+            } else {
+                &mut host
+            };
+            let answered = server.call(id, &line, kind.fails);
             if round >= ROUNDS {
                 floor.push(echoed);
                 times.push(answered);
@@ -315,6 +366,7 @@ fn floor_and_server(root: &Path, plugins: &Path, kinds: &[Kind]) -> Measured {
     }
     cat.finish();
     host.finish();
+    per_subject.finish();
     Measured {
         floor: percentiles(&mut floor).0,
         kinds: times.iter_mut().map(|times| percentiles(times).0).collect(),

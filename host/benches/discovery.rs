@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use codemode_host::authz::AllowAll;
+use codemode_host::authz::{AllowAll, Subject};
 use codemode_host::{Service, ServiceConfig};
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -60,13 +60,22 @@ fn main() {
         ("search: prefix tokens", "perc hist summ"),
         ("search: no match", "zebra quokka"),
     ];
+    let runtime = match tokio::runtime::Builder::new_current_thread().build() {
+        Ok(runtime) => runtime,
+        Err(e) => panic!("runtime: {e}"),
+    };
+    let subject = Subject::new("bench");
     for (name, query) in queries {
         time(name, 10_000, || {
-            let r = service.search(query);
+            let r = runtime.block_on(service.search(&subject, query));
             assert!(r.is_ok());
         });
     }
     time("describe: records.query", 10_000, || {
-        assert!(service.describe("records.query").is_ok());
+        assert!(
+            runtime
+                .block_on(service.describe(&subject, "records.query"))
+                .is_ok()
+        );
     });
 }

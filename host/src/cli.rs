@@ -148,6 +148,20 @@ pub struct Cli {
     #[arg(long, value_name = "REF", default_value = DEFAULT_DECISION, hide_default_value = true)]
     pub policy_decision: String,
 
+    /// The rule --policy decides with what each subject can find
+    ///
+    /// A ground reference under `data`, e.g. data.codemode.authz.visible,
+    /// evaluated for each subject and capability with the input of
+    /// --policy-decision without "arguments". Only `true` shows the
+    /// capability; to a subject it is not shown to, search_api, describe_api
+    /// and execute answer as for a disabled one (not found, never suggested).
+    /// `false` hides it, and so do undefined, another value or an error (a WARN
+    /// names the first). Decided once per subject (its ID and its token's
+    /// claims) and capability, and again after a policy reload or a change of
+    /// the capabilities. Without it every subject finds every capability.
+    #[arg(long, value_name = "REF", requires = "policy")]
+    pub visibility_decision: Option<String>,
+
     /// Allow every native call, without a policy
     ///
     /// Required by the HTTP listener when no --policy is given. Over stdio, every
@@ -743,13 +757,17 @@ pub fn read_tokens(path: &Path) -> Result<Tokens, ConfigError> {
 }
 
 /// Reads the policy modules at `paths` (each a regular file of at most 16 MiB) and
-/// compiles them for `decision`.
+/// compiles them for `decision` and, when given, the `visibility` decision.
 ///
 /// # Errors
 ///
 /// [`ConfigError`] naming the file that cannot be read, or why the modules do not
 /// compile.
-pub fn compile_policy(paths: &[PathBuf], decision: &str) -> Result<RegoAuthorizer, ConfigError> {
+pub fn compile_policy(
+    paths: &[PathBuf],
+    decision: &str,
+    visibility: Option<&str>,
+) -> Result<RegoAuthorizer, ConfigError> {
     let mut modules = Vec::with_capacity(paths.len());
     for path in paths {
         let source = read_text(path, MAX_POLICY_BYTES, POLICY_CAP).map_err(|source| {
@@ -760,7 +778,11 @@ pub fn compile_policy(paths: &[PathBuf], decision: &str) -> Result<RegoAuthorize
         })?;
         modules.push((path.display().to_string(), source));
     }
-    Ok(RegoAuthorizer::new(decision, &modules)?)
+    let authorizer = RegoAuthorizer::new(decision, &modules)?;
+    Ok(match visibility {
+        Some(visibility) => authorizer.with_visibility(visibility, &modules)?,
+        None => authorizer,
+    })
 }
 
 impl Cli {
@@ -774,12 +796,20 @@ impl Cli {
     /// decision.
     pub fn authorization(&self, http: bool) -> Result<Authorization, ConfigError> {
         if !self.policy.is_empty() {
-            let authorizer = compile_policy(&self.policy, &self.policy_decision)?;
+            let authorizer = compile_policy(
+                &self.policy,
+                &self.policy_decision,
+                self.visibility_decision.as_deref(),
+            )?;
             let policy = Arc::new(Replaceable::new(Box::new(authorizer)));
+            let visibility = match &self.visibility_decision {
+                Some(decision) => format!("; what each subject can find by {decision}"),
+                None => String::new(),
+            };
             return Ok(Authorization {
                 authorizer: policy.clone(),
                 summary: format!(
-                    "native calls are decided by {} with {} policy module(s)",
+                    "native calls are decided by {} with {} policy module(s){visibility}",
                     self.policy_decision,
                     self.policy.len()
                 ),
@@ -1142,6 +1172,62 @@ mod tests {
         assert_eq!(
             cli.authorization(true)?.summary,
             "every native call is allowed (--allow-all)"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_visibility_decision_needs_a_policy_and_a_rule() -> anyhow::Result<()> {
+        let missing = Cli::try_parse_from([
+            "codemode-host",
+            "--visibility-decision",
+            "data.codemode.authz.visible",
+        ])
+        .err()
+        .map(|error| error.kind());
+        assert_eq!(
+            missing,
+            Some(clap::error::ErrorKind::MissingRequiredArgument)
+        );
+        let policy = write_policy(
+            "visible.rego",
+            "package codemode.authz\ndefault allow := false\ndefault visible := false\n",
+        )?;
+        let policy = policy.display().to_string();
+        let cli = Cli::try_parse_from([
+            "codemode-host",
+            "--policy",
+            &policy,
+            "--visibility-decision",
+            "data.codemode.authz.visible",
+        ])?;
+        let authorization = cli.authorization(true)?;
+        assert_eq!(
+            authorization.summary,
+            "native calls are decided by data.codemode.authz.allow with 1 policy module(s); what each subject can find by data.codemode.authz.visible"
+        );
+        assert!(authorization.authorizer.decides_visibility());
+        let cli = Cli::try_parse_from([
+            "codemode-host",
+            "--policy",
+            &policy,
+            "--visibility-decision",
+            "input.visible",
+        ])?;
+        assert_eq!(
+            cli.authorization(true).err().map(|e| e.to_string()),
+            Some("rego: decision \"input.visible\" must be a ground data reference".to_owned())
+        );
+        let cli = Cli::try_parse_from([
+            "codemode-host",
+            "--policy",
+            &policy,
+            "--visibility-decision",
+            "data.codemode.authz.shown",
+        ])?;
+        assert_eq!(
+            cli.authorization(true).err().map(|e| e.to_string()),
+            Some("rego: no rule defines the decision `data.codemode.authz.shown` (the modules' packages: data.codemode.authz); define it, or name the rule that decides with --visibility-decision".to_owned())
         );
         Ok(())
     }

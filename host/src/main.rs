@@ -236,7 +236,12 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
         policy: authorization
             .policy
             .clone()
-            .map(|policy| (cli.policy.clone(), cli.policy_decision.clone(), policy)),
+            .map(|policy| secrets::PolicyFiles {
+                paths: cli.policy.clone(),
+                decision: cli.policy_decision.clone(),
+                visibility: cli.visibility_decision.clone(),
+                policy,
+            }),
         config: cli
             .config
             .clone()

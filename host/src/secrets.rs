@@ -34,12 +34,24 @@ use crate::reconfig::ConfigReload;
 pub(crate) struct Reloadable {
     /// `--tokens`: the file and the set in force.
     pub tokens: Option<(PathBuf, Arc<ArcSwap<Tokens>>)>,
-    /// `--policy`: the modules, the decision, and the policy in force.
-    pub policy: Option<(Vec<PathBuf>, String, Arc<Replaceable>)>,
+    /// `--policy`: the modules, the decisions, and the policy in force.
+    pub policy: Option<PolicyFiles>,
     /// `--config`: the file, and where its settings go.
     pub config: Option<ConfigReload>,
     /// Set while a reload's thread reads the files.
     pub reading: Arc<AtomicBool>,
+}
+
+/// The policy's modules, what it decides, and where a new version goes.
+pub(crate) struct PolicyFiles {
+    /// `--policy`.
+    pub paths: Vec<PathBuf>,
+    /// `--policy-decision`.
+    pub decision: String,
+    /// `--visibility-decision`.
+    pub visibility: Option<String>,
+    /// The policy in force.
+    pub policy: Arc<Replaceable>,
 }
 
 /// How long one reload may take to read and compile its files. Files are regular
@@ -66,8 +78,8 @@ impl Reloadable {
     /// Every file a reload reads.
     fn files(&self) -> Vec<PathBuf> {
         let mut files: Vec<PathBuf> = self.tokens.iter().map(|(path, _)| path.clone()).collect();
-        if let Some((paths, _, _)) = &self.policy {
-            files.extend(paths.iter().cloned());
+        if let Some(policy) = &self.policy {
+            files.extend(policy.paths.iter().cloned());
         }
         files.extend(self.config.iter().map(|config| config.path().to_owned()));
         files
@@ -98,10 +110,13 @@ impl Reloadable {
             return;
         }
         let tokens_file = self.tokens.as_ref().map(|(path, _)| path.clone());
-        let policy_files = self
-            .policy
-            .as_ref()
-            .map(|(paths, decision, _)| (paths.clone(), decision.clone()));
+        let policy_files = self.policy.as_ref().map(|files| {
+            (
+                files.paths.clone(),
+                files.decision.clone(),
+                files.visibility.clone(),
+            )
+        });
         let config_args = self.config.as_ref().map(ConfigReload::args);
         let (sender, receiver) = sync_channel(1);
         let reading = self.reading.clone();
@@ -111,7 +126,9 @@ impl Reloadable {
             .spawn(move || {
                 let read = Read {
                     tokens: tokens_file.map(|path| read_tokens(&path)),
-                    policy: policy_files.map(|(paths, decision)| compile_policy(&paths, &decision)),
+                    policy: policy_files.map(|(paths, decision, visibility)| {
+                        compile_policy(&paths, &decision, visibility.as_deref())
+                    }),
                     config: config_args.map(ConfigReload::read),
                 };
                 reading.store(false, Ordering::Release);
@@ -147,11 +164,11 @@ impl Reloadable {
                 }
             }
         }
-        if let (Some((paths, decision, policy)), Some(outcome)) = (&self.policy, read.policy) {
+        if let (Some(files), Some(outcome)) = (&self.policy, read.policy) {
             match outcome {
                 Ok(new) => {
-                    policy.replace(Box::new(new));
-                    tracing::info!(modules = paths.len(), decision = %decision, cause, "policy reloaded");
+                    files.policy.replace(Box::new(new));
+                    tracing::info!(modules = files.paths.len(), decision = %files.decision, cause, "policy reloaded");
                 }
                 Err(error) => {
                     tracing::error!(reason = %error, cause, "policy reload failed; the policy in force keeps deciding");

@@ -5,6 +5,7 @@
 //! [`AllowAll`] here, [`RegoAuthorizer`] in [`rego`].
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use codemode_value::Value;
 
@@ -35,6 +36,8 @@ pub struct Subject {
 struct TokenClaims {
     claims: serde_json::Map<String, serde_json::Value>,
     scopes: Vec<String>,
+    /// SHA-256 of the claims (as JSON) and the scopes: [`Subject::digest`].
+    digest: [u8; 32],
 }
 
 /// No claims: what a subject without an access token has.
@@ -56,10 +59,32 @@ impl Subject {
         claims: serde_json::Map<String, serde_json::Value>,
         scopes: Vec<String>,
     ) -> Self {
+        use sha2::Digest as _;
+        let mut hasher = sha2::Sha256::new();
+        // Serializing a map of JSON values cannot fail.
+        hasher.update(serde_json::to_vec(&claims).unwrap_or_default());
+        for scope in &scopes {
+            // A scope has no spaces (RFC 6749): one separates them unambiguously.
+            hasher.update(b" ");
+            hasher.update(scope.as_bytes());
+        }
+        let digest = hasher.finalize().into();
         Self {
             id: id.into(),
-            token: Some(Arc::new(TokenClaims { claims, scopes })),
+            token: Some(Arc::new(TokenClaims {
+                claims,
+                scopes,
+                digest,
+            })),
         }
+    }
+
+    /// What tells apart two subjects of the same ID: a digest of the claims and
+    /// scopes of its access token (`None` without one). A decision reads only
+    /// the ID, the claims and the scopes, so subjects equal in both are decided
+    /// alike.
+    pub fn digest(&self) -> Option<[u8; 32]> {
+        self.token.as_ref().map(|token| token.digest)
     }
 
     /// Its access token's claims (empty without one).
@@ -135,6 +160,30 @@ pub trait Authorizer: Send + Sync + std::fmt::Debug {
     fn wants_arguments(&self) -> bool {
         true
     }
+
+    /// Whether `input.subject` can find the capability of `input` (its arguments
+    /// are not read): a hidden one is, for that subject, as if it were disabled.
+    /// Asked only when [`Authorizer::decides_visibility`].
+    ///
+    /// # Errors
+    ///
+    /// [`AuthzError::Failure`] when the decision cannot be made; the caller hides
+    /// the capability.
+    fn visible(&self, _input: &AuthorizationInput<'_>) -> Result<bool, AuthzError> {
+        Ok(true)
+    }
+
+    /// Whether some capability may be hidden from some subject; when not, every
+    /// subject sees the whole catalog and [`Authorizer::visible`] is never asked.
+    fn decides_visibility(&self) -> bool {
+        false
+    }
+
+    /// Which policy decides: a number that changes whenever the decisions may
+    /// have (a reloaded policy), so what was decided before can be dropped.
+    fn version(&self) -> u64 {
+        0
+    }
 }
 
 /// An authorizer that can be replaced while serving (a policy reloaded on SIGHUP or
@@ -143,6 +192,8 @@ pub trait Authorizer: Send + Sync + std::fmt::Debug {
 #[derive(Debug)]
 pub struct Replaceable {
     current: arc_swap::ArcSwap<Box<dyn Authorizer>>,
+    /// Counts replacements: [`Authorizer::version`].
+    replaced: AtomicU64,
 }
 
 impl Replaceable {
@@ -150,12 +201,14 @@ impl Replaceable {
     pub fn new(authorizer: Box<dyn Authorizer>) -> Self {
         Self {
             current: arc_swap::ArcSwap::from_pointee(authorizer),
+            replaced: AtomicU64::new(0),
         }
     }
 
     /// Puts `authorizer` in place for every decision asked from now on.
     pub fn replace(&self, authorizer: Box<dyn Authorizer>) {
         self.current.store(std::sync::Arc::new(authorizer));
+        self.replaced.fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -168,6 +221,20 @@ impl Authorizer for Replaceable {
     /// one that decides.
     fn wants_arguments(&self) -> bool {
         true
+    }
+
+    fn visible(&self, input: &AuthorizationInput<'_>) -> Result<bool, AuthzError> {
+        self.current.load().visible(input)
+    }
+
+    fn decides_visibility(&self) -> bool {
+        self.current.load().decides_visibility()
+    }
+
+    /// Bumped after each replacement is in place: a view decided while it is
+    /// stored may be kept under the old number, never under the new one.
+    fn version(&self) -> u64 {
+        self.replaced.load(Ordering::Acquire)
     }
 }
 

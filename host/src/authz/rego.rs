@@ -101,12 +101,14 @@ pub enum RegoError {
     },
     /// No module defines the decision's rule.
     #[error(
-        "rego: no rule defines the decision `{decision}` (the modules' packages: {}); define it, or name the rule that decides with --policy-decision",
+        "rego: no rule defines the decision `{decision}` (the modules' packages: {}); define it, or name the rule that decides with {flag}",
         packages.join(", ")
     )]
     Undefined {
         /// The decision asked for.
         decision: String,
+        /// The flag that names it (`--policy-decision`, `--visibility-decision`).
+        flag: &'static str,
         /// The packages the modules declare (`data.a.b`), in file-name order.
         packages: Vec<String>,
     },
@@ -115,17 +117,24 @@ pub enum RegoError {
     Prepare(String),
 }
 
-/// Decides native calls with a Rego policy.
+/// Decides native calls with a Rego policy, and, when it is given a visibility
+/// decision, which capabilities each subject can find.
 #[derive(Clone)]
 pub struct RegoAuthorizer {
     engine: regorus::Engine,
     decision: String,
+    /// The visibility decision's engine and reference (`--visibility-decision`).
+    visibility: Option<(regorus::Engine, String)>,
 }
 
 impl std::fmt::Debug for RegoAuthorizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RegoAuthorizer")
             .field("decision", &self.decision)
+            .field(
+                "visibility",
+                &self.visibility.as_ref().map(|(_, decision)| decision),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -140,53 +149,30 @@ impl RegoAuthorizer {
     /// ground `data.` reference, a module that does not parse or names a
     /// nondeterministic builtin, or a decision that names no rule.
     pub fn new(decision: &str, modules: &[(String, String)]) -> Result<Self, RegoError> {
-        if modules.is_empty() {
-            return Err(RegoError::NoModules);
-        }
-        if !is_ground_data_reference(decision) {
-            return Err(RegoError::Decision(decision.to_owned()));
-        }
-        let mut sorted: Vec<&(String, String)> = modules.iter().collect();
-        sorted.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut engine = regorus::Engine::new();
-        engine.set_rego_v0(false);
-        engine.set_strict_builtin_errors(true);
-        // Never to stderr: `print` is refused below, this is the second line.
-        engine.set_gather_prints(true);
-        engine.set_execution_timer_config(ExecutionTimerConfig {
-            limit: DECISION_TIME_LIMIT,
-            check_interval: NonZeroU32::MIN,
-        });
-        bounded::install(&mut engine).map_err(|error| RegoError::Prepare(format!("{error:#}")))?;
-        for (file, source) in sorted {
-            if file.trim().is_empty() {
-                return Err(RegoError::BlankFilename);
-            }
-            refuse_builtins(file, source)?;
-            engine
-                .add_policy(file.clone(), source.clone())
-                .map_err(|error| RegoError::Module {
-                    file: file.clone(),
-                    reason: format!("{error:#}"),
-                })?;
-        }
-        // Compiling against the entry point checks that the decision names a rule,
-        // and leaves the engine analyzed: every clone evaluates without redoing it.
-        if let Err(error) = engine.compile_with_entrypoint(&regorus::Rc::<str>::from(decision)) {
-            let reason = format!("{error:#}");
-            // regorus's words for a path that names no rule.
-            if reason.contains("not a valid rule path") {
-                return Err(RegoError::Undefined {
-                    decision: decision.to_owned(),
-                    packages: engine.get_packages().unwrap_or_default(),
-                });
-            }
-            return Err(RegoError::Prepare(reason));
-        }
         Ok(Self {
-            engine,
+            engine: prepare(decision, modules, "--policy-decision")?,
             decision: decision.to_owned(),
+            visibility: None,
         })
+    }
+
+    /// This authorizer, also deciding which capabilities a subject can find with
+    /// `decision` over the same `modules` (which must be the ones it was made
+    /// with): `true` shows a capability, `false` hides it.
+    ///
+    /// # Errors
+    ///
+    /// [`RegoError`] as for [`RegoAuthorizer::new`].
+    pub fn with_visibility(
+        mut self,
+        decision: &str,
+        modules: &[(String, String)],
+    ) -> Result<Self, RegoError> {
+        self.visibility = Some((
+            prepare(decision, modules, "--visibility-decision")?,
+            decision.to_owned(),
+        ));
+        Ok(self)
     }
 
     /// The decision this authorizer evaluates.
@@ -211,6 +197,60 @@ impl RegoAuthorizer {
             ))),
         }
     }
+}
+
+/// An engine with `modules` (parsed in file-name order) analyzed for `decision`
+/// (named by `flag`): every clone evaluates it without redoing that.
+fn prepare(
+    decision: &str,
+    modules: &[(String, String)],
+    flag: &'static str,
+) -> Result<regorus::Engine, RegoError> {
+    if modules.is_empty() {
+        return Err(RegoError::NoModules);
+    }
+    if !is_ground_data_reference(decision) {
+        return Err(RegoError::Decision(decision.to_owned()));
+    }
+    let mut sorted: Vec<&(String, String)> = modules.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut engine = regorus::Engine::new();
+    engine.set_rego_v0(false);
+    engine.set_strict_builtin_errors(true);
+    // Never to stderr: `print` is refused below, this is the second line.
+    engine.set_gather_prints(true);
+    engine.set_execution_timer_config(ExecutionTimerConfig {
+        limit: DECISION_TIME_LIMIT,
+        check_interval: NonZeroU32::MIN,
+    });
+    bounded::install(&mut engine).map_err(|error| RegoError::Prepare(format!("{error:#}")))?;
+    for (file, source) in sorted {
+        if file.trim().is_empty() {
+            return Err(RegoError::BlankFilename);
+        }
+        refuse_builtins(file, source)?;
+        engine
+            .add_policy(file.clone(), source.clone())
+            .map_err(|error| RegoError::Module {
+                file: file.clone(),
+                reason: format!("{error:#}"),
+            })?;
+    }
+    // Compiling against the entry point checks that the decision names a rule,
+    // and leaves the engine analyzed: every clone evaluates without redoing it.
+    if let Err(error) = engine.compile_with_entrypoint(&regorus::Rc::<str>::from(decision)) {
+        let reason = format!("{error:#}");
+        // regorus's words for a path that names no rule.
+        if reason.contains("not a valid rule path") {
+            return Err(RegoError::Undefined {
+                decision: decision.to_owned(),
+                flag,
+                packages: engine.get_packages().unwrap_or_default(),
+            });
+        }
+        return Err(RegoError::Prepare(reason));
+    }
+    Ok(engine)
 }
 
 /// What a decision that is neither `true`, `false` nor undefined says: the
@@ -252,6 +292,32 @@ impl Authorizer for RegoAuthorizer {
     fn authorize(&self, input: &AuthorizationInput<'_>) -> Result<Verdict, AuthzError> {
         self.evaluate(input_document(input))
     }
+
+    /// Only the boolean `true` shows; `false` hides; anything else is a failure
+    /// (and the caller hides the capability).
+    fn visible(&self, input: &AuthorizationInput<'_>) -> Result<bool, AuthzError> {
+        let Some((engine, decision)) = &self.visibility else {
+            return Ok(true);
+        };
+        let mut engine = engine.clone();
+        engine.set_input(visibility_document(input));
+        match engine.eval_rule(decision.clone()) {
+            Ok(regorus::Value::Bool(visible)) => Ok(visible),
+            Ok(regorus::Value::Undefined) => Err(AuthzError::Failure(
+                "rego: visibility decision is undefined".to_owned(),
+            )),
+            Ok(_) => Err(AuthzError::Failure(
+                "rego: visibility decision must be true or false".to_owned(),
+            )),
+            Err(error) => Err(AuthzError::Failure(format!(
+                "rego: evaluate visibility decision: {error:#}"
+            ))),
+        }
+    }
+
+    fn decides_visibility(&self) -> bool {
+        self.visibility.is_some()
+    }
 }
 
 /// The input document, exactly:
@@ -262,42 +328,56 @@ impl Authorizer for RegoAuthorizer {
 /// MCP names (`readOnlyHint`, `destructiveHint`, `idempotentHint`,
 /// `openWorldHint`).
 pub fn input_document(input: &AuthorizationInput<'_>) -> regorus::Value {
+    object([
+        ("subject", subject_document(input)),
+        ("capability", capability_document(input)),
+        ("arguments", to_rego(input.arguments)),
+    ])
+}
+
+/// The input document of the visibility decision: [`input_document`] without
+/// `arguments` (whether a subject can find a capability does not depend on a
+/// call).
+pub fn visibility_document(input: &AuthorizationInput<'_>) -> regorus::Value {
+    object([
+        ("subject", subject_document(input)),
+        ("capability", capability_document(input)),
+    ])
+}
+
+/// `{"id","claims","scopes"}` of the input's subject.
+fn subject_document(input: &AuthorizationInput<'_>) -> regorus::Value {
+    object([
+        ("id", input.subject.id.as_str().into()),
+        (
+            "claims",
+            regorus::Value::from(serde_json::Value::Object(input.subject.claims().clone())),
+        ),
+        (
+            "scopes",
+            regorus::Value::from(
+                input
+                    .subject
+                    .scopes()
+                    .iter()
+                    .map(|scope| regorus::Value::from(scope.as_str()))
+                    .collect::<Vec<_>>(),
+            ),
+        ),
+    ])
+}
+
+/// `{"id","name","annotations"}` of the input's capability.
+fn capability_document(input: &AuthorizationInput<'_>) -> regorus::Value {
     let annotations: std::collections::BTreeMap<regorus::Value, regorus::Value> = input
         .annotations
         .declared()
         .map(|(name, hint)| (regorus::Value::from(name), regorus::Value::from(hint)))
         .collect();
     object([
-        (
-            "subject",
-            object([
-                ("id", input.subject.id.as_str().into()),
-                (
-                    "claims",
-                    regorus::Value::from(serde_json::Value::Object(input.subject.claims().clone())),
-                ),
-                (
-                    "scopes",
-                    regorus::Value::from(
-                        input
-                            .subject
-                            .scopes()
-                            .iter()
-                            .map(|scope| regorus::Value::from(scope.as_str()))
-                            .collect::<Vec<_>>(),
-                    ),
-                ),
-            ]),
-        ),
-        (
-            "capability",
-            object([
-                ("id", input.capability_id.into()),
-                ("name", input.capability_name.into()),
-                ("annotations", regorus::Value::from(annotations)),
-            ]),
-        ),
-        ("arguments", to_rego(input.arguments)),
+        ("id", input.capability_id.into()),
+        ("name", input.capability_name.into()),
+        ("annotations", regorus::Value::from(annotations)),
     ])
 }
 
@@ -560,6 +640,122 @@ allow if {
         Ok(())
     }
 
+    const VISIBILITY: &str = r#"package codemode.authz
+
+default allow := true
+
+default visible := false
+
+visible if "admins" in input.subject.claims.groups
+
+visible if startswith(input.capability.name, "public.")
+
+visible if {
+    input.capability.name == "odd.one"
+    input.arguments.x == 1
+}
+
+visible := "yes" if input.capability.name == "strange.one"
+
+visible := 1 / 0 if input.capability.name == "broken.one"
+"#;
+
+    fn visibility(subject: &Subject, name: &str) -> anyhow::Result<Result<bool, AuthzError>> {
+        let authorizer = RegoAuthorizer::new(DEFAULT_DECISION, &modules(VISIBILITY))?
+            .with_visibility("data.codemode.authz.visible", &modules(VISIBILITY))?;
+        assert!(authorizer.decides_visibility());
+        let arguments = Value::Dict(vec![("x".into(), Value::Int(1))]);
+        Ok(authorizer.visible(&AuthorizationInput {
+            subject,
+            capability_id: "id",
+            capability_name: name,
+            arguments: &arguments,
+            annotations: &Annotations::default(),
+        }))
+    }
+
+    #[test]
+    fn the_visibility_decision_shows_on_true_only_and_never_reads_arguments() -> anyhow::Result<()>
+    {
+        let mut claims = serde_json::Map::new();
+        claims.insert("groups".into(), serde_json::json!(["admins"]));
+        let admin = Subject::with_claims("ada", claims, Vec::new());
+        let user = Subject::new("bob");
+        assert_eq!(visibility(&admin, "secret.thing")?, Ok(true));
+        assert_eq!(visibility(&user, "secret.thing")?, Ok(false));
+        assert_eq!(visibility(&user, "public.thing")?, Ok(true));
+        // The document has no arguments: the rule reading them is undefined.
+        assert_eq!(visibility(&user, "odd.one")?, Ok(false));
+        assert_eq!(
+            visibility(&user, "strange.one")?,
+            Err(AuthzError::Failure(
+                "rego: visibility decision must be true or false".to_owned()
+            ))
+        );
+        assert!(matches!(
+            visibility(&user, "broken.one")?,
+            Err(AuthzError::Failure(reason)) if reason.starts_with("rego: evaluate visibility decision: ")
+        ));
+        let plain = RegoAuthorizer::new(DEFAULT_DECISION, &modules(VISIBILITY))?;
+        assert!(!plain.decides_visibility());
+        Ok(())
+    }
+
+    #[test]
+    fn an_undefined_or_unknown_visibility_decision_is_named() -> anyhow::Result<()> {
+        let policy =
+            "package codemode.authz\ndefault allow := true\nvisible if input.subject.id == \"x\"\n";
+        let authorizer = RegoAuthorizer::new(DEFAULT_DECISION, &modules(policy))?
+            .with_visibility("data.codemode.authz.visible", &modules(policy))?;
+        let subject = Subject::new("bob");
+        let arguments = Value::None;
+        assert_eq!(
+            authorizer.visible(&AuthorizationInput {
+                subject: &subject,
+                capability_id: "id",
+                capability_name: "a.b",
+                arguments: &arguments,
+                annotations: &Annotations::default(),
+            }),
+            Err(AuthzError::Failure(
+                "rego: visibility decision is undefined".to_owned()
+            ))
+        );
+        let missing = RegoAuthorizer::new(DEFAULT_DECISION, &modules(policy))?
+            .with_visibility("data.codemode.authz.shown", &modules(policy))
+            .err()
+            .map(|error| error.to_string());
+        assert_eq!(
+            missing.as_deref(),
+            Some(
+                "rego: no rule defines the decision `data.codemode.authz.shown` (the modules' packages: data.codemode.authz); define it, or name the rule that decides with --visibility-decision"
+            )
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn the_visibility_document_is_the_input_without_arguments() -> anyhow::Result<()> {
+        let subject = Subject::new("s");
+        let arguments = Value::Dict(vec![("n".into(), Value::Int(1))]);
+        let document = visibility_document(&AuthorizationInput {
+            subject: &subject,
+            capability_id: "cap-id",
+            capability_name: "records.lookup",
+            arguments: &arguments,
+            annotations: &Annotations::default(),
+        });
+        let document: serde_json::Value = serde_json::from_str(&document.to_json_str()?)?;
+        assert_eq!(
+            document,
+            serde_json::json!({
+                "subject": {"id": "s", "claims": {}, "scopes": []},
+                "capability": {"id": "cap-id", "name": "records.lookup", "annotations": {}}
+            })
+        );
+        Ok(())
+    }
+
     #[test]
     fn a_token_subjects_claims_and_scopes_reach_the_policy() -> anyhow::Result<()> {
         let mut claims = serde_json::Map::new();
@@ -754,6 +950,7 @@ allow := {"ask": sprintf("Let %s run %s?\u0007", [input.subject.id, input.capabi
             other_package,
             Some(RegoError::Undefined {
                 decision: DEFAULT_DECISION.to_owned(),
+                flag: "--policy-decision",
                 packages: vec!["data.acme.mcp".to_owned()],
             })
         );

@@ -397,6 +397,21 @@ impl CatalogBuilder {
             .into_iter()
             .filter(|c| !disabled.iter().any(|d| d == c.id.as_str()))
             .collect();
+        Ok(Catalog::of(capabilities))
+    }
+}
+
+/// The immutable set of enabled capabilities with their search index.
+pub struct Catalog {
+    capabilities: Vec<Arc<Capability>>,
+    by_name: BTreeMap<String, usize>,
+    index: SearchIndex,
+}
+
+impl Catalog {
+    /// The catalog of `capabilities`, already checked against each other, with
+    /// their search index.
+    fn of(capabilities: Vec<Arc<Capability>>) -> Self {
         let docs: Vec<Document<'_>> = capabilities
             .iter()
             .map(|c| Document {
@@ -412,22 +427,26 @@ impl CatalogBuilder {
         for (i, c) in capabilities.iter().enumerate() {
             by_name.insert(c.name.to_string(), i);
         }
-        Ok(Catalog {
+        Catalog {
             capabilities,
             by_name,
             index,
-        })
+        }
     }
-}
 
-/// The immutable set of enabled capabilities with their search index.
-pub struct Catalog {
-    capabilities: Vec<Arc<Capability>>,
-    by_name: BTreeMap<String, usize>,
-    index: SearchIndex,
-}
+    /// The catalog of only the capabilities `keep` says yes to, exactly as if
+    /// the others had been disabled (its search index ranks with their words
+    /// left out): one subject's view of what it can find.
+    pub fn subset(&self, keep: impl Fn(&Capability) -> bool) -> Catalog {
+        Catalog::of(
+            self.capabilities
+                .iter()
+                .filter(|capability| keep(capability))
+                .cloned()
+                .collect(),
+        )
+    }
 
-impl Catalog {
     /// Ranked search (see the module docs of `search`).
     ///
     /// # Errors
@@ -661,6 +680,72 @@ mod tests {
             b.add_group(&[spec("z.one")]).map_err(|(_, e)| e),
             Err(SpecError::TooManyCapabilities)
         );
+    }
+
+    #[test]
+    fn a_subset_answers_exactly_as_a_catalog_with_the_rest_disabled() -> anyhow::Result<()> {
+        let specs = [
+            CapabilitySpec {
+                summary: "Delete every record.".into(),
+                ..spec("records.purge")
+            },
+            CapabilitySpec {
+                summary: "Delete one record.".into(),
+                ..spec("records.delete")
+            },
+            CapabilitySpec {
+                summary: "Read one record.".into(),
+                ..spec("records.lookup")
+            },
+            CapabilitySpec {
+                summary: "Delete a note.".into(),
+                ..spec("notes.delete")
+            },
+            CapabilitySpec {
+                summary: "List the notes.".into(),
+                ..spec("notes.list")
+            },
+        ];
+        let hidden = ["records.purge", "notes.list"];
+        let mut b = CatalogBuilder::new();
+        b.add_group(&specs).map_err(|(_, e)| anyhow::anyhow!(e))?;
+        let full = b.build(&[])?;
+        let subset = full.subset(|c| !hidden.contains(&c.name.as_str()));
+        let mut b = CatalogBuilder::new();
+        b.add_group(&specs).map_err(|(_, e)| anyhow::anyhow!(e))?;
+        let disabled = b.build(&hidden.map(str::to_owned))?;
+        let names = |catalog: &Catalog, query: &str| -> anyhow::Result<Vec<String>> {
+            Ok(catalog
+                .search(query)?
+                .results
+                .into_iter()
+                .map(|result| result.name)
+                .collect())
+        };
+        for query in [
+            "delete",
+            "record",
+            "delete record",
+            "notes",
+            "purge",
+            "list",
+        ] {
+            assert_eq!(
+                names(&subset, query)?,
+                names(&disabled, query)?,
+                "query {query:?}"
+            );
+        }
+        assert_eq!(
+            names(&subset, "delete")?,
+            ["notes.delete", "records.delete"]
+        );
+        assert_eq!(names(&full, "purge")?, ["records.purge"]);
+        assert_eq!(names(&subset, "purge")?, Vec::<String>::new());
+        assert!(subset.describe("records.purge").is_none());
+        assert!(subset.describe("records.lookup").is_some());
+        assert_eq!((subset.len(), full.len()), (3, 5));
+        Ok(())
     }
 
     #[test]

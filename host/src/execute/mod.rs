@@ -57,6 +57,7 @@ pub const MAX_PROGRAM_DETAIL_BYTES: usize = 4096;
 const EPOCH_TICK: Duration = Duration::from_millis(5);
 
 /// Where each enabled capability is served.
+#[derive(Clone)]
 pub(crate) struct Route {
     /// Index into [`Dispatch::sources`].
     pub source: usize,
@@ -76,6 +77,26 @@ pub(crate) struct Dispatch {
     pub routes: Vec<Route>,
     /// The capability sources (shared with the next catalog when unchanged).
     pub sources: Vec<Arc<dyn CapabilitySource>>,
+}
+
+impl Dispatch {
+    /// Only the capabilities `keep` says yes to, served by the same sources:
+    /// for an execution, the others are as if disabled (not listed, never
+    /// suggested, never called).
+    pub(crate) fn subset(&self, keep: impl Fn(&Capability) -> bool) -> Dispatch {
+        let (names, routes) = self
+            .names
+            .iter()
+            .zip(&self.routes)
+            .filter(|(_, route)| keep(&route.capability))
+            .map(|(name, route)| (name.clone(), route.clone()))
+            .unzip();
+        Dispatch {
+            names,
+            routes,
+            sources: self.sources.clone(),
+        }
+    }
 }
 
 /// What an execution cost, reported in the tool result's `_meta`.

@@ -373,8 +373,8 @@ impl McpServer {
             }
         };
         match tool_name {
-            SEARCH_API => Ok(project(service.search(input)).into()),
-            DESCRIBE_API => Ok(project(service.describe(input)).into()),
+            SEARCH_API => Ok(project(service.search(&subject, input).await).into()),
+            DESCRIBE_API => Ok(project(service.describe(&subject, input).await).into()),
             _ => {
                 let max_bytes = service.max_value_bytes();
                 let replay = match &asking.request_state {

@@ -124,6 +124,17 @@ pub(crate) struct Snapshot {
 }
 
 impl Snapshot {
+    /// A snapshot serving `catalog` and `dispatch` (the same capabilities), with
+    /// nothing skipped: for the tests of what reads one.
+    #[cfg(test)]
+    pub(crate) fn of(catalog: Catalog, dispatch: Dispatch) -> Self {
+        Self {
+            catalog: Arc::new(catalog),
+            dispatch: Arc::new(dispatch),
+            skipped: Vec::new(),
+        }
+    }
+
     /// Every source left out, by label.
     pub(crate) fn skipped(&self) -> &[Skipped] {
         &self.skipped

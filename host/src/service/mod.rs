@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::authz::Subject;
+use crate::authz::{Authorizer, Subject};
 use crate::cache::open_cache;
 use crate::catalog::{Catalog, Description, SearchError, SearchResponse};
 use crate::error::ToolError;
@@ -26,6 +26,7 @@ use crate::upstream::{STOP_GRACE, UpstreamConfig, UpstreamProvider};
 pub use setup::{ServiceConfig, StartError};
 
 mod setup;
+mod views;
 
 /// The subject of the single local user of a stdio server.
 pub const LOCAL_SUBJECT: &str = "local";
@@ -49,6 +50,10 @@ pub struct Service {
     metrics: Arc<Metrics>,
     /// [`ServiceConfig::require_all_plugins`].
     require_all_plugins: bool,
+    /// Who decides what each subject can find ([`ServiceConfig::authorizer`]).
+    authorizer: Arc<dyn Authorizer>,
+    /// Each subject's view, when the authorizer decides visibility.
+    views: Arc<views::Views>,
 }
 
 impl Service {
@@ -170,6 +175,8 @@ impl Service {
             executor,
             metrics,
             require_all_plugins: config.require_all_plugins,
+            authorizer: config.authorizer.clone(),
+            views: Arc::default(),
         })
     }
 
@@ -387,7 +394,7 @@ impl Service {
         if subject.id.is_empty() {
             return Execution::refused(ToolError::Unauthenticated, None);
         }
-        let dispatch = self.registry.snapshot().dispatch.clone();
+        let dispatch = self.view(subject).await.dispatch.clone();
         self.executor
             .execute(dispatch, subject, source, arrived, options)
             .await
@@ -419,24 +426,70 @@ impl Service {
         self.catalog().len()
     }
 
-    /// `search_api`: ranked discovery.
+    /// `search_api`: ranked discovery among what `subject` can see.
     ///
     /// # Errors
     ///
     /// [`ToolError::ResourceLimit`] for a query over 256 bytes or 16 distinct tokens.
-    pub fn search(&self, query: &str) -> Result<SearchResponse, ToolError> {
-        self.catalog().search(query).map_err(|e| match e {
-            SearchError::QueryLimit => ToolError::ResourceLimit,
-        })
+    pub async fn search(
+        &self,
+        subject: &Subject,
+        query: &str,
+    ) -> Result<SearchResponse, ToolError> {
+        self.view(subject)
+            .await
+            .catalog
+            .search(query)
+            .map_err(|e| match e {
+                SearchError::QueryLimit => ToolError::ResourceLimit,
+            })
     }
 
     /// `describe_api`: the exact name's signature and field shapes.
     ///
     /// # Errors
     ///
-    /// [`ToolError::NotFound`] for any name that is not exactly an enabled capability.
-    pub fn describe(&self, name: &str) -> Result<Description, ToolError> {
-        self.catalog().describe(name).ok_or(ToolError::NotFound)
+    /// [`ToolError::NotFound`] for any name that is not exactly an enabled
+    /// capability `subject` can see.
+    pub async fn describe(&self, subject: &Subject, name: &str) -> Result<Description, ToolError> {
+        self.view(subject)
+            .await
+            .catalog
+            .describe(name)
+            .ok_or(ToolError::NotFound)
+    }
+
+    /// What `subject` can find and call now: the whole snapshot, unless the
+    /// policy decides visibility. A view not remembered is decided on a
+    /// blocking thread (one evaluation per capability), not on the runtime's.
+    async fn view(&self, subject: &Subject) -> Arc<views::View> {
+        let snapshot = self.registry.snapshot();
+        if !self.authorizer.decides_visibility() {
+            return Arc::new(views::View {
+                catalog: snapshot.catalog.clone(),
+                dispatch: snapshot.dispatch.clone(),
+            });
+        }
+        if let Some(view) = self.views.remembered(&*self.authorizer, &snapshot, subject) {
+            return view;
+        }
+        let views = self.views.clone();
+        let authorizer = self.authorizer.clone();
+        let decided_for = subject.clone();
+        let decided =
+            tokio::task::spawn_blocking(move || views.view(&*authorizer, &snapshot, &decided_for))
+                .await;
+        match decided {
+            Ok(view) => view,
+            Err(error) => {
+                // Nothing is shown when the decisions could not be made.
+                tracing::error!(subject = %subject.id, reason = %error, "visibility could not be decided; nothing is visible to this subject");
+                Arc::new(views::View {
+                    catalog: Arc::new(self.catalog().subset(|_| false)),
+                    dispatch: Arc::new(self.registry.snapshot().dispatch.subset(|_| false)),
+                })
+            }
+        }
     }
 
     /// The catalog this service answers from now.
@@ -523,13 +576,18 @@ mod tests {
         let service = service(&dir);
         assert_eq!(service.capability_count(), 0);
         assert_eq!(service.plugins_dir(), dir);
-        let found = service.search("records").expect("a search");
+        let runtime = runtime();
+        let subject = Subject::new("test");
+        let found = runtime
+            .block_on(service.search(&subject, "records"))
+            .expect("a search");
         assert!(found.results.is_empty() && !found.truncated);
         assert_eq!(
-            service.describe("records.lookup").map(|d| d.name),
+            runtime
+                .block_on(service.describe(&subject, "records.lookup"))
+                .map(|d| d.name),
             Err(ToolError::NotFound)
         );
-        let runtime = runtime();
         assert_eq!(
             runtime
                 .block_on(service.execute(&Subject::new(""), "def main():\n    return 1"))
@@ -556,7 +614,9 @@ mod tests {
         let dir = folder(&[]);
         let service = service(&dir);
         assert_eq!(
-            service.search(&"a ".repeat(200)).map(|r| r.results.len()),
+            runtime()
+                .block_on(service.search(&Subject::new("test"), &"a ".repeat(200)))
+                .map(|r| r.results.len()),
             Err(ToolError::ResourceLimit)
         );
         let _ = std::fs::remove_dir_all(&dir);
