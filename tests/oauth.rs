@@ -546,3 +546,108 @@ fn a_subject_cannot_find_what_its_catalog_hides() {
     let log = server.log();
     assert!(!log.contains(&bob) && !log.contains("admins"), "{log}");
 }
+
+/// `auth = "forward"`: an HTTP upstream (another codemode-host trusting the
+/// same issuer) gets each caller's own access token on its calls, and the
+/// operator's token on the session's own requests. It sees who calls (its
+/// audit names the caller); a token it refuses (a scope it requires and the
+/// caller lacks) is the caller's failure alone; a caller without an access
+/// token (a `--tokens` subject) cannot call it.
+#[test]
+fn an_upstream_acting_for_its_callers_gets_each_callers_token() {
+    let issuer = Issuer::start();
+    let dir = root().join("target/e2e-oauth/forward");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("outer-plugins")).expect("create the folders");
+    let tokens = |name: &str, subject: &str, token: &str| {
+        let path = dir.join(name);
+        std::fs::write(
+            &path,
+            format!("{subject} {}\n", codemode_host::authz::token_hash(token)),
+        )
+        .expect("write a tokens file");
+        path.display().to_string()
+    };
+    let inner_plugins = plugin_folder("oauth-forward-inner", &[test_plugin("sleepy")]);
+    let inner = HttpServer::start(&[
+        "--plugins",
+        inner_plugins.to_str().expect("utf-8 path"),
+        "--allow-all",
+        "--tokens",
+        &tokens("inner.tokens", "gateway", "gateway-secret"),
+        "--oauth-issuer",
+        &issuer.url,
+        "--resource-url",
+        RESOURCE,
+        "--required-scope",
+        "mcp:admin",
+    ]);
+    let config = dir.join("outer.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[upstream]]\nname = \"inner\"\nurl = \"{}\"\nauth = \"forward\"\nbearer-token-env = \"INNER_TOKEN\"\n",
+            inner.url()
+        ),
+    )
+    .expect("write the config");
+    let outer = HttpServer::start_listening(
+        "127.0.0.1:0",
+        &[
+            "--config",
+            config.to_str().expect("utf-8 path"),
+            "--plugins",
+            dir.join("outer-plugins").to_str().expect("utf-8 path"),
+            "--allow-all",
+            "--tokens",
+            &tokens("outer.tokens", "carol", "carol-secret"),
+            "--oauth-issuer",
+            &issuer.url,
+            "--resource-url",
+            RESOURCE,
+            "--required-scope",
+            "mcp:execute",
+        ],
+        &[("INNER_TOKEN", "gateway-secret")],
+    );
+    let program = "def main():\n    return inner.execute(source=\"def main():\\n    return sleepy.nap(ms=1)\")[\"result\"]";
+    // Alice's token carries both scopes: the inner server runs her call as hers.
+    let alice = issuer.token("alice", "mcp:execute mcp:admin", RESOURCE);
+    assert_eq!(
+        execute_as(outer.port, &alice, program),
+        Ok(json!({"ms": 1}))
+    );
+    crate::support::wait_for_audit(&inner, "\"subject\":\"alice\"", 1);
+    // Bob's lacks the scope the inner server requires: it refuses him alone.
+    let bob = issuer.token("bob", "mcp:execute", RESOURCE);
+    assert_eq!(
+        execute_as(outer.port, &bob, program),
+        Err("capability failed: upstream inner refused the caller's credentials".to_owned())
+    );
+    // Carol's static token is no access token: nothing to act with.
+    assert_eq!(
+        execute_as(outer.port, "carol-secret", program),
+        Err(
+            "capability failed: upstream inner acts for its caller, who has no access token"
+                .to_owned()
+        )
+    );
+    // The session serves on: Alice again.
+    assert_eq!(
+        execute_as(outer.port, &alice, program),
+        Ok(json!({"ms": 1}))
+    );
+    let subjects: Vec<String> = inner
+        .audit()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("JSON"))
+        .map(|line| line["subject"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(subjects, ["alice", "alice"]);
+    // No token reaches either log.
+    for log in [outer.log(), inner.log()] {
+        for secret in [&alice, &bob, &"gateway-secret".to_owned()] {
+            assert!(!log.contains(secret.as_str()), "{log}");
+        }
+    }
+}

@@ -18,7 +18,7 @@ use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Command, CommandFactory, FromArgMatches, ValueHint};
 use codemode_host::files::{FileError, read_text};
 use codemode_host::units::{MAX_DURATION, MAX_DURATION_TEXT, parse_duration};
-use codemode_host::{Secret, UpstreamConfig, UpstreamTransport, check_upstream_name};
+use codemode_host::{Secret, UpstreamAuth, UpstreamConfig, UpstreamTransport, check_upstream_name};
 use serde::Deserialize;
 use toml::de::{DeTable, DeValue};
 
@@ -34,6 +34,9 @@ const CONFIG_FLAG: &str = "config";
 
 /// The key of the tables that configure upstream MCP servers (`[[upstream]]`).
 const UPSTREAM_KEY: &str = "upstream";
+
+/// `auth = "forward"`: an HTTP upstream's calls carry the caller's access token.
+const AUTH_FORWARD: &str = "forward";
 
 /// Largest config file read: settings are a few lines; this only stops a huge file.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -227,6 +230,7 @@ struct UpstreamTable {
     cwd: Option<PathBuf>,
     url: Option<String>,
     bearer_token_env: Option<String>,
+    auth: Option<String>,
     headers: Option<BTreeMap<String, String>>,
     timeout: Option<String>,
     tools: Option<Vec<String>>,
@@ -234,19 +238,20 @@ struct UpstreamTable {
 
 impl UpstreamTable {
     /// How to reach it: `command` (with `env`, `cwd`) or `url` (with
-    /// `bearer-token-env`, `headers`), never both. A relative program path with a
-    /// `/`, and a relative `cwd`, are relative to `base`.
+    /// `bearer-token-env` or `auth`, `headers`), never both. A relative program
+    /// path with a `/`, and a relative `cwd`, are relative to `base`.
     fn transport(&self, base: &Path) -> Result<UpstreamTransport, String> {
-        let http_only = self.bearer_token_env.is_some() || self.headers.is_some();
+        let http_only =
+            self.bearer_token_env.is_some() || self.headers.is_some() || self.auth.is_some();
         let command_only = self.env.is_some() || self.cwd.is_some();
         match (&self.command, &self.url) {
             (Some(_), Some(_)) => Err("give `command` or `url`, not both".to_owned()),
             (None, None) => {
                 Err("needs `command` (a child on stdio) or `url` (Streamable HTTP)".to_owned())
             }
-            (Some(_), None) if http_only => {
-                Err("`bearer-token-env` and `headers` go with `url`, not `command`".to_owned())
-            }
+            (Some(_), None) if http_only => Err(
+                "`bearer-token-env`, `auth` and `headers` go with `url`, not `command`".to_owned(),
+            ),
             (None, Some(_)) if command_only => {
                 Err("`env` and `cwd` go with `command`, not `url`".to_owned())
             }
@@ -270,7 +275,7 @@ impl UpstreamTable {
                         "`url` must start with https:// or http://, not `{url}`"
                     ));
                 }
-                let bearer_token = match &self.bearer_token_env {
+                let token = match &self.bearer_token_env {
                     Some(variable) => match std::env::var(variable) {
                         Ok(token) if !token.is_empty() => Some(Secret::new(token)),
                         Ok(_) | Err(_) => {
@@ -281,9 +286,19 @@ impl UpstreamTable {
                     },
                     None => None,
                 };
+                let auth = match (self.auth.as_deref(), token) {
+                    (Some(AUTH_FORWARD), token) => UpstreamAuth::Forward(token),
+                    (Some(other), _) => {
+                        return Err(format!(
+                            "`auth` must be \"{AUTH_FORWARD}\" (each call carries its caller's access token), not \"{other}\""
+                        ));
+                    }
+                    (None, Some(token)) => UpstreamAuth::Bearer(token),
+                    (None, None) => UpstreamAuth::None,
+                };
                 Ok(UpstreamTransport::Http {
                     url: url.clone(),
-                    bearer_token,
+                    auth,
                     headers: self.headers.clone().unwrap_or_default(),
                 })
             }
@@ -694,6 +709,12 @@ command = ["./servers/local.py"]
 name = "docs"
 url = "https://mcp.example.com/mcp"
 headers = { "X-Org" = "acme" }
+
+[[upstream]]
+name = "crm"
+url = "https://crm.example.com/mcp"
+auth = "forward"
+bearer-token-env = "PATH"
 "#,
         )?;
         let cli = parse(args(&["--config", &path.display().to_string()]))?;
@@ -728,8 +749,20 @@ headers = { "X-Org" = "acme" }
                     name: "docs".into(),
                     transport: UpstreamTransport::Http {
                         url: "https://mcp.example.com/mcp".into(),
-                        bearer_token: None,
+                        auth: UpstreamAuth::None,
                         headers: BTreeMap::from([("X-Org".into(), "acme".into())]),
+                    },
+                    timeout: None,
+                    tools: None,
+                },
+                UpstreamConfig {
+                    name: "crm".into(),
+                    transport: UpstreamTransport::Http {
+                        url: "https://crm.example.com/mcp".into(),
+                        auth: UpstreamAuth::Forward(Some(Secret::new(
+                            std::env::var("PATH").unwrap_or_default()
+                        ))),
+                        headers: BTreeMap::new(),
                     },
                     timeout: None,
                     tools: None,
@@ -740,7 +773,7 @@ headers = { "X-Org" = "acme" }
             (
                 "up-unknown",
                 "[[upstream]]\nname = \"a\"\ncommand = [\"x\"]\nretries = 3\n",
-                "line 4: [[upstream]]: unknown field `retries`, expected one of `name`, `command`, `env`, `cwd`, `url`, `bearer-token-env`, `headers`, `timeout`, `tools`",
+                "line 4: [[upstream]]: unknown field `retries`, expected one of `name`, `command`, `env`, `cwd`, `url`, `bearer-token-env`, `auth`, `headers`, `timeout`, `tools`",
             ),
             (
                 "up-twice",
@@ -786,6 +819,16 @@ headers = { "X-Org" = "acme" }
                 "up-token",
                 "[[upstream]]\nname = \"a\"\nurl = \"https://a/mcp\"\nbearer-token-env = \"CODEMODE_TEST_UNSET_TOKEN\"\n",
                 "line 1: upstream `a`: bearer-token-env: the variable CODEMODE_TEST_UNSET_TOKEN is not set",
+            ),
+            (
+                "up-auth-command",
+                "[[upstream]]\nname = \"a\"\ncommand = [\"x\"]\nauth = \"forward\"\n",
+                "line 1: upstream `a`: `bearer-token-env`, `auth` and `headers` go with `url`, not `command`",
+            ),
+            (
+                "up-auth-unknown",
+                "[[upstream]]\nname = \"a\"\nurl = \"https://a/mcp\"\nauth = \"pass\"\n",
+                "line 1: upstream `a`: `auth` must be \"forward\" (each call carries its caller's access token), not \"pass\"",
             ),
             (
                 "up-empty",

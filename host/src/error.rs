@@ -35,6 +35,14 @@ pub const TIMED_OUT: &str = "timed out";
 /// cannot answer: `capability failed: upstream git is unavailable`.
 pub const UNAVAILABLE: &str = "is unavailable";
 
+/// The end of the detail of a call an upstream refused because of the caller's
+/// credentials (HTTP 401 or 403 to its access token).
+pub const REFUSED_CREDENTIALS: &str = "refused the caller's credentials";
+
+/// The end of the detail of a call of an upstream acting for its callers, by a
+/// caller who has no access token to act with.
+pub const NO_CREDENTIALS: &str = "acts for its caller, who has no access token";
+
 /// A failure of one of the three operations, as the model will see it.
 ///
 /// Variants carry only model-derived detail (a parse position, an argument path, a
@@ -113,6 +121,20 @@ pub(crate) fn unavailable_detail(upstream: &str) -> String {
     format!("upstream {upstream} {UNAVAILABLE}")
 }
 
+/// The detail of the [`ToolError::CapabilityFailed`] of a call the upstream
+/// refused for the caller's credentials: `upstream crm refused the caller's
+/// credentials`.
+pub(crate) fn refused_credentials_detail(upstream: &str) -> String {
+    format!("upstream {upstream} {REFUSED_CREDENTIALS}")
+}
+
+/// The detail of the [`ToolError::CapabilityFailed`] of a call of an upstream
+/// acting for its callers (`auth = "forward"`) by a caller without an access
+/// token: `upstream crm acts for its caller, who has no access token`.
+pub(crate) fn no_credentials_detail(upstream: &str) -> String {
+    format!("upstream {upstream} {NO_CREDENTIALS}")
+}
+
 /// Renders `prefix` or `prefix: detail`: the only place a detail form is built.
 fn with_detail(prefix: &str, detail: Option<&str>) -> String {
     match detail {
@@ -143,6 +165,18 @@ mod tests {
         for (constant, text) in cases {
             assert_eq!(constant, text);
         }
+    }
+
+    #[test]
+    fn the_credential_details_name_the_upstream() {
+        assert_eq!(
+            refused_credentials_detail("crm"),
+            "upstream crm refused the caller's credentials"
+        );
+        assert_eq!(
+            no_credentials_detail("crm"),
+            "upstream crm acts for its caller, who has no access token"
+        );
     }
 
     #[test]

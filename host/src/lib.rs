@@ -43,6 +43,7 @@ mod metrics;
 mod plugins;
 mod precompile;
 mod registry;
+mod secret;
 mod service;
 pub mod source;
 pub mod tasks;
@@ -68,4 +69,6 @@ pub use plugins::{
 pub use precompile::{Precompiled, precompile};
 pub use service::{LOCAL_SUBJECT, Service, ServiceConfig, StartError, UpstreamChanges};
 pub use source::Skipped;
-pub use upstream::{Secret, UpstreamConfig, UpstreamTransport, check_name as check_upstream_name};
+pub use upstream::{
+    Secret, UpstreamAuth, UpstreamConfig, UpstreamTransport, check_name as check_upstream_name,
+};

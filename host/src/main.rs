@@ -255,6 +255,17 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
     if telemetry.is_some() {
         tracing::info!("traces are exported over OTLP");
     }
+    if cli.oauth_issuer.is_none() {
+        for upstream in &cli.upstreams {
+            if let codemode_host::UpstreamTransport::Http {
+                auth: codemode_host::UpstreamAuth::Forward(_),
+                ..
+            } = &upstream.transport
+            {
+                tracing::warn!(upstream = %upstream.name, "auth = \"forward\" without --oauth-issuer: no caller has an access token, so every call of this upstream fails");
+            }
+        }
+    }
     let config = ServiceConfig {
         telemetry: telemetry.clone(),
         limits: cli.limits(),

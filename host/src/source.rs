@@ -37,6 +37,7 @@ pub use crate::wait::Cancel;
 pub use codemode_value::Value;
 
 use crate::catalog::is_printable;
+use crate::secret::Secret;
 
 /// A set of capabilities served from one place (one plugin file, one upstream).
 pub trait CapabilitySource: Send + Sync {
@@ -247,6 +248,10 @@ pub struct CallBudget {
     /// request carried one): a source that calls another service passes it on, so
     /// that the other's work joins the trace.
     pub trace: Option<TraceContext>,
+    /// The caller's access token, when its request came with one: for a source
+    /// that acts for the caller (an upstream with `auth = "forward"`). Never
+    /// logged.
+    pub credentials: Option<Secret>,
 }
 
 /// A position in a distributed trace, in W3C Trace Context form: what a call

@@ -18,6 +18,8 @@ pub mod rego;
 pub mod tokens;
 
 pub use rego::{DEFAULT_DECISION, RegoAuthorizer, RegoError};
+
+use crate::secret::Secret;
 pub use tokens::{Tokens, TokensError, token_hash};
 
 /// Who a request acts for: a stable, non-secret identifier. An empty one is
@@ -32,12 +34,15 @@ pub struct Subject {
 }
 
 /// The claims of a subject's access token, and its scopes.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct TokenClaims {
     claims: serde_json::Map<String, serde_json::Value>,
     scopes: Vec<String>,
     /// SHA-256 of the claims (as JSON) and the scopes: [`Subject::digest`].
     digest: [u8; 32],
+    /// The access token itself, for an upstream that acts for the subject
+    /// (`auth = "forward"`, `"token-exchange"`); never logged.
+    access_token: Option<Secret>,
 }
 
 /// No claims: what a subject without an access token has.
@@ -75,8 +80,25 @@ impl Subject {
                 claims,
                 scopes,
                 digest,
+                access_token: None,
             })),
         }
+    }
+
+    /// This subject of an access token, carrying `token` itself, so that an
+    /// upstream can act for it. A subject without claims stays without a token.
+    pub fn with_access_token(mut self, token: Secret) -> Self {
+        if let Some(claims) = self.token.as_mut() {
+            Arc::make_mut(claims).access_token = Some(token);
+        }
+        self
+    }
+
+    /// The access token it came with, when it came with one.
+    pub fn access_token(&self) -> Option<&Secret> {
+        self.token
+            .as_ref()
+            .and_then(|token| token.access_token.as_ref())
     }
 
     /// What tells apart two subjects of the same ID: a digest of the claims and

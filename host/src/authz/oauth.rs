@@ -22,6 +22,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Map, Value};
 
 use super::Subject;
+use crate::secret::Secret;
 
 /// How long a metadata or JWKS fetch may take.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -177,7 +178,7 @@ impl Verifier {
         &self.config
     }
 
-    /// The subject `token` names, with its claims and scopes.
+    /// The subject `token` names, with its claims and scopes, carrying the token.
     ///
     /// # Errors
     ///
@@ -232,7 +233,8 @@ impl Verifier {
                 )));
             }
         };
-        Ok(Subject::with_claims(id, claims, scopes))
+        // Kept for an upstream that acts for the subject (`auth = "forward"`).
+        Ok(Subject::with_claims(id, claims, scopes).with_access_token(Secret::new(token)))
     }
 
     /// The claims of `token`, checked as the module says, with `key`.

@@ -392,6 +392,7 @@ fn invoke(
         max_nodes: state.ledger.result_room(),
         meter: meter.clone(),
         trace: state.call_trace.take(),
+        credentials: state.subject.access_token().cloned(),
     };
     let deadline = budget.deadline;
     let execution = state.execution;

@@ -25,6 +25,7 @@ use rmcp::transport::streamable_http_client::{
 use sse_stream::Sse;
 
 use super::Secret;
+use super::credentials::{Credentials, REFUSED_CODE};
 use super::lines::{MAX_MESSAGE_BYTES, MAX_MESSAGE_TEXT, OVERSIZED_CODE, made_up_error};
 
 /// How rmcp's error for an SSE event over its limit begins (its error type is
@@ -33,12 +34,17 @@ use super::lines::{MAX_MESSAGE_BYTES, MAX_MESSAGE_TEXT, OVERSIZED_CODE, made_up_
 const EVENT_TOO_LARGE: &str = "SSE event exceeded the maximum size";
 
 /// rmcp's reqwest client, answering for an oversized result (see the module's
-/// documentation).
+/// documentation), and sending each call's own credential when it has one
+/// ([`Credentials`]).
 #[derive(Clone)]
-pub(crate) struct Bounded(reqwest::Client);
+pub(crate) struct Bounded {
+    client: reqwest::Client,
+    credentials: Option<Arc<Credentials>>,
+}
 
 /// A Streamable HTTP transport to `url`: TLS through rustls with the WebPKI roots,
-/// `bearer_token` and `headers` on every request, answers bounded as a stdio
+/// `bearer_token` and `headers` on every request (a call's credential lent to
+/// `credentials` in place of `bearer_token`), answers bounded as a stdio
 /// upstream's are.
 ///
 /// # Errors
@@ -48,13 +54,14 @@ pub(crate) fn transport(
     url: &str,
     bearer_token: Option<&Secret>,
     headers: &BTreeMap<String, String>,
+    credentials: Option<Arc<Credentials>>,
 ) -> Result<StreamableHttpClientTransport<Bounded>, String> {
     let client = reqwest::Client::builder()
         .tls_backend_preconfigured(crate::tls::client_config()?)
         .build()
         .map_err(|error| format!("HTTP client: {error}"))?;
     let mut config = StreamableHttpClientTransportConfig::with_uri(url);
-    config.auth_header = bearer_token.map(|token| token.0.clone());
+    config.auth_header = bearer_token.map(|token| token.expose().to_owned());
     config.max_json_response_size = MAX_MESSAGE_BYTES;
     config.max_sse_event_size = MAX_MESSAGE_BYTES;
     for (name, value) in headers {
@@ -65,7 +72,10 @@ pub(crate) fn transport(
         config.custom_headers.insert(header, value);
     }
     Ok(StreamableHttpClientTransport::with_client(
-        Bounded(client),
+        Bounded {
+            client,
+            credentials,
+        },
         config,
     ))
 }
@@ -134,11 +144,23 @@ impl StreamableHttpClient for Bounded {
             | ClientJsonRpcMessage::Response(_)
             | ClientJsonRpcMessage::Error(_) => None,
         };
+        let mut message = message;
         let mut custom_headers = custom_headers;
         trace_headers(&message, &mut custom_headers);
+        // A call acting for its caller carries the caller's credential, or none
+        // (its call ended meanwhile): never the session's.
+        let credential = self
+            .credentials
+            .as_ref()
+            .and_then(|credentials| credentials.take(&mut message));
+        let acts_for_caller = credential.is_some();
+        let auth_header = match credential {
+            Some(token) => token.map(|token| token.expose().to_owned()),
+            None => auth_header,
+        };
         async move {
             let answer = self
-                .0
+                .client
                 .post_message_with_response_limits(
                     uri,
                     message,
@@ -152,6 +174,16 @@ impl StreamableHttpClient for Bounded {
                 return answer;
             };
             match answer {
+                Err(error) if acts_for_caller && refused(&error) => {
+                    match made_up(
+                        &id,
+                        REFUSED_CODE,
+                        "the upstream refused the caller's credentials",
+                    ) {
+                        Some(made_up) => Ok(StreamableHttpPostResponse::Json(made_up, None)),
+                        None => Err(error),
+                    }
+                }
                 Err(StreamableHttpError::ResponseBodyTooLarge { max_size }) => {
                     match oversized(&id) {
                         Some(made_up) => Ok(StreamableHttpPostResponse::Json(made_up, None)),
@@ -173,7 +205,7 @@ impl StreamableHttpClient for Bounded {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> impl Future<Output = Result<(), StreamableHttpError<Self::Error>>> + Send + '_ {
-        self.0
+        self.client
             .delete_session(uri, session_id, auth_header, custom_headers)
     }
 
@@ -216,7 +248,7 @@ impl StreamableHttpClient for Bounded {
         >,
     > + Send
     + '_ {
-        self.0.get_stream_with_max_sse_event_size(
+        self.client.get_stream_with_max_sse_event_size(
             uri,
             session_id,
             last_event_id,
@@ -229,9 +261,30 @@ impl StreamableHttpClient for Bounded {
 
 /// The made-up answer to request `id` whose result was over the limit.
 fn oversized(id: &RequestId) -> Option<ServerJsonRpcMessage> {
+    made_up(
+        id,
+        OVERSIZED_CODE,
+        &format!("the result is over {MAX_MESSAGE_TEXT}"),
+    )
+}
+
+/// A made-up error answering request `id` with `code` and `detail`.
+fn made_up(id: &RequestId, code: i32, detail: &str) -> Option<ServerJsonRpcMessage> {
     let id = serde_json::to_string(id).ok()?;
-    let detail = format!("the result is over {MAX_MESSAGE_TEXT}");
-    made_up_error(&id, OVERSIZED_CODE, &detail)
+    made_up_error(&id, code, detail)
+}
+
+/// Whether `error` is the upstream refusing a request's credential: HTTP 401
+/// or 403, with a challenge or without (rmcp's text is then all there is).
+fn refused<E: std::error::Error + Send + Sync + 'static>(error: &StreamableHttpError<E>) -> bool {
+    match error {
+        StreamableHttpError::AuthRequired(_) | StreamableHttpError::InsufficientScope(_) => true,
+        StreamableHttpError::HttpStatus(status) => matches!(status.status, 401 | 403),
+        StreamableHttpError::UnexpectedServerResponse(text) => {
+            text.starts_with("HTTP 401") || text.starts_with("HTTP 403")
+        }
+        _ => false,
+    }
 }
 
 /// `message` as an SSE event, its data the JSON-RPC message.

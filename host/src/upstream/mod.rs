@@ -9,6 +9,7 @@
 //! upstream's answer, so the executor abandons it at the execution's deadline (and
 //! dropping it sends `notifications/cancelled` upstream); no fuel burns meanwhile.
 
+mod credentials;
 mod http;
 mod json;
 mod lines;
@@ -36,6 +37,7 @@ use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::io::AsyncReadExt;
 use tokio::sync::{Notify, oneshot};
 
+use self::credentials::{CREDENTIAL_META, Credentials, REFUSED_CODE};
 use self::lines::{
     ChildLines, MAX_MESSAGE_DEPTH, MAX_MESSAGE_TEXT, MAX_MESSAGE_VALUES, OVERSIZED_CODE,
     TOO_DEEP_CODE, made_up_marker,
@@ -45,7 +47,10 @@ use crate::catalog::{
     Annotations, BindError, BindLimits, Bound, Capability, CapabilitySpec, DottedName, Field,
     validate_spec,
 };
-use crate::error::{timed_out_detail, unavailable_detail};
+use crate::error::{
+    no_credentials_detail, refused_credentials_detail, timed_out_detail, unavailable_detail,
+};
+pub use crate::secret::Secret;
 use crate::source::{
     Arguments, CallBudget, CallFailure, CallFuture, CallOutcome, CapabilitySource, Session,
     sanitize_message,
@@ -100,28 +105,29 @@ pub enum UpstreamTransport {
     Http {
         /// The endpoint.
         url: String,
-        /// Sent as `Authorization: Bearer …` with every request.
-        bearer_token: Option<Secret>,
+        /// Whose credential its requests carry.
+        auth: UpstreamAuth,
         /// Sent with every request.
         headers: BTreeMap<String, String>,
     },
 }
 
-/// A value that must not reach a log: its `Debug` form is redacted.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps `value`.
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(..)")
-    }
+/// Whose credential an HTTP upstream's requests carry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UpstreamAuth {
+    /// None.
+    #[default]
+    None,
+    /// The operator's token (`bearer-token-env`), as `Authorization: Bearer …`
+    /// on every request.
+    Bearer(Secret),
+    /// Each call carries its caller's access token, unchanged (`auth =
+    /// "forward"`): the upstream sees who calls. The session's own requests
+    /// (`initialize`, `tools/list`) carry the operator's token when one is given
+    /// (`bearer-token-env`), else none; a caller without an access token (a
+    /// `--tokens` subject, stdio) cannot call it.
+    Forward(Option<Secret>),
 }
 
 /// How long starting an upstream, its `initialize` and its `tools/list` may take.
@@ -178,6 +184,9 @@ pub(crate) struct Upstream {
     peer: Peer<RoleClient>,
     /// Keeps the session open while any version of this upstream serves.
     link: Arc<Link>,
+    /// Where each call lends its caller's token, when the upstream acts for
+    /// its callers (`auth = "forward"`).
+    credentials: Option<Arc<Credentials>>,
     tools: Vec<UpstreamTool>,
     /// The capability of each tool, in the same order: what the registry reads.
     capabilities: Vec<Arc<Capability>>,
@@ -283,6 +292,15 @@ impl Upstream {
         let events = Events {
             tools_changed: tools_changed.clone(),
         };
+        // Lent to by each call acting for its caller (`auth = "forward"`).
+        let credentials = Arc::new(Credentials::default());
+        let acts_for_callers = matches!(
+            config.transport,
+            UpstreamTransport::Http {
+                auth: UpstreamAuth::Forward(_),
+                ..
+            }
+        );
         let (client, group) = match &config.transport {
             UpstreamTransport::Command { command, env, cwd } => {
                 let transport = child(&config.name, command, env, cwd.as_deref())?;
@@ -290,12 +308,13 @@ impl Upstream {
                 let group = transport.id().map(Group::new);
                 (events.serve(transport).await, group)
             }
-            UpstreamTransport::Http {
-                url,
-                bearer_token,
-                headers,
-            } => {
-                let transport = http::transport(url, bearer_token.as_ref(), headers)?;
+            UpstreamTransport::Http { url, auth, headers } => {
+                let (bearer_token, lent) = match auth {
+                    UpstreamAuth::None => (None, None),
+                    UpstreamAuth::Bearer(token) => (Some(token), None),
+                    UpstreamAuth::Forward(session) => (session.as_ref(), Some(credentials.clone())),
+                };
+                let transport = http::transport(url, bearer_token, headers, lent)?;
                 (events.serve(transport).await, None)
             }
         };
@@ -324,6 +343,7 @@ impl Upstream {
             timeout: config.timeout,
             peer,
             link,
+            credentials: acts_for_callers.then_some(credentials),
             capabilities: tools.iter().map(|t| t.capability.clone()).collect(),
             tools,
         };
@@ -348,6 +368,7 @@ impl Upstream {
             timeout: self.timeout,
             peer: self.peer.clone(),
             link: self.link.clone(),
+            credentials: self.credentials.clone(),
             capabilities: tools.iter().map(|t| t.capability.clone()).collect(),
             tools,
         })
@@ -395,13 +416,28 @@ impl Upstream {
             return outcome(Err(CallFailure::Internal));
         };
         params.arguments = Some(arguments);
+        let mut meta = RequestMetaObject::new();
         // The upstream's work joins the execution's trace (SEP-414).
         if let Some(trace) = &budget.trace {
-            let mut meta = RequestMetaObject::new();
             meta.set_traceparent(trace.traceparent.clone());
             if let Some(state) = &trace.tracestate {
                 meta.set_tracestate(state.clone());
             }
+        }
+        // Held until the call ends: the transport sends the caller's token.
+        let _lent = match (&self.credentials, &budget.credentials) {
+            (None, _) => None,
+            (Some(credentials), Some(token)) => {
+                let lent = credentials.lend(token.clone());
+                meta.insert(CREDENTIAL_META.to_owned(), lent.reference.clone().into());
+                Some(lent)
+            }
+            (Some(_), None) => {
+                let detail = no_credentials_detail(&self.name);
+                return outcome(Err(CallFailure::Failed(Some(detail))));
+            }
+        };
+        if !meta.is_empty() {
             params.meta = Some(meta);
         }
         // Dropping this future (the execution's deadline, a cancelled request, the
@@ -423,6 +459,11 @@ impl Upstream {
             Ok(_) => {
                 tracing::warn!(upstream = %self.name, tool = %tool.tool, "the tool asked for input or started a task, which code mode cannot give");
                 return outcome(Err(CallFailure::Failed(None)));
+            }
+            Err(rmcp::ServiceError::McpError(error)) if made_up(&error, REFUSED_CODE) => {
+                tracing::info!(upstream = %self.name, tool = %tool.tool, "the upstream refused the caller's credentials");
+                let detail = refused_credentials_detail(&self.name);
+                return outcome(Err(CallFailure::Failed(Some(detail))));
             }
             Err(rmcp::ServiceError::McpError(error)) if made_up(&error, OVERSIZED_CODE) => {
                 let detail = format!(
