@@ -37,8 +37,14 @@ impl Issuer {
 
     /// An issuer whose tokens name `resource` by default.
     fn start_for(resource: &str) -> Self {
+        Self::start_exchanging(resource, &[])
+    }
+
+    /// [`Issuer::start_for`], also exchanging tokens for `audiences`.
+    fn start_exchanging(resource: &str, audiences: &[&str]) -> Self {
         let tools = node_tools();
-        let config = json!({"modules": tools.modules, "resource": resource});
+        let config =
+            json!({"modules": tools.modules, "resource": resource, "audiences": audiences});
         let mut child = Command::new(&tools.node)
             .arg(root().join("tests/clients/oidc_provider.mjs"))
             .arg(config.to_string())
@@ -88,6 +94,16 @@ impl Issuer {
             .as_str()
             .unwrap_or_else(|| panic!("no token: {answer}"))
             .to_owned()
+    }
+
+    /// How many token exchanges it made.
+    fn exchanges(&mut self) -> u64 {
+        let stdin = self.stdin.as_mut().expect("stdin");
+        stdin.write_all(b"exchanges\n").expect("ask for the count");
+        stdin.flush().expect("flush");
+        read_line(&mut self.stdout)["exchanges"]
+            .as_u64()
+            .expect("a count")
     }
 
     /// Signs with a new key from now on (the old one stays published); its ID.
@@ -424,13 +440,7 @@ fn the_python_sdk_logs_in_through_the_issuer_and_calls_execute() {
         json!(["permission denied"]),
         "{bob}"
     );
-    let subjects: Vec<String> = server
-        .audit()
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).expect("JSON"))
-        .map(|line| line["subject"].as_str().unwrap_or_default().to_owned())
-        .collect();
-    assert_eq!(subjects, ["alice", "bob"]);
+    assert_eq!(audited(&server), ["alice", "bob"]);
 }
 
 /// Admins see and call everything; everyone else only `sleepy.*` and what is
@@ -547,6 +557,96 @@ fn a_subject_cannot_find_what_its_catalog_hides() {
     assert!(!log.contains(&bob) && !log.contains("admins"), "{log}");
 }
 
+/// A gateway and its upstream, both trusting one issuer.
+struct Gateway {
+    /// The upstream: another codemode-host with the sleepy plugin, its
+    /// session token `gateway-secret` (subject `gateway`).
+    inner: HttpServer,
+    /// The gateway: no plugins, `--allow-all`, tokens of the issuer known as
+    /// [`RESOURCE`], and `carol-secret` (subject `carol`) from a tokens file.
+    outer: HttpServer,
+}
+
+/// A tokens file in `dir` named `name` with one `subject` holding `token`.
+fn tokens_file(dir: &std::path::Path, name: &str, subject: &str, token: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        format!("{subject} {}\n", codemode_host::authz::token_hash(token)),
+    )
+    .expect("write a tokens file");
+    path.display().to_string()
+}
+
+/// Starts a [`Gateway`] in `target/e2e-oauth/<label>`: the upstream known as
+/// `inner_resource` with `inner_args`, the gateway with the `[[upstream]]`
+/// tables `upstreams` makes of the upstream's URL and `outer_args`.
+fn gateway(
+    label: &str,
+    issuer: &Issuer,
+    inner_resource: &str,
+    inner_args: &[&str],
+    upstreams: impl Fn(&str) -> String,
+    outer_args: &[&str],
+) -> Gateway {
+    let dir = root().join("target/e2e-oauth").join(label);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("outer-plugins")).expect("create the folders");
+    let inner_plugins = plugin_folder(&format!("oauth-{label}-inner"), &[test_plugin("sleepy")]);
+    let inner_tokens = tokens_file(&dir, "inner.tokens", "gateway", "gateway-secret");
+    let mut args = vec![
+        "--plugins",
+        inner_plugins.to_str().expect("utf-8 path"),
+        "--allow-all",
+        "--tokens",
+        &inner_tokens,
+        "--oauth-issuer",
+        &issuer.url,
+        "--resource-url",
+        inner_resource,
+    ];
+    args.extend(inner_args);
+    let inner = HttpServer::start(&args);
+    let config = dir.join("outer.toml");
+    std::fs::write(&config, upstreams(&inner.url())).expect("write the config");
+    let outer_tokens = tokens_file(&dir, "outer.tokens", "carol", "carol-secret");
+    let outer_plugins = dir.join("outer-plugins");
+    let mut args = vec![
+        "--config",
+        config.to_str().expect("utf-8 path"),
+        "--plugins",
+        outer_plugins.to_str().expect("utf-8 path"),
+        "--allow-all",
+        "--tokens",
+        &outer_tokens,
+        "--oauth-issuer",
+        &issuer.url,
+        "--resource-url",
+        RESOURCE,
+    ];
+    args.extend(outer_args);
+    let outer =
+        HttpServer::start_listening("127.0.0.1:0", &args, &[("INNER_TOKEN", "gateway-secret")]);
+    Gateway { inner, outer }
+}
+
+/// A program napping through the upstream named `upstream`.
+fn nap_through(upstream: &str) -> String {
+    format!(
+        "def main():\n    return {upstream}.execute(source=\"def main():\\n    return sleepy.nap(ms=1)\")[\"result\"]"
+    )
+}
+
+/// The subjects of `server`'s audit lines, in order.
+fn audited(server: &HttpServer) -> Vec<String> {
+    server
+        .audit()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("JSON"))
+        .map(|line| line["subject"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
 /// `auth = "forward"`: an HTTP upstream (another codemode-host trusting the
 /// same issuer) gets each caller's own access token on its calls, and the
 /// operator's token on the session's own requests. It sees who calls (its
@@ -556,61 +656,19 @@ fn a_subject_cannot_find_what_its_catalog_hides() {
 #[test]
 fn an_upstream_acting_for_its_callers_gets_each_callers_token() {
     let issuer = Issuer::start();
-    let dir = root().join("target/e2e-oauth/forward");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("outer-plugins")).expect("create the folders");
-    let tokens = |name: &str, subject: &str, token: &str| {
-        let path = dir.join(name);
-        std::fs::write(
-            &path,
-            format!("{subject} {}\n", codemode_host::authz::token_hash(token)),
-        )
-        .expect("write a tokens file");
-        path.display().to_string()
-    };
-    let inner_plugins = plugin_folder("oauth-forward-inner", &[test_plugin("sleepy")]);
-    let inner = HttpServer::start(&[
-        "--plugins",
-        inner_plugins.to_str().expect("utf-8 path"),
-        "--allow-all",
-        "--tokens",
-        &tokens("inner.tokens", "gateway", "gateway-secret"),
-        "--oauth-issuer",
-        &issuer.url,
-        "--resource-url",
+    let Gateway { inner, outer } = gateway(
+        "forward",
+        &issuer,
         RESOURCE,
-        "--required-scope",
-        "mcp:admin",
-    ]);
-    let config = dir.join("outer.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[upstream]]\nname = \"inner\"\nurl = \"{}\"\nauth = \"forward\"\nbearer-token-env = \"INNER_TOKEN\"\n",
-            inner.url()
-        ),
-    )
-    .expect("write the config");
-    let outer = HttpServer::start_listening(
-        "127.0.0.1:0",
-        &[
-            "--config",
-            config.to_str().expect("utf-8 path"),
-            "--plugins",
-            dir.join("outer-plugins").to_str().expect("utf-8 path"),
-            "--allow-all",
-            "--tokens",
-            &tokens("outer.tokens", "carol", "carol-secret"),
-            "--oauth-issuer",
-            &issuer.url,
-            "--resource-url",
-            RESOURCE,
-            "--required-scope",
-            "mcp:execute",
-        ],
-        &[("INNER_TOKEN", "gateway-secret")],
+        &["--required-scope", "mcp:admin"],
+        |url| {
+            format!(
+                "[[upstream]]\nname = \"inner\"\nurl = \"{url}\"\nauth = \"forward\"\nbearer-token-env = \"INNER_TOKEN\"\n"
+            )
+        },
+        &["--required-scope", "mcp:execute"],
     );
-    let program = "def main():\n    return inner.execute(source=\"def main():\\n    return sleepy.nap(ms=1)\")[\"result\"]";
+    let program = &nap_through("inner");
     // Alice's token carries both scopes: the inner server runs her call as hers.
     let alice = issuer.token("alice", "mcp:execute mcp:admin", RESOURCE);
     assert_eq!(
@@ -637,16 +695,84 @@ fn an_upstream_acting_for_its_callers_gets_each_callers_token() {
         execute_as(outer.port, &alice, program),
         Ok(json!({"ms": 1}))
     );
-    let subjects: Vec<String> = inner
-        .audit()
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).expect("JSON"))
-        .map(|line| line["subject"].as_str().unwrap_or_default().to_owned())
-        .collect();
-    assert_eq!(subjects, ["alice", "alice"]);
+    assert_eq!(audited(&inner), ["alice", "alice"]);
     // No token reaches either log.
     for log in [outer.log(), inner.log()] {
         for secret in [&alice, &bob, &"gateway-secret".to_owned()] {
+            assert!(!log.contains(secret.as_str()), "{log}");
+        }
+    }
+}
+
+/// The audience the token-exchange test's upstream is known by.
+const CRM: &str = "http://localhost/crm";
+
+/// `auth = "token-exchange"`: each call's caller token is exchanged at the
+/// issuer (RFC 8693, as this server's own client) for one whose audience is
+/// the upstream's, which checks it (another codemode-host whose resource URL is
+/// that audience) and sees the caller's subject. One exchange serves the
+/// caller's calls until shortly before the token expires; an audience the
+/// issuer refuses fails the call with the fixed text.
+#[test]
+fn an_upstream_gets_a_token_exchanged_for_its_audience() {
+    let mut issuer = Issuer::start_exchanging(RESOURCE, &[CRM]);
+    let dir = root().join("target/e2e-oauth");
+    std::fs::create_dir_all(&dir).expect("create the folder");
+    let secret = dir.join("client-secret");
+    std::fs::write(&secret, "codemode-secret\n").expect("write the client secret");
+    let upstream = |url: &str, name: &str, audience: &str| {
+        format!(
+            "[[upstream]]\nname = \"{name}\"\nurl = \"{url}\"\nauth = \"token-exchange\"\naudience = \"{audience}\"\nbearer-token-env = \"INNER_TOKEN\"\n"
+        )
+    };
+    let Gateway { inner, outer } = gateway(
+        "exchange",
+        &issuer,
+        CRM,
+        &[],
+        |url| {
+            format!(
+                "{}\n{}",
+                upstream(url, "crm", CRM),
+                upstream(url, "elsewhere", "http://localhost/elsewhere")
+            )
+        },
+        &[
+            "--oauth-client-id",
+            "codemode",
+            "--oauth-client-secret-file",
+            secret.to_str().expect("utf-8 path"),
+        ],
+    );
+    let program = |upstream: &str| nap_through(upstream);
+    let alice = issuer.token("alice", "mcp:execute", RESOURCE);
+    assert_eq!(
+        execute_as(outer.port, &alice, &program("crm")),
+        Ok(json!({"ms": 1}))
+    );
+    assert_eq!(
+        execute_as(outer.port, &alice, &program("crm")),
+        Ok(json!({"ms": 1}))
+    );
+    assert_eq!(issuer.exchanges(), 1, "one exchange serves both calls");
+    assert_eq!(audited(&inner), ["alice", "alice"]);
+    // The issuer refuses this audience: the call fails, the session serves on.
+    assert_eq!(
+        execute_as(outer.port, &alice, &program("elsewhere")),
+        Err("capability failed: upstream elsewhere refused the caller's credentials".to_owned())
+    );
+    assert_eq!(issuer.exchanges(), 1);
+    let bob = issuer.token("bob", "mcp:execute", RESOURCE);
+    assert_eq!(
+        execute_as(outer.port, &bob, &program("crm")),
+        Ok(json!({"ms": 1}))
+    );
+    assert_eq!(issuer.exchanges(), 2);
+    crate::support::wait_for_audit(&inner, "\"subject\":\"bob\"", 1);
+    crate::support::wait_for_log(&outer, "token exchange failed", 1);
+    // No token, and not the client secret, reaches either log.
+    for log in [outer.log(), inner.log()] {
+        for secret in [&alice, &bob, &"codemode-secret".to_owned()] {
             assert!(!log.contains(secret.as_str()), "{log}");
         }
     }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use clap::Parser;
 
 use codemode_host::audit::AuditLog;
+use codemode_host::authz::exchange::{ClientCredentials, Exchanger, TokenExchange};
 use codemode_host::authz::oauth::{
     DEFAULT_SUBJECT_CLAIM, OAuthConfig, UrlError, Verifier, check_url, is_scope_token,
 };
@@ -23,7 +24,10 @@ use codemode_host::tasks::TaskLimits;
 use codemode_host::units::{
     MAX_DURATION, MAX_DURATION_TEXT, MAX_SIZE, parse_bytes, parse_duration,
 };
-use codemode_host::{Compiler, DEFAULT_COMPILE_MEMORY, LOCAL_SUBJECT, Limits, LoadLimits};
+use codemode_host::{
+    Compiler, DEFAULT_COMPILE_MEMORY, LOCAL_SUBJECT, Limits, LoadLimits, Secret, UpstreamAuth,
+    UpstreamTransport,
+};
 
 /// MCP server for code mode: capabilities from WebAssembly components
 ///
@@ -262,6 +266,24 @@ pub struct Cli {
     /// subject of --tokens with the same ID is the same subject.
     #[arg(long, value_name = "CLAIM", requires = "oauth_issuer")]
     pub subject_claim: Option<String>,
+
+    /// This server's client ID at --oauth-issuer, for token exchange
+    ///
+    /// An upstream with auth = "token-exchange" gets, for each caller, a token
+    /// the issuer makes for the upstream's audience in exchange for the
+    /// caller's (RFC 8693), asked for with this client ID and the secret of
+    /// --oauth-client-secret-file (HTTP Basic).
+    #[arg(
+        long,
+        value_name = "ID",
+        requires = "oauth_issuer",
+        requires = "oauth_client_secret_file"
+    )]
+    pub oauth_client_id: Option<String>,
+
+    /// The file holding --oauth-client-id's secret (read at start)
+    #[arg(long, value_name = "FILE", requires = "oauth_client_id")]
+    pub oauth_client_secret_file: Option<PathBuf>,
 
     /// Also accept this Host header over HTTP (repeatable)
     ///
@@ -698,6 +720,9 @@ pub enum ConfigError {
     /// The OAuth resource server could not be set up.
     #[error("--oauth-issuer: {0}")]
     OAuth(String),
+    /// Token exchange cannot be set up.
+    #[error("{0}")]
+    Exchange(String),
     /// The audit log file could not be opened.
     #[error("audit log `{path}`: {reason}")]
     AuditLog {
@@ -736,6 +761,11 @@ const TOKENS_CAP: &str = "16 MiB, the most a tokens file may hold";
 const MAX_POLICY_BYTES: u64 = 16 << 20;
 /// What sets [`MAX_POLICY_BYTES`], for the message.
 const POLICY_CAP: &str = "16 MiB, the most a policy module may hold";
+
+/// Largest client secret file read.
+const MAX_SECRET_BYTES: u64 = 64 << 10;
+/// What sets [`MAX_SECRET_BYTES`], for the message.
+const SECRET_CAP: &str = "64 KiB, the most a client secret file may hold";
 
 /// Reads and parses the tokens file at `path`: a regular file (a FIFO or a device
 /// is refused at once, never waited on) of at most 16 MiB.
@@ -834,6 +864,72 @@ impl Cli {
             ),
             policy: None,
         })
+    }
+
+    /// What trades callers' tokens for upstreams' (`--oauth-client-id`), at
+    /// the issuer of `http`'s authentication; `None` without the flag.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Exchange`] when the secret file cannot be read or is
+    /// blank, or an upstream with `auth = "token-exchange"` has nothing to
+    /// exchange with.
+    pub fn token_exchange(
+        &self,
+        http: Option<&HttpConfig>,
+    ) -> Result<Option<Arc<dyn TokenExchange>>, ConfigError> {
+        let verifier = http.and_then(|http| match &http.authentication {
+            Authentication::Bearer {
+                oauth: Some(verifier),
+                ..
+            } => Some(verifier.clone()),
+            Authentication::Bearer { oauth: None, .. } | Authentication::Fixed(_) => None,
+        });
+        let exchanger = match (
+            &self.oauth_client_id,
+            &self.oauth_client_secret_file,
+            verifier,
+        ) {
+            (Some(id), Some(path), Some(verifier)) => {
+                let secret = read_text(path, MAX_SECRET_BYTES, SECRET_CAP).map_err(|error| {
+                    ConfigError::Exchange(format!(
+                        "--oauth-client-secret-file {}: {error}",
+                        path.display()
+                    ))
+                })?;
+                let secret = secret.trim();
+                if secret.is_empty() {
+                    return Err(ConfigError::Exchange(format!(
+                        "--oauth-client-secret-file {}: the file is blank",
+                        path.display()
+                    )));
+                }
+                let client = ClientCredentials {
+                    id: id.clone(),
+                    secret: Secret::new(secret),
+                };
+                let exchanger: Arc<dyn TokenExchange> = Arc::new(Exchanger::new(verifier, client));
+                Some(exchanger)
+            }
+            _ => None,
+        };
+        if exchanger.is_none()
+            && let Some(upstream) = self.upstreams.iter().find(|upstream| {
+                matches!(
+                    upstream.transport,
+                    UpstreamTransport::Http {
+                        auth: UpstreamAuth::TokenExchange { .. },
+                        ..
+                    }
+                )
+            })
+        {
+            return Err(ConfigError::Exchange(format!(
+                "upstream `{}`: auth = \"token-exchange\" needs --oauth-issuer, --oauth-client-id and --oauth-client-secret-file",
+                upstream.name
+            )));
+        }
+        Ok(exchanger)
     }
 
     /// The HTTP listener's settings, when `--listen` is given.
@@ -1172,6 +1268,57 @@ mod tests {
         assert_eq!(
             cli.authorization(true)?.summary,
             "every native call is allowed (--allow-all)"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn token_exchange_needs_the_client_and_its_secret() -> anyhow::Result<()> {
+        let mut cli = Cli::try_parse_from(["codemode-host"])?;
+        cli.upstreams = vec![codemode_host::UpstreamConfig {
+            name: "crm".into(),
+            transport: UpstreamTransport::Http {
+                url: "https://crm.example.com/mcp".into(),
+                auth: UpstreamAuth::TokenExchange {
+                    audience: "https://crm.example.com".into(),
+                    session: None,
+                },
+                headers: std::collections::BTreeMap::new(),
+            },
+            timeout: None,
+            tools: None,
+        }];
+        assert_eq!(
+            cli.token_exchange(None).err().map(|e| e.to_string()),
+            Some("upstream `crm`: auth = \"token-exchange\" needs --oauth-issuer, --oauth-client-id and --oauth-client-secret-file".to_owned())
+        );
+        assert!(
+            Cli::try_parse_from(["codemode-host", "--oauth-client-id", "codemode"]).is_err(),
+            "the client ID needs the issuer and the secret file"
+        );
+        let blank = write_policy("blank-secret", " \n")?;
+        let cli = Cli::try_parse_from([
+            "codemode-host",
+            "--listen",
+            "127.0.0.1:0",
+            "--oauth-issuer",
+            "https://login.example.com",
+            "--resource-url",
+            "https://mcp.example.com/mcp",
+            "--oauth-client-id",
+            "codemode",
+            "--oauth-client-secret-file",
+            &blank.display().to_string(),
+        ])?;
+        let http = cli.http()?;
+        assert_eq!(
+            cli.token_exchange(http.as_ref().map(|(_, config)| config))
+                .err()
+                .map(|e| e.to_string()),
+            Some(format!(
+                "--oauth-client-secret-file {}: the file is blank",
+                blank.display()
+            ))
         );
         Ok(())
     }

@@ -38,6 +38,10 @@ const UPSTREAM_KEY: &str = "upstream";
 /// `auth = "forward"`: an HTTP upstream's calls carry the caller's access token.
 const AUTH_FORWARD: &str = "forward";
 
+/// `auth = "token-exchange"`: an HTTP upstream's calls carry a token the issuer
+/// made for its `audience` in exchange for the caller's (RFC 8693).
+const AUTH_EXCHANGE: &str = "token-exchange";
+
 /// Largest config file read: settings are a few lines; this only stops a huge file.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
@@ -231,6 +235,7 @@ struct UpstreamTable {
     url: Option<String>,
     bearer_token_env: Option<String>,
     auth: Option<String>,
+    audience: Option<String>,
     headers: Option<BTreeMap<String, String>>,
     timeout: Option<String>,
     tools: Option<Vec<String>>,
@@ -241,8 +246,10 @@ impl UpstreamTable {
     /// `bearer-token-env` or `auth`, `headers`), never both. A relative program
     /// path with a `/`, and a relative `cwd`, are relative to `base`.
     fn transport(&self, base: &Path) -> Result<UpstreamTransport, String> {
-        let http_only =
-            self.bearer_token_env.is_some() || self.headers.is_some() || self.auth.is_some();
+        let http_only = self.bearer_token_env.is_some()
+            || self.headers.is_some()
+            || self.auth.is_some()
+            || self.audience.is_some();
         let command_only = self.env.is_some() || self.cwd.is_some();
         match (&self.command, &self.url) {
             (Some(_), Some(_)) => Err("give `command` or `url`, not both".to_owned()),
@@ -250,7 +257,8 @@ impl UpstreamTable {
                 Err("needs `command` (a child on stdio) or `url` (Streamable HTTP)".to_owned())
             }
             (Some(_), None) if http_only => Err(
-                "`bearer-token-env`, `auth` and `headers` go with `url`, not `command`".to_owned(),
+                "`bearer-token-env`, `auth`, `audience` and `headers` go with `url`, not `command`"
+                    .to_owned(),
             ),
             (None, Some(_)) if command_only => {
                 Err("`env` and `cwd` go with `command`, not `url`".to_owned())
@@ -286,15 +294,31 @@ impl UpstreamTable {
                     },
                     None => None,
                 };
-                let auth = match (self.auth.as_deref(), token) {
-                    (Some(AUTH_FORWARD), token) => UpstreamAuth::Forward(token),
-                    (Some(other), _) => {
+                let auth = match (self.auth.as_deref(), token, &self.audience) {
+                    (Some(AUTH_EXCHANGE), session, Some(audience))
+                        if !audience.trim().is_empty() =>
+                    {
+                        UpstreamAuth::TokenExchange {
+                            audience: audience.clone(),
+                            session,
+                        }
+                    }
+                    (Some(AUTH_EXCHANGE), _, _) => {
                         return Err(format!(
-                            "`auth` must be \"{AUTH_FORWARD}\" (each call carries its caller's access token), not \"{other}\""
+                            "`auth = \"{AUTH_EXCHANGE}\"` needs `audience`: the upstream's resource identifier, which the exchanged token names"
                         ));
                     }
-                    (None, Some(token)) => UpstreamAuth::Bearer(token),
-                    (None, None) => UpstreamAuth::None,
+                    (_, _, Some(_)) => {
+                        return Err(format!("`audience` goes with `auth = \"{AUTH_EXCHANGE}\"`"));
+                    }
+                    (Some(AUTH_FORWARD), token, None) => UpstreamAuth::Forward(token),
+                    (Some(other), _, None) => {
+                        return Err(format!(
+                            "`auth` must be \"{AUTH_FORWARD}\" (each call carries its caller's access token) or \"{AUTH_EXCHANGE}\" (one the issuer exchanges it for), not \"{other}\""
+                        ));
+                    }
+                    (None, Some(token), None) => UpstreamAuth::Bearer(token),
+                    (None, None, None) => UpstreamAuth::None,
                 };
                 Ok(UpstreamTransport::Http {
                     url: url.clone(),
@@ -715,6 +739,12 @@ name = "crm"
 url = "https://crm.example.com/mcp"
 auth = "forward"
 bearer-token-env = "PATH"
+
+[[upstream]]
+name = "billing"
+url = "https://billing.example.com/mcp"
+auth = "token-exchange"
+audience = "https://billing.example.com"
 "#,
         )?;
         let cli = parse(args(&["--config", &path.display().to_string()]))?;
@@ -767,13 +797,26 @@ bearer-token-env = "PATH"
                     timeout: None,
                     tools: None,
                 },
+                UpstreamConfig {
+                    name: "billing".into(),
+                    transport: UpstreamTransport::Http {
+                        url: "https://billing.example.com/mcp".into(),
+                        auth: UpstreamAuth::TokenExchange {
+                            audience: "https://billing.example.com".into(),
+                            session: None,
+                        },
+                        headers: BTreeMap::new(),
+                    },
+                    timeout: None,
+                    tools: None,
+                },
             ]
         );
         let cases = [
             (
                 "up-unknown",
                 "[[upstream]]\nname = \"a\"\ncommand = [\"x\"]\nretries = 3\n",
-                "line 4: [[upstream]]: unknown field `retries`, expected one of `name`, `command`, `env`, `cwd`, `url`, `bearer-token-env`, `auth`, `headers`, `timeout`, `tools`",
+                "line 4: [[upstream]]: unknown field `retries`, expected one of `name`, `command`, `env`, `cwd`, `url`, `bearer-token-env`, `auth`, `audience`, `headers`, `timeout`, `tools`",
             ),
             (
                 "up-twice",
@@ -823,12 +866,22 @@ bearer-token-env = "PATH"
             (
                 "up-auth-command",
                 "[[upstream]]\nname = \"a\"\ncommand = [\"x\"]\nauth = \"forward\"\n",
-                "line 1: upstream `a`: `bearer-token-env`, `auth` and `headers` go with `url`, not `command`",
+                "line 1: upstream `a`: `bearer-token-env`, `auth`, `audience` and `headers` go with `url`, not `command`",
+            ),
+            (
+                "up-exchange-no-audience",
+                "[[upstream]]\nname = \"a\"\nurl = \"https://a/mcp\"\nauth = \"token-exchange\"\n",
+                "line 1: upstream `a`: `auth = \"token-exchange\"` needs `audience`: the upstream's resource identifier, which the exchanged token names",
+            ),
+            (
+                "up-audience-alone",
+                "[[upstream]]\nname = \"a\"\nurl = \"https://a/mcp\"\nauth = \"forward\"\naudience = \"x\"\n",
+                "line 1: upstream `a`: `audience` goes with `auth = \"token-exchange\"`",
             ),
             (
                 "up-auth-unknown",
                 "[[upstream]]\nname = \"a\"\nurl = \"https://a/mcp\"\nauth = \"pass\"\n",
-                "line 1: upstream `a`: `auth` must be \"forward\" (each call carries its caller's access token), not \"pass\"",
+                "line 1: upstream `a`: `auth` must be \"forward\" (each call carries its caller's access token) or \"token-exchange\" (one the issuer exchanges it for), not \"pass\"",
             ),
             (
                 "up-empty",

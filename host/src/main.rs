@@ -217,6 +217,7 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
         None => {}
     }
     let http = cli.http()?;
+    let token_exchange = cli.token_exchange(http.as_ref().map(|(_, config)| config))?;
     let authorization = cli.authorization(http.is_some())?;
     tracing::info!("authorization: {}", authorization.summary);
     let audit = Arc::new(cli.audit()?);
@@ -264,6 +265,7 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
             {
                 tracing::warn!(upstream = %upstream.name, "auth = \"forward\" without --oauth-issuer: no caller has an access token, so every call of this upstream fails");
             }
+            // token-exchange without the issuer stopped the start (Cli::token_exchange).
         }
     }
     let config = ServiceConfig {
@@ -280,6 +282,7 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
         // A gateway of upstreams needs no plugins folder unless one was named.
         plugins_optional: !cli.plugins_given && !cli.upstreams.is_empty(),
         providers: Vec::new(),
+        token_exchange,
     };
     // Orphaned grandchildren of upstream children become ours, not init's, so that
     // none outlives the server (ended below).

@@ -36,6 +36,7 @@ pub use crate::catalog::{
 pub use crate::wait::Cancel;
 pub use codemode_value::Value;
 
+use crate::authz::exchange::TokenExchange;
 use crate::catalog::is_printable;
 use crate::secret::Secret;
 
@@ -248,10 +249,29 @@ pub struct CallBudget {
     /// request carried one): a source that calls another service passes it on, so
     /// that the other's work joins the trace.
     pub trace: Option<TraceContext>,
-    /// The caller's access token, when its request came with one: for a source
-    /// that acts for the caller (an upstream with `auth = "forward"`). Never
-    /// logged.
-    pub credentials: Option<Secret>,
+    /// Who the call acts for, when its request came with an access token: for
+    /// a source that acts for its caller (an upstream with `auth = "forward"`
+    /// or `"token-exchange"`).
+    pub caller: Option<Caller>,
+}
+
+/// The caller of a native call, as a source acting for it needs it.
+#[derive(Clone)]
+pub struct Caller {
+    /// The access token its request came with (never logged).
+    pub token: Secret,
+    /// What trades that token for one meant for another audience
+    /// (`--oauth-client-id`); `None` without.
+    pub exchange: Option<Arc<dyn TokenExchange>>,
+}
+
+impl std::fmt::Debug for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caller")
+            .field("token", &self.token)
+            .field("exchange", &self.exchange.is_some())
+            .finish()
+    }
 }
 
 /// A position in a distributed trace, in W3C Trace Context form: what a call

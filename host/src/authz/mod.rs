@@ -13,6 +13,7 @@ use codemode_value::Value;
 pub use crate::catalog::Annotations;
 
 mod bounded;
+pub mod exchange;
 pub mod oauth;
 pub mod rego;
 pub mod tokens;

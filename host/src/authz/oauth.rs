@@ -120,6 +120,8 @@ pub enum Rejection {
 #[derive(Default)]
 struct Keys {
     jwks_uri: Option<String>,
+    /// The metadata's `token_endpoint`, found with `jwks_uri`.
+    token_endpoint: Option<String>,
     keys: Vec<Jwk>,
     fetched: Option<Instant>,
 }
@@ -298,8 +300,9 @@ impl Verifier {
             let jwks_uri = match &keys.jwks_uri {
                 Some(uri) => uri.clone(),
                 None => {
-                    let uri = self.discover().await?;
+                    let (uri, token_endpoint) = self.discover().await?;
                     keys.jwks_uri = Some(uri.clone());
+                    keys.token_endpoint = token_endpoint;
                     uri
                 }
             };
@@ -336,10 +339,35 @@ impl Verifier {
         let _ = self.refresh().await;
     }
 
-    /// The issuer's `jwks_uri`, from its metadata: RFC 8414's location first,
-    /// then OpenID Connect's. The metadata's `issuer` must be the one
-    /// configured.
-    async fn discover(&self) -> Result<String, String> {
+    /// The issuer's `token_endpoint`, from its metadata (discovered with its
+    /// keys, at most as often).
+    ///
+    /// # Errors
+    ///
+    /// The metadata could not be had, or names none.
+    pub async fn token_endpoint(&self) -> Result<String, String> {
+        let known = |keys: &Keys| keys.token_endpoint.clone();
+        if let Ok(keys) = self.keys.try_lock()
+            && let Some(endpoint) = known(&keys)
+        {
+            return Ok(endpoint);
+        }
+        if let Err(rejection) = self.refresh().await {
+            return Err(match rejection {
+                Rejection::KeysUnavailable(reason) | Rejection::Invalid(reason) => reason,
+                Rejection::InsufficientScope => "the issuer's metadata could not be had".to_owned(),
+            });
+        }
+        let Ok(keys) = tokio::time::timeout(LOCK_WAIT, self.keys.lock()).await else {
+            return Err("the issuer's metadata is being fetched".to_owned());
+        };
+        known(&keys).ok_or_else(|| "the issuer's metadata names no token_endpoint".to_owned())
+    }
+
+    /// The issuer's `jwks_uri` and `token_endpoint`, from its metadata: RFC
+    /// 8414's location first, then OpenID Connect's. The metadata's `issuer`
+    /// must be the one configured; each URL is checked as the issuer's is.
+    async fn discover(&self) -> Result<(String, Option<String>), String> {
         let mut reasons = Vec::new();
         for url in metadata_urls(&self.config.issuer) {
             let document = match self.fetch(&url).await {
@@ -356,10 +384,19 @@ impl Verifier {
                     self.config.issuer
                 ));
             }
+            // The token endpoint is optional here: only an exchange needs it.
+            let token_endpoint = match document.get("token_endpoint").and_then(Value::as_str) {
+                Some(endpoint) => Some(
+                    check_url("token_endpoint", endpoint)
+                        .map(|_| endpoint.to_owned())
+                        .map_err(|error| format!("{url}: {error}"))?,
+                ),
+                None => None,
+            };
             return match document.get("jwks_uri").and_then(Value::as_str) {
                 // Keys over plain HTTP could be anyone's.
                 Some(uri) => check_url("jwks_uri", uri)
-                    .map(|_| uri.to_owned())
+                    .map(|_| (uri.to_owned(), token_endpoint))
                     .map_err(|error| format!("{url}: {error}")),
                 None => Err(format!("{url}: no jwks_uri")),
             };
@@ -370,7 +407,7 @@ impl Verifier {
     /// GETs `url` as JSON, within [`FETCH_TIMEOUT`] and [`MAX_DOCUMENT_BYTES`].
     async fn fetch(&self, url: &str) -> Result<Value, String> {
         let work = async {
-            let mut response = self
+            let response = self
                 .http
                 .get(url)
                 .header("accept", "application/json")
@@ -380,17 +417,7 @@ impl Verifier {
             if !response.status().is_success() {
                 return Err(format!("{url}: HTTP {}", response.status().as_u16()));
             }
-            let mut body = Vec::new();
-            while let Some(chunk) = response
-                .chunk()
-                .await
-                .map_err(|error| format!("{url}: {}", error.without_url()))?
-            {
-                if body.len() + chunk.len() > MAX_DOCUMENT_BYTES {
-                    return Err(format!("{url}: larger than {MAX_DOCUMENT_BYTES} bytes"));
-                }
-                body.extend_from_slice(&chunk);
-            }
+            let body = read_body(response, url).await?;
             serde_json::from_slice(&body).map_err(|_| format!("{url}: not JSON"))
         };
         tokio::time::timeout(FETCH_TIMEOUT, work)
@@ -401,6 +428,11 @@ impl Verifier {
                     FETCH_TIMEOUT.as_secs()
                 ))
             })
+    }
+
+    /// The client that reaches the issuer (no redirects followed).
+    pub(crate) fn http(&self) -> &reqwest::Client {
+        &self.http
     }
 
     /// The protected resource metadata (RFC 9728) this server serves.
@@ -445,6 +477,30 @@ impl Verifier {
 
 /// The longest subject ID a token may name.
 pub const MAX_SUBJECT_BYTES: usize = 256;
+
+/// The body of `response` from `url`, refused past [`MAX_DOCUMENT_BYTES`]
+/// without reading the rest.
+///
+/// # Errors
+///
+/// The body is larger, or cannot be read.
+pub(crate) async fn read_body(
+    mut response: reqwest::Response,
+    url: &str,
+) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|error| format!("{url}: {}", error.without_url()))?
+    {
+        if body.len() + chunk.len() > MAX_DOCUMENT_BYTES {
+            return Err(format!("{url}: larger than {MAX_DOCUMENT_BYTES} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
 
 /// Whether `id` can be a subject's ID: what a tokens file's could be (no
 /// whitespace, no control characters), not empty, at most

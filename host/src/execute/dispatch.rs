@@ -25,7 +25,7 @@ use crate::budget::Budget;
 use crate::catalog::{self, BindError, BindLimits};
 use crate::error::ToolError;
 use crate::source::{
-    Arguments, CallBudget, CallFailure, CapabilitySource, Meter, sanitize_message,
+    Arguments, CallBudget, CallFailure, Caller, CapabilitySource, Meter, sanitize_message,
 };
 use crate::telemetry::CallSpan;
 use crate::wait::{self, Abandoned};
@@ -392,7 +392,10 @@ fn invoke(
         max_nodes: state.ledger.result_room(),
         meter: meter.clone(),
         trace: state.call_trace.take(),
-        credentials: state.subject.access_token().cloned(),
+        caller: state.subject.access_token().map(|token| Caller {
+            token: token.clone(),
+            exchange: state.token_exchange.clone(),
+        }),
     };
     let deadline = budget.deadline;
     let execution = state.execution;

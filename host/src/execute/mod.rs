@@ -35,6 +35,7 @@ pub use limits::{LimitError, Limits, Retuned};
 pub use runner::RunnerError;
 
 use crate::audit::AuditLog;
+use crate::authz::exchange::TokenExchange;
 use crate::authz::{Authorizer, Subject};
 use crate::budget::Budget;
 use crate::cache::ArtifactCache;
@@ -191,6 +192,8 @@ pub struct Executor {
     limits: ArcSwap<Limits>,
     permits: Arc<tokio::sync::Semaphore>,
     authorizer: Arc<dyn Authorizer>,
+    /// Trades a caller's access token for an upstream's (`--oauth-client-id`).
+    token_exchange: Option<Arc<dyn TokenExchange>>,
     audit: Option<Arc<AuditLog>>,
     metrics: Arc<Metrics>,
     stop_ticker: Arc<AtomicBool>,
@@ -243,6 +246,8 @@ pub(crate) struct ExecState {
     ledger: Ledger,
     subject: Subject,
     authorizer: Arc<dyn Authorizer>,
+    /// Trades a caller's access token for an upstream's (`--oauth-client-id`).
+    token_exchange: Option<Arc<dyn TokenExchange>>,
     audit: Option<Arc<AuditLog>>,
     metrics: Arc<Metrics>,
     /// This execution's number, for the audit log.
@@ -316,6 +321,7 @@ pub(crate) struct ExecutorConfig<'a> {
     pub engine: &'a Engine,
     pub limits: Limits,
     pub authorizer: Arc<dyn Authorizer>,
+    pub token_exchange: Option<Arc<dyn TokenExchange>>,
     pub audit: Option<Arc<AuditLog>>,
     pub metrics: Arc<Metrics>,
     pub cache: Option<&'a ArtifactCache>,
@@ -365,6 +371,7 @@ impl Executor {
             )),
             limits: ArcSwap::from_pointee(config.limits),
             authorizer: config.authorizer,
+            token_exchange: config.token_exchange,
             audit: config.audit,
             metrics: config.metrics,
             stop_ticker,
@@ -592,6 +599,7 @@ impl Executor {
             dispatch,
             limits: limits.clone(),
             authorizer: self.authorizer.clone(),
+            token_exchange: self.token_exchange.clone(),
             audit: self.audit.clone(),
             metrics: self.metrics.clone(),
             execution: 0,
@@ -641,6 +649,8 @@ struct Job {
     dispatch: Arc<Dispatch>,
     limits: Limits,
     authorizer: Arc<dyn Authorizer>,
+    /// Trades a caller's access token for an upstream's (`--oauth-client-id`).
+    token_exchange: Option<Arc<dyn TokenExchange>>,
     audit: Option<Arc<AuditLog>>,
     metrics: Arc<Metrics>,
     execution: u64,
@@ -663,6 +673,7 @@ impl Job {
             ledger: Ledger::new(self.limits.clone()),
             subject: self.subject.clone(),
             authorizer: self.authorizer.clone(),
+            token_exchange: self.token_exchange.clone(),
             audit: self.audit.clone(),
             metrics: self.metrics.clone(),
             execution: self.execution,
@@ -909,6 +920,7 @@ mod tests {
                 engine: &engine,
                 limits: limits(),
                 authorizer: Arc::new(AllowAll),
+                token_exchange: None,
                 audit: None,
                 metrics: Arc::new(Metrics::default()),
                 cache: None,

@@ -159,6 +159,7 @@ impl Service {
             engine: &engine,
             limits: config.limits.clone(),
             authorizer: config.authorizer.clone(),
+            token_exchange: config.token_exchange.clone(),
             audit: config.audit.clone(),
             metrics: metrics.clone(),
             cache: cache.as_ref(),

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::audit::AuditLog;
 use crate::authz::Authorizer;
+use crate::authz::exchange::TokenExchange;
 use crate::catalog::SpecError;
 use crate::execute::{LimitError, Limits, RunnerError};
 use crate::plugins::LoadLimits;
@@ -51,6 +52,9 @@ pub struct ServiceConfig {
     /// Where execution spans are exported ([`Telemetry::start`]); `None` exports
     /// none (a request's trace context still reaches upstreams).
     pub telemetry: Option<Arc<Telemetry>>,
+    /// What trades a caller's access token for one of an upstream's audience
+    /// (`auth = "token-exchange"`); `None`: such upstreams' calls fail.
+    pub token_exchange: Option<Arc<dyn TokenExchange>>,
 }
 
 impl std::fmt::Debug for ServiceConfig {
@@ -69,6 +73,7 @@ impl std::fmt::Debug for ServiceConfig {
             .field("plugins_optional", &self.plugins_optional)
             .field("providers", &providers)
             .field("telemetry", &self.telemetry.is_some())
+            .field("token_exchange", &self.token_exchange.is_some())
             .finish()
     }
 }
@@ -91,6 +96,7 @@ impl ServiceConfig {
             plugins_optional: false,
             providers: Vec::new(),
             telemetry: None,
+            token_exchange: None,
         }
     }
 }

@@ -52,7 +52,7 @@ use crate::error::{
 };
 pub use crate::secret::Secret;
 use crate::source::{
-    Arguments, CallBudget, CallFailure, CallFuture, CallOutcome, CapabilitySource, Session,
+    Arguments, CallBudget, CallFailure, CallFuture, CallOutcome, Caller, CapabilitySource, Session,
     sanitize_message,
 };
 
@@ -128,6 +128,16 @@ pub enum UpstreamAuth {
     /// (`bearer-token-env`), else none; a caller without an access token (a
     /// `--tokens` subject, stdio) cannot call it.
     Forward(Option<Secret>),
+    /// Each call carries a token the issuer made for `audience` in exchange
+    /// for its caller's (`auth = "token-exchange"`, RFC 8693): the upstream
+    /// sees who calls, with a token meant for it alone. The session's own
+    /// requests carry the operator's token when one is given.
+    TokenExchange {
+        /// The audience asked for: the upstream's resource identifier.
+        audience: String,
+        /// The session's own token (`bearer-token-env`).
+        session: Option<Secret>,
+    },
 }
 
 /// How long starting an upstream, its `initialize` and its `tools/list` may take.
@@ -184,12 +194,21 @@ pub(crate) struct Upstream {
     peer: Peer<RoleClient>,
     /// Keeps the session open while any version of this upstream serves.
     link: Arc<Link>,
-    /// Where each call lends its caller's token, when the upstream acts for
-    /// its callers (`auth = "forward"`).
-    credentials: Option<Arc<Credentials>>,
+    /// How its calls act for their callers (`auth = "forward"`,
+    /// `"token-exchange"`); `None`: they carry the session's credential.
+    acting: Option<Arc<Acting>>,
     tools: Vec<UpstreamTool>,
     /// The capability of each tool, in the same order: what the registry reads.
     capabilities: Vec<Arc<Capability>>,
+}
+
+/// How an upstream's calls act for their callers.
+struct Acting {
+    /// Where a call lends the token it sends.
+    credentials: Arc<Credentials>,
+    /// With token exchange: the audience the caller's token is exchanged for;
+    /// `None`: the caller's token is sent as it is.
+    audience: Option<String>,
 }
 
 /// An upstream's MCP session, open until the last [`Upstream`] sharing it is
@@ -292,15 +311,25 @@ impl Upstream {
         let events = Events {
             tools_changed: tools_changed.clone(),
         };
-        // Lent to by each call acting for its caller (`auth = "forward"`).
+        // Lent to by each call acting for its caller.
         let credentials = Arc::new(Credentials::default());
-        let acts_for_callers = matches!(
-            config.transport,
+        let acting = match &config.transport {
             UpstreamTransport::Http {
                 auth: UpstreamAuth::Forward(_),
                 ..
-            }
-        );
+            } => Some(Acting {
+                credentials: credentials.clone(),
+                audience: None,
+            }),
+            UpstreamTransport::Http {
+                auth: UpstreamAuth::TokenExchange { audience, .. },
+                ..
+            } => Some(Acting {
+                credentials: credentials.clone(),
+                audience: Some(audience.clone()),
+            }),
+            UpstreamTransport::Http { .. } | UpstreamTransport::Command { .. } => None,
+        };
         let (client, group) = match &config.transport {
             UpstreamTransport::Command { command, env, cwd } => {
                 let transport = child(&config.name, command, env, cwd.as_deref())?;
@@ -312,7 +341,10 @@ impl Upstream {
                 let (bearer_token, lent) = match auth {
                     UpstreamAuth::None => (None, None),
                     UpstreamAuth::Bearer(token) => (Some(token), None),
-                    UpstreamAuth::Forward(session) => (session.as_ref(), Some(credentials.clone())),
+                    UpstreamAuth::Forward(session)
+                    | UpstreamAuth::TokenExchange { session, .. } => {
+                        (session.as_ref(), Some(credentials.clone()))
+                    }
                 };
                 let transport = http::transport(url, bearer_token, headers, lent)?;
                 (events.serve(transport).await, None)
@@ -343,7 +375,7 @@ impl Upstream {
             timeout: config.timeout,
             peer,
             link,
-            credentials: acts_for_callers.then_some(credentials),
+            acting: acting.map(Arc::new),
             capabilities: tools.iter().map(|t| t.capability.clone()).collect(),
             tools,
         };
@@ -368,7 +400,7 @@ impl Upstream {
             timeout: self.timeout,
             peer: self.peer.clone(),
             link: self.link.clone(),
-            credentials: self.credentials.clone(),
+            acting: self.acting.clone(),
             capabilities: tools.iter().map(|t| t.capability.clone()).collect(),
             tools,
         })
@@ -425,10 +457,14 @@ impl Upstream {
             }
         }
         // Held until the call ends: the transport sends the caller's token.
-        let _lent = match (&self.credentials, &budget.credentials) {
+        let _lent = match (&self.acting, &budget.caller) {
             (None, _) => None,
-            (Some(credentials), Some(token)) => {
-                let lent = credentials.lend(token.clone());
+            (Some(acting), Some(caller)) => {
+                let token = match self.token_for(acting, caller, &tool.tool).await {
+                    Ok(token) => token,
+                    Err(failure) => return outcome(Err(failure)),
+                };
+                let lent = acting.credentials.lend(token);
                 meta.insert(CREDENTIAL_META.to_owned(), lent.reference.clone().into());
                 Some(lent)
             }
@@ -486,6 +522,31 @@ impl Upstream {
             }
         };
         outcome(self.project(tool, result, &budget))
+    }
+
+    /// The token a call of `tool` sends for `caller`: the caller's own, or one
+    /// exchanged for the upstream's audience.
+    async fn token_for(
+        &self,
+        acting: &Acting,
+        caller: &Caller,
+        tool: &str,
+    ) -> Result<Secret, CallFailure> {
+        let Some(audience) = &acting.audience else {
+            return Ok(caller.token.clone());
+        };
+        let refused = || CallFailure::Failed(Some(refused_credentials_detail(&self.name)));
+        let Some(exchange) = &caller.exchange else {
+            tracing::error!(upstream = %self.name, tool, "auth = \"token-exchange\" without --oauth-client-id: nothing to exchange the caller's token with");
+            return Err(refused());
+        };
+        exchange
+            .exchange(&caller.token, audience)
+            .await
+            .map_err(|reason| {
+                tracing::warn!(upstream = %self.name, tool, %reason, "token exchange failed");
+                refused()
+            })
     }
 
     /// A tool's answer as the program's value, or its failure.
