@@ -351,6 +351,54 @@ fn a_rotated_signing_key_is_picked_up() {
     );
 }
 
+/// A token of the issuer that expired is refused once its `exp` is more than
+/// the 60 s of clock skew allowed behind, not before.
+#[test]
+fn an_expired_token_is_refused_after_the_leeway() {
+    const SHORT: &str = "http://localhost/short";
+    let issuer = Issuer::start_for(SHORT);
+    let server = server_at("oauth-expiry", &issuer, SHORT, "127.0.0.1:0");
+    let token = issuer.token("alice", "mcp:execute", SHORT);
+    let claims = {
+        use base64::Engine as _;
+        let payload = token.split('.').nth(1).expect("a payload");
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .expect("base64url");
+        serde_json::from_slice::<Value>(&bytes).expect("JSON")
+    };
+    let exp = claims["exp"].as_u64().expect("exp");
+    assert_eq!(exp - claims["iat"].as_u64().expect("iat"), 1, "{claims}");
+    assert_eq!(list(server.port, Some(&token)).0, 200, "accepted at first");
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let (status, header, _) = list(server.port, Some(&token));
+        if status == 401 {
+            assert_eq!(
+                header.as_deref(),
+                Some(
+                    "Bearer resource_metadata=\"http://localhost/.well-known/oauth-protected-resource/short\", error=\"invalid_token\", scope=\"mcp:execute\""
+                )
+            );
+            // Refused only past the leeway (a second of slack for rounding).
+            assert!(now() + 1 >= exp + 60, "refused at {} for exp {exp}", now());
+            break;
+        }
+        assert_eq!(status, 200);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "an expired token was still accepted after 120 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
 /// An issuer that does not answer: requests get 503 with `Retry-After` (the
 /// token is not the problem, so no `invalid_token` that would make the client
 /// log in again), and the log says why once per attempt.

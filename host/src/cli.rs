@@ -161,8 +161,9 @@ pub struct Cli {
     /// and execute answer as for a disabled one (not found, never suggested).
     /// `false` hides it, and so do undefined, another value or an error (a WARN
     /// names the first). Decided once per subject (its ID and its token's
-    /// claims) and capability, and again after a policy reload or a change of
-    /// the capabilities. Without it every subject finds every capability.
+    /// claims: a new token anew) and capability, and again after a policy
+    /// reload or a change of the capabilities. Without it every subject finds
+    /// every capability.
     #[arg(long, value_name = "REF", requires = "policy")]
     pub visibility_decision: Option<String>,
 

@@ -320,6 +320,29 @@ impl UpstreamTable {
                     (None, Some(token), None) => UpstreamAuth::Bearer(token),
                     (None, None, None) => UpstreamAuth::None,
                 };
+                if matches!(
+                    auth,
+                    UpstreamAuth::Forward(_) | UpstreamAuth::TokenExchange { .. }
+                ) {
+                    // Users' tokens cross the network only encrypted.
+                    codemode_host::authz::oauth::check_url("url", url)
+                        .map_err(|error| format!("{error}; `auth` sends users' tokens to it"))?;
+                    // Nothing of the operator's rides along with a caller's token.
+                    if let Some(name) =
+                        self.headers
+                            .iter()
+                            .flatten()
+                            .map(|(name, _)| name)
+                            .find(|name| {
+                                name.eq_ignore_ascii_case("authorization")
+                                    || name.eq_ignore_ascii_case("cookie")
+                            })
+                    {
+                        return Err(format!(
+                            "`headers` may not set `{name}` with `auth`: each call carries its caller's credential"
+                        ));
+                    }
+                }
                 Ok(UpstreamTransport::Http {
                     url: url.clone(),
                     auth,
@@ -872,6 +895,16 @@ audience = "https://billing.example.com"
                 "up-exchange-no-audience",
                 "[[upstream]]\nname = \"a\"\nurl = \"https://a/mcp\"\nauth = \"token-exchange\"\n",
                 "line 1: upstream `a`: `auth = \"token-exchange\"` needs `audience`: the upstream's resource identifier, which the exchanged token names",
+            ),
+            (
+                "up-auth-plain-http",
+                "[[upstream]]\nname = \"a\"\nurl = \"http://crm.example.com/mcp\"\nauth = \"forward\"\n",
+                "line 1: upstream `a`: url http://crm.example.com/mcp: must be https (http only on a loopback host); `auth` sends users' tokens to it",
+            ),
+            (
+                "up-auth-header",
+                "[[upstream]]\nname = \"a\"\nurl = \"https://a/mcp\"\nauth = \"forward\"\nheaders = { Authorization = \"Bearer x\" }\n",
+                "line 1: upstream `a`: `headers` may not set `Authorization` with `auth`: each call carries its caller's credential",
             ),
             (
                 "up-audience-alone",

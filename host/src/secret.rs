@@ -11,8 +11,9 @@ impl Secret {
         Self(value.into())
     }
 
-    /// The value, for where it is sent (a request's `Authorization` header).
-    pub(crate) fn expose(&self) -> &str {
+    /// The value, for where it is sent (a request's `Authorization` header):
+    /// never for a log.
+    pub fn expose(&self) -> &str {
         &self.0
     }
 }

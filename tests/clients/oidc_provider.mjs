@@ -6,6 +6,7 @@
 // ID) or, registered dynamically (RFC 7591) as MCP clients do, the authorization
 // code grant with PKCE, through its development login and consent pages (any
 // login name is a user: `sub`). Every access token is a JWT (the resource's
+// audience, living 10 min, 1 s for a resource whose URL contains "short";
 // audience, the scopes asked for, `groups` from the table below) signed with
 // ES256. Prints one line
 // {"issuer": "http://127.0.0.1:PORT"} once it serves. A line "rotate" on stdin
@@ -47,6 +48,14 @@ let keys = [key("ec", { namedCurve: "P-256" }), rsa];
 const server = createServer();
 await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
 const issuer = `http://127.0.0.1:${server.address().port}`;
+
+// How long a token lives: 1 s for a resource whose URL contains "short".
+const lifetime = (ctx, token) =>
+  [token.aud, token.resourceServer?.audience]
+    .flat()
+    .some((audience) => typeof audience === "string" && audience.includes("short"))
+    ? 1
+    : 600;
 
 // The public half of a key of `keys`.
 const publicKey = ({ d, p, q, dp, dq, qi, ...rest }) => rest;
@@ -117,7 +126,7 @@ const provider = (jwks) => {
       },
     ],
     scopes: SCOPES,
-    ttl: { ClientCredentials: 600, AccessToken: 600 },
+    ttl: { ClientCredentials: lifetime, AccessToken: lifetime },
     features: {
       devInteractions: { enabled: true },
       registration: { enabled: true },
@@ -129,7 +138,8 @@ const provider = (jwks) => {
         getResourceServerInfo: (ctx, resource) => ({
           scope: SCOPES.join(" "),
           audience: resource,
-          accessTokenTTL: 600,
+          // A resource named "...short..." gets tokens that live 1 s.
+          accessTokenTTL: resource.includes("short") ? 1 : 600,
           accessTokenFormat: "jwt",
           jwt: { sign: { alg: "ES256" } },
         }),

@@ -34,6 +34,9 @@ pub const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
 /// How long an exchanged token without `expires_in` is used.
 pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(60);
 
+/// The longest an exchanged token is used, whatever its `expires_in` says.
+pub const MAX_LIFETIME: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// Most exchanged tokens remembered; past it, the expired ones go, then the
 /// one that expires first.
 pub const MAX_REMEMBERED: usize = 4096;
@@ -165,7 +168,9 @@ fn parse(answer: &Value) -> Result<(Secret, Duration), String> {
     let lifetime = answer
         .get("expires_in")
         .and_then(Value::as_u64)
-        .map_or(DEFAULT_LIFETIME, Duration::from_secs);
+        .map_or(DEFAULT_LIFETIME, |seconds| {
+            Duration::from_secs(seconds.min(MAX_LIFETIME.as_secs()))
+        });
     Ok((Secret::new(token), lifetime))
 }
 
@@ -219,6 +224,12 @@ mod tests {
         assert_eq!(
             parsed(serde_json::json!({"access_token": "t", "token_type": "bearer"})),
             Ok((Secret::new("t"), DEFAULT_LIFETIME))
+        );
+        assert_eq!(
+            parsed(
+                serde_json::json!({"access_token": "t", "token_type": "Bearer", "expires_in": u64::MAX})
+            ),
+            Ok((Secret::new("t"), MAX_LIFETIME))
         );
         assert_eq!(
             parsed(serde_json::json!({"token_type": "Bearer"})),

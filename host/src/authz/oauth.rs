@@ -120,8 +120,6 @@ pub enum Rejection {
 #[derive(Default)]
 struct Keys {
     jwks_uri: Option<String>,
-    /// The metadata's `token_endpoint`, found with `jwks_uri`.
-    token_endpoint: Option<String>,
     keys: Vec<Jwk>,
     fetched: Option<Instant>,
 }
@@ -133,6 +131,9 @@ pub struct Verifier {
     keys: tokio::sync::Mutex<Keys>,
     /// The keys as last fetched, read without waiting for a fetch.
     current: arc_swap::ArcSwap<Vec<Jwk>>,
+    /// The metadata's `token_endpoint`, found with the keys' `jwks_uri`; read
+    /// without waiting for a fetch.
+    token_endpoint: arc_swap::ArcSwapOption<String>,
 }
 
 impl std::fmt::Debug for Verifier {
@@ -162,6 +163,7 @@ impl Verifier {
             http,
             keys: tokio::sync::Mutex::new(Keys::default()),
             current: arc_swap::ArcSwap::from_pointee(Vec::new()),
+            token_endpoint: arc_swap::ArcSwapOption::empty(),
         })
     }
 
@@ -302,7 +304,7 @@ impl Verifier {
                 None => {
                     let (uri, token_endpoint) = self.discover().await?;
                     keys.jwks_uri = Some(uri.clone());
-                    keys.token_endpoint = token_endpoint;
+                    self.token_endpoint.store(token_endpoint.map(Arc::new));
                     uri
                 }
             };
@@ -346,11 +348,8 @@ impl Verifier {
     ///
     /// The metadata could not be had, or names none.
     pub async fn token_endpoint(&self) -> Result<String, String> {
-        let known = |keys: &Keys| keys.token_endpoint.clone();
-        if let Ok(keys) = self.keys.try_lock()
-            && let Some(endpoint) = known(&keys)
-        {
-            return Ok(endpoint);
+        if let Some(endpoint) = self.token_endpoint.load_full() {
+            return Ok(endpoint.as_ref().clone());
         }
         if let Err(rejection) = self.refresh().await {
             return Err(match rejection {
@@ -358,10 +357,10 @@ impl Verifier {
                 Rejection::InsufficientScope => "the issuer's metadata could not be had".to_owned(),
             });
         }
-        let Ok(keys) = tokio::time::timeout(LOCK_WAIT, self.keys.lock()).await else {
-            return Err("the issuer's metadata is being fetched".to_owned());
-        };
-        known(&keys).ok_or_else(|| "the issuer's metadata names no token_endpoint".to_owned())
+        self.token_endpoint
+            .load_full()
+            .map(|endpoint| endpoint.as_ref().clone())
+            .ok_or_else(|| "the issuer's metadata names no usable token_endpoint".to_owned())
     }
 
     /// The issuer's `jwks_uri` and `token_endpoint`, from its metadata: RFC
@@ -384,13 +383,16 @@ impl Verifier {
                     self.config.issuer
                 ));
             }
-            // The token endpoint is optional here: only an exchange needs it.
+            // Only a token exchange needs the token endpoint: one that cannot
+            // be used is a WARN, not a reason to refuse every access token.
             let token_endpoint = match document.get("token_endpoint").and_then(Value::as_str) {
-                Some(endpoint) => Some(
-                    check_url("token_endpoint", endpoint)
-                        .map(|_| endpoint.to_owned())
-                        .map_err(|error| format!("{url}: {error}"))?,
-                ),
+                Some(endpoint) => match check_url("token_endpoint", endpoint) {
+                    Ok(_) => Some(endpoint.to_owned()),
+                    Err(error) => {
+                        tracing::warn!(issuer = %self.config.issuer, reason = %error, "the issuer's token_endpoint is not used: no token exchange");
+                        None
+                    }
+                },
                 None => None,
             };
             return match document.get("jwks_uri").and_then(Value::as_str) {

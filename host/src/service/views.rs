@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use crate::authz::{AuthorizationInput, Authorizer, AuthzError, Subject};
 use crate::catalog::{Capability, Catalog};
@@ -26,6 +27,11 @@ use crate::registry::Snapshot;
 /// Most subjects whose views are remembered at once: enough for every active
 /// user of an organization, few enough that their keys stay small.
 pub(crate) const MAX_SUBJECTS: usize = 4096;
+
+/// Longest one view's decisions may take together (each is bounded by the
+/// policy's own time limit): past it, the rest is hidden and the view is not
+/// remembered.
+pub(crate) const DECISION_DEADLINE: Duration = Duration::from_secs(10);
 
 /// What one subject can find and call.
 pub(crate) struct View {
@@ -61,10 +67,15 @@ struct State {
 }
 
 impl State {
+    /// Whether the views held were decided under `snapshot` and `version`.
+    fn serves(&self, snapshot: &Arc<Snapshot>, version: u64) -> bool {
+        self.version == version && std::ptr::eq(self.snapshot.as_ptr(), Arc::as_ptr(snapshot))
+    }
+
     /// Forgets every view unless they were decided under `snapshot` and
     /// `version`.
     fn align(&mut self, snapshot: &Arc<Snapshot>, version: u64) {
-        if self.version != version || !std::ptr::eq(self.snapshot.as_ptr(), Arc::as_ptr(snapshot)) {
+        if !self.serves(snapshot, version) {
             self.snapshot = Arc::downgrade(snapshot);
             self.version = version;
             self.subjects.clear();
@@ -110,18 +121,31 @@ impl Views {
         // decisions.
         let version = authorizer.version();
         let key: Key = (subject.id.clone(), subject.digest());
-        let keep = decide(authorizer, snapshot, subject);
-        let mut state = self.lock();
-        state.align(snapshot, version);
-        let view = match state.shared.get(&keep).and_then(Weak::upgrade) {
-            Some(view) => view,
-            None => {
-                let view = Arc::new(build(snapshot, &keep));
-                state.shared.retain(|_, view| view.strong_count() > 0);
-                state.shared.insert(keep, Arc::downgrade(&view));
-                view
-            }
+        let (keep, whole) = decide(authorizer, snapshot, subject, DECISION_DEADLINE);
+        let shared = {
+            let state = self.lock();
+            state
+                .serves(snapshot, version)
+                .then(|| state.shared.get(&keep).and_then(Weak::upgrade))
+                .flatten()
         };
+        // Built without the lock: other subjects' lookups do not wait for it.
+        let view = shared.unwrap_or_else(|| Arc::new(build(snapshot, &keep)));
+        if !whole {
+            // Decided in part: used for this request only, decided again at the next.
+            return view;
+        }
+        let mut state = self.lock();
+        if version < state.version {
+            // A newer policy decided meanwhile: this view is not kept.
+            return view;
+        }
+        state.align(snapshot, version);
+        state.shared.retain(|_, view| view.strong_count() > 0);
+        state
+            .shared
+            .entry(keep)
+            .or_insert_with(|| Arc::downgrade(&view));
         if state.subjects.len() >= MAX_SUBJECTS && !state.subjects.contains_key(&key) {
             let oldest = state
                 .subjects
@@ -145,17 +169,36 @@ impl Views {
     }
 }
 
-/// Which of `snapshot`'s capabilities (in its routes' order) `subject` may see.
-/// A decision that fails hides its capability; the failures are logged once per
-/// view, with the first reason.
-fn decide(authorizer: &dyn Authorizer, snapshot: &Snapshot, subject: &Subject) -> Vec<bool> {
+/// Which of `snapshot`'s capabilities (in its routes' order) `subject` may see,
+/// and whether every one was decided within `deadline` (those after it are
+/// hidden). A decision that fails hides its capability; the failures are logged
+/// once per view, with the first reason.
+fn decide(
+    authorizer: &dyn Authorizer,
+    snapshot: &Snapshot,
+    subject: &Subject,
+    deadline: Duration,
+) -> (Vec<bool>, bool) {
+    let started = Instant::now();
     let mut failed = 0_usize;
     let mut first_failure = None;
+    let mut whole = true;
     let keep = snapshot
         .dispatch
         .routes
         .iter()
         .map(|route| {
+            if whole && started.elapsed() >= deadline {
+                whole = false;
+                tracing::warn!(
+                    subject = %subject.id,
+                    deadline_s = deadline.as_secs(),
+                    "visibility decisions took too long; the capabilities not yet decided are hidden from this request, and decided again at the next"
+                );
+            }
+            if !whole {
+                return false;
+            }
             let capability = &route.capability;
             let input = AuthorizationInput {
                 subject,
@@ -186,7 +229,7 @@ fn decide(authorizer: &dyn Authorizer, snapshot: &Snapshot, subject: &Subject) -
             "visibility decision failed; the capabilities it failed for are hidden from this subject"
         );
     }
-    keep
+    (keep, whole)
 }
 
 /// The view of `snapshot` keeping the capabilities `keep` marks.
@@ -373,6 +416,22 @@ mod tests {
             views
                 .remembered(&fake, &first, &Subject::new("bob"))
                 .is_none()
+        );
+    }
+
+    #[test]
+    fn decisions_past_their_deadline_hide_the_rest_and_say_so() {
+        let fake = Fake::default();
+        let snapshot = snapshot(&NAMES);
+        let admin = Subject::new("admin");
+        assert_eq!(
+            decide(&fake, &snapshot, &admin, Duration::ZERO),
+            (vec![false, false, false], false)
+        );
+        assert_eq!(fake.decided(), 0);
+        assert_eq!(
+            decide(&fake, &snapshot, &admin, DECISION_DEADLINE),
+            (vec![false, true, true], true)
         );
     }
 

@@ -18,6 +18,7 @@ use futures::stream::BoxStream;
 use http::{HeaderName, HeaderValue};
 use rmcp::model::{ClientJsonRpcMessage, ClientRequest, RequestId, ServerJsonRpcMessage};
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::common::client_side_sse::FixedInterval;
 use rmcp::transport::streamable_http_client::{
     SseError, StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError,
     StreamableHttpPostResponse, StreamableHttpResponseLimits,
@@ -62,6 +63,15 @@ pub(crate) fn transport(
         .map_err(|error| format!("HTTP client: {error}"))?;
     let mut config = StreamableHttpClientTransportConfig::with_uri(url);
     config.auth_header = bearer_token.map(|token| token.expose().to_owned());
+    if credentials.is_some() {
+        // rmcp resumes a dropped answer stream with a GET carrying the
+        // session's credential, which must not fetch a caller's result: an
+        // upstream acting for its callers gets no resumption (the call fails
+        // as unavailable instead).
+        let mut never = FixedInterval::default();
+        never.max_times = Some(0);
+        config.retry_config = Arc::new(never);
+    }
     config.max_json_response_size = MAX_MESSAGE_BYTES;
     config.max_sse_event_size = MAX_MESSAGE_BYTES;
     for (name, value) in headers {

@@ -456,11 +456,28 @@ impl Upstream {
                 meta.set_tracestate(state.clone());
             }
         }
+        // The upstream's timeout bounds the exchange of the caller's token too.
+        let deadline = self
+            .timeout
+            .map(|timeout| tokio::time::Instant::now() + timeout);
+        let timed_out = || {
+            tracing::info!(upstream = %self.name, tool = %tool.tool, "call abandoned at the upstream's timeout");
+            let detail = timed_out_detail(tool.capability.name.as_str());
+            outcome(Err(CallFailure::Failed(Some(detail))))
+        };
         // Held until the call ends: the transport sends the caller's token.
         let _lent = match (&self.acting, &budget.caller) {
             (None, _) => None,
             (Some(acting), Some(caller)) => {
-                let token = match self.token_for(acting, caller, &tool.tool).await {
+                let token = self.token_for(acting, caller, &tool.tool);
+                let token = match deadline {
+                    Some(deadline) => match tokio::time::timeout_at(deadline, token).await {
+                        Ok(token) => token,
+                        Err(_) => return timed_out(),
+                    },
+                    None => token.await,
+                };
+                let token = match token {
                     Ok(token) => token,
                     Err(failure) => return outcome(Err(failure)),
                 };
@@ -479,14 +496,10 @@ impl Upstream {
         // Dropping this future (the execution's deadline, a cancelled request, the
         // upstream's own timeout below) sends `notifications/cancelled` upstream.
         let call = self.peer.call_tool_once(params);
-        let answered = match self.timeout {
-            Some(timeout) => match tokio::time::timeout(timeout, call).await {
+        let answered = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, call).await {
                 Ok(answered) => answered,
-                Err(_) => {
-                    tracing::info!(upstream = %self.name, tool = %tool.tool, "call abandoned at the upstream's timeout");
-                    let detail = timed_out_detail(tool.capability.name.as_str());
-                    return outcome(Err(CallFailure::Failed(Some(detail))));
-                }
+                Err(_) => return timed_out(),
             },
             None => call.await,
         };
