@@ -61,7 +61,8 @@ fn the_python_clients_progress_callback_hears_of_each_call() {
     }
 }
 
-/// The TypeScript SDK client over stdio.
+/// The TypeScript SDK client over stdio: every count on the wire before the
+/// answer.
 #[test]
 fn the_typescript_clients_onprogress_hears_of_each_call() {
     let tools = node_tools();
@@ -73,13 +74,29 @@ fn the_typescript_clients_onprogress_hears_of_each_call() {
         "source": NAPS,
     });
     let out = crate::support::run_node(&tools.node, "tests/clients/sdk_progress.mjs", &script);
+    // Every count reaches the client before the answer.
     assert_eq!(
-        out["progress"],
+        out["wire"],
         json!([
-            [1, null, "sleepy.nap"],
-            [2, null, "sleepy.nap"],
-            [3, null, "sleepy.nap"]
-        ])
+            ["progress", 1, null, "sleepy.nap"],
+            ["progress", 2, null, "sleepy.nap"],
+            ["progress", 3, null, "sleepy.nap"],
+            ["answer"]
+        ]),
+        "{out}"
+    );
+    // The callback hears each, except that the SDK drops the last one when it
+    // read it in the same chunk as the answer (typescript-sdk#2580, a race on a
+    // busy machine that no server can avoid).
+    let all = json!([
+        [1, null, "sleepy.nap"],
+        [2, null, "sleepy.nap"],
+        [3, null, "sleepy.nap"]
+    ]);
+    let but_the_last = json!([[1, null, "sleepy.nap"], [2, null, "sleepy.nap"]]);
+    assert!(
+        out["progress"] == all || out["progress"] == but_the_last,
+        "{out}"
     );
     assert_eq!(
         out["result"]["structuredContent"],

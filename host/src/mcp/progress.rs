@@ -29,9 +29,7 @@ pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Longest the answer waits for the last count to be told (past the interval,
 /// and a client that reads nothing would hold it): past it, it is not told.
-/// Generous: on a busy machine telling the last count took over a second, and
-/// the client then heard of every call but the last.
-const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The latest count: calls done, the latest one's capability.
 type Count = Option<(u64, String)>;
