@@ -169,6 +169,22 @@ impl Setup {
     }
 }
 
+/// The yes/no form every question carries.
+fn form_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "approve": {"type": "boolean", "title": "Approve this call"},
+            "approve_for_this_execution": {
+                "type": "boolean",
+                "title": "Approve every call of this capability until the program ends",
+                "default": false
+            }
+        },
+        "required": ["approve"]
+    })
+}
+
 /// The messages of the elicitations a driver's client answered.
 fn messages(out: &Value) -> Vec<&str> {
     out["elicitations"]
@@ -222,18 +238,7 @@ fn an_approved_call_runs_once_the_human_says_yes() {
         json!([{
             "mode": "form",
             "message": QUESTION,
-            "requestedSchema": {
-                "type": "object",
-                "properties": {
-                    "approve": {"type": "boolean", "title": "Approve this call"},
-                    "approve_for_this_execution": {
-                        "type": "boolean",
-                        "title": "Approve every call of this capability until the program ends",
-                        "default": false
-                    }
-                },
-                "required": ["approve"]
-            }
+            "requestedSchema": form_schema()
         }])
     );
     assert_eq!(setup.notes(), ["a"]);
@@ -601,14 +606,21 @@ fn call_2026(server: &HttpServer, token: &str, source: &str, retry: Option<Value
             params[key] = value;
         }
     }
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+    post_2026(server, token, "tools/call", "execute", params)
+}
+
+/// One 2026-07-28 request `method` with `params` (their `_meta` included) over
+/// HTTP as the subject of `token`; `name` is its `Mcp-Name` header. Returns
+/// the JSON-RPC answer.
+fn post_2026(server: &HttpServer, token: &str, method: &str, name: &str, params: Value) -> Value {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
     let bearer = format!("Bearer {token}");
     let headers = [
         ("Content-Type", "application/json"),
         ("Accept", "application/json, text/event-stream"),
         ("MCP-Protocol-Version", "2026-07-28"),
-        ("Mcp-Method", "tools/call"),
-        ("Mcp-Name", "execute"),
+        ("Mcp-Method", method),
+        ("Mcp-Name", name),
         ("Authorization", bearer.as_str()),
     ];
     let answer =
@@ -1037,6 +1049,246 @@ fn a_plugins_annotations_ask_before_its_writes_and_its_reads_are_not_repeated() 
             "granted.read replayed",
             "granted.write replayed",
             "granted.write approved",
+        ]
+    );
+}
+
+/// A 2026-07-28 request of a client declaring the Tasks extension (and, with
+/// `elicits`, form elicitation) as the subject of `token`.
+fn task_rpc(
+    server: &HttpServer,
+    token: &str,
+    method: &str,
+    name: &str,
+    mut params: Value,
+    elicits: bool,
+) -> Value {
+    let mut capabilities = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    if elicits {
+        capabilities["elicitation"] = json!({"form": {}});
+    }
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "approval-test", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    });
+    post_2026(server, token, method, name, params)
+}
+
+/// Starts `source` as a task; its ID.
+fn start_task(server: &HttpServer, token: &str, source: &str, elicits: bool) -> String {
+    let params = json!({"name": "execute", "arguments": {"source": source}});
+    let created = task_rpc(server, token, "tools/call", "execute", params, elicits);
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    assert_eq!(created["result"]["status"], "working", "{created}");
+    created["result"]["taskId"]
+        .as_str()
+        .expect("a task ID")
+        .to_owned()
+}
+
+/// `tasks/get` of task `id`.
+fn get_task(server: &HttpServer, token: &str, id: &str) -> Value {
+    task_rpc(server, token, "tasks/get", id, json!({"taskId": id}), true)
+}
+
+/// `tasks/update` of task `id` with `responses`.
+fn update_task(server: &HttpServer, token: &str, id: &str, responses: Value) -> Value {
+    let params = json!({"taskId": id, "inputResponses": responses});
+    task_rpc(server, token, "tasks/update", id, params, true)
+}
+
+/// Polls `tasks/get` until `done` holds for its result; that answer.
+fn poll_task(server: &HttpServer, token: &str, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let last = std::cell::RefCell::new(Value::Null);
+    crate::support::wait_until(
+        "the task's status",
+        || {
+            *last.borrow_mut() = get_task(server, token, id);
+            done(&last.borrow()["result"])
+        },
+        || last.borrow().to_string(),
+    );
+    last.into_inner()
+}
+
+/// Polls until task `id` asks the question under `key`; its `inputRequests`.
+fn until_asked(server: &HttpServer, token: &str, id: &str, key: &str) -> Value {
+    let asked = poll_task(server, token, id, |task| {
+        task["status"] == "input_required" && task["inputRequests"].get(key).is_some()
+    });
+    asked["result"]["inputRequests"].clone()
+}
+
+/// Polls until task `id` ended; its result.
+fn until_ended(server: &HttpServer, token: &str, id: &str) -> Value {
+    let ended = poll_task(server, token, id, |task| {
+        !matches!(task["status"].as_str(), Some("working" | "input_required"))
+    });
+    assert_eq!(ended["result"]["status"], "completed", "{ended}");
+    ended["result"]["result"].clone()
+}
+
+/// The question about `double.note(text=...)` of `subject`, as a task's
+/// `inputRequests` entry.
+fn note_question(subject: &str, text: &str) -> Value {
+    json!({
+        "method": "elicitation/create",
+        "params": {
+            "mode": "form",
+            "message": format!(
+                "May {subject} write a note?\n\nCapability: double.note\nArguments: {{\"text\":{text:?}}}"
+            ),
+            "requestedSchema": form_schema()
+        }
+    })
+}
+
+/// A task asks through itself (the Tasks extension): `tasks/get` shows the
+/// question in `inputRequests`, `tasks/update` answers it, on the replica that
+/// runs the task or on another sharing Redis. Each question has a key of its
+/// own; a response to another key, or from another subject, changes nothing;
+/// the execution waits where it is, so the note before the second question is
+/// written once. A decline, a timeout and a client without elicitation deny
+/// the call, and its note is never written.
+#[test]
+fn a_task_asks_through_tasks_get_and_tasks_update_on_any_replica() {
+    let setup = Setup::new("tasks", "");
+    let tokens = setup.tokens(&[("ada", "ada-secret"), ("bob", "bob-secret")]);
+    let redis = crate::support::RedisServer::start("task-approvals");
+    let start = |extra: &[&str]| {
+        let mut args = setup.args(extra);
+        args.extend(["--tokens".to_owned(), tokens.clone()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        HttpServer::start(&args)
+    };
+    let url = redis.url();
+    let (a, b) = (
+        start(&["--task-store", &url]),
+        start(&["--task-store", &url]),
+    );
+    let ada = "ada-secret";
+    let ack = json!({"resultType": "complete"});
+    let source = "def main():\n    first = double.note(text=\"one\")\n    second = double.note(text=\"two\")\n    return [first, second]";
+    let id = start_task(&a, ada, source, true);
+    // Read on B: the first question.
+    assert_eq!(
+        until_asked(&b, ada, &id, "approval-1"),
+        json!({"approval-1": note_question("ada", "one")})
+    );
+    // Another subject does not find the task; a response to a key that is not
+    // asked is ignored.
+    assert_eq!(
+        update_task(
+            &b,
+            "bob-secret",
+            &id,
+            json!({"approval-1": accept(true, false)})
+        )["error"],
+        json!({"code": -32602, "message": "Failed to retrieve task: Task not found"})
+    );
+    assert_eq!(
+        update_task(&b, ada, &id, json!({"approval-7": accept(true, false)}))["result"],
+        ack
+    );
+    assert_eq!(get_task(&a, ada, &id)["result"]["status"], "input_required");
+    assert_eq!(setup.notes(), Vec::<String>::new());
+    // Approved on B: the execution on A goes on, and asks the next question.
+    assert_eq!(
+        update_task(&b, ada, &id, json!({"approval-1": accept(true, false)}))["result"],
+        ack
+    );
+    assert_eq!(
+        until_asked(&a, ada, &id, "approval-2"),
+        json!({"approval-2": note_question("ada", "two")})
+    );
+    assert_eq!(setup.notes(), ["one"]);
+    // Declined on A: the call is denied, the task completes with the answer a
+    // direct call gets.
+    assert_eq!(
+        update_task(&a, ada, &id, json!({"approval-2": {"action": "decline"}}))["result"],
+        ack
+    );
+    let result = until_ended(&b, ada, &id);
+    assert_eq!(result["isError"], true, "{result}");
+    assert_eq!(result["content"][0]["text"], "permission denied");
+    assert_eq!(
+        result["_meta"]["codemode/error"],
+        json!({"capability": "double.note", "line": 3, "column": 14})
+    );
+    // Answering the ended task again changes nothing.
+    assert_eq!(
+        update_task(&a, ada, &id, json!({"approval-2": accept(true, false)}))["result"],
+        ack
+    );
+    assert_eq!(setup.notes(), ["one"]);
+    // Nobody answers within --approval-timeout: the task works again and the
+    // call is denied; a late answer is ignored.
+    let quick = start(&["--task-store", &url, "--approval-timeout", "1s"]);
+    let late = start_task(&quick, ada, &note("late"), true);
+    until_asked(&b, ada, &late, "approval-1");
+    let result = until_ended(&b, ada, &late);
+    assert_eq!(
+        result["content"][0]["text"], "permission denied",
+        "{result}"
+    );
+    assert_eq!(
+        update_task(&b, ada, &late, json!({"approval-1": accept(true, false)}))["result"],
+        ack
+    );
+    // A client that declared no elicitation is not asked.
+    let unasked = start_task(&quick, ada, &note("unasked"), false);
+    let result = until_ended(&quick, ada, &unasked);
+    assert_eq!(
+        result["content"][0]["text"], "permission denied",
+        "{result}"
+    );
+    crate::support::wait_for_log(
+        &quick,
+        "reason=the client did not declare form elicitation",
+        1,
+    );
+    // In this server's memory (no --task-store) alike.
+    let alone = start(&[]);
+    let here = start_task(&alone, ada, &note("here"), true);
+    until_asked(&alone, ada, &here, "approval-1");
+    assert_eq!(
+        update_task(
+            &alone,
+            ada,
+            &here,
+            json!({"approval-1": accept(true, false)})
+        )["result"],
+        ack
+    );
+    let result = until_ended(&alone, ada, &here);
+    assert_eq!(
+        result["structuredContent"],
+        json!({"result": {"result": "noted here"}}),
+        "{result}"
+    );
+    assert_eq!(setup.notes(), ["one", "here"]);
+    // The last audit line may be written just after the answer.
+    crate::support::wait_until(
+        "five audit lines of double.note",
+        || setup.asked().len() == 5,
+        || format!("{:?}", setup.asked()),
+    );
+    let outcome = |outcome: &str, result: &str| {
+        json!({
+            "decision": "asked",
+            "approval": {"outcome": outcome, "subject": "ada"},
+            "outcome": result
+        })
+    };
+    assert_eq!(
+        setup.asked(),
+        [
+            outcome("approved", "ok"),
+            outcome("declined", "permission denied"),
+            outcome("timed out", "permission denied"),
+            outcome("not asked", "permission denied"),
+            outcome("approved", "ok"),
         ]
     );
 }

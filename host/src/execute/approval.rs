@@ -49,7 +49,7 @@ pub const ARGUMENTS_TOO_LARGE: &str =
 
 /// How long past the approver's timeout the dispatcher still waits for it to
 /// say it withdrew the question.
-const WITHDRAW_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const WITHDRAW_GRACE: Duration = Duration::from_secs(1);
 
 /// The detail of the `capability failed` of a replayed program that asked for
 /// another call than the one recorded at the same position.

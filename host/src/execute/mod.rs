@@ -30,6 +30,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 pub(crate) use approval::{
     Answer, ApprovalRequest, Approver, Asking, PendingCall, Recorded, Replay, Suspended,
+    WITHDRAW_GRACE,
 };
 pub use limits::{LimitError, Limits, Retuned};
 pub use runner::RunnerError;

@@ -17,8 +17,17 @@
 //! request with the human's answer; any replica holding the key re-runs the
 //! program, replaying the recorded calls. An altered, expired or other
 //! subject's state is `permission denied`.
+//!
+//! An execution that runs as a task (2026-07-28, the Tasks extension) asks
+//! through the task instead, when the `tools/call` that made it declared form
+//! elicitation: the task turns `input_required`, `tasks/get` shows the question
+//! in `inputRequests` (under a key new for each question, `approval-1`,
+//! `approval-2`, ...), and the answer comes with `tasks/update`, on any replica
+//! sharing the task store. The execution waits where it is, so nothing is
+//! replayed.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use chacha20poly1305::aead::{Aead, Payload};
@@ -36,7 +45,9 @@ use sha2::Digest as _;
 
 use crate::execute::{
     Answer, ApprovalRequest, Approver, Asking, PendingCall, Recorded, Replay, Suspended,
+    WITHDRAW_GRACE,
 };
+use crate::tasks::TaskStore;
 
 /// The default `--approval-timeout`: how long a human may take to answer.
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(10 * 60);
@@ -72,8 +83,10 @@ pub const STATE_TOO_LARGE: &str =
 pub const NO_ANSWER: &str = "the retry carried no answer to the approval";
 /// Why a client that declared no form elicitation is not asked.
 pub const NO_ELICITATION: &str = "the client did not declare form elicitation";
-/// Why a task's call is not asked.
-pub const NOT_IN_TASKS: &str = "a call in a task cannot ask a human yet";
+/// Why a task's call is not asked when the task store does not answer.
+pub const TASK_STORE_UNAVAILABLE: &str = "the task store is unavailable to ask through the task";
+/// Why a task's call is not asked once the task ended (it was cancelled).
+pub const TASK_ENDED: &str = "the task ended before its question was answered";
 
 /// Most bytes of a failed elicitation's reason in the log.
 const MAX_REASON_BYTES: usize = 256;
@@ -134,7 +147,92 @@ enum How {
     Elicit(Peer<RoleServer>, RequestId),
     /// Ends the execution with `input_required` (2026-07-28).
     Suspend,
+    /// Through the task the execution runs as.
+    Task(Arc<TaskAsker>),
     Cannot(&'static str),
+}
+
+/// Asks through a task: its `inputRequests` and `tasks/update`.
+struct TaskAsker {
+    store: Arc<TaskStore>,
+    id: String,
+    /// The server's runtime, where the store is reached (the dispatcher polls
+    /// the question on the execution's thread).
+    runtime: tokio::runtime::Handle,
+    /// How many questions it asked: each gets a key of its own.
+    asked: AtomicU64,
+}
+
+impl TaskAsker {
+    /// Shows `requests` (with one question, under `key`) in the task and waits
+    /// until `asked` + `timeout` for the answer; the task works again when it
+    /// ends, answered or not.
+    async fn wait(
+        &self,
+        key: String,
+        requests: String,
+        asked: tokio::time::Instant,
+        timeout: Duration,
+    ) -> Answer {
+        // Made first: a wait given up on while the store is asked leaves no
+        // question behind.
+        let _resume = Resume {
+            store: &self.store,
+            id: &self.id,
+            key: &key,
+            asked,
+        };
+        let answer = match self
+            .store
+            .ask(
+                &self.id,
+                &key,
+                Arc::from(requests),
+                timeout + WITHDRAW_GRACE,
+            )
+            .await
+        {
+            Ok(answer) => answer,
+            Err(_) => return Answer::NotAsked(TASK_STORE_UNAVAILABLE.to_owned()),
+        };
+        match tokio::time::timeout_at(asked + timeout, answer).await {
+            Ok(Ok(response)) => match serde_json::from_value::<ElicitResult>(response) {
+                Ok(result) => self::answer(&result),
+                Err(_) => Answer::Declined,
+            },
+            Ok(Err(_)) => {
+                // The task ended: cancelled, most likely, and the execution
+                // is told so within the grace; let that be its outcome.
+                tokio::time::sleep(WITHDRAW_GRACE / 2).await;
+                Answer::NotAsked(TASK_ENDED.to_owned())
+            }
+            Err(_) => Answer::TimedOut,
+        }
+    }
+}
+
+/// Sets a task working again when its wait, begun at `asked`, ends, however
+/// it ends.
+struct Resume<'a> {
+    store: &'a TaskStore,
+    id: &'a str,
+    key: &'a str,
+    asked: tokio::time::Instant,
+}
+
+impl Drop for Resume<'_> {
+    fn drop(&mut self) {
+        self.store.resume(self.id, self.key, self.asked.elapsed());
+    }
+}
+
+/// Aborts a spawned wait when the dispatcher gives up on it.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Approver for Asker {
@@ -151,6 +249,7 @@ impl Approver for Asker {
             How::Elicit(peer, id) => (peer.clone(), id.clone()),
             // Never asked: the dispatcher suspends instead.
             How::Suspend => return Box::pin(async { Answer::Declined }),
+            How::Task(task) => return ask_in_task(task.clone(), request, self.timeout),
             How::Cannot(reason) => {
                 let reason = (*reason).to_owned();
                 return Box::pin(async move { Answer::NotAsked(reason) });
@@ -181,6 +280,86 @@ impl Approver for Asker {
                 }
             }
         })
+    }
+}
+
+/// Asks `request` through the task `task` runs as, on the server's runtime.
+fn ask_in_task(task: Arc<TaskAsker>, request: ApprovalRequest, timeout: Duration) -> Asking {
+    let number = task.asked.fetch_add(1, Ordering::Relaxed) + 1;
+    let key = format!("{INPUT_KEY}-{number}");
+    let params = ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: message(&request),
+        requested_schema: form(),
+    };
+    let mut requests = InputRequests::new();
+    requests.insert(
+        key.clone(),
+        InputRequest::Elicitation(ElicitRequest::new(params)),
+    );
+    let Ok(requests) = serde_json::to_string(&requests) else {
+        return Box::pin(async {
+            Answer::NotAsked("the question could not be encoded".to_owned())
+        });
+    };
+    // The dispatcher's deadline counts from now, not from when the task store
+    // was reached.
+    let asked = tokio::time::Instant::now();
+    let runtime = task.runtime.clone();
+    let waiting = runtime.spawn(async move { task.wait(key, requests, asked, timeout).await });
+    let abort = AbortOnDrop(waiting.abort_handle());
+    Box::pin(async move {
+        let _abort = abort;
+        waiting
+            .await
+            .unwrap_or_else(|_| Answer::NotAsked(TASK_ENDED.to_owned()))
+    })
+}
+
+/// What of a `tasks/update`'s `inputResponses` reaches the task store: the
+/// responses under this server's question keys (`approval-N`, at most
+/// [`MAX_RESPONSES`](crate::tasks::MAX_RESPONSES) of them), each reduced to
+/// what it answers (the action and the two fields), so that a client's
+/// response is never stored as it came.
+pub fn task_responses(responses: &InputResponses) -> serde_json::Map<String, Value> {
+    responses
+        .iter()
+        .filter(|(key, _)| is_question_key(key))
+        .take(crate::tasks::MAX_RESPONSES)
+        .map(|(key, response)| {
+            let answer = match serde_json::from_value::<ElicitResult>(response.clone()) {
+                Ok(result) => answer(&result),
+                Err(_) => Answer::Declined,
+            };
+            (key.clone(), answered(&answer))
+        })
+        .collect()
+}
+
+/// Whether `key` is one [`ask_in_task`] gives a question: `approval-` and a
+/// number.
+fn is_question_key(key: &str) -> bool {
+    key.strip_prefix(INPUT_KEY)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|number| {
+            !number.is_empty() && number.len() <= 20 && number.bytes().all(|b| b.is_ascii_digit())
+        })
+}
+
+/// The elicitation result that stands for `answer`: what [`answer`] reads back
+/// as the same.
+fn answered(answer: &Answer) -> Value {
+    match answer {
+        Answer::Approved => {
+            serde_json::json!({"action": "accept", "content": {APPROVE_FIELD: true}})
+        }
+        Answer::ApprovedForExecution => serde_json::json!({
+            "action": "accept",
+            "content": {APPROVE_FIELD: true, FOR_EXECUTION_FIELD: true},
+        }),
+        Answer::Declined | Answer::TimedOut | Answer::NotAsked(_) => {
+            serde_json::json!({"action": "decline"})
+        }
     }
 }
 
@@ -223,14 +402,7 @@ pub fn approver(
     timeout: Duration,
 ) -> Arc<dyn Approver> {
     let how = if is_2026(context) {
-        // Form elicitation: declared with `form`, or with neither mode.
-        let form = context.client_capabilities().is_some_and(|capabilities| {
-            capabilities
-                .elicitation
-                .as_ref()
-                .is_some_and(|e| e.form.is_some() || e.url.is_none())
-        });
-        match (keyed, form) {
+        match (keyed, declares_form(context)) {
             (false, _) => How::Cannot(NO_KEY),
             (true, true) => How::Suspend,
             (true, false) => How::Cannot(NO_ELICITATION),
@@ -247,6 +419,17 @@ pub fn approver(
         How::Elicit(context.peer.clone(), context.id.clone())
     };
     Arc::new(Asker { how, timeout })
+}
+
+/// Whether a 2026-07-28 request declared form elicitation: with `form`, or
+/// with neither mode.
+fn declares_form(context: &RequestContext<RoleServer>) -> bool {
+    context.client_capabilities().is_some_and(|capabilities| {
+        capabilities
+            .elicitation
+            .as_ref()
+            .is_some_and(|e| e.form.is_some() || e.url.is_none())
+    })
 }
 
 /// Whether the request is on 2026-07-28 or later (asked by `input_required`).
@@ -527,12 +710,26 @@ fn drawn() -> Result<[u8; 32], KeyError> {
     Ok(secret)
 }
 
-/// The approver of a task's execution: nobody can be asked yet.
-pub fn for_task(timeout: Duration) -> Arc<dyn Approver> {
-    Arc::new(Asker {
-        how: How::Cannot(NOT_IN_TASKS),
-        timeout,
-    })
+/// The approver of the execution task `id` in `store` runs: asked through
+/// the task when the `tools/call` in `context` that made it declared form
+/// elicitation, else one that says why not. Called on the server's runtime.
+pub fn for_task(
+    context: &RequestContext<RoleServer>,
+    store: Arc<TaskStore>,
+    id: String,
+    timeout: Duration,
+) -> Arc<dyn Approver> {
+    let how = if declares_form(context) {
+        How::Task(Arc::new(TaskAsker {
+            store,
+            id,
+            runtime: tokio::runtime::Handle::current(),
+            asked: AtomicU64::new(0),
+        }))
+    } else {
+        How::Cannot(NO_ELICITATION)
+    };
+    Arc::new(Asker { how, timeout })
 }
 
 #[cfg(test)]
@@ -646,6 +843,51 @@ mod tests {
         std::fs::write(&file, "m".repeat(40)).unwrap();
         let other = load_key(Some(&file), None).unwrap();
         assert!(other.open(&sealed, &bound).is_err());
+    }
+
+    #[test]
+    fn a_task_update_keeps_only_what_answers_a_question() {
+        let responses: InputResponses = [
+            (
+                "approval-1",
+                json!({"action": "accept", "content": {
+                    "approve": true,
+                    "approve_for_this_execution": true,
+                    "note": "x".repeat(1000),
+                }}),
+            ),
+            (
+                "approval-2",
+                json!({"action": "accept", "content": {"approve": true}}),
+            ),
+            ("approval-3", json!("nonsense")),
+            ("approval-", json!({"action": "accept"})),
+            ("approval-x", json!({"action": "accept"})),
+            ("other", json!({"action": "accept"})),
+        ]
+        .into_iter()
+        .map(|(key, value)| (key.to_owned(), value))
+        .collect();
+        assert_eq!(
+            Value::Object(task_responses(&responses)),
+            json!({
+                "approval-1": {"action": "accept", "content": {
+                    "approve": true,
+                    "approve_for_this_execution": true,
+                }},
+                "approval-2": {"action": "accept", "content": {"approve": true}},
+                "approval-3": {"action": "decline"},
+            })
+        );
+        // Each reads back as what it stands for.
+        for given in [
+            Answer::Approved,
+            Answer::ApprovedForExecution,
+            Answer::Declined,
+        ] {
+            let result: ElicitResult = serde_json::from_value(answered(&given)).unwrap();
+            assert_eq!(answer(&result), given);
+        }
     }
 
     #[test]

@@ -223,13 +223,16 @@ impl McpServer {
     /// and subject are checked first, as for a direct call (a failure is the
     /// direct answer, no task). The execution has `--max-task-time`, runs
     /// detached from this request and ends the task with the tool result a
-    /// direct call would have got.
+    /// direct call would have got. A call it must ask a human about is asked
+    /// through the task, when the request (`context`) declared form
+    /// elicitation.
     async fn start_task(
         &self,
         subject: Option<Subject>,
         arguments: Option<&JsonObject>,
-        trace: Option<TraceContext>,
+        context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let trace = trace_context(context);
         let arrived = Instant::now();
         let property = contract::input_property(EXECUTE).unwrap_or_default();
         let source = match contract::single_string(EXECUTE, property, arguments) {
@@ -265,7 +268,12 @@ impl McpServer {
             progress: None,
             trace,
             max_time: Some(board.limits().max_task_time),
-            approver: Some(approval::for_task(self.approval_timeout)),
+            approver: Some(approval::for_task(
+                context,
+                board.clone(),
+                view.id.clone(),
+                self.approval_timeout,
+            )),
             replay: None,
         };
         let running = tokio::spawn({
@@ -535,7 +543,7 @@ impl ServerHandler for McpServer {
         let retry = request.request_state.is_some() || request.input_responses.is_some();
         if request.name == EXECUTE && tasks::wants_task(&context) && !retry {
             return self
-                .start_task(subject, request.arguments.as_ref(), trace_context(&context))
+                .start_task(subject, request.arguments.as_ref(), &context)
                 .await;
         }
         let progress = context
@@ -584,14 +592,19 @@ impl ServerHandler for McpServer {
         request: UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        // An execution never asks for input: there is nothing to update, but the
-        // task must be one this subject can see.
+        // The response to the question the task waits on goes to its execution,
+        // wherever it runs; responses to other keys are ignored.
         let Some(subject) = self.subjects.resolve(&context) else {
             return Err(tasks::not_found());
         };
-        match self.tasks.get(&subject.id, &request.task_id).await {
-            Ok(Some(_)) => Ok(()),
-            Ok(None) => Err(tasks::not_found()),
+        let responses = approval::task_responses(&request.input_responses);
+        match self
+            .tasks
+            .answer(&subject.id, &request.task_id, &responses)
+            .await
+        {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(tasks::not_found()),
             Err(_) => Err(tasks::unavailable()),
         }
     }

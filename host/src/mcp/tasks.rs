@@ -4,7 +4,8 @@
 //! [`crate::tasks::TaskStore`].
 
 use rmcp::model::{
-    CallToolResult, DetailedTask, GetTaskResult, ProtocolVersion, Task, TaskPayload, TaskStatus,
+    CallToolResult, DetailedTask, GetTaskResult, InputRequests, ProtocolVersion, Task, TaskPayload,
+    TaskStatus,
 };
 use std::sync::Arc;
 
@@ -49,6 +50,7 @@ pub(super) fn wants_task(context: &RequestContext<RoleServer>) -> bool {
 pub(super) fn handle(view: &TaskView) -> Task {
     let status = match view.state {
         TaskState::Working => TaskStatus::Working,
+        TaskState::InputRequired(_) => TaskStatus::InputRequired,
         TaskState::Completed(_) => TaskStatus::Completed,
         TaskState::Failed(_) | TaskState::Lost => TaskStatus::Failed,
         TaskState::Cancelled => TaskStatus::Cancelled,
@@ -63,11 +65,17 @@ pub(super) fn handle(view: &TaskView) -> Task {
     .with_poll_interval_ms(POLL_INTERVAL_MS)
 }
 
-/// The answer to `tasks/get`: the handle, and what a direct call would have
-/// returned once it completed (the `_meta` stats included).
+/// The answer to `tasks/get`: the handle, the requests of a task waiting for
+/// input, and what a direct call would have returned once it completed (the
+/// `_meta` stats included).
 pub(super) fn detailed(view: &TaskView) -> GetTaskResult {
     let payload = match &view.state {
         TaskState::Working => TaskPayload::Working,
+        TaskState::InputRequired(text) => match serde_json::from_str::<InputRequests>(text) {
+            Ok(input_requests) => TaskPayload::InputRequired { input_requests },
+            // Written by this server from an `InputRequests`: never expected.
+            Err(_) => TaskPayload::Working,
+        },
         TaskState::Completed(text) => match object(text) {
             Some(result) => TaskPayload::Completed { result },
             None => TaskPayload::Failed {

@@ -7,10 +7,13 @@
 //! [`TaskLimits::max_running`] tasks at once.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::{TaskLimits, TaskRefused, TaskState, TaskView, new_id};
+use tokio::sync::oneshot;
+
+use super::{Answer, Question, TaskLimits, TaskRefused, TaskState, TaskView, new_id};
 
 /// One task on the board.
 struct Entry {
@@ -24,6 +27,17 @@ struct Entry {
     ended: Option<Instant>,
     /// Stops its execution (a dropped future cancels it).
     abort: Option<tokio::task::AbortHandle>,
+    /// What its time budget grew by while it waited for input.
+    extended: Duration,
+    /// The question it waits on.
+    question: Option<Question>,
+}
+
+impl Entry {
+    /// Whether its execution runs (working, or waiting for input).
+    fn runs(&self) -> bool {
+        !self.state.is_terminal()
+    }
 }
 
 /// The tasks of this server, in memory.
@@ -53,7 +67,7 @@ impl Board {
     /// Removes task `id`, keeping the counts.
     fn remove(&mut self, id: &str) -> Option<Entry> {
         let entry = self.entries.remove(id)?;
-        if entry.state == TaskState::Working {
+        if entry.runs() {
             self.running -= 1;
         }
         self.stored -= entry.state.bytes();
@@ -132,6 +146,8 @@ impl TaskBoard {
                 started: Instant::now(),
                 ended: None,
                 abort: None,
+                extended: Duration::ZERO,
+                question: None,
             },
         );
         board.order.push_back(id.clone());
@@ -155,7 +171,7 @@ impl TaskBoard {
     pub fn attach(&self, id: &str, abort: tokio::task::AbortHandle) {
         let mut board = self.board();
         match board.entries.get_mut(id) {
-            Some(entry) if entry.state == TaskState::Working => entry.abort = Some(abort),
+            Some(entry) if entry.runs() => entry.abort = Some(abort),
             Some(_) | None => abort.abort(),
         }
     }
@@ -185,10 +201,11 @@ impl TaskBoard {
             let Some(entry) = board.entries.get_mut(id) else {
                 return;
             };
-            if entry.state != TaskState::Working {
+            if !entry.runs() {
                 return;
             }
             entry.state = state;
+            entry.question = None;
             entry.updated = SystemTime::now();
             entry.ended = Some(Instant::now());
             entry.abort = None;
@@ -216,10 +233,11 @@ impl TaskBoard {
         let Some(entry) = board.entries.get_mut(id).filter(|e| e.subject == subject) else {
             return false;
         };
-        if entry.state == TaskState::Working {
+        if entry.runs() {
             entry.state = TaskState::Cancelled;
             entry.updated = SystemTime::now();
             entry.ended = Some(Instant::now());
+            entry.question = None;
             if let Some(abort) = entry.abort.take() {
                 abort.abort();
             }
@@ -228,14 +246,79 @@ impl TaskBoard {
         true
     }
 
+    /// Task `id` waits for the answer to `key`, showing `requests`; its time
+    /// budget grows by `extend`. A task that ended (or is gone) gets an answer
+    /// that never comes.
+    pub fn ask(&self, id: &str, key: &str, requests: Arc<str>, extend: Duration) -> Answer {
+        let (sender, answer) = oneshot::channel();
+        let mut board = self.board();
+        if let Some(entry) = board.entries.get_mut(id).filter(|e| e.runs()) {
+            entry.state = TaskState::InputRequired(requests);
+            entry.updated = SystemTime::now();
+            entry.extended += extend;
+            entry.question = Some(Question {
+                key: key.to_owned(),
+                reserved: extend,
+                answer: Some(sender),
+            });
+        }
+        answer
+    }
+
+    /// Delivers the response for the request task `id` of `subject` waits on,
+    /// if `responses` has one (the rest are ignored); `false` when the task is
+    /// not found.
+    pub fn answer(
+        &self,
+        subject: &str,
+        id: &str,
+        responses: &serde_json::Map<String, serde_json::Value>,
+    ) -> bool {
+        let mut board = self.board();
+        let mut dropped = Vec::new();
+        self.expire(&mut board, &mut dropped);
+        let Some(entry) = board.entries.get_mut(id).filter(|e| e.subject == subject) else {
+            return false;
+        };
+        let question = entry.question.as_mut().filter(|q| q.answer.is_some());
+        let response = question.and_then(|question| {
+            let response = responses.get(&question.key)?.clone();
+            Some((response, question.answer.take()?))
+        });
+        if let Some((response, sender)) = response {
+            entry.state = TaskState::Working;
+            entry.updated = SystemTime::now();
+            // The asker gave up meanwhile: nobody hears it.
+            let _ = sender.send(response);
+        }
+        true
+    }
+
+    /// Task `id` no longer waits on `key`, after `waited`: it works again,
+    /// its budget grown by the time waited.
+    pub fn resume(&self, id: &str, key: &str, waited: Duration) {
+        let mut board = self.board();
+        let Some(entry) = board.entries.get_mut(id) else {
+            return;
+        };
+        if let Some(question) = entry.question.take_if(|q| q.key == key) {
+            entry.extended = question.settle(entry.extended, waited);
+        }
+        if entry.question.is_none() && matches!(entry.state, TaskState::InputRequired(_)) {
+            entry.state = TaskState::Working;
+            entry.updated = SystemTime::now();
+        }
+    }
+
     /// Stops every running task (the server is ending): they end `Cancelled`.
     /// Returns how many there were.
     pub fn cancel_all(&self) -> usize {
         let mut board = self.board();
         let mut cancelled = 0;
         for entry in board.entries.values_mut() {
-            if entry.state == TaskState::Working {
+            if entry.runs() {
                 entry.state = TaskState::Cancelled;
+                entry.question = None;
                 entry.updated = SystemTime::now();
                 entry.ended = Some(Instant::now());
                 if let Some(abort) = entry.abort.take() {
@@ -299,7 +382,7 @@ impl TaskBoard {
 
     fn view(&self, id: &str, entry: &Entry) -> TaskView {
         let ttl = match entry.ended {
-            None => self.limits.max_task_time + self.limits.ttl,
+            None => self.limits.max_task_time + entry.extended + self.limits.ttl,
             Some(ended) => ended.duration_since(entry.started) + self.limits.ttl,
         };
         TaskView {
@@ -316,7 +399,6 @@ impl TaskBoard {
 mod tests {
     use super::*;
     use crate::tasks::MAX_STORED_BYTES;
-    use std::sync::Arc;
 
     fn board(max_tasks: usize, max_running: usize, ttl: Duration) -> TaskBoard {
         TaskBoard::new(TaskLimits {
@@ -448,6 +530,98 @@ mod tests {
         board.finish(&second.id, TaskState::Completed(big));
         assert_eq!(board.get("ada", &first.id), None);
         assert!(board.get("ada", &second.id).is_some());
+    }
+
+    /// A JSON object of `pairs`.
+    fn responses(
+        pairs: &[(&str, serde_json::Value)],
+    ) -> serde_json::Map<String, serde_json::Value> {
+        pairs
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), value.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn a_task_waiting_for_input_gets_the_answer_to_its_key_only() {
+        let board = board(10, 1, Duration::from_secs(60));
+        let task = board.create("ada").unwrap();
+        let requests = Arc::<str>::from("{\"approval-1\":{}}");
+        let mut answer = board.ask(
+            &task.id,
+            "approval-1",
+            requests.clone(),
+            Duration::from_secs(5),
+        );
+        let waiting = board.get("ada", &task.id).unwrap();
+        assert_eq!(waiting.state, TaskState::InputRequired(requests));
+        // Its budget, and so how long it is kept, grew by the wait.
+        assert_eq!(waiting.ttl, Duration::from_secs(125));
+        // It still takes its running slot.
+        assert_eq!(board.create("bob"), Err(TaskRefused::Running));
+        // Another subject's answer finds no task; an answer to another key is
+        // ignored.
+        let yes = serde_json::json!({"action": "accept"});
+        assert!(!board.answer("bob", &task.id, &responses(&[("approval-1", yes.clone())])));
+        assert!(board.answer("ada", &task.id, &responses(&[("approval-9", yes.clone())])));
+        assert!(answer.try_recv().is_err());
+        assert!(board.answer(
+            "ada",
+            &task.id,
+            &responses(&[("other", serde_json::json!(1)), ("approval-1", yes.clone())])
+        ));
+        assert_eq!(answer.try_recv(), Ok(yes.clone()));
+        assert_eq!(
+            board.get("ada", &task.id).unwrap().state,
+            TaskState::Working
+        );
+        // Answered again: nothing waits; the task is found.
+        assert!(board.answer("ada", &task.id, &responses(&[("approval-1", yes)])));
+        // The wait took 2 s: the budget grew by that, not by the 5 s reserved.
+        board.resume(&task.id, "approval-1", Duration::from_secs(2));
+        assert_eq!(
+            board.get("ada", &task.id).unwrap().ttl,
+            Duration::from_secs(122)
+        );
+        // Given up on after all its time: it works again; resuming another
+        // question changes nothing.
+        let _unanswered = board.ask(
+            &task.id,
+            "approval-2",
+            Arc::from("{}"),
+            Duration::from_secs(5),
+        );
+        board.resume(&task.id, "approval-1", Duration::ZERO);
+        assert!(matches!(
+            board.get("ada", &task.id).unwrap().state,
+            TaskState::InputRequired(_)
+        ));
+        board.resume(&task.id, "approval-2", Duration::from_secs(7));
+        let resumed = board.get("ada", &task.id).unwrap();
+        assert_eq!(resumed.state, TaskState::Working);
+        assert_eq!(resumed.ttl, Duration::from_secs(127));
+        // Cancelled while it waits: the wait ends, the task stays cancelled.
+        let mut ended = board.ask(&task.id, "approval-3", Arc::from("{}"), Duration::ZERO);
+        assert!(board.cancel("ada", &task.id));
+        assert_eq!(
+            ended.try_recv(),
+            Err(tokio::sync::oneshot::error::TryRecvError::Closed)
+        );
+        board.resume(&task.id, "approval-3", Duration::ZERO);
+        assert_eq!(
+            board.get("ada", &task.id).unwrap().state,
+            TaskState::Cancelled
+        );
+        // An ended task is not asked.
+        let mut never = board.ask(&task.id, "approval-4", Arc::from("{}"), Duration::ZERO);
+        assert_eq!(
+            never.try_recv(),
+            Err(tokio::sync::oneshot::error::TryRecvError::Closed)
+        );
+        assert_eq!(
+            board.get("ada", &task.id).unwrap().state,
+            TaskState::Cancelled
+        );
     }
 
     #[tokio::test]

@@ -11,17 +11,24 @@
 //! other half. Results are opaque JSON text: what a result looks like on the
 //! wire is the MCP layer's business.
 //!
+//! A running task may wait for input ([`TaskStore::ask`]): it shows the
+//! requests (opaque JSON text: an `inputRequests` object) until an answer comes
+//! ([`TaskStore::answer`], on any replica) or the asker gives up
+//! ([`TaskStore::resume`]); its time budget, and how long it is kept, grow by
+//! the longest the wait may take.
+//!
 //! Two stores: [`TaskBoard`], in this process's memory (the default), and
 //! [`RedisTasks`] (`--task-store redis://`), shared by the replicas behind a load
-//! balancer, so that any of them answers status, result and cancel for a task
-//! another runs.
+//! balancer, so that any of them answers status, result, input and cancel for a
+//! task another runs.
 
 mod memory;
 mod redis;
 
 pub use memory::TaskBoard;
 pub use redis::{
-    CANCEL_CHANNEL, ConnectError, RedisTasks, STALE_AFTER, check_url as check_redis_url, redacted,
+    ANSWER_CHANNEL, CANCEL_CHANNEL, ConnectError, RedisTasks, STALE_AFTER,
+    check_url as check_redis_url, redacted,
 };
 
 use std::sync::Arc;
@@ -79,6 +86,9 @@ impl Default for TaskLimits {
 pub enum TaskState {
     /// Its execution runs.
     Working,
+    /// Its execution runs and waits for input: these requests, as JSON text
+    /// (an `inputRequests` object).
+    InputRequired(Arc<str>),
     /// It ended with this result, as JSON text (a tool result: an execution
     /// that failed is one too).
     Completed(Arc<str>),
@@ -94,14 +104,18 @@ pub enum TaskState {
 impl TaskState {
     /// Whether it will never change again.
     pub fn is_terminal(&self) -> bool {
-        !matches!(self, TaskState::Working)
+        !matches!(self, TaskState::Working | TaskState::InputRequired(_))
     }
 
-    /// Bytes of the result or error it holds.
+    /// Bytes of the result or error it holds (the requests of a task waiting
+    /// for input are not counted: they go when it goes on).
     fn bytes(&self) -> usize {
         match self {
             TaskState::Completed(text) | TaskState::Failed(text) => text.len(),
-            TaskState::Working | TaskState::Cancelled | TaskState::Lost => 0,
+            TaskState::Working
+            | TaskState::InputRequired(_)
+            | TaskState::Cancelled
+            | TaskState::Lost => 0,
         }
     }
 }
@@ -117,9 +131,37 @@ pub struct TaskView {
     pub created: SystemTime,
     /// When its state last changed.
     pub updated: SystemTime,
-    /// How long after `created` it may still be read: its time budget and then
-    /// the TTL while it runs, its run and then the TTL once it ended.
+    /// How long after `created` it may still be read: its time budget (grown
+    /// by its waits for input) and then the TTL while it runs, its run and then
+    /// the TTL once it ended.
     pub ttl: Duration,
+}
+
+/// The answer a task waiting for input gets: the response to its request, as
+/// the client sent it. Dropped without one (the task ended meanwhile, or the
+/// store went away), the wait ends at once.
+pub type Answer = tokio::sync::oneshot::Receiver<serde_json::Value>;
+
+/// Most responses of one `tasks/update` looked at: a task asks one question at
+/// a time, so the rest are for requests that are not outstanding.
+pub const MAX_RESPONSES: usize = 16;
+
+/// The question a running task waits on (or waited on, until
+/// [`TaskStore::resume`] settles it): its key, what the task's budget grew by
+/// for it, and where the answer goes (taken when it comes).
+struct Question {
+    key: String,
+    reserved: Duration,
+    answer: Option<tokio::sync::oneshot::Sender<serde_json::Value>>,
+}
+
+impl Question {
+    /// What a task's budget has grown by, `extended`, once the wait for this
+    /// question ended after `waited`: the time waited in place of what was
+    /// reserved.
+    fn settle(&self, extended: Duration, waited: Duration) -> Duration {
+        extended.saturating_sub(self.reserved) + waited.min(self.reserved)
+    }
 }
 
 /// Why no task was made: the error the client reads names the flag.
@@ -251,6 +293,63 @@ impl TaskStore {
         match self {
             TaskStore::Memory(board) => Ok(board.cancel(subject, id)),
             TaskStore::Redis(redis) => redis.cancel(subject, id).await,
+        }
+    }
+
+    /// Marks task `id`, which runs here, as waiting for input: it shows
+    /// `requests` (an `inputRequests` object as JSON text, whose one key is
+    /// `key`) until [`TaskStore::answer`] delivers the response for `key` to
+    /// the returned [`Answer`], or [`TaskStore::resume`]. Its time budget and
+    /// how long it is kept grow by `extend` (the longest the wait may take).
+    /// A task that ended meanwhile gets an answer that never comes.
+    ///
+    /// # Errors
+    ///
+    /// [`Unavailable`] when the store does not answer.
+    pub async fn ask(
+        &self,
+        id: &str,
+        key: &str,
+        requests: Arc<str>,
+        extend: Duration,
+    ) -> Result<Answer, Unavailable> {
+        match self {
+            TaskStore::Memory(board) => Ok(board.ask(id, key, requests, extend)),
+            TaskStore::Redis(redis) => redis.ask(id, key, requests, extend).await,
+        }
+    }
+
+    /// Delivers the client's `responses` (by request key) to task `id` of
+    /// `subject`, wherever it runs: the one for its outstanding request, if
+    /// any, goes to the asker and the task works again; the rest are ignored.
+    /// `false` when the task is not found.
+    ///
+    /// # Errors
+    ///
+    /// [`Unavailable`] when the store does not answer.
+    pub async fn answer(
+        &self,
+        subject: &str,
+        id: &str,
+        responses: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<bool, Unavailable> {
+        if !is_task_id(id) {
+            return Ok(false);
+        }
+        match self {
+            TaskStore::Memory(board) => Ok(board.answer(subject, id, responses)),
+            TaskStore::Redis(redis) => redis.answer(subject, id, responses).await,
+        }
+    }
+
+    /// Task `id`, which runs here, no longer waits for the answer to `key` (it
+    /// came, or the asker gave up, after `waited`): it works again, and its
+    /// budget grew by the time waited rather than by what [`TaskStore::ask`]
+    /// reserved. In Redis written in the background.
+    pub fn resume(&self, id: &str, key: &str, waited: Duration) {
+        match self {
+            TaskStore::Memory(board) => board.resume(id, key, waited),
+            TaskStore::Redis(redis) => redis.resume(id, key, waited),
         }
     }
 

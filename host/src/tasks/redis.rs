@@ -22,6 +22,14 @@
 //! working [`STALE_AFTER`] past its time budget lost its replica (killed, or
 //! unable to write its end): it reads as [`TaskState::Lost`] and can be dropped.
 //!
+//! A task waiting for input is `input_required`, its requests in `input` and
+//! their key in `input_key`; its budget grew by `extended` ms (its expiry too).
+//! An answer on any replica is stored in `answer` (with `answer_key`), the task
+//! set working again and its ID published on `codemode:tasks:answer`; the
+//! running replica takes the answer (once: it is deleted as it is read) when
+//! the message comes, and at every status check, so that none is lost with a
+//! message.
+//!
 //! When Redis does not answer, requests about tasks fail within a few seconds
 //! with [`Unavailable`] (the reason is logged); a result that could not be
 //! written is retried in the background for up to `--task-ttl`, so that a short
@@ -38,9 +46,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures::StreamExt;
 use redis::IntoConnectionInfo;
 use redis::aio::ConnectionManager;
+use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 
-use super::{TaskLimits, TaskRefused, TaskState, TaskView, Unavailable, new_id};
+use super::{
+    Answer, MAX_RESPONSES, Question, TaskLimits, TaskRefused, TaskState, TaskView, Unavailable,
+    new_id,
+};
 
 /// The prefix of a task's hash key; the task's ID follows.
 const TASK_KEY: &str = "codemode:task:";
@@ -54,6 +66,9 @@ const BYTES_KEY: &str = "codemode:tasks:bytes";
 const CLAIM_KEY: &str = "codemode:claim:";
 /// The pub/sub channel on which cancelled tasks' IDs are published.
 pub const CANCEL_CHANNEL: &str = "codemode:tasks:cancel";
+/// The pub/sub channel on which the IDs of tasks whose input came are
+/// published.
+pub const ANSWER_CHANNEL: &str = "codemode:tasks:answer";
 
 /// How long connecting to Redis may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -74,16 +89,17 @@ pub const STALE_AFTER: Duration = Duration::from_secs(30);
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The functions the scripts share. `ended` tells a task's state from its
-/// hash (`gone`, `ended`, or `working`; a working one older than the stale
-/// limit counts as ended); `forget` drops a task and its size; `make_room`
+/// hash (`gone`, `ended`, or `working`; a working one, or one waiting for
+/// input, older than the stale limit and what its budget grew by counts as
+/// ended); `forget` drops a task and its size; `make_room`
 /// drops the oldest ended (or gone) tasks, a hundred IDs read at a time, until
 /// `fits()` holds or none is left, never `keep`.
 const PRELUDE: &str = r"
 local function ended(key, now, stale)
-  local f = redis.call('HMGET', key, 'status', 'created')
+  local f = redis.call('HMGET', key, 'status', 'created', 'extended')
   if not f[1] then return 'gone' end
-  if f[1] ~= 'working' then return 'ended' end
-  if (tonumber(f[2]) or 0) + stale < now then return 'ended' end
+  if f[1] ~= 'working' and f[1] ~= 'input_required' then return 'ended' end
+  if (tonumber(f[2]) or 0) + (tonumber(f[3]) or 0) + stale < now then return 'ended' end
   return 'working'
 end
 local function forget(order, sizes, bytes, prefix, id)
@@ -140,11 +156,12 @@ return 1
 /// Returns 1 when written, 0 when it had ended.
 const FINISH: &str = r"
 local status = redis.call('HGET', KEYS[1], 'status')
-if status and status ~= 'working' then return 0 end
+if status and status ~= 'working' and status ~= 'input_required' then return 0 end
 if not status then
   redis.call('HSET', KEYS[1], 'subject', ARGV[5], 'created', ARGV[6])
   redis.call('ZADD', KEYS[2], ARGV[6], ARGV[7])
 end
+redis.call('HDEL', KEYS[1], 'input', 'input_key', 'answer', 'answer_key')
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'payload', ARGV[2], 'updated', ARGV[3], 'ended', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 local size = string.len(ARGV[2])
@@ -159,17 +176,81 @@ return 1
 ";
 
 /// Cancels a task of a subject (of any subject when ARGV[2] is `1`): a working
-/// one is marked cancelled, kept for the TTL and its ID published for the
+/// one (or one waiting for input) is marked cancelled, kept for the TTL and its ID published for the
 /// replica that runs it. KEYS: task. ARGV: subject, any subject, now, TTL in
 /// ms, channel, ID. Returns 1 when the task exists (cancelled now or ended
 /// before), 0 when not found.
 const CANCEL: &str = r"
 local found = redis.call('HMGET', KEYS[1], 'subject', 'status')
 if not found[1] or (ARGV[2] ~= '1' and found[1] ~= ARGV[1]) then return 0 end
-if found[2] == 'working' then
+if found[2] == 'working' or found[2] == 'input_required' then
+  redis.call('HDEL', KEYS[1], 'input', 'input_key', 'answer', 'answer_key')
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'updated', ARGV[3], 'ended', ARGV[3])
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
   redis.call('PUBLISH', ARGV[5], ARGV[6])
+end
+return 1
+";
+
+/// Marks a running task as waiting for input (an ended or gone one is left
+/// as it is), its budget grown and its expiry moved. KEYS: task. ARGV: the
+/// request key, the requests, now, what its budget grew by in all (ms), its
+/// new expiry (ms since the epoch). Returns 1 when marked, 0 when it had
+/// ended.
+const ASK: &str = r"
+local status = redis.call('HGET', KEYS[1], 'status')
+if status ~= 'working' and status ~= 'input_required' then return 0 end
+redis.call('HDEL', KEYS[1], 'answer', 'answer_key')
+redis.call('HSET', KEYS[1], 'status', 'input_required', 'input', ARGV[2], 'input_key', ARGV[1], 'updated', ARGV[3], 'extended', ARGV[4])
+redis.call('PEXPIREAT', KEYS[1], ARGV[5])
+return 1
+";
+
+/// Delivers a subject's answer to its task: the response for the key it waits
+/// on (if one is given) is stored for the running replica, the task works
+/// again and its ID is published; other responses are ignored. KEYS: task.
+/// ARGV: subject, now, channel, ID, then key and response pairs. Returns 1
+/// when the task exists, 0 when not found.
+const ANSWER: &str = r"
+local f = redis.call('HMGET', KEYS[1], 'subject', 'status', 'input_key')
+if not f[1] or f[1] ~= ARGV[1] then return 0 end
+if f[2] == 'input_required' then
+  for i = 5, #ARGV - 1, 2 do
+    if ARGV[i] == f[3] then
+      redis.call('HDEL', KEYS[1], 'input', 'input_key')
+      redis.call('HSET', KEYS[1], 'status', 'working', 'updated', ARGV[2], 'answer', ARGV[i + 1], 'answer_key', f[3])
+      redis.call('PUBLISH', ARGV[3], ARGV[4])
+      break
+    end
+  end
+end
+return 1
+";
+
+/// The running replica takes the answer to the key its task waits on: read
+/// and deleted. KEYS: task. ARGV: the key. Returns the response, or nil.
+const TAKE: &str = r"
+local f = redis.call('HMGET', KEYS[1], 'answer_key', 'answer')
+if f[1] ~= ARGV[1] or not f[2] then return false end
+redis.call('HDEL', KEYS[1], 'answer', 'answer_key')
+return f[2]
+";
+
+/// The task no longer waits on the key (the asker gave up, or took the
+/// answer): it works again, an answer to that key left unread is dropped, and
+/// a task still running gets its settled budget growth and expiry (when
+/// given). KEYS: task. ARGV: the key, now, what its budget grew by in all
+/// (ms, or empty), its expiry (ms since the epoch, or empty).
+const RESUME: &str = r"
+local f = redis.call('HMGET', KEYS[1], 'status', 'input_key', 'answer_key')
+if f[1] == 'input_required' and f[2] == ARGV[1] then
+  redis.call('HDEL', KEYS[1], 'input', 'input_key')
+  redis.call('HSET', KEYS[1], 'status', 'working', 'updated', ARGV[2])
+end
+if f[3] == ARGV[1] then redis.call('HDEL', KEYS[1], 'answer', 'answer_key') end
+if ARGV[3] ~= '' and (f[1] == 'working' or f[1] == 'input_required') then
+  redis.call('HSET', KEYS[1], 'extended', ARGV[3])
+  redis.call('PEXPIREAT', KEYS[1], ARGV[4])
 end
 return 1
 ";
@@ -179,6 +260,10 @@ struct Scripts {
     create: redis::Script,
     finish: redis::Script,
     cancel: redis::Script,
+    ask: redis::Script,
+    answer: redis::Script,
+    take: redis::Script,
+    resume: redis::Script,
 }
 
 fn scripts() -> &'static Scripts {
@@ -186,6 +271,10 @@ fn scripts() -> &'static Scripts {
         create: redis::Script::new(&format!("{PRELUDE}{CREATE}")),
         finish: redis::Script::new(&format!("{PRELUDE}{FINISH}")),
         cancel: redis::Script::new(CANCEL),
+        ask: redis::Script::new(ASK),
+        answer: redis::Script::new(ANSWER),
+        take: redis::Script::new(TAKE),
+        resume: redis::Script::new(RESUME),
     });
     &SCRIPTS
 }
@@ -211,6 +300,10 @@ struct Running {
     created_ms: u64,
     /// Stops its execution (a dropped future cancels it).
     abort: Option<tokio::task::AbortHandle>,
+    /// What its time budget grew by while it waited for input.
+    extended: Duration,
+    /// The question it waits on.
+    question: Option<Question>,
 }
 
 /// The tasks this replica runs, by ID.
@@ -436,6 +529,8 @@ impl RedisTasks {
                     subject: subject.to_owned(),
                     created_ms: now,
                     abort: None,
+                    extended: Duration::ZERO,
+                    question: None,
                 },
             );
         }
@@ -499,7 +594,7 @@ impl RedisTasks {
         let fields: Vec<Option<String>> = ask("read a task", || {
             let mut request = redis::cmd("HMGET");
             request.arg(&key).arg(&[
-                "subject", "status", "payload", "created", "updated", "ended",
+                "subject", "status", "payload", "created", "updated", "ended", "extended", "input",
             ]);
             let mut connection = connection.clone();
             async move { request.query_async(&mut connection).await }
@@ -520,7 +615,7 @@ impl RedisTasks {
             TaskState::Completed(text) => ("completed", text),
             TaskState::Failed(text) => ("failed", text),
             TaskState::Cancelled | TaskState::Lost => ("cancelled", Arc::from("")),
-            TaskState::Working => return,
+            TaskState::Working | TaskState::InputRequired(_) => return,
         };
         let write = Finish {
             id: id.to_owned(),
@@ -568,6 +663,144 @@ impl RedisTasks {
         })
         .await?;
         Ok(found == 1)
+    }
+
+    /// Task `id`, which runs here, waits for the answer to `key`, showing
+    /// `requests`; its budget and expiry grow by `extend`. A task that ended
+    /// (or that Redis lost) gets an answer that never comes.
+    pub async fn ask(
+        &self,
+        id: &str,
+        key: &str,
+        requests: Arc<str>,
+        extend: Duration,
+    ) -> Result<Answer, Unavailable> {
+        let (sender, answer) = oneshot::channel();
+        let (created_ms, extended_ms) = {
+            let mut running = self.running();
+            let Some(task) = running.get_mut(id) else {
+                return Ok(answer);
+            };
+            task.extended += extend;
+            task.question = Some(Question {
+                key: key.to_owned(),
+                reserved: extend,
+                answer: Some(sender),
+            });
+            (task.created_ms, millis(task.extended))
+        };
+        let expire_at = created_ms
+            .saturating_add(extended_ms)
+            .saturating_add(millis(self.limits.max_task_time + self.limits.ttl));
+        let task_key = format!("{TASK_KEY}{id}");
+        let connection = &self.connection;
+        let marked = ask("ask for input", || {
+            let mut script = scripts().ask.prepare_invoke();
+            script
+                .key(&task_key)
+                .arg(key)
+                .arg(requests.as_ref())
+                .arg(now_ms())
+                .arg(extended_ms)
+                .arg(expire_at);
+            let mut connection = connection.clone();
+            async move { script.invoke_async::<i64>(&mut connection).await }
+        })
+        .await;
+        if !matches!(marked, Ok(1)) {
+            // Nobody can answer: the wait ends at once (its resume still
+            // settles what was reserved).
+            if let Some(question) = self
+                .running()
+                .get_mut(id)
+                .and_then(|task| task.question.as_mut())
+            {
+                question.answer = None;
+            }
+        }
+        marked.map(|_| answer)
+    }
+
+    /// Delivers `responses` to task `id` of `subject` (the one for the key it
+    /// waits on; the rest are ignored); when it runs here, the answer is taken
+    /// at once, else its replica hears of it.
+    pub async fn answer(
+        &self,
+        subject: &str,
+        id: &str,
+        responses: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<bool, Unavailable> {
+        let pairs: Vec<(&String, String)> = responses
+            .iter()
+            .take(MAX_RESPONSES)
+            .map(|(key, response)| (key, response.to_string()))
+            .collect();
+        let task_key = format!("{TASK_KEY}{id}");
+        let now = now_ms();
+        let connection = &self.connection;
+        let found = ask("answer a task", || {
+            let mut script = scripts().answer.prepare_invoke();
+            script
+                .key(&task_key)
+                .arg(subject)
+                .arg(now)
+                .arg(ANSWER_CHANNEL)
+                .arg(id);
+            for (key, response) in &pairs {
+                script.arg(key.as_str()).arg(response.as_str());
+            }
+            let mut connection = connection.clone();
+            async move { script.invoke_async::<i64>(&mut connection).await }
+        })
+        .await?;
+        if found == 1 {
+            take(&self.connection, &self.local, id).await;
+        }
+        Ok(found == 1)
+    }
+
+    /// Task `id`, which runs here, no longer waits on `key`, after `waited`:
+    /// it works again, its budget and expiry grown by the time waited (written
+    /// in the background).
+    pub fn resume(&self, id: &str, key: &str, waited: Duration) {
+        let settled = {
+            let mut running = self.running();
+            running.get_mut(id).and_then(|task| {
+                let question = task.question.take_if(|q| q.key == key)?;
+                task.extended = question.settle(task.extended, waited);
+                Some((task.created_ms, millis(task.extended)))
+            })
+        };
+        // Unsettled (the task ended, or another question is asked): the
+        // budget is left as it is.
+        let (extended, expire_at) = match settled {
+            Some((created_ms, extended_ms)) => (
+                extended_ms.to_string(),
+                created_ms
+                    .saturating_add(extended_ms)
+                    .saturating_add(millis(self.limits.max_task_time + self.limits.ttl))
+                    .to_string(),
+            ),
+            None => (String::new(), String::new()),
+        };
+        let (task_key, key) = (format!("{TASK_KEY}{id}"), key.to_owned());
+        let connection = self.connection.clone();
+        let write = async move {
+            // Unavailable: logged; the task reads as waiting until it ends.
+            let _ = ask("resume a task", || {
+                let mut script = scripts().resume.prepare_invoke();
+                script
+                    .key(&task_key)
+                    .arg(&key)
+                    .arg(now_ms())
+                    .arg(&extended)
+                    .arg(&expire_at);
+                let mut connection = connection.clone();
+                async move { script.invoke_async::<i64>(&mut connection).await }
+            })
+            .await;
+        };
+        drop(self.writes.spawn_on(write, &self.runtime));
     }
 
     /// Claims `token` for `ttl` in Redis (`SET NX PX`): `true` the first time
@@ -636,16 +869,23 @@ fn view(
     let mut next = || fields.next().flatten();
     let (owner, status, payload) = (next()?, next()?, next());
     let (created, updated, ended) = (next(), next(), next());
+    let (extended, input) = (next(), next());
     if owner != subject {
         return None;
     }
     let number = |text: Option<String>| text.and_then(|t| t.parse::<u64>().ok());
     let created = number(created)?;
     let updated = number(updated).unwrap_or(created);
+    let extended = number(extended).unwrap_or(0);
     let payload = || Arc::<str>::from(payload.clone().unwrap_or_default());
+    let stale = now
+        > created
+            .saturating_add(extended)
+            .saturating_add(stale_ms(limits));
     let state = match status.as_str() {
-        "working" if now > created.saturating_add(stale_ms(limits)) => TaskState::Lost,
+        "working" | "input_required" if stale => TaskState::Lost,
         "working" => TaskState::Working,
+        "input_required" => TaskState::InputRequired(Arc::from(input.unwrap_or_default())),
         "completed" => TaskState::Completed(payload()),
         "failed" => TaskState::Failed(payload()),
         "cancelled" => TaskState::Cancelled,
@@ -653,7 +893,7 @@ fn view(
     };
     let ttl = match number(ended) {
         Some(ended) => Duration::from_millis(ended.saturating_sub(created)) + limits.ttl,
-        None => limits.max_task_time + limits.ttl,
+        None => limits.max_task_time + Duration::from_millis(extended) + limits.ttl,
     };
     Some(TaskView {
         id: id.to_owned(),
@@ -758,7 +998,7 @@ async fn subscribe(client: redis::Client, connection: ConnectionManager, local: 
     loop {
         let subscribed = async {
             let mut pubsub = client.get_async_pubsub().await?;
-            pubsub.subscribe(CANCEL_CHANNEL).await?;
+            pubsub.subscribe(&[CANCEL_CHANNEL, ANSWER_CHANNEL]).await?;
             Ok::<_, redis::RedisError>(pubsub)
         };
         let reason = match tokio::time::timeout(CONNECT_TIMEOUT, subscribed).await {
@@ -787,8 +1027,9 @@ async fn subscribe(client: redis::Client, connection: ConnectionManager, local: 
     }
 }
 
-/// Stops the tasks whose IDs come on the subscription, and every
-/// [`RECONCILE_EVERY`] those found cancelled; until the subscription ends.
+/// Stops the tasks whose IDs come on [`CANCEL_CHANNEL`], takes the answers of
+/// those on [`ANSWER_CHANNEL`], and every [`RECONCILE_EVERY`] does both for
+/// what it finds in Redis; until the subscription ends.
 async fn listen(pubsub: redis::aio::PubSub, connection: &ConnectionManager, local: &Local) {
     let mut messages = pubsub.into_on_message();
     let mut every = tokio::time::interval(RECONCILE_EVERY);
@@ -797,9 +1038,12 @@ async fn listen(pubsub: redis::aio::PubSub, connection: &ConnectionManager, loca
         tokio::select! {
             message = messages.next() => match message {
                 Some(message) => {
-                    if let Ok(id) = message.get_payload::<String>()
-                        && stop(local, &id)
-                    {
+                    let Ok(id) = message.get_payload::<String>() else {
+                        continue;
+                    };
+                    if message.get_channel_name() == ANSWER_CHANNEL {
+                        take(connection, local, &id).await;
+                    } else if stop(local, &id) {
                         tracing::info!(task = %id, "task cancelled through the task store: its execution stopped");
                     }
                 }
@@ -810,8 +1054,44 @@ async fn listen(pubsub: redis::aio::PubSub, connection: &ConnectionManager, loca
     }
 }
 
-/// Reads the status of the tasks running here and stops the cancelled ones. A
-/// task gone from Redis (restarted empty) runs on: its end writes it again.
+/// Takes the answer for task `id` if it runs here and waits for one that came:
+/// read and deleted in Redis, then handed to the asker.
+async fn take(connection: &ConnectionManager, local: &Local, id: &str) {
+    let Some(key) = lock(local).get(id).and_then(|task| {
+        task.question
+            .as_ref()
+            .filter(|question| question.answer.is_some())
+            .map(|question| question.key.clone())
+    }) else {
+        return;
+    };
+    let task_key = format!("{TASK_KEY}{id}");
+    let taken = ask("take a task's input", || {
+        let mut script = scripts().take.prepare_invoke();
+        script.key(&task_key).arg(&key);
+        let mut connection = connection.clone();
+        async move { script.invoke_async::<Option<String>>(&mut connection).await }
+    })
+    .await;
+    let Ok(Some(text)) = taken else {
+        return;
+    };
+    // What the client sent was JSON when it was stored.
+    let response = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+    let waiter = lock(local).get_mut(id).and_then(|task| {
+        task.question
+            .as_mut()
+            .filter(|question| question.key == key)
+            .and_then(|question| question.answer.take())
+    });
+    if let Some(sender) = waiter {
+        let _ = sender.send(response);
+    }
+}
+
+/// Reads the status of the tasks running here: stops the cancelled ones and
+/// takes the answers of those that wait (their message may have been missed).
+/// A task gone from Redis (restarted empty) runs on: its end writes it again.
 async fn reconcile(connection: &ConnectionManager, local: &Local) {
     let ids: Vec<String> = lock(local).keys().cloned().collect();
     if ids.is_empty() {
@@ -833,8 +1113,13 @@ async fn reconcile(connection: &ConnectionManager, local: &Local) {
         return;
     };
     for (id, status) in ids.iter().zip(statuses) {
-        if status.as_deref() == Some("cancelled") && stop(local, id) {
-            tracing::info!(task = %id, "task found cancelled in the task store: its execution stopped");
+        match status.as_deref() {
+            Some("cancelled") => {
+                if stop(local, id) {
+                    tracing::info!(task = %id, "task found cancelled in the task store: its execution stopped");
+                }
+            }
+            Some(_) | None => take(&connection, local, id).await,
         }
     }
 }
@@ -911,6 +1196,23 @@ mod tests {
             super::view(limits, stale - 1, "t", "ada", fields("working", None, None))
                 .map(|v| v.state),
             Some(TaskState::Working)
+        );
+        // Waiting for input: its requests shown; its budget (and so its TTL
+        // and when it counts as lost) grew by `extended`.
+        let mut asked = fields("input_required", None, None);
+        asked.extend([
+            Some("5000".to_owned()),
+            Some("{\"approval-1\":{}}".to_owned()),
+        ]);
+        let waiting = super::view(limits, stale, "t", "ada", asked.clone()).unwrap();
+        assert_eq!(
+            waiting.state,
+            TaskState::InputRequired(Arc::from("{\"approval-1\":{}}"))
+        );
+        assert_eq!(waiting.ttl, Duration::from_secs(665));
+        assert_eq!(
+            super::view(limits, stale + 5000, "t", "ada", asked).map(|v| v.state),
+            Some(TaskState::Lost)
         );
     }
 
