@@ -106,6 +106,17 @@ impl Issuer {
             .expect("a count")
     }
 
+    /// How many times its keys (the JWKS) were fetched so far: counted as it
+    /// serves them, so a fetch a server finished is counted.
+    fn jwks_fetches(&mut self) -> u64 {
+        let stdin = self.stdin.as_mut().expect("stdin");
+        stdin.write_all(b"jwks\n").expect("ask for the count");
+        stdin.flush().expect("flush");
+        read_line(&mut self.stdout)["jwks"]
+            .as_u64()
+            .expect("a count")
+    }
+
     /// Signs with a new key from now on (the old one stays published); its ID.
     fn rotate(&mut self) -> String {
         let stdin = self.stdin.as_mut().expect("stdin");
@@ -310,13 +321,29 @@ fn the_issuers_access_tokens_name_subjects_whose_claims_reach_the_policy() {
     assert!(!log.contains("admins"), "{log}");
 }
 
+/// How often the rotation test lets the server fetch the issuer's keys
+/// (`--oauth-keys-refresh`; a minute by default).
+const KEYS_REFRESH: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The issuer rotates its signing key: a token signed with the new key is
-/// refused until the server fetches the keys again, at most once a minute
-/// (a made-up key ID cannot make it fetch on every request), then accepted.
+/// refused until the server fetches the keys again, at most once per
+/// `--oauth-keys-refresh` (a made-up key ID cannot make it fetch on every
+/// request), then accepted.
 #[test]
 fn a_rotated_signing_key_is_picked_up() {
     let mut issuer = Issuer::start();
-    let server = server("oauth-rotation", &issuer);
+    let plugins = plugin_folder("oauth-rotation", &[test_plugin("sleepy")]);
+    let policy = plugins.join("groups.rego.txt");
+    std::fs::write(&policy, POLICY).expect("write the policy");
+    let refresh = format!("{}s", KEYS_REFRESH.as_secs());
+    let server = start(
+        "127.0.0.1:0",
+        &issuer,
+        RESOURCE,
+        &plugins,
+        &policy,
+        &["--oauth-keys-refresh", &refresh],
+    );
     let before = issuer.token("alice", "mcp:execute", RESOURCE);
     assert_eq!(list(server.port, Some(&before)).0, 200);
     let kid = issuer.rotate();
@@ -326,38 +353,65 @@ fn a_rotated_signing_key_is_picked_up() {
         json!(kid),
         "signed with the new key"
     );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
-    loop {
-        let (status, _, _) = list(server.port, Some(&after));
-        if status == 200 {
-            break;
-        }
-        assert_eq!(status, 401);
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the new key was not picked up within 90 s: {}",
-            server.log()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    }
+    crate::support::wait_until(
+        "the new key to be picked up",
+        || {
+            let (status, _, _) = list(server.port, Some(&after));
+            assert!(status == 200 || status == 401, "{status}");
+            status == 200
+        },
+        || server.log(),
+    );
+    // The fetch that found the new key ended just before this.
+    let picked_up = std::time::Instant::now();
     // The old key is still published: its tokens still pass.
     assert_eq!(list(server.port, Some(&before)).0, 200);
-    // Fetched twice: at the first token, and once for the new key.
-    assert_eq!(
-        server.log().matches("OAuth issuer keys fetched").count(),
-        2,
-        "{}",
-        server.log()
-    );
+    // Fetched twice: at start, and once for the new key, however many
+    // requests named it meanwhile.
+    assert_eq!(issuer.jwks_fetches(), 2, "{}", server.log());
+    // Tokens naming a key nobody published, right after that fetch: refused,
+    // and none makes the server fetch again within the interval (checked when
+    // they were sent well within it, with room for the poll that found the key).
+    let made_up = with_kid(&after, "made-up");
+    for _ in 0..5 {
+        assert_eq!(list(server.port, Some(&made_up)).0, 401);
+    }
+    if picked_up.elapsed() < KEYS_REFRESH / 2 {
+        assert_eq!(issuer.jwks_fetches(), 2, "{}", server.log());
+    }
+}
+
+/// `token` with its header's `kid` replaced (its signature no longer matters:
+/// the key is looked up first).
+fn with_kid(token: &str, kid: &str) -> String {
+    use base64::Engine as _;
+    let mut header = header_of(token);
+    header["kid"] = json!(kid);
+    let encoded =
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(header.to_string().as_bytes());
+    let rest = token.split_once('.').expect("a JWT").1;
+    format!("{encoded}.{rest}")
 }
 
 /// A token of the issuer that expired is refused once its `exp` is more than
-/// the 60 s of clock skew allowed behind, not before.
+/// `--oauth-leeway` of clock skew behind, not before.
 #[test]
 fn an_expired_token_is_refused_after_the_leeway() {
     const SHORT: &str = "http://localhost/short";
+    const LEEWAY: u64 = 2;
     let issuer = Issuer::start_for(SHORT);
-    let server = server_at("oauth-expiry", &issuer, SHORT, "127.0.0.1:0");
+    let plugins = plugin_folder("oauth-expiry", &[test_plugin("sleepy")]);
+    let policy = plugins.join("groups.rego.txt");
+    std::fs::write(&policy, POLICY).expect("write the policy");
+    let leeway = format!("{LEEWAY}s");
+    let server = start(
+        "127.0.0.1:0",
+        &issuer,
+        SHORT,
+        &plugins,
+        &policy,
+        &["--oauth-leeway", &leeway],
+    );
     let token = issuer.token("alice", "mcp:execute", SHORT);
     let claims = {
         use base64::Engine as _;
@@ -369,34 +423,44 @@ fn an_expired_token_is_refused_after_the_leeway() {
     };
     let exp = claims["exp"].as_u64().expect("exp");
     assert_eq!(exp - claims["iat"].as_u64().expect("iat"), 1, "{claims}");
-    assert_eq!(list(server.port, Some(&token)).0, 200, "accepted at first");
     let now = || {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .expect("after 1970")
             .as_secs()
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    loop {
-        let (status, header, _) = list(server.port, Some(&token));
-        if status == 401 {
+    // Asked before the leeway ran out (a second of slack for rounding): accepted.
+    let asked = now();
+    let (status, _, _) = list(server.port, Some(&token));
+    if asked + 1 < exp + LEEWAY {
+        assert_eq!(status, 200, "accepted within the leeway");
+    }
+    crate::support::wait_until(
+        "the expired token to be refused",
+        || {
+            let asked = now();
+            let (status, header, _) = list(server.port, Some(&token));
+            if status == 200 {
+                return false;
+            }
             assert_eq!(
-                header.as_deref(),
-                Some(
-                    "Bearer resource_metadata=\"http://localhost/.well-known/oauth-protected-resource/short\", error=\"invalid_token\", scope=\"mcp:execute\""
+                (status, header.as_deref()),
+                (
+                    401,
+                    Some(
+                        "Bearer resource_metadata=\"http://localhost/.well-known/oauth-protected-resource/short\", error=\"invalid_token\", scope=\"mcp:execute\""
+                    )
                 )
             );
             // Refused only past the leeway (a second of slack for rounding).
-            assert!(now() + 1 >= exp + 60, "refused at {} for exp {exp}", now());
-            break;
-        }
-        assert_eq!(status, 200);
-        assert!(
-            std::time::Instant::now() < deadline,
-            "an expired token was still accepted after 120 s"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    }
+            assert!(
+                asked + 1 >= exp + LEEWAY,
+                "refused at {asked} for exp {exp}"
+            );
+            true
+        },
+        || server.log(),
+    );
 }
 
 /// An issuer that does not answer: requests get 503 with `Retry-After` (the
@@ -589,7 +653,10 @@ fn a_subject_cannot_find_what_its_catalog_hides() {
         Err("invalid program: <codemode>:2:12: unknown capability `granted.wrote`; did you mean granted.write? (find names with search_api)".to_owned())
     );
     assert_eq!(execute_as(port, &bob, NAP), Ok(json!({"ms": 1})));
-    // The hidden capability never ran for Bob: only Bob's nap is audited.
+    // The hidden capability never ran for Bob: only Bob's nap is audited. The
+    // server writes an execution's lines before it answers, so once the nap's
+    // line has come through the pipe, every earlier one has too.
+    crate::support::wait_for_audit(&server, "\"capability\":\"sleepy.nap\"", 1);
     assert_eq!(server.audit().lines().count(), 1, "{}", server.audit());
 
     // A reloaded policy shows everything to everyone: the views are decided anew.

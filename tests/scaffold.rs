@@ -9,7 +9,7 @@ use std::process::Command;
 use serde_json::json;
 
 use crate::stdio::{call, err, ok};
-use crate::support::{cache_dir, drive, foreign_plugin, host_bin, root};
+use crate::support::{cache_dir, drive, foreign_plugin, host_bin, root, tool};
 
 fn execute(source: &str) -> serde_json::Value {
     call("execute", json!({ "source": source }))
@@ -264,11 +264,14 @@ mod toolchains {
     use super::*;
 
     #[test]
-    fn new_python_and_javascript_plugins_build_check_and_answer() {
-        let toolchains = root().join("target/toolchains");
-        // The examples were built, so both toolchains are installed.
+    fn a_new_python_plugin_builds_checks_and_answers() {
+        // The example was built, so its toolchain is installed.
         foreign_plugin("python_geo");
         let dir = generate("python", "greet", "python");
+        // The project pins the componentize-py the test builds it with.
+        let script = std::fs::read_to_string(dir.join("build.sh")).expect("read build.sh");
+        let pin = format!("componentize-py=={}", devtools::COMPONENTIZE_PY_VERSION);
+        assert!(script.contains(&pin), "{pin} in:\n{script}");
         // An exception the author did not foresee.
         patch(
             &dir.join("app.py"),
@@ -280,15 +283,27 @@ mod toolchains {
             &[
                 (
                     "COMPONENTIZE_PY",
-                    toolchains.join("python/bin/componentize-py"),
+                    tool(&devtools::COMPONENTIZE_PY).join("bin/componentize-py"),
                 ),
                 ("CODEMODE_HOST", PathBuf::from(host_bin())),
             ],
         );
         check_and_try(&dir, "greet");
         unforeseen(&dir, "greet", "capability failed: KeyError: 'boom'");
+    }
+
+    #[test]
+    fn a_new_javascript_plugin_builds_checks_and_answers() {
+        // The example was built, so its toolchain is installed.
         foreign_plugin("js_strings");
         let dir = generate("js", "my_tool", "js");
+        let manifest =
+            std::fs::read_to_string(dir.join("package.json")).expect("read package.json");
+        let pin = format!(
+            "\"@bytecodealliance/componentize-js\": \"{}\"",
+            devtools::COMPONENTIZE_JS_VERSION
+        );
+        assert!(manifest.contains(&pin), "{pin} in:\n{manifest}");
         // A runtime gap the author did not know of (docs/plugin-guide.md).
         patch(
             &dir.join("my_tool.js"),
@@ -300,8 +315,8 @@ mod toolchains {
             &[
                 (
                     "COMPONENTIZE_JS",
-                    toolchains
-                        .join("node/node_modules/@bytecodealliance/componentize-js/src/cli.js"),
+                    tool(&devtools::COMPONENTIZE_JS)
+                        .join("node_modules/@bytecodealliance/componentize-js/src/cli.js"),
                 ),
                 ("CODEMODE_HOST", PathBuf::from(host_bin())),
             ],

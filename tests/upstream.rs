@@ -10,28 +10,16 @@ use serde_json::{Value, json};
 
 use crate::stdio::{call, err, ok};
 use crate::support::{
-    HttpServer, drive, drive_in, drive_with_env, example_plugins, execute_http, install_venv,
-    python, raw_request, root, startup_log, wait_for_audit, wait_for_log, wait_until,
+    HttpServer, drive, drive_in, drive_with_env, example_plugins, execute_http, python,
+    raw_request, root, startup_log, wait_for_audit, wait_for_log, wait_until,
 };
 
-/// The third-party upstream servers, pinned.
-const UPSTREAM_PACKAGES: [&str; 2] = ["mcp-server-time==2026.10.19", "mcp-server-git==2026.10.19"];
-
-/// The bin folder of `target/e2e-upstreams-venv`, which holds the upstream servers
-/// (a venv of their own: their dependencies need not agree with the client's).
+/// The bin folder of [`devtools::UPSTREAM_PYTHON`], which holds the third-party
+/// upstream servers (a venv of their own: their dependencies need not agree
+/// with the client's).
 pub(crate) fn upstream_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let venv = root().join("target/e2e-upstreams-venv");
-        let bin = venv.join("bin");
-        let installed = ["mcp-server-time", "mcp-server-git"]
-            .iter()
-            .all(|server| bin.join(server).exists());
-        if !installed {
-            install_venv(&venv, &UPSTREAM_PACKAGES);
-        }
-        bin
-    })
+    BIN.get_or_init(|| crate::support::tool(&devtools::UPSTREAM_PYTHON).join("bin"))
 }
 
 /// A config file `codemode.toml` with `text` in a fresh folder of the test `label`.

@@ -28,9 +28,6 @@ use codemode_host::authz::{
 };
 use codemode_host::{LOCAL_SUBJECT, Service, ServiceConfig};
 use codemode_value::Value as Arg;
-use starlark::environment::{Globals, Module};
-use starlark::eval::Evaluator;
-use starlark::syntax::{AstModule, Dialect};
 
 /// The loop both interpreters run: small ints only, one tick per iteration.
 const LOOP: &str =
@@ -660,36 +657,41 @@ fn decision_cost(rego: &RegoAuthorizer) -> Duration {
     percentiles(&mut times).0
 }
 
-/// Runs `source` with starlark-rust natively: the interpreter's dialect switches and
-/// tick budget (counting ticks is part of the evaluator's work in the sandbox too),
-/// standard globals.
+/// Runs `source` with starlark-rust natively, in `codemode-bench-native` (built
+/// beside this binary): the time it reports from parse to `main()`'s return.
 fn native_starlark(source: &str) -> Duration {
-    let globals = Globals::standard();
-    let started = Instant::now();
-    let dialect = Dialect {
-        enable_load: false,
-        ..Dialect::Standard
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let binary = match std::env::current_exe() {
+        Ok(exe) => exe.with_file_name("codemode-bench-native"),
+        Err(error) => panic!("cannot find this binary: {error}"),
     };
-    let ast = match AstModule::parse("<codemode>", source.to_owned(), &dialect) {
-        Ok(ast) => ast,
-        Err(error) => panic!("parse: {error}"),
+    let mut child = match Command::new(&binary)
+        .arg(MAX_STEPS.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(error) => panic!("cannot start {}: {error}", binary.display()),
     };
-    Module::with_temp_heap(|module| {
-        let mut eval = Evaluator::new(&module);
-        if let Err(error) = eval.set_max_tick_count(MAX_STEPS) {
-            panic!("tick budget: {error}");
-        }
-        if let Err(error) = eval.eval_module(ast, &globals) {
-            panic!("eval: {error}");
-        }
-        let Some(main) = module.get("main") else {
-            panic!("no main")
-        };
-        if let Err(error) = eval.eval_function(main, &[], &[]) {
-            panic!("main: {error}");
-        }
-    });
-    started.elapsed()
+    if let Some(mut stdin) = child.stdin.take()
+        && let Err(error) = stdin.write_all(source.as_bytes())
+    {
+        panic!("cannot send the program: {error}");
+    }
+    let output = match child.wait_with_output() {
+        Ok(output) if output.status.success() => output,
+        Ok(output) => panic!("{} failed with {}", binary.display(), output.status),
+        Err(error) => panic!("cannot wait for {}: {error}", binary.display()),
+    };
+    match String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse::<u64>()
+    {
+        Ok(nanos) => Duration::from_nanos(nanos),
+        Err(error) => panic!("{} printed no time: {error}", binary.display()),
+    }
 }
 
 fn percentiles(times: &mut [Duration]) -> (Duration, Duration) {

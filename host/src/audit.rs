@@ -7,14 +7,21 @@
 //!
 //! Lines are handed to a writer thread over a channel, so a native call pays for
 //! formatting one line, not for a write to a file or a terminal; the thread flushes
-//! whenever the channel runs empty.
+//! whenever the channel runs empty. An execution waits for its lines to be written
+//! ([`AuditLog::sync`]) before its answer leaves: a call the client saw succeed is
+//! on record even if the process ends right after.
 
 use std::io::Write;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
+
+/// How long an answer waits for its audit lines to be written (a log on a full
+/// pipe or a stuck disk must not hold every answer for ever).
+pub const SYNC_TIMEOUT: Duration = Duration::from_secs(2);
 
 use serde::Serialize;
 
@@ -79,6 +86,17 @@ pub struct Approval<'a> {
 pub struct AuditLog {
     sender: Mutex<Option<Sender<String>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// Lines handed to the writer so far.
+    queued: AtomicU64,
+    /// Lines the writer wrote (or failed to write) so far, and its signal.
+    written: Arc<Written>,
+}
+
+/// How far the writer got, and the signal it gives after each flush.
+#[derive(Debug, Default)]
+struct Written {
+    lines: Mutex<u64>,
+    flushed: Condvar,
 }
 
 impl AuditLog {
@@ -109,9 +127,11 @@ impl AuditLog {
     /// Audit lines to `out`, written by a thread of their own.
     pub fn to_writer(out: Box<dyn Write + Send>) -> Self {
         let (sender, receiver) = std::sync::mpsc::channel();
+        let written = Arc::new(Written::default());
+        let progress = written.clone();
         let writer = std::thread::Builder::new()
             .name("codemode-audit".into())
-            .spawn(move || write_lines(receiver, out));
+            .spawn(move || write_lines(receiver, out, &progress));
         let writer = match writer {
             Ok(handle) => Some(handle),
             Err(error) => {
@@ -122,6 +142,8 @@ impl AuditLog {
         Self {
             sender: Mutex::new(Some(sender)),
             writer: Mutex::new(writer),
+            queued: AtomicU64::new(0),
+            written,
         }
     }
 
@@ -133,10 +155,34 @@ impl AuditLog {
         line.push('\n');
         if let Ok(sender) = self.sender.lock()
             && let Some(sender) = sender.as_ref()
-        {
             // The writer only stops when this log is closed.
-            let _ = sender.send(line);
+            && sender.send(line).is_ok()
+        {
+            // Counted under the lock, in the order the writer receives them.
+            self.queued.fetch_add(1, Ordering::Release);
         }
+    }
+
+    /// Waits until every line recorded before this call is written and flushed,
+    /// at most `timeout` ([`SYNC_TIMEOUT`] for an answer); returns whether they
+    /// were. At once when none is pending.
+    pub fn sync(&self, timeout: Duration) -> bool {
+        let wanted = self.queued.load(Ordering::Acquire);
+        let Ok(mut lines) = self.written.lines.lock() else {
+            return false;
+        };
+        let deadline = Instant::now() + timeout;
+        while *lines < wanted {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            lines = match self.written.flushed.wait_timeout(lines, left) {
+                Ok((lines, _)) => lines,
+                Err(_) => return false,
+            };
+        }
+        true
     }
 
     /// Writes every pending line and stops the writer; later records are dropped.
@@ -158,17 +204,25 @@ impl Drop for AuditLog {
     }
 }
 
-fn write_lines(receiver: Receiver<String>, out: Box<dyn Write + Send>) {
+fn write_lines(receiver: Receiver<String>, out: Box<dyn Write + Send>, progress: &Written) {
     let mut out = std::io::BufWriter::new(out);
     while let Ok(line) = receiver.recv() {
         let mut written = out.write_all(line.as_bytes());
+        let mut count = 1;
         // Drain what queued meanwhile, then flush once.
         while let Ok(line) = receiver.try_recv() {
             written = written.and_then(|()| out.write_all(line.as_bytes()));
+            count += 1;
         }
         if let Err(error) = written.and_then(|()| out.flush()) {
             tracing::error!(reason = %error, "cannot write the audit log");
         }
+        // Counted written even when the write failed: an answer waits for the
+        // log to be done with its lines, not for a disk to come back.
+        if let Ok(mut lines) = progress.lines.lock() {
+            *lines += count;
+        }
+        progress.flushed.notify_all();
     }
 }
 
@@ -187,7 +241,6 @@ const LATEST_MICROS: u64 = 253_402_300_799_999_999;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     #[derive(Clone, Default)]
     struct Shared(Arc<Mutex<Vec<u8>>>);
@@ -252,6 +305,68 @@ mod tests {
                 "\n"
             )
         );
+        Ok(())
+    }
+
+    /// A sink that takes nothing until `open` is sent.
+    struct Gated {
+        open: std::sync::mpsc::Receiver<()>,
+        opened: bool,
+        out: Shared,
+    }
+
+    impl Write for Gated {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if !self.opened {
+                let _ = self.open.recv();
+                self.opened = true;
+            }
+            self.out.write(buf)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn record(log: &AuditLog, execution: u64) {
+        log.record(&AuditRecord {
+            time: "2026-12-02T18:40:01.000001Z".into(),
+            execution,
+            subject: "analyst",
+            capability_id: "c1",
+            capability: "records.lookup",
+            decision: Decision::Allow,
+            approval: None,
+            outcome: "ok",
+            fuel: 0,
+            duration_us: 1,
+        });
+    }
+
+    #[test]
+    fn sync_returns_once_the_lines_recorded_before_it_are_written() -> anyhow::Result<()> {
+        let (open, gate) = std::sync::mpsc::channel();
+        let out = Shared::default();
+        let log = AuditLog::to_writer(Box::new(Gated {
+            open: gate,
+            opened: false,
+            out: out.clone(),
+        }));
+        // Nothing recorded: nothing to wait for.
+        assert!(log.sync(Duration::ZERO));
+        record(&log, 1);
+        record(&log, 2);
+        // The sink holds the lines back: the wait ends at its timeout, unwritten.
+        assert!(!log.sync(Duration::from_millis(50)));
+        open.send(())?;
+        assert!(log.sync(Duration::from_secs(60)));
+        let text = String::from_utf8(
+            out.0
+                .lock()
+                .map_err(|_| anyhow::anyhow!("poisoned"))?
+                .clone(),
+        )?;
+        assert_eq!(text.lines().count(), 2, "{text}");
         Ok(())
     }
 

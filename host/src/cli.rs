@@ -11,7 +11,8 @@ use clap::Parser;
 use codemode_host::audit::AuditLog;
 use codemode_host::authz::exchange::{ClientCredentials, Exchanger, TokenExchange};
 use codemode_host::authz::oauth::{
-    DEFAULT_SUBJECT_CLAIM, OAuthConfig, UrlError, Verifier, check_url, is_scope_token,
+    DEFAULT_KEYS_REFRESH, DEFAULT_LEEWAY, DEFAULT_SUBJECT_CLAIM, MAX_LEEWAY, MIN_KEYS_REFRESH,
+    OAuthConfig, UrlError, Verifier, check_url, is_scope_token,
 };
 use codemode_host::authz::{
     AllowAll, Authorizer, DEFAULT_DECISION, RegoAuthorizer, RegoError, Replaceable, Subject,
@@ -231,10 +232,11 @@ pub struct Cli {
     ///
     /// Its metadata is discovered (/.well-known/oauth-authorization-server,
     /// else /.well-known/openid-configuration) and its JWKS fetched when the
-    /// first token comes, and again for a key it does not hold, at most once a
-    /// minute. A bearer token is accepted when it is a JWT signed by one of
-    /// those keys (RS256, ES256 or EdDSA), its iss is this URL, its aud
-    /// contains --resource-url, exp and nbf hold (60 s leeway) and it carries
+    /// first token comes, and again for a key it does not hold, at most once
+    /// per --oauth-keys-refresh. A bearer token is accepted when it is a JWT
+    /// signed by one of those keys (RS256, ES256 or EdDSA), its iss is this URL,
+    /// its aud contains --resource-url, exp and nbf hold (within --oauth-leeway)
+    /// and it carries
     /// every --required-scope; its subject is --subject-claim. Served beside:
     /// /.well-known/oauth-protected-resource (RFC 9728), and a 401 names it in
     /// WWW-Authenticate. --tokens may be given too: its tokens are looked up
@@ -267,6 +269,22 @@ pub struct Cli {
     /// subject of --tokens with the same ID is the same subject.
     #[arg(long, value_name = "CLAIM", requires = "oauth_issuer")]
     pub subject_claim: Option<String>,
+
+    /// The shortest time between two fetches of the issuer's keys [default: 1m]
+    ///
+    /// A token naming a key the server does not hold makes it fetch the keys
+    /// again, at most this often (at least 1s): an issuer that rotated its key is
+    /// followed within it, and tokens naming made-up keys cannot make the server
+    /// fetch on every request.
+    #[arg(long, value_name = "DURATION", requires = "oauth_issuer", value_parser = keys_refresh)]
+    pub oauth_keys_refresh: Option<Duration>,
+
+    /// The clock skew allowed to a token's exp and nbf [default: 60s]
+    ///
+    /// Whole seconds, at most 10m: an access token is taken until this long
+    /// after it expired, and from this long before it becomes valid.
+    #[arg(long, value_name = "DURATION", requires = "oauth_issuer", value_parser = leeway)]
+    pub oauth_leeway: Option<Duration>,
 
     /// This server's client ID at --oauth-issuer, for token exchange
     ///
@@ -504,6 +522,33 @@ fn positive_duration(text: &str) -> Result<Duration, String> {
     }
     if duration > MAX_DURATION {
         return Err(MAX_DURATION_TEXT.to_owned());
+    }
+    Ok(duration)
+}
+
+/// `--oauth-keys-refresh`: a duration of at least [`MIN_KEYS_REFRESH`].
+fn keys_refresh(text: &str) -> Result<Duration, String> {
+    let duration = positive_duration(text)?;
+    if duration < MIN_KEYS_REFRESH {
+        return Err("must be at least 1s".to_owned());
+    }
+    Ok(duration)
+}
+
+/// `--oauth-leeway`: whole seconds, from 0s to [`MAX_LEEWAY`].
+fn leeway(text: &str) -> Result<Duration, String> {
+    let trimmed = text.trim();
+    let zero = !trimmed.is_empty() && trimmed.chars().all(|c| c == '0' || c == '.');
+    let duration = if zero {
+        Duration::ZERO
+    } else {
+        parse_duration(text)?
+    };
+    if duration.subsec_nanos() != 0 {
+        return Err("must be whole seconds (e.g. 30s, 2m)".to_owned());
+    }
+    if duration > MAX_LEEWAY {
+        return Err("at most 10m".to_owned());
     }
     Ok(duration)
 }
@@ -978,6 +1023,8 @@ impl Cli {
                         .subject_claim
                         .clone()
                         .unwrap_or_else(|| DEFAULT_SUBJECT_CLAIM.to_owned()),
+                    keys_refresh: self.oauth_keys_refresh.unwrap_or(DEFAULT_KEYS_REFRESH),
+                    leeway: self.oauth_leeway.unwrap_or(DEFAULT_LEEWAY),
                 })
                 .map_err(ConfigError::OAuth)?;
                 Some(Arc::new(verifier))
@@ -1126,6 +1173,30 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn oauth_key_refresh_and_leeway_take_durations_within_their_bounds() {
+        assert_eq!(keys_refresh("1s"), Ok(MIN_KEYS_REFRESH));
+        assert_eq!(keys_refresh("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(keys_refresh("500ms"), Err("must be at least 1s".to_owned()));
+        assert!(keys_refresh("0").is_err());
+        assert_eq!(leeway("0"), Ok(Duration::ZERO));
+        assert_eq!(leeway("0s"), Ok(Duration::ZERO));
+        assert_eq!(leeway("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(leeway("10m"), Ok(MAX_LEEWAY));
+        assert_eq!(leeway("11m"), Err("at most 10m".to_owned()));
+        assert_eq!(
+            leeway("1500ms"),
+            Err("must be whole seconds (e.g. 30s, 2m)".to_owned())
+        );
+        // Both need --oauth-issuer.
+        for flag in ["--oauth-keys-refresh=5s", "--oauth-leeway=5s"] {
+            assert!(
+                Cli::try_parse_from(["codemode-host", flag]).is_err(),
+                "{flag}"
+            );
+        }
     }
 
     #[test]

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds the JavaScript example plugin with componentize-js, installed with npm into
-# a local folder (target/toolchains/node; nothing global). Needs Node.js 20 or later.
+# Builds the JavaScript example plugin with componentize-js: the CLI script
+# $COMPONENTIZE_JS names (`cargo xtask plugins` names the one of the machine's
+# tools folder), else one installed with npm into a local folder
+# (target/toolchains/node; nothing global). Needs Node.js 20 or later.
 #
 #   plugins/js-strings/build.sh [OUTPUT]    default: target/plugins/js_strings.wasm
 set -euo pipefail
@@ -9,8 +11,13 @@ root="$(cd "$here/../.." && pwd)"
 out="$(realpath -m "${1:-$root/target/plugins/js_strings.wasm}")"
 tools="$root/target/toolchains/node"
 version="0.23.0"
-cli="$tools/node_modules/@bytecodealliance/componentize-js/src/cli.js"
-if ! grep -q "\"version\": \"$version\"" "$tools/node_modules/@bytecodealliance/componentize-js/package.json" 2>/dev/null; then
+cli="${COMPONENTIZE_JS:-$tools/node_modules/@bytecodealliance/componentize-js/src/cli.js}"
+package="$(dirname "$(dirname "$cli")")/package.json"
+if ! grep -q "\"version\": \"$version\"" "$package" 2>/dev/null; then
+  if [ -n "${COMPONENTIZE_JS:-}" ]; then
+    echo "js-strings: $COMPONENTIZE_JS is not componentize-js $version" >&2
+    exit 1
+  fi
   mkdir -p "$tools"
   [ -f "$tools/package.json" ] || echo '{"private": true}' > "$tools/package.json"
   if ! (cd "$tools" && npm install --silent --no-audit --no-fund "@bytecodealliance/componentize-js@$version"); then

@@ -18,7 +18,8 @@
 // trades an access token of this issuer for one whose audience is one of
 // "audiences" in the argument (another is `invalid_target`): the same `sub`,
 // scope and groups, `act.sub` the client. A line "exchanges" on stdin answers
-// {"exchanges": N}, how many were made.
+// {"exchanges": N}, how many were made; a line "jwks" answers {"jwks": N}, how
+// many times its keys were fetched.
 import { createServer } from "node:http";
 import { generateKeyPairSync, randomUUID } from "node:crypto";
 import { createInterface } from "node:readline";
@@ -159,12 +160,21 @@ const provider = (jwks) => {
 };
 
 let handler = provider(keys).callback();
-server.on("request", (request, response) => handler(request, response));
+let jwksServed = 0;
+server.on("request", (request, response) => {
+  if (request.url === "/jwks" || request.url?.startsWith("/jwks?")) {
+    jwksServed += 1;
+  }
+  handler(request, response);
+});
 process.stdout.write(`${JSON.stringify({ issuer })}\n`);
 
 for await (const line of createInterface({ input: process.stdin })) {
   if (line.trim() === "exchanges") {
     process.stdout.write(`${JSON.stringify({ exchanges })}\n`);
+  }
+  if (line.trim() === "jwks") {
+    process.stdout.write(`${JSON.stringify({ jwks: jwksServed })}\n`);
   }
   if (line.trim() === "rotate") {
     const fresh = key("ec", { namedCurve: "P-256" });

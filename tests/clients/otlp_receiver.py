@@ -10,7 +10,12 @@ ExportTraceServiceResponse.
 
 import json
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+# Exports arrive on threads of their own (two services may export at once): one
+# line is written whole before another begins.
+PRINTING = threading.Lock()
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -47,7 +52,9 @@ class Receiver(BaseHTTPRequestHandler):
                         "status": span.status.code,
                         "attributes": attributes(span.attributes),
                     }
-                    print(json.dumps(line), flush=True)
+                    with PRINTING:
+                        sys.stdout.write(json.dumps(line) + "\n")
+                        sys.stdout.flush()
         answer = ExportTraceServiceResponse().SerializeToString()
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")

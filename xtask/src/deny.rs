@@ -14,8 +14,6 @@ use anyhow::{Context, Result, bail};
 
 use crate::{RUNNER_MANIFEST, cargo, root, status};
 
-/// The cargo-deny release the checks are written for (deny.toml's keys).
-const CARGO_DENY_VERSION: &str = "0.20.2";
 /// Where the advisory snapshot is unless `ADVISORY_DB_ENV` says otherwise.
 const DEFAULT_ADVISORY_DB: &str = "../shared/advisory-db";
 /// Names another copy of the advisory database.
@@ -48,27 +46,11 @@ pub(crate) fn deny() -> Result<()> {
     Ok(())
 }
 
-/// cargo-deny, installed into `target/tools` unless that holds the wanted release.
+/// cargo-deny from the machine's tools folder, installed there first if missing.
 fn install() -> Result<PathBuf> {
-    let tools = root().join("target/tools");
-    let tool = tools.join("bin/cargo-deny");
-    let installed = Command::new(&tool)
-        .arg("--version")
-        .output()
-        .is_ok_and(|out| {
-            String::from_utf8_lossy(&out.stdout).trim()
-                == format!("cargo-deny {CARGO_DENY_VERSION}")
-        });
-    if !installed {
-        status(
-            cargo()
-                .args(["install", "--locked", "--quiet", "cargo-deny", "--version"])
-                .arg(CARGO_DENY_VERSION)
-                .arg("--root")
-                .arg(&tools),
-        )?;
-    }
-    Ok(tool)
+    devtools::CARGO_DENY
+        .binary()
+        .map_err(|error| anyhow::anyhow!(error))
 }
 
 /// Copies the snapshot to `into` as a one-commit git checkout, as cargo-deny reads

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+use crate::test::Lints;
 use crate::{cargo, plugins, root, status};
 
 /// Where the binary goes in the layout (and in the image, under `/usr/local`).
@@ -43,7 +44,7 @@ pub(crate) enum Profile {
 /// Builds the layout for `profile`, checks that the server starts from it, and
 /// returns its folder.
 pub(crate) fn dist(profile: Profile) -> Result<PathBuf> {
-    let examples = plugins()?;
+    let examples = plugins(None)?;
     let (build, binary, out) = match profile {
         Profile::Release => (
             vec!["build", "--release", "-p", "codemode-host"],
@@ -58,22 +59,7 @@ pub(crate) fn dist(profile: Profile) -> Result<PathBuf> {
     };
     status(cargo().args(&build))?;
     let out = root().join(out);
-    if out.exists() {
-        // The last check left the cache read-only.
-        make_writable(&out)?;
-        std::fs::remove_dir_all(&out).with_context(|| format!("remove {}", out.display()))?;
-    }
-    std::fs::create_dir_all(out.join("bin"))?;
-    std::fs::copy(root().join(binary), out.join(BINARY))
-        .with_context(|| format!("copy {binary}"))?;
-    std::fs::create_dir_all(out.join(PLUGINS))?;
-    for entry in std::fs::read_dir(&examples)? {
-        let path = entry?.path();
-        if path.is_file() {
-            let name = path.file_name().context("a file name")?;
-            std::fs::copy(&path, out.join(PLUGINS).join(name))?;
-        }
-    }
+    lay_out(&root().join(binary), &examples, &out)?;
     status(
         Command::new(out.join(BINARY))
             .arg("precompile")
@@ -82,6 +68,90 @@ pub(crate) fn dist(profile: Profile) -> Result<PathBuf> {
             .arg("--cache-dir")
             .arg(out.join(CACHE)),
     )?;
+    check(out)
+}
+
+/// The test command's layout, `target/dist-debug`: the debug `binary` its tests
+/// built, the `examples`, and the artifacts of the `cache` it precompiled them
+/// into (the same binary compiled the same files: nothing to compile again);
+/// then the same check as [`dist`].
+pub(crate) fn layout_debug(binary: &Path, examples: &Path, cache: &Path) -> Result<PathBuf> {
+    let out = root().join("target/dist-debug");
+    lay_out(binary, examples, &out)?;
+    let into = out.join(CACHE);
+    std::fs::create_dir_all(&into)?;
+    for entry in std::fs::read_dir(cache).with_context(|| format!("list {}", cache.display()))? {
+        let path = entry?.path();
+        if path.is_file() {
+            let name = path.file_name().context("a file name")?;
+            std::fs::copy(&path, into.join(name))
+                .with_context(|| format!("copy {}", path.display()))?;
+        }
+    }
+    check(out)
+}
+
+/// Fails unless `cargo build -p PACKAGE` (with the test command's `lints`, as its
+/// builds have) compiles nothing: the host's tests already built its binary, so
+/// a unit built now means that the tests' build had other features (a
+/// dev-dependency or another member turning on a feature of a dependency), and
+/// every clean build compiles that unit and all that depends on it twice.
+pub(crate) fn unchanged_build(lints: &Lints, package: &str) -> Result<()> {
+    let output = lints
+        .apply(cargo().args(["build", "--message-format", "json", "-p", package]))
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot run cargo build -p {package}"))?;
+    if !output.status.success() {
+        bail!("cargo build -p {package} failed with {}", output.status);
+    }
+    // One JSON message per line; an artifact built now says `"fresh":false`.
+    let built: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|line| {
+            line.contains("\"reason\":\"compiler-artifact\"") && line.contains("\"fresh\":false")
+        })
+        .filter_map(|line| {
+            // `"package_id":"registry+https://...#name@1.2.3"`: the name and version.
+            let id = line.split("\"package_id\":\"").nth(1)?.split('"').next()?;
+            Some(id.rsplit('#').next().unwrap_or(id).to_owned())
+        })
+        .collect();
+    if !built.is_empty() {
+        bail!(
+            "building {package} alone compiled again what the tests' build had compiled: {}. A dev-dependency or another member turns on a feature of a dependency that {package} alone does not (compare `cargo tree -e features -i CRATE` with and without `--workspace`); turn it on for {package} too",
+            built.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Puts the layout in `out`: `binary`, the plugin files of `examples`, and an
+/// empty cache folder.
+fn lay_out(binary: &Path, examples: &Path, out: &Path) -> Result<()> {
+    if out.exists() {
+        // The last check left the cache read-only.
+        make_writable(out)?;
+        std::fs::remove_dir_all(out).with_context(|| format!("remove {}", out.display()))?;
+    }
+    std::fs::create_dir_all(out.join("bin"))?;
+    std::fs::copy(binary, out.join(BINARY))
+        .with_context(|| format!("copy {}", binary.display()))?;
+    std::fs::create_dir_all(out.join(PLUGINS))?;
+    for entry in std::fs::read_dir(examples)? {
+        let path = entry?.path();
+        if path.is_file() {
+            let name = path.file_name().context("a file name")?;
+            std::fs::copy(&path, out.join(PLUGINS).join(name))?;
+        }
+    }
+    std::fs::create_dir_all(out.join(CACHE))?;
+    Ok(())
+}
+
+/// Makes the layout's cache read-only and checks that the server starts from it
+/// (as the image's user when run as root) within [`START_LIMIT`].
+fn check(out: PathBuf) -> Result<PathBuf> {
     let as_user = make_read_only(&out.join(CACHE))?;
     let ready = if as_user {
         // The image's user must reach the layout, but a checkout often sits in a

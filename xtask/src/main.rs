@@ -11,6 +11,9 @@ use anyhow::{Context, Result, bail};
 
 mod deny;
 mod dist;
+mod phases;
+mod test;
+mod tools;
 
 /// The target plugins are built for.
 const WASM_TARGET: &str = "wasm32-wasip2";
@@ -31,11 +34,38 @@ const TEST_PLUGINS: &[&str] = &[
     "drowsy",
     "squatter",
 ];
-/// Example plugins in other languages: the folder under `plugins/` (holding a
-/// `build.sh` that installs its toolchain into `target/toolchains`) and the
-/// component's file name.
-const FOREIGN_PLUGINS: &[(&str, &str)] =
-    &[("python-geo", "python_geo"), ("js-strings", "js_strings")];
+/// An example plugin in another language.
+struct Foreign {
+    /// Its folder under `plugins/`, holding a `build.sh`.
+    folder: &'static str,
+    /// Its component's file name, without `.wasm`.
+    name: &'static str,
+    /// The toolchain it builds with, from the machine's tools folder.
+    toolchain: devtools::Tool,
+    /// The variable its `build.sh` takes the toolchain's command from (else it
+    /// installs its own into `target/toolchains`, for use without xtask).
+    variable: &'static str,
+    /// The command in the toolchain's folder.
+    command: &'static str,
+}
+
+/// The example plugins in other languages.
+const FOREIGN_PLUGINS: &[Foreign] = &[
+    Foreign {
+        folder: "python-geo",
+        name: "python_geo",
+        toolchain: devtools::COMPONENTIZE_PY,
+        variable: "COMPONENTIZE_PY",
+        command: "bin/componentize-py",
+    },
+    Foreign {
+        folder: "js-strings",
+        name: "js_strings",
+        toolchain: devtools::COMPONENTIZE_JS,
+        variable: "COMPONENTIZE_JS",
+        command: "node_modules/@bytecodealliance/componentize-js/src/cli.js",
+    },
+];
 /// Exit status of a `build.sh` whose toolchain cannot be installed (EX_UNAVAILABLE).
 const TOOLCHAIN_UNAVAILABLE: i32 = 69;
 /// When set (CI sets it), a foreign plugin whose toolchain cannot be installed is an
@@ -49,12 +79,16 @@ const USAGE: &str = "usage: cargo xtask <task>
 tasks:
   plugins        build the example plugins to target/plugins/*.wasm
                  (Rust, plus Python and JavaScript with their toolchains
-                 installed into target/toolchains) and the test plugins to
+                 from the machine's tools folder) and the test plugins to
                  target/test-plugins/
   run [ARGS..]   build everything and run the server over stdio with the
                  example plugins; ARGS go to codemode-host
-  test           build the plugins, then run formatting and lint checks and
-                 the whole test suite (unit + end-to-end)
+  test           every check, in phases, ending with each phase's wall time:
+                 tools (installed once per machine into
+                 ~/.cache/codemode-host-tools, or $CODEMODE_TOOLS_DIR), deny,
+                 fmt, plugins, interpreter tests, build (clippy linting the
+                 workspace's crates as it compiles them), same features,
+                 precompile, dist, tests (cargo-nextest), soak, doc tests
   bench          build the plugins and a release build, then measure against
                  the performance targets (DESIGN §8): trivial execute, native
                  calls (allow-all, Rego), sandbox vs native starlark-rust, a
@@ -74,8 +108,8 @@ tasks:
                  their precompiled cache in cache/; the Dockerfile copies
                  it), then check that the server starts from it with the
                  cache read-only, as the image's user, in under 1 s;
-                 --debug: from the debug build into target/dist-debug (what
-                 the test command checks)
+                 --debug: from the debug build into target/dist-debug (the
+                 test command checks the same from its own build)
   fuzz [SECONDS] [--runs N] [TARGET..]
                  run each fuzz target (fuzz/ and fuzz/runner/, nightly and
                  cargo-fuzz, both installed if missing) for SECONDS (default
@@ -89,8 +123,8 @@ tasks:
                  RustSec advisories from the snapshot in
                  ../shared/advisory-db (or $CODEMODE_ADVISORY_DB), licenses,
                  sources, one major version of wasmtime and cranelift;
-                 cargo-deny is installed into target/tools if missing (the
-                 test command runs this first)
+                 cargo-deny comes from the machine's tools folder (installed
+                 there if missing)
   wit-docs --wit DIR PLUGIN.wasm
                  what `codemode-host wit-docs` does: write the WIT's doc
                  comments into a component (the Python and JavaScript
@@ -120,9 +154,9 @@ const SOAK_SECONDS: u64 = 60;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("plugins") => plugins().map(|_| ()),
+        Some("plugins") => plugins(None).map(|_| ()),
         Some("run") => run(&args[1..]),
-        Some("test") => test(),
+        Some("test") => test::test(),
         Some("bench") => bench(),
         Some("soak") => soak(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
@@ -162,7 +196,29 @@ fn root() -> PathBuf {
 fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(root());
+    without_run_env(&mut cmd);
     cmd
+}
+
+/// `cmd` (a cargo or a tool that runs cargo) without the variables `cargo run`
+/// set for xtask.
+fn without_run_env(cmd: &mut Command) {
+    // What `cargo run` set for this process describes xtask, not the build it
+    // starts; a build script watching one of them (ring's watches
+    // CARGO_MANIFEST_DIR) would otherwise run again, and everything above it be
+    // compiled again, whenever a build alternates between xtask and a shell.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || matches!(
+                &*name,
+                "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE"
+            )
+        {
+            cmd.env_remove(&*name);
+        }
+    }
 }
 
 fn status(cmd: &mut Command) -> Result<()> {
@@ -196,13 +252,17 @@ fn ensure_target() -> Result<()> {
 }
 
 /// Builds every plugin and copies the components to `target/plugins` and
-/// `target/test-plugins`. Returns the examples folder.
-fn plugins() -> Result<PathBuf> {
+/// `target/test-plugins` (with `lints`, clippy lints the plugins and the crates
+/// they build on as it compiles them). Returns the examples folder.
+fn plugins(lints: Option<&test::Lints>) -> Result<PathBuf> {
     ensure_target()?;
     let mut build = cargo();
     build.args(["build", "--profile", "plugin", "--target", WASM_TARGET]);
     for p in EXAMPLE_PLUGINS.iter().chain(TEST_PLUGINS) {
         build.args(["-p", p]);
+    }
+    if let Some(lints) = lints {
+        lints.apply(&mut build);
     }
     status(&mut build)?;
     let built = root().join("target").join(WASM_TARGET).join("plugin");
@@ -223,33 +283,44 @@ fn plugins() -> Result<PathBuf> {
 /// components are newer than every source (each build takes seconds and yields
 /// different bytes, which the artifact cache would compile again).
 fn foreign_plugins(examples: &Path) -> Result<()> {
-    for (folder, name) in FOREIGN_PLUGINS {
+    for plugin in FOREIGN_PLUGINS {
+        let folder = plugin.folder;
         let source = root().join("plugins").join(folder);
-        let out = examples.join(format!("{name}.wasm"));
+        let out = examples.join(format!("{}.wasm", plugin.name));
         if newer_than_all(&out, &[&source, &root().join("wit/plugin")]) {
             continue;
         }
-        eprintln!("xtask: building plugins/{folder} (its toolchain goes to target/toolchains)");
-        let built = Command::new("bash")
-            .arg(source.join("build.sh"))
-            .arg(&out)
-            .env(
-                HOST_COMMAND,
-                std::env::current_exe().context("cannot find the xtask binary")?,
-            )
-            .status()
-            .with_context(|| format!("cannot run plugins/{folder}/build.sh"))?;
-        if built.success() {
+        let built = match plugin.toolchain.ensure() {
+            Ok(toolchain) => {
+                eprintln!(
+                    "xtask: building plugins/{folder} with {}",
+                    plugin.toolchain.label()
+                );
+                Command::new("bash")
+                    .arg(source.join("build.sh"))
+                    .arg(&out)
+                    .env(plugin.variable, toolchain.join(plugin.command))
+                    .env(
+                        HOST_COMMAND,
+                        std::env::current_exe().context("cannot find the xtask binary")?,
+                    )
+                    .status()
+                    .with_context(|| format!("cannot run plugins/{folder}/build.sh"))?
+                    .code()
+            }
+            Err(error) => {
+                eprintln!("xtask: {error}");
+                Some(TOOLCHAIN_UNAVAILABLE)
+            }
+        };
+        if built == Some(0) {
             continue;
         }
-        if built.code() != Some(TOOLCHAIN_UNAVAILABLE)
-            || std::env::var_os(REQUIRE_FOREIGN).is_some()
-        {
-            // Never left to look up to date next time.
-            let _ = std::fs::remove_file(&out);
-            bail!("plugins/{folder}/build.sh failed with {built}");
-        }
+        // Never left to look up to date next time.
         let _ = std::fs::remove_file(&out);
+        if built != Some(TOOLCHAIN_UNAVAILABLE) || std::env::var_os(REQUIRE_FOREIGN).is_some() {
+            bail!("plugins/{folder}/build.sh failed (exit status {built:?})");
+        }
         eprintln!(
             "xtask: SKIPPED plugins/{folder}: its toolchain cannot be installed here (see above); the tests under `toolchains::` are skipped too. Set {REQUIRE_FOREIGN}=1 to make this an error (CI does)."
         );
@@ -307,7 +378,7 @@ fn copy_plugins(built: &Path, names: &[&str], to: &Path) -> Result<()> {
 }
 
 fn run(args: &[String]) -> Result<()> {
-    let examples = plugins()?;
+    let examples = plugins(None)?;
     // Compile the interpreter and the plugins into the cache the server will use
     // first (the first time about 30 s, then nothing), so that the server answers
     // `initialize` at once instead of compiling while a client waits.
@@ -374,16 +445,14 @@ fn serving_line(args: &[String]) -> String {
 }
 
 fn bench() -> Result<()> {
-    plugins()?;
-    // The bench starts the server binary beside it: build both, optimized.
-    status(cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "codemode-host",
-        "-p",
-        "codemode-bench",
-    ]))?;
+    plugins(None)?;
+    // The bench starts the server binary beside it: build both, optimized, each
+    // in a cargo invocation of its own, so that the server is built with its own
+    // features only, and the native starlark-rust the bench compares with
+    // (codemode-bench-native, a process of its own) reaches neither.
+    for package in ["codemode-host", "codemode-bench", "codemode-bench-native"] {
+        status(cargo().args(["build", "--release", "-p", package]))?;
+    }
     status(&mut Command::new(
         root().join("target/release/codemode-bench"),
     ))
@@ -397,7 +466,7 @@ fn soak(args: &[String]) -> Result<()> {
             .with_context(|| format!("SECONDS must be a whole number, not {seconds:?}"))?,
         [_, extra, ..] => bail!("unexpected argument {extra:?}\n\n{USAGE}"),
     };
-    plugins()?;
+    plugins(None)?;
     status(cargo().args(["build", "--release", "-p", "codemode-host"]))?;
     let mut cmd = cargo();
     cmd.args([
@@ -506,125 +575,6 @@ fn fuzz(args: &[String]) -> Result<()> {
     }
     println!("{}", report.join("\n"));
     Ok(())
-}
-
-fn test() -> Result<()> {
-    deny::deny()?;
-    redis_server()?;
-    let examples = plugins()?;
-    status(cargo().args(["fmt", "--all", "--check"]))?;
-    status(cargo().args(["fmt", "--check", "--manifest-path", RUNNER_MANIFEST]))?;
-    status(cargo().args([
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
-    // The interpreter is its own workspace and only builds for wasm (host/build.rs
-    // builds it into target/runner; clippy shares that folder).
-    status(cargo().args([
-        "clippy",
-        "--manifest-path",
-        RUNNER_MANIFEST,
-        "--target",
-        WASM_TARGET,
-        "--target-dir",
-        "target/runner",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
-    // The interpreter's own unit tests (its checks) run natively: wit-bindgen's
-    // imports are stubs off wasm, and the checks never call them.
-    status(cargo().args([
-        "test",
-        "--manifest-path",
-        RUNNER_MANIFEST,
-        "--target-dir",
-        "target/runner-native",
-    ]))?;
-    // The plugins' own unit tests run natively; their components were built above.
-    let mut plugin_tests = cargo();
-    plugin_tests.arg("test");
-    for p in EXAMPLE_PLUGINS {
-        plugin_tests.args(["-p", p]);
-    }
-    status(&mut plugin_tests)?;
-    // Compile the examples into the tests' artifact cache once, so that the servers
-    // the tests start in parallel do not each compile the large Python and
-    // JavaScript components.
-    let mut precompile = cargo();
-    precompile
-        .args([
-            "run",
-            "--quiet",
-            "-p",
-            "codemode-host",
-            "--",
-            "precompile",
-            "--plugins",
-        ])
-        .arg(&examples)
-        .arg("--cache-dir")
-        .arg(root().join("target/test-cache"));
-    status(&mut precompile)?;
-    // The image's layout, from the debug build: it starts from a read-only cache.
-    dist::dist(dist::Profile::Debug)?;
-    // The default members: host (unit + end-to-end), sdk, xtask. The tests of the
-    // Python and JavaScript examples live under `toolchains::`: skipped, and said
-    // so, when `plugins()` could not install a toolchain (never in CI, where that
-    // fails above).
-    let missing: Vec<&str> = FOREIGN_PLUGINS
-        .iter()
-        .map(|(_, name)| *name)
-        .filter(|name| !examples.join(format!("{name}.wasm")).is_file())
-        .collect();
-    let mut tests = cargo();
-    tests.arg("test");
-    if !missing.is_empty() {
-        eprintln!(
-            "xtask: SKIPPED the tests under `toolchains::`: {} not built (their toolchains cannot be installed here)",
-            missing.join(", ")
-        );
-        tests.args(["--", "--skip", "toolchains::"]);
-    }
-    status(&mut tests)
-}
-
-/// Installs `redis-server` (the Debian package) unless it is on the PATH: the
-/// task store's tests start their own, on a loopback port.
-fn redis_server() -> Result<()> {
-    let found = Command::new("redis-server")
-        .arg("--version")
-        .output()
-        .is_ok_and(|out| out.status.success());
-    if found {
-        return Ok(());
-    }
-    eprintln!("xtask: installing redis-server (Debian package) for the task store's tests");
-    // As root (CI) apt-get runs as is; otherwise through sudo, without a prompt.
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| out.stdout.trim_ascii() == b"0");
-    let apt = |args: &[&str]| {
-        let mut command = if root {
-            Command::new("apt-get")
-        } else {
-            let mut sudo = Command::new("sudo");
-            sudo.args(["-n", "apt-get"]);
-            sudo
-        };
-        command.args(args).env("DEBIAN_FRONTEND", "noninteractive");
-        status(&mut command)
-    };
-    apt(&["update", "-qq"])
-        .and_then(|()| apt(&["install", "-y", "-qq", "redis-server"]))
-        .context(
-            "the task store's tests need redis-server: install the Debian package redis-server",
-        )
 }
 
 #[cfg(test)]

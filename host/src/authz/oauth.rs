@@ -5,12 +5,13 @@
 //! `/.well-known/oauth-authorization-server`, else OpenID Connect's
 //! `/.well-known/openid-configuration`), its JWKS fetched and cached; a token
 //! naming a key the cache does not hold makes it fetch again, at most once per
-//! [`REFRESH_INTERVAL`] (keys rotate; a flood of made-up key IDs must not become a
-//! flood of fetches). Every fetch has a timeout and a size cap. A token is
+//! [`OAuthConfig::keys_refresh`] (`--oauth-keys-refresh`, [`DEFAULT_KEYS_REFRESH`]:
+//! keys rotate; a flood of made-up key IDs must not become a flood of fetches). Every fetch has a timeout and a size cap. A token is
 //! accepted when its algorithm is RS256, ES256 or EdDSA (`none` and HMAC never:
 //! the key would be whatever the token says), its signature verifies with the
 //! named key of the matching type, `iss` is the issuer, `aud` contains the
-//! resource URL, `exp` and `nbf` hold within [`LEEWAY`], and it carries every
+//! resource URL, `exp` and `nbf` hold within [`OAuthConfig::leeway`]
+//! (`--oauth-leeway`, [`DEFAULT_LEEWAY`]), and it carries every
 //! `--required-scope`. Its subject is the claim `--subject-claim` (`sub`).
 //! Tokens and claims are never logged: a refusal's reason names what failed.
 
@@ -28,15 +29,22 @@ use crate::secret::Secret;
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most bytes of a metadata document or JWKS read.
 pub const MAX_DOCUMENT_BYTES: usize = 1024 * 1024;
-/// The shortest time between two fetches of the JWKS for an unknown key ID.
-pub const REFRESH_INTERVAL: Duration = Duration::from_secs(60);
+/// The shortest time between two fetches of the JWKS for an unknown key ID, by
+/// default.
+pub const DEFAULT_KEYS_REFRESH: Duration = Duration::from_secs(60);
+/// The shortest `--oauth-keys-refresh`: below it, made-up key IDs could make
+/// the server fetch the keys many times a second.
+pub const MIN_KEYS_REFRESH: Duration = Duration::from_secs(1);
 /// The shortest time between two fetches while no key is known (the issuer was
 /// not reachable yet).
 pub const RETRY_INTERVAL: Duration = Duration::from_secs(5);
 /// How long a request waits for a key fetch already under way.
 pub const LOCK_WAIT: Duration = Duration::from_secs(2);
-/// Seconds of clock skew `exp` and `nbf` allow.
-pub const LEEWAY: u64 = 60;
+/// The clock skew `exp` and `nbf` allow, by default.
+pub const DEFAULT_LEEWAY: Duration = Duration::from_secs(60);
+/// The most clock skew `--oauth-leeway` may allow (an expired token would be
+/// taken for longer than that).
+pub const MAX_LEEWAY: Duration = Duration::from_secs(600);
 /// The longest bearer token looked at.
 pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
 /// Where protected resource metadata is served (RFC 9728), before the
@@ -56,6 +64,12 @@ pub struct OAuthConfig {
     pub required_scopes: Vec<String>,
     /// The claim that names the subject (`--subject-claim`).
     pub subject_claim: String,
+    /// The shortest time between two fetches of the keys for a key ID not held
+    /// (`--oauth-keys-refresh`, [`DEFAULT_KEYS_REFRESH`]).
+    pub keys_refresh: Duration,
+    /// The clock skew `exp` and `nbf` allow, in whole seconds (`--oauth-leeway`,
+    /// [`DEFAULT_LEEWAY`]).
+    pub leeway: Duration,
 }
 
 /// Why a URL given to an OAuth flag is refused.
@@ -252,7 +266,7 @@ impl Verifier {
         validation.set_issuer(&[&self.config.issuer]);
         validation.set_audience(&[&self.config.resource]);
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
-        validation.leeway = LEEWAY;
+        validation.leeway = self.config.leeway.as_secs();
         validation.validate_nbf = true;
         jsonwebtoken::decode::<Map<String, Value>>(token, key, &validation)
             .map(|data| data.claims)
@@ -272,7 +286,7 @@ impl Verifier {
     }
 
     /// Fetches the metadata (once) and the JWKS, unless fetched within
-    /// [`REFRESH_INTERVAL`] ([`RETRY_INTERVAL`] while no key is known).
+    /// [`OAuthConfig::keys_refresh`] ([`RETRY_INTERVAL`] while no key is known).
     async fn refresh(&self) -> Result<(), Rejection> {
         // One fetch at a time; a request that finds one under way waits for
         // it at most `LOCK_WAIT` (a local issuer answers well within it), then
@@ -284,9 +298,9 @@ impl Verifier {
             ));
         };
         let wait = if keys.keys.is_empty() {
-            RETRY_INTERVAL
+            RETRY_INTERVAL.min(self.config.keys_refresh)
         } else {
-            REFRESH_INTERVAL
+            self.config.keys_refresh
         };
         if keys.fetched.is_some_and(|at| at.elapsed() < wait) {
             return if keys.keys.is_empty() {

@@ -520,8 +520,18 @@ impl Executor {
             calls,
             ..job
         };
+        let audit = job.audit.clone();
         let ran = tokio::task::spawn_blocking(move || {
             let (execution, store) = job.run();
+            // The answer leaves after the execution's audit lines are written.
+            if let Some(audit) = audit
+                && !audit.sync(crate::audit::SYNC_TIMEOUT)
+            {
+                tracing::warn!(
+                    "the audit log did not take the execution's lines within {:?}; answering without waiting longer",
+                    crate::audit::SYNC_TIMEOUT
+                );
+            }
             match store {
                 Some(store) => teardown::later(Leftovers {
                     work: Box::new(store),
@@ -911,12 +921,18 @@ mod tests {
     }
 
     /// One executor for the tests of this module: preparing the interpreter takes
-    /// seconds.
+    /// seconds. Its compiled code is kept in `target/unit-cache`, so that the
+    /// tests run one process each (cargo-nextest; `.config/nextest.toml` runs
+    /// them one after another) compile it once.
     fn executor() -> &'static Executor {
         static EXECUTOR: OnceLock<Executor> = OnceLock::new();
         EXECUTOR.get_or_init(|| {
             let engine =
                 crate::plugins::engine(crate::plugins::pool_instances(2, 0)).expect("an engine");
+            let cache = crate::cache::open_cache(Some(std::path::Path::new(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../target/unit-cache"
+            ))));
             Executor::new(ExecutorConfig {
                 engine: &engine,
                 limits: limits(),
@@ -924,7 +940,7 @@ mod tests {
                 token_exchange: None,
                 audit: None,
                 metrics: Arc::new(Metrics::default()),
-                cache: None,
+                cache: cache.as_ref(),
                 telemetry: None,
             })
             .expect("the interpreter")

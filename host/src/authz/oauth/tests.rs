@@ -43,6 +43,8 @@ fn verifier(required_scopes: &[&str]) -> Verifier {
         resource: RESOURCE.to_owned(),
         required_scopes: required_scopes.iter().map(|s| (*s).to_owned()).collect(),
         subject_claim: DEFAULT_SUBJECT_CLAIM.to_owned(),
+        keys_refresh: DEFAULT_KEYS_REFRESH,
+        leeway: DEFAULT_LEEWAY,
     })
     .expect("a verifier");
     verifier.preload(jwks());
@@ -130,7 +132,10 @@ fn every_failed_check_is_refused_with_its_reason() {
     assert_eq!(
         verify(
             &verifier,
-            &es(&with("exp", json!(now() - LEEWAY as i64 - 5)))
+            &es(&with(
+                "exp",
+                json!(now() - DEFAULT_LEEWAY.as_secs() as i64 - 5)
+            ))
         ),
         invalid("the token expired")
     );
@@ -139,7 +144,10 @@ fn every_failed_check_is_refused_with_its_reason() {
     assert_eq!(
         verify(
             &verifier,
-            &es(&with("nbf", json!(now() + LEEWAY as i64 + 30)))
+            &es(&with(
+                "nbf",
+                json!(now() + DEFAULT_LEEWAY.as_secs() as i64 + 30)
+            ))
         ),
         invalid("the token is not valid yet (nbf)")
     );

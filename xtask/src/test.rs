@@ -1,0 +1,183 @@
+//! `cargo xtask test`: every check of the project, each dependency graph compiled
+//! once, and a phase table at the end.
+//!
+//! Lints do not get a compile of their own: clippy is the compiler of the
+//! workspace's own crates in the builds the test command makes anyway
+//! (`RUSTC_WORKSPACE_WRAPPER`, see [`Lints`]), so dependencies are compiled once,
+//! by rustc, for the plugins (wasm), the interpreter's tests and the host's tests.
+//! The host's binary the tests build is the one precompile and dist use, and a
+//! check that building it alone compiles nothing keeps one feature set for all
+//! of them.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::phases::Phases;
+use crate::{FOREIGN_PLUGINS, RUNNER_MANIFEST, cargo, deny, dist, plugins, root, status};
+
+/// The filter of the tests that need a toolchain of another language: skipped,
+/// and said so, when `plugins()` could not install one (never in CI).
+const TOOLCHAIN_TESTS: &str = "test(/toolchains::/)";
+/// The soak's test binary: run in a phase of its own, alone on the machine.
+const SOAK: &str = "binary(soak)";
+
+/// Clippy as the compiler of the workspace's own crates, denying warnings.
+///
+/// `cargo clippy` is `cargo check` with this wrapper; used on the builds the
+/// test command makes anyway, it lints the same crates without compiling every
+/// dependency a second time in check mode.
+pub(crate) struct Lints {
+    driver: PathBuf,
+}
+
+impl Lints {
+    /// Finds `clippy-driver` in the toolchain's sysroot.
+    pub(crate) fn find() -> Result<Self> {
+        let out = Command::new("rustc")
+            .current_dir(root())
+            .args(["--print", "sysroot"])
+            .output()
+            .context("cannot run rustc --print sysroot")?;
+        let sysroot = String::from_utf8(out.stdout).context("a sysroot path in UTF-8")?;
+        let driver = Path::new(sysroot.trim()).join("bin/clippy-driver");
+        if !driver.is_file() {
+            bail!(
+                "{} is missing: install clippy (`rustup component add clippy`)",
+                driver.display()
+            );
+        }
+        Ok(Self { driver })
+    }
+
+    /// `command` with clippy linting the workspace's crates it compiles.
+    pub(crate) fn apply<'a>(&self, command: &'a mut Command) -> &'a mut Command {
+        command
+            .env("RUSTC_WORKSPACE_WRAPPER", &self.driver)
+            // clippy-driver's own encoding of `cargo clippy -- -D warnings`.
+            .env(
+                "CLIPPY_ARGS",
+                "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__",
+            )
+    }
+}
+
+/// `cargo xtask test`: every check, then the phase table (also on failure).
+pub(crate) fn test() -> Result<()> {
+    let mut phases = Phases::new(crate::phases::time_before_start());
+    let result = run(&mut phases);
+    eprintln!("\n{}", phases.table());
+    result
+}
+
+fn run(phases: &mut Phases) -> Result<()> {
+    phases.run("tools", crate::tools::install_all)?;
+    phases.run("deny", deny::deny)?;
+    phases.run("fmt", || {
+        status(cargo().args(["fmt", "--all", "--check"]))?;
+        status(cargo().args(["fmt", "--check", "--manifest-path", RUNNER_MANIFEST]))
+    })?;
+    let lints = Lints::find()?;
+    let examples = phases.run("plugins", || plugins(Some(&lints)))?;
+    // The interpreter is its own workspace: host/build.rs builds it for wasm into
+    // target/runner; its checks are tested (and linted) natively beside it.
+    phases.run("interpreter tests", || {
+        status(lints.apply(cargo().args([
+            "test",
+            "--manifest-path",
+            RUNNER_MANIFEST,
+            "--target-dir",
+            "target/runner",
+        ])))
+    })?;
+    let missing: Vec<&str> = FOREIGN_PLUGINS
+        .iter()
+        .map(|plugin| plugin.name)
+        .filter(|name| !examples.join(format!("{name}.wasm")).is_file())
+        .collect();
+    if !missing.is_empty() {
+        eprintln!(
+            "xtask: SKIPPED the tests under `toolchains::`: {} not built (their toolchains cannot be installed here)",
+            missing.join(", ")
+        );
+    }
+    let nextest = crate::tools::nextest()?;
+    // Every native target of those packages, benches included, so that clippy
+    // sees them all.
+    phases.run("build", || {
+        status(lints.apply(packages(cargo().args([
+            "test",
+            "--all-targets",
+            "--no-run",
+        ]))))
+    })?;
+    let binary = root().join("target/debug/codemode-host");
+    phases.run("same features", || {
+        dist::unchanged_build(&lints, "codemode-host")
+    })?;
+    phases.run("precompile", || {
+        status(
+            Command::new(&binary)
+                .args(["precompile", "--plugins"])
+                .arg(&examples)
+                .arg("--cache-dir")
+                .arg(root().join("target/test-cache"))
+                .stdout(std::process::Stdio::null()),
+        )
+    })?;
+    // The image's layout, from the debug build: it starts from a read-only cache.
+    phases.run("dist", || {
+        dist::layout_debug(&binary, &examples, &root().join("target/test-cache")).map(|_| ())
+    })?;
+    let run_tests = |filter: &str| {
+        let mut filter = filter.to_owned();
+        if !missing.is_empty() {
+            filter = format!("({filter}) and not {TOOLCHAIN_TESTS}");
+        }
+        let mut command = Command::new(&nextest);
+        command.current_dir(root());
+        crate::without_run_env(&mut command);
+        lints.apply(packages(
+            command
+                .args(["nextest", "run", "--no-fail-fast", "-E"])
+                .arg(filter),
+        ));
+        status(&mut command)
+    };
+    phases.run("tests", || run_tests(&format!("not {SOAK}")))?;
+    phases.run("soak", || run_tests(SOAK))?;
+    phases.run("doc tests", || {
+        status(lints.apply(packages(cargo().args(["test", "--doc"]))))
+    })
+}
+
+/// The packages the host's tests build natively: the default members, the
+/// example plugins (their own unit tests) and the bench (compiled and linted).
+/// Not the test plugins, which only build for wasm (the plugins phase lints
+/// them), and not the bench's native starlark-rust (`codemode-bench-native`),
+/// which would turn on features of the host's dependencies
+/// (`serde_json/arbitrary_precision`) that the server does not have.
+const NATIVE_PACKAGES: &[&str] = &[
+    "codemode-host",
+    "codemode-value",
+    "codemode-sdk",
+    "codemode-sdk-macros",
+    "codemode-wit-docs",
+    "codemode-devtools",
+    "xtask",
+    "records",
+    "stats",
+    "text",
+    "fetch",
+    "codemode-bench",
+];
+
+/// `command` selecting [`NATIVE_PACKAGES`]: one selection for every build keeps
+/// one feature set.
+fn packages(command: &mut Command) -> &mut Command {
+    for package in NATIVE_PACKAGES {
+        command.args(["-p", package]);
+    }
+    command
+}
