@@ -49,7 +49,14 @@ fn main() {
     for var in toolchain_vars {
         cmd.env_remove(var);
     }
-    cmd.args(["build", "--release", "--quiet", "--target", TARGET])
+    // The host's own profile decides the interpreter's: a release host embeds
+    // the release build (LTO, one codegen unit); a debug host the quicker
+    // `debug-host` build (host/runner/Cargo.toml).
+    let profile = match std::env::var("PROFILE").as_deref() {
+        Ok("release") => "release",
+        _ => "debug-host",
+    };
+    cmd.args(["build", "--profile", profile, "--quiet", "--target", TARGET])
         .arg("--manifest-path")
         .arg(runner.join("Cargo.toml"))
         .arg("--target-dir")
@@ -79,7 +86,10 @@ fn main() {
     if !status.success() {
         panic!("building the interpreter (host/runner) for {TARGET} failed: {status}");
     }
-    let wasm = target_dir.join(TARGET).join("release/codemode_runner.wasm");
+    let wasm = target_dir
+        .join(TARGET)
+        .join(profile)
+        .join("codemode_runner.wasm");
     if !wasm.is_file() {
         panic!("the interpreter build did not produce {}", wasm.display());
     }

@@ -123,11 +123,27 @@ fn check_and_try(dir: &Path, name: &str) {
 #[test]
 fn a_new_rust_plugin_builds_checks_and_answers() {
     let dir = generate("rust", "my_tool", "rust");
-    // The dependencies compile once for every run of the suite.
-    build(
-        &dir,
-        &[("CARGO_TARGET_DIR", root().join("target/e2e-scaffold-build"))],
-    );
+    // Its release profile is the one the example plugins are built with, and
+    // with the workspace's lock file it takes the same dependency versions: built
+    // into the workspace's target folder, it compiles only itself.
+    let manifest: toml::Table = std::fs::read_to_string(dir.join("Cargo.toml"))
+        .expect("read Cargo.toml")
+        .parse()
+        .expect("a TOML manifest");
+    let release = &manifest["profile"]["release"];
+    for (setting, want) in devtools::PLUGIN_RELEASE_PROFILE {
+        let key = setting.to_lowercase().replace('_', "-");
+        let got = match release.get(&key) {
+            Some(toml::Value::String(text)) => text.clone(),
+            Some(other) => other.to_string(),
+            // Cargo's default for a release profile.
+            None if key == "debug" => "false".to_owned(),
+            None => String::new(),
+        };
+        assert_eq!(&got, want, "[profile.release] {key} in {}", dir.display());
+    }
+    std::fs::copy(root().join("Cargo.lock"), dir.join("Cargo.lock")).expect("copy the lock file");
+    build(&dir, &[("CARGO_TARGET_DIR", root().join("target"))]);
     check_and_try(&dir, "my_tool");
 }
 

@@ -44,7 +44,6 @@ pub(crate) enum Profile {
 /// Builds the layout for `profile`, checks that the server starts from it, and
 /// returns its folder.
 pub(crate) fn dist(profile: Profile) -> Result<PathBuf> {
-    let examples = plugins(None)?;
     let (build, binary, out) = match profile {
         Profile::Release => (
             vec!["build", "--release", "-p", "codemode-host"],
@@ -58,8 +57,10 @@ pub(crate) fn dist(profile: Profile) -> Result<PathBuf> {
         ),
     };
     status(cargo().args(&build))?;
+    let binary = root().join(binary);
+    let examples = plugins(&|| Ok(binary.clone()))?;
     let out = root().join(out);
-    lay_out(&root().join(binary), &examples, &out)?;
+    lay_out(&binary, &examples, &out)?;
     status(
         Command::new(out.join(BINARY))
             .arg("precompile")

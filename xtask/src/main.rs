@@ -79,7 +79,9 @@ const USAGE: &str = "usage: cargo xtask <task>
 tasks:
   plugins        build the example plugins to target/plugins/*.wasm
                  (Rust, plus Python and JavaScript with their toolchains
-                 from the machine's tools folder) and the test plugins to
+                 from the machine's tools folder; those two need
+                 codemode-host's wit-docs, so the debug build is made first
+                 when they are out of date) and the test plugins to
                  target/test-plugins/
   run [ARGS..]   build everything and run the server over stdio with the
                  example plugins; ARGS go to codemode-host
@@ -124,11 +126,7 @@ tasks:
                  ../shared/advisory-db (or $CODEMODE_ADVISORY_DB), licenses,
                  sources, one major version of wasmtime and cranelift;
                  cargo-deny comes from the machine's tools folder (installed
-                 there if missing)
-  wit-docs --wit DIR PLUGIN.wasm
-                 what `codemode-host wit-docs` does: write the WIT's doc
-                 comments into a component (the Python and JavaScript
-                 examples' build scripts run it as $CODEMODE_HOST wit-docs)";
+                 there if missing)";
 
 /// How long `cargo xtask fuzz` runs each target without an argument, in seconds.
 const FUZZ_SECONDS: u64 = 60;
@@ -154,16 +152,13 @@ const SOAK_SECONDS: u64 = 60;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("plugins") => plugins(None).map(|_| ()),
+        Some("plugins") => plugins(&debug_host).map(|_| ()),
         Some("run") => run(&args[1..]),
         Some("test") => test::test(),
         Some("bench") => bench(),
         Some("soak") => soak(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
         Some("deny") => deny::deny(),
-        // What the foreign examples' build scripts run as $CODEMODE_HOST wit-docs
-        // (set by `plugins()`), so that they need no codemode-host binary yet.
-        Some("wit-docs") => wit_docs(&args[1..]),
         Some("dist") => match &args[1..] {
             [] => dist::dist(dist::Profile::Release).map(|_| ()),
             [flag] if flag == "--debug" => dist::dist(dist::Profile::Debug).map(|_| ()),
@@ -251,21 +246,27 @@ fn ensure_target() -> Result<()> {
     status(Command::new("rustup").args(["target", "add", WASM_TARGET]))
 }
 
-/// Builds every plugin and copies the components to `target/plugins` and
-/// `target/test-plugins` (with `lints`, clippy lints the plugins and the crates
-/// they build on as it compiles them). Returns the examples folder.
-fn plugins(lints: Option<&test::Lints>) -> Result<PathBuf> {
+/// Builds every plugin for wasm (the release profile with
+/// [`devtools::PLUGIN_RELEASE_PROFILE`]) and copies the components to
+/// `target/plugins` and `target/test-plugins`. The Python and JavaScript
+/// examples, when out of date, need a codemode-host binary (its `wit-docs`):
+/// `host` builds or finds one. Returns the examples folder.
+///
+/// No lints here: the test command lints the plugins where it compiles them
+/// natively, so that this build's units are exactly what a plugin project of
+/// its own builds (the scaffold test reuses them).
+fn plugins(host: &dyn Fn() -> Result<PathBuf>) -> Result<PathBuf> {
     ensure_target()?;
     let mut build = cargo();
-    build.args(["build", "--profile", "plugin", "--target", WASM_TARGET]);
+    build.args(["build", "--release", "--target", WASM_TARGET]);
+    for (setting, value) in devtools::PLUGIN_RELEASE_PROFILE {
+        build.env(format!("CARGO_PROFILE_RELEASE_{setting}"), value);
+    }
     for p in EXAMPLE_PLUGINS.iter().chain(TEST_PLUGINS) {
         build.args(["-p", p]);
     }
-    if let Some(lints) = lints {
-        lints.apply(&mut build);
-    }
     status(&mut build)?;
-    let built = root().join("target").join(WASM_TARGET).join("plugin");
+    let built = root().join("target").join(WASM_TARGET).join("release");
     let examples = root().join("target/plugins");
     copy_plugins(&built, EXAMPLE_PLUGINS, &examples)?;
     for sidecar in EXAMPLE_SIDECARS {
@@ -275,14 +276,27 @@ fn plugins(lints: Option<&test::Lints>) -> Result<PathBuf> {
             .with_context(|| format!("cannot copy {}", from.display()))?;
     }
     copy_plugins(&built, TEST_PLUGINS, &root().join("target/test-plugins"))?;
-    foreign_plugins(&examples)?;
+    foreign_plugins(&examples, host)?;
     Ok(examples)
+}
+
+/// The debug build of codemode-host, built first.
+fn debug_host() -> Result<PathBuf> {
+    status(cargo().args(["build", "-p", "codemode-host"]))?;
+    Ok(root().join("target/debug/codemode-host"))
+}
+
+/// The release build of codemode-host, built first.
+fn release_host() -> Result<PathBuf> {
+    status(cargo().args(["build", "--release", "-p", "codemode-host"]))?;
+    Ok(root().join("target/release/codemode-host"))
 }
 
 /// Builds the Python and JavaScript examples into `examples`, unless their
 /// components are newer than every source (each build takes seconds and yields
 /// different bytes, which the artifact cache would compile again).
-fn foreign_plugins(examples: &Path) -> Result<()> {
+fn foreign_plugins(examples: &Path, host: &dyn Fn() -> Result<PathBuf>) -> Result<()> {
+    let mut host_binary = None;
     for plugin in FOREIGN_PLUGINS {
         let folder = plugin.folder;
         let source = root().join("plugins").join(folder);
@@ -292,6 +306,10 @@ fn foreign_plugins(examples: &Path) -> Result<()> {
         }
         let built = match plugin.toolchain.ensure() {
             Ok(toolchain) => {
+                let binary = match &host_binary {
+                    Some(binary) => binary,
+                    None => host_binary.insert(host()?),
+                };
                 eprintln!(
                     "xtask: building plugins/{folder} with {}",
                     plugin.toolchain.label()
@@ -300,10 +318,7 @@ fn foreign_plugins(examples: &Path) -> Result<()> {
                     .arg(source.join("build.sh"))
                     .arg(&out)
                     .env(plugin.variable, toolchain.join(plugin.command))
-                    .env(
-                        HOST_COMMAND,
-                        std::env::current_exe().context("cannot find the xtask binary")?,
-                    )
+                    .env(HOST_COMMAND, binary)
                     .status()
                     .with_context(|| format!("cannot run plugins/{folder}/build.sh"))?
                     .code()
@@ -328,22 +343,9 @@ fn foreign_plugins(examples: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `cargo xtask wit-docs --wit DIR FILE`: `codemode-host wit-docs`, for the
-/// examples' build scripts.
-fn wit_docs(args: &[String]) -> Result<()> {
-    let [flag, wit, file] = args else {
-        bail!("usage: cargo xtask wit-docs --wit DIR PLUGIN.wasm");
-    };
-    if flag != "--wit" {
-        bail!("usage: cargo xtask wit-docs --wit DIR PLUGIN.wasm");
-    }
-    codemode_wit_docs::embed_file(Path::new(wit), Path::new(file))?;
-    Ok(())
-}
-
 /// The variable the build scripts read the codemode-host binary from, for its
-/// `wit-docs` (default: `codemode-host` on PATH). `plugins()` names this xtask,
-/// which takes the same `wit-docs --wit DIR FILE`.
+/// `wit-docs` (default: `codemode-host` on PATH); `plugins()` names the one it
+/// built.
 const HOST_COMMAND: &str = "CODEMODE_HOST";
 
 /// Whether `file` exists and is newer than every file under `sources`.
@@ -378,7 +380,7 @@ fn copy_plugins(built: &Path, names: &[&str], to: &Path) -> Result<()> {
 }
 
 fn run(args: &[String]) -> Result<()> {
-    let examples = plugins(None)?;
+    let examples = plugins(&debug_host)?;
     // Compile the interpreter and the plugins into the cache the server will use
     // first (the first time about 30 s, then nothing), so that the server answers
     // `initialize` at once instead of compiling while a client waits.
@@ -445,7 +447,7 @@ fn serving_line(args: &[String]) -> String {
 }
 
 fn bench() -> Result<()> {
-    plugins(None)?;
+    plugins(&release_host)?;
     // The bench starts the server binary beside it: build both, optimized, each
     // in a cargo invocation of its own, so that the server is built with its own
     // features only, and the native starlark-rust the bench compares with
@@ -466,7 +468,7 @@ fn soak(args: &[String]) -> Result<()> {
             .with_context(|| format!("SECONDS must be a whole number, not {seconds:?}"))?,
         [_, extra, ..] => bail!("unexpected argument {extra:?}\n\n{USAGE}"),
     };
-    plugins(None)?;
+    plugins(&release_host)?;
     status(cargo().args(["build", "--release", "-p", "codemode-host"]))?;
     let mut cmd = cargo();
     cmd.args([

@@ -79,9 +79,26 @@ fn run(phases: &mut Phases) -> Result<()> {
         status(cargo().args(["fmt", "--check", "--manifest-path", RUNNER_MANIFEST]))
     })?;
     let lints = Lints::find()?;
-    let examples = phases.run("plugins", || plugins(Some(&lints)))?;
-    // The interpreter is its own workspace: host/build.rs builds it for wasm into
-    // target/runner; its checks are tested (and linted) natively beside it.
+    let nextest = crate::tools::nextest()?;
+    // Every native target of the host's packages, benches included, so that
+    // clippy sees them all; host/build.rs builds the interpreter for wasm into
+    // target/runner.
+    phases.run("build", || {
+        status(lints.apply(packages(cargo().args([
+            "test",
+            "--all-targets",
+            "--no-run",
+        ]))))
+    })?;
+    let binary = root().join("target/debug/codemode-host");
+    phases.run("same features", || {
+        dist::unchanged_build(&lints, "codemode-host")
+    })?;
+    // The Python and JavaScript examples' build scripts write the WIT docs with
+    // the binary just built.
+    let examples = phases.run("plugins", || plugins(&|| Ok(binary.clone())))?;
+    // The interpreter is its own workspace: its checks are tested (and linted)
+    // natively beside its wasm build.
     phases.run("interpreter tests", || {
         status(lints.apply(cargo().args([
             "test",
@@ -102,20 +119,6 @@ fn run(phases: &mut Phases) -> Result<()> {
             missing.join(", ")
         );
     }
-    let nextest = crate::tools::nextest()?;
-    // Every native target of those packages, benches included, so that clippy
-    // sees them all.
-    phases.run("build", || {
-        status(lints.apply(packages(cargo().args([
-            "test",
-            "--all-targets",
-            "--no-run",
-        ]))))
-    })?;
-    let binary = root().join("target/debug/codemode-host");
-    phases.run("same features", || {
-        dist::unchanged_build(&lints, "codemode-host")
-    })?;
     phases.run("precompile", || {
         status(
             Command::new(&binary)
@@ -152,12 +155,12 @@ fn run(phases: &mut Phases) -> Result<()> {
     })
 }
 
-/// The packages the host's tests build natively: the default members, the
-/// example plugins (their own unit tests) and the bench (compiled and linted).
-/// Not the test plugins, which only build for wasm (the plugins phase lints
-/// them), and not the bench's native starlark-rust (`codemode-bench-native`),
-/// which would turn on features of the host's dependencies
-/// (`serde_json/arbitrary_precision`) that the server does not have.
+/// The packages the host's tests build natively, so that clippy lints them: the
+/// default members, the plugins (the examples' own unit tests run; the test
+/// plugins are only compiled, as the wasm build is not linted) and the bench.
+/// Not the bench's native starlark-rust (`codemode-bench-native`), which would
+/// turn on features of the host's dependencies (`serde_json/arbitrary_precision`)
+/// that the server does not have.
 const NATIVE_PACKAGES: &[&str] = &[
     "codemode-host",
     "codemode-value",
@@ -170,6 +173,16 @@ const NATIVE_PACKAGES: &[&str] = &[
     "stats",
     "text",
     "fetch",
+    "misfit",
+    "oddtypes",
+    "hostile",
+    "liar",
+    "granted",
+    "versioned",
+    "versioned_two",
+    "sleepy",
+    "drowsy",
+    "squatter",
     "codemode-bench",
 ];
 

@@ -119,6 +119,21 @@ pub const CARGO_NEXTEST: Tool = Tool {
     },
 };
 
+/// How plugin components are built: the release profile with these settings
+/// (`cargo xtask plugins` sets them as `CARGO_PROFILE_RELEASE_*` variables),
+/// which are also those of the `[profile.release]` a project made by
+/// `codemode-host new-plugin --lang rust` declares. Small components that
+/// compile fast when the server loads them; and the same settings, so that the
+/// end-to-end test that builds such a project into `target/` compiles none of
+/// the dependencies the plugins were built with again.
+pub const PLUGIN_RELEASE_PROFILE: &[(&str, &str)] = &[
+    ("OPT_LEVEL", "s"),
+    ("LTO", "true"),
+    ("STRIP", "true"),
+    ("CODEGEN_UNITS", "1"),
+    ("DEBUG", "false"),
+];
+
 /// Every tool the test command installs, in its `tools` phase.
 pub const ALL: &[Tool] = &[
     CARGO_DENY,
