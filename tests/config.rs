@@ -80,6 +80,8 @@ fn a_missing_plugins_folder_says_so_once_with_a_hint() {
         let out = Command::new(host_bin())
             .current_dir(root())
             .env_remove("CODEMODE_PLUGINS")
+            // The tests' cache, not the user's (the interpreter compiled once).
+            .env("CODEMODE_CACHE_DIR", crate::support::cache_dir())
             .args(args)
             .stdin(Stdio::null())
             .output()

@@ -15,6 +15,23 @@ fn hostile_config(label: &str, mode: &str, extra: &str) -> (PathBuf, PathBuf) {
     hostile_config_with(label, &["sleepy"], "allow-all = true", mode, extra)
 }
 
+/// [`hostile_config`] in the `gated` mode: the upstream answers `initialize`
+/// only once the returned gate file exists.
+fn gated_config(label: &str) -> (PathBuf, PathBuf) {
+    let (config, _) = hostile_config(label, "gated", "");
+    let gate = config.with_file_name("gate");
+    let text = std::fs::read_to_string(&config).expect("read the config");
+    let text = text.replace(
+        "HOSTILE_MODE = \"gated\"",
+        &format!(
+            "HOSTILE_MODE = \"gated\", HOSTILE_GATE = {:?}",
+            gate.display().to_string()
+        ),
+    );
+    std::fs::write(&config, text).expect("write the config");
+    (config, gate)
+}
+
 /// [`hostile_config`] with the test plugins `plugins` and the top-level settings
 /// `settings` (how calls are authorized).
 fn hostile_config_with(
@@ -58,6 +75,8 @@ fn schema_bombs_are_skipped_and_the_rest_of_the_upstream_serves() {
     // Before the budget, the reference bomb grew the server by ~500 MB/s until it
     // was killed, and never got ready.
     let server = HttpServer::start(&["--config", config.to_str().expect("utf-8")]);
+    // Skipped as the upstream lists its tools, after the server is ready.
+    crate::support::wait_for_log(&server, "catalog updated for an upstream", 1);
     let log = server.log();
     for tool in ["bomb", "wide"] {
         assert_eq!(
@@ -581,4 +600,69 @@ fn grandchildren_left_by_a_crashed_upstream_are_ended_and_reaped() {
     let (code, server_log) = server.wait();
     assert_eq!(code, Some(0), "{server_log}");
     wait_gone(&[detached], &server_log);
+}
+
+/// An upstream still connecting for the first time holds up nothing that does
+/// not need it (issue 49): the server is ready and a program naming no upstream
+/// runs at once; a program naming it waits for it, and the wait is not the
+/// program's time (a wait longer than `--max-execution-time`, then the call
+/// runs); past `--startup-wait` such a program fails naming the upstream, and a
+/// search answers with what serves.
+#[test]
+fn a_program_waits_only_for_an_upstream_it_names_and_not_on_its_own_time() {
+    let (config, gate) = gated_config("gated");
+    let config = config.to_str().expect("utf-8 path").to_owned();
+    // Ready while the upstream cannot have connected: its gate is shut.
+    let server = HttpServer::start(&["--config", &config, "--max-execution-time", "2s"]);
+    assert!(!gate.exists());
+    assert_eq!(
+        execute_http(server.port, "def main():\n    return sleepy.nap(ms=1)"),
+        Ok(json!({"ms": 1}))
+    );
+    let ready = crate::support::raw_request(server.port, "GET", "/readyz", &[], "");
+    assert_eq!(
+        (ready.status, ready.body.as_str()),
+        (200, "ready\nupstreams down:\n  hostile\n")
+    );
+    // A program naming it waits; the gate opens past its time budget.
+    let port = server.port;
+    let waiting = std::thread::spawn(move || {
+        execute_http(port, "def main():\n    return hostile.echo(text=\"late\")")
+    });
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    std::fs::write(&gate, "").expect("open the gate");
+    let answer = waiting.join().expect("the waiting execute");
+    assert_eq!(answer, Ok(json!({"content": [], "text": "late"})));
+
+    // Past --startup-wait, a program naming it fails, naming it; one that does
+    // not runs; a search answers without it.
+    let (config, gate) = gated_config("gated-timeout");
+    let server = HttpServer::start(&[
+        "--config",
+        config.to_str().expect("utf-8 path"),
+        "--startup-wait",
+        "1s",
+    ]);
+    assert_eq!(
+        execute_http(
+            server.port,
+            "def main():\n    return hostile.echo(text=\"x\")"
+        ),
+        Err("capability failed: upstream hostile is still starting".to_owned())
+    );
+    assert_eq!(
+        execute_http(server.port, "def main():\n    return 1"),
+        Ok(json!(1))
+    );
+    let found = crate::support::tool_as(server.port, "", "search_api", json!({"query": "echo"}))
+        .expect("a search");
+    assert_eq!(found["results"], json!([]), "{found}");
+    let metrics = crate::support::raw_request(server.port, "GET", "/metrics", &[], "").body;
+    assert!(
+        metrics
+            .lines()
+            .any(|line| line == "codemode_executes_total{outcome=\"capability failed\"} 1"),
+        "{metrics}"
+    );
+    assert!(!gate.exists());
 }

@@ -92,6 +92,7 @@ impl Provider for NotesProvider {
             .offer(Offer {
                 sources: vec![Arc::new(notes)],
                 failures: Vec::new(),
+                starting: false,
             })
             .expect("the first offer is taken");
     }

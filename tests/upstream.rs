@@ -321,6 +321,8 @@ fn no_upstream_child_outlives_the_server() {
     );
     std::fs::create_dir_all(dir.join("plugins")).expect("create the plugins folder");
     let server = HttpServer::start(&["--config", path.to_str().expect("utf-8")]);
+    // It connects after the server is ready.
+    crate::support::wait_for_log(&server, "catalog updated for an upstream", 1);
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     let pid: u32 = text
         .lines()
@@ -820,19 +822,22 @@ fn disabling_an_upstream_id_needs_it_configured_not_up_and_readyz_names_it_down(
         "{log}"
     );
 
-    // A configured upstream without that tool: a WARN when it lists its tools.
+    // A configured upstream without that tool: a WARN when it lists its tools
+    // (after the server is ready: nothing waits for an upstream's first list).
     let time = time_config("disable-unknown-tool", "");
-    let (log, _) = startup_log(&[
+    let server = HttpServer::start(&[
         "--config",
         time.to_str().expect("utf-8"),
         "--disable",
         "mcp:time/no_such_tool",
+        "--allow-all",
     ]);
-    let log = log.join("\n");
-    assert!(
-        log.contains("WARN codemode_host::registry: a disabled capability ID names none of its tools provider=upstream time id=mcp:time/no_such_tool"),
-        "{log}"
+    wait_for_log(
+        &server,
+        "WARN codemode_host::registry: a disabled capability ID names none of its tools provider=upstream time id=mcp:time/no_such_tool",
+        1,
     );
+    let log = server.log();
     assert!(
         log.contains("WARN codemode_host::service: an upstream's timeout is above --max-execution-time, which ends its calls first (in a task, --max-task-time does) upstream=time timeout=20s max_execution_time=5s"),
         "the time config's 20 s timeout against the default 5 s budget: {log}"

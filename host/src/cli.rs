@@ -386,6 +386,17 @@ pub struct Cli {
     #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
     pub max_execution_time: Option<Duration>,
 
+    /// How long a request waits for a source still starting [default: 30s]
+    ///
+    /// An execute waits for the plugins to load (over stdio) and for the
+    /// upstreams its program names to connect the first time; search_api waits
+    /// for every upstream still connecting, describe_api for the name's. The
+    /// wait is not part of --max-execution-time. A program naming an upstream
+    /// that is still connecting after it fails with `capability failed:
+    /// upstream NAME is still starting`; a program naming none runs at once.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    pub startup_wait: Option<Duration>,
+
     /// Native calls a program may attempt [default: 100]
     #[arg(long, value_name = "N")]
     pub max_native_calls: Option<u64>,

@@ -35,6 +35,11 @@ pub const TIMED_OUT: &str = "timed out";
 /// cannot answer: `capability failed: upstream git is unavailable`.
 pub const UNAVAILABLE: &str = "is unavailable";
 
+/// What follows a source's name (`upstream git`) in the detail of an execution
+/// whose program names a source that did not finish starting within the wait
+/// for it: `capability failed: upstream git is still starting`.
+pub const STILL_STARTING: &str = "is still starting";
+
 /// The end of the detail of a call an upstream refused because of the caller's
 /// credentials (HTTP 401 or 403 to its access token).
 pub const REFUSED_CREDENTIALS: &str = "refused the caller's credentials";
@@ -121,6 +126,13 @@ pub(crate) fn unavailable_detail(upstream: &str) -> String {
     format!("upstream {upstream} {UNAVAILABLE}")
 }
 
+/// The detail of the [`ToolError::CapabilityFailed`] of an execution whose
+/// program names `source` (a provider's name, `upstream git`), which did not
+/// finish starting in time: `upstream git is still starting`.
+pub(crate) fn still_starting_detail(source: &str) -> String {
+    format!("{source} {STILL_STARTING}")
+}
+
 /// The detail of the [`ToolError::CapabilityFailed`] of a call the upstream
 /// refused for the caller's credentials: `upstream crm refused the caller's
 /// credentials`.
@@ -165,6 +177,14 @@ mod tests {
         for (constant, text) in cases {
             assert_eq!(constant, text);
         }
+    }
+
+    #[test]
+    fn a_source_still_starting_is_named() {
+        assert_eq!(
+            ToolError::CapabilityFailed(Some(still_starting_detail("upstream git"))).to_string(),
+            "capability failed: upstream git is still starting"
+        );
     }
 
     #[test]

@@ -67,7 +67,9 @@ pub use plugins::{
     Reloaded, TypeError, compile_child,
 };
 pub use precompile::{Precompiled, precompile};
-pub use service::{LOCAL_SUBJECT, Service, ServiceConfig, StartError, UpstreamChanges};
+pub use service::{
+    DEFAULT_STARTUP_WAIT, LOCAL_SUBJECT, Service, ServiceConfig, StartError, UpstreamChanges,
+};
 pub use source::Skipped;
 pub use upstream::{
     Secret, UpstreamAuth, UpstreamConfig, UpstreamTransport, check_name as check_upstream_name,

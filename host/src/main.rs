@@ -11,7 +11,7 @@ use codemode_host::authz::Subject;
 use codemode_host::mcp::http::{self, Authentication, HttpConfig, Readiness};
 use codemode_host::mcp::{McpServer, SubjectSource, serve_stdio};
 use codemode_host::tasks::{RedisTasks, TaskBoard, TaskStore};
-use codemode_host::{Service, ServiceConfig, StartError, watch};
+use codemode_host::{DEFAULT_STARTUP_WAIT, Service, ServiceConfig, StartError, watch};
 use codemode_host::{children, default_cache_dir};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::{self, Filter, SubscriberExt};
@@ -283,6 +283,7 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
         plugins_optional: !cli.plugins_given && !cli.upstreams.is_empty(),
         providers: Vec::new(),
         token_exchange,
+        startup_wait: cli.startup_wait.unwrap_or(DEFAULT_STARTUP_WAIT),
     };
     // Orphaned grandchildren of upstream children become ours, not init's, so that
     // none outlives the server (ended below).
@@ -497,8 +498,7 @@ async fn serve_stdio_while_loading(
 ) -> anyhow::Result<()> {
     let (publish, loaded) = tokio::sync::watch::channel(None);
     let subjects = SubjectSource::Fixed(Subject::new(cli.subject.clone()));
-    let max_execution_time = config.limits.max_execution_time;
-    let server = McpServer::loading(loaded, max_execution_time, subjects, tasks.clone())
+    let server = McpServer::loading(loaded, config.startup_wait, subjects, tasks.clone())
         .with_approvals(approvals.0, approvals.1);
     let serving = serve_stdio(server);
     tokio::pin!(serving);

@@ -129,6 +129,23 @@ pub struct Offer {
     pub sources: Vec<Arc<dyn CapabilitySource>>,
     /// What it could not serve (plugin files that failed to load), by name.
     pub failures: Vec<Skipped>,
+    /// Whether it is still starting (an upstream connecting for the first time):
+    /// what it will serve is not known yet, so a program naming one of its
+    /// [`Reserved::roots`] waits for its next offer (at most the service's
+    /// `startup_wait`, not counted against the program's time), and so do
+    /// searches. An offer that is not starting ends the wait, whatever it holds.
+    pub starting: bool,
+}
+
+impl Offer {
+    /// The offer of a provider still starting: nothing yet
+    /// ([`Offer::starting`]).
+    pub fn starting() -> Self {
+        Self {
+            starting: true,
+            ..Self::default()
+        }
+    }
 }
 
 /// A source left out of the catalog, and why: what `/readyz` lists and
@@ -147,7 +164,9 @@ pub struct Skipped {
 /// What the registry did with an offer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Accepted {
-    /// Kept for the first catalog, which waits for every provider's first offer.
+    /// Kept for the first catalog, which waits for every provider's first offer;
+    /// or a starting offer of a provider that replaced another, whose sources
+    /// serve until the new one knows its own.
     Held,
     /// A new catalog serves.
     Serving(Assembly),

@@ -11,6 +11,8 @@ comma-separated list of:
   wide      list a tool `wide` with 60,000 required properties
   deep      list a tool `deep` whose schema nests 300 arrays deep
   slowlist  answer tools/list after HOSTILE_SLOW seconds (default 60)
+  gated     answer initialize only once the file HOSTILE_GATE names exists (a
+            start that lasts exactly as long as the test wants)
   family    at start, start two grandchildren that ignore SIGTERM: one in this
             process's group, one in a session of its own (`setsid`); their PIDs
             are logged as `grandchild PID` and `detached PID`
@@ -194,6 +196,9 @@ def handle(message):
     request_id = message.get("id")
     params = message.get("params") or {}
     if method == "initialize":
+        if "gated" in MODES:
+            while not os.path.exists(os.environ["HOSTILE_GATE"]):
+                time.sleep(0.02)
         send({
             "jsonrpc": "2.0",
             "id": request_id,

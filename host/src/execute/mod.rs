@@ -235,6 +235,10 @@ pub(crate) struct RunOptions {
     pub approver: Option<Arc<dyn Approver>>,
     /// The record of an earlier run that stopped to ask, and the answer.
     pub replay: Option<Replay>,
+    /// A source the program names that did not start in time (`upstream git`):
+    /// the execution fails at once with `capability failed: <source> is still
+    /// starting`, logged, counted and traced as any failed execution.
+    pub not_started: Option<String>,
 }
 
 /// The data of one execution's interpreter store.
@@ -484,6 +488,12 @@ impl Executor {
         calls: Option<CallTracer>,
     ) -> Execution {
         let limits = self.limits.load_full();
+        if let Some(source) = options.not_started {
+            return Execution::refused(
+                ToolError::CapabilityFailed(Some(crate::error::still_starting_detail(&source))),
+                None,
+            );
+        }
         if source.len() > limits.max_source_bytes {
             return Execution::refused(ToolError::ResourceLimit, Some(Budget::SourceBytes));
         }
@@ -921,9 +931,10 @@ mod tests {
     }
 
     /// One executor for the tests of this module: preparing the interpreter takes
-    /// seconds. Its compiled code is kept in `target/unit-cache`, so that the
-    /// tests run one process each (cargo-nextest; `.config/nextest.toml` runs
-    /// them one after another) compile it once.
+    /// seconds. Its compiled code is kept in the tests' cache, `target/test-cache`
+    /// (where the test command precompiled it), so that the tests, run one
+    /// process each (cargo-nextest; `.config/nextest.toml` runs them one after
+    /// another), compile it once at most.
     fn executor() -> &'static Executor {
         static EXECUTOR: OnceLock<Executor> = OnceLock::new();
         EXECUTOR.get_or_init(|| {
@@ -931,7 +942,7 @@ mod tests {
                 crate::plugins::engine(crate::plugins::pool_instances(2, 0)).expect("an engine");
             let cache = crate::cache::open_cache(Some(std::path::Path::new(concat!(
                 env!("CARGO_MANIFEST_DIR"),
-                "/../target/unit-cache"
+                "/../target/test-cache"
             ))));
             Executor::new(ExecutorConfig {
                 engine: &engine,

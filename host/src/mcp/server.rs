@@ -20,7 +20,6 @@ use super::progress::Reporter;
 use super::stdio::StdioTransport;
 use super::tasks;
 use crate::authz::Subject;
-use crate::budget::Budget;
 use crate::error::ToolError;
 use crate::execute::{Approver, Execution, RunOptions};
 use crate::service::Service;
@@ -71,20 +70,26 @@ enum Backend {
     Ready(Arc<Service>),
     /// Still loading (stdio answers at once, even while a cold cache compiles):
     /// `initialize` and `tools/list` need no service; the tools wait for it, an
-    /// `execute` no longer than its time budget, counted from its arrival.
+    /// `execute` at most `startup_wait` from its arrival, and its time budget
+    /// starts when the wait ends.
     Loading {
         loaded: tokio::sync::watch::Receiver<Option<Arc<Service>>>,
-        max_execution_time: Duration,
+        startup_wait: Duration,
     },
 }
 
 /// Why a tool call got no service.
 enum NotLoaded {
-    /// The execute's time budget went by first.
+    /// The execute's wait for the load went by first.
     TimeWentBy,
     /// The load failed (the server is ending).
     Failed,
 }
+
+/// The source named in an execute's failure when the server itself did not
+/// finish starting (loading its plugins, preparing the interpreter) in time:
+/// `capability failed: the server is still starting`.
+pub const SERVER_SOURCE: &str = "the server";
 
 /// The MCP face of a [`Service`]. Cheap to clone; every clone serves the same service.
 #[derive(Clone)]
@@ -146,18 +151,19 @@ impl McpServer {
 
     /// A server over stdio answering before its service is loaded: `loaded` holds it once it
     /// is (the sender dropped without one: the load failed). Tool calls wait for
-    /// it; an `execute` at most `max_execution_time` from its arrival, which then
-    /// ends as `resource limit exceeded` (limit `--max-execution-time`).
+    /// it; an `execute` at most `startup_wait` from its arrival, which then ends
+    /// as `capability failed: the server is still starting`; its time budget
+    /// starts when the wait ends.
     pub fn loading(
         loaded: tokio::sync::watch::Receiver<Option<Arc<Service>>>,
-        max_execution_time: Duration,
+        startup_wait: Duration,
         subjects: SubjectSource,
         tasks: Arc<TaskStore>,
     ) -> Self {
         Self::with_backend(
             Backend::Loading {
                 loaded,
-                max_execution_time,
+                startup_wait,
             },
             subjects,
             tasks,
@@ -193,21 +199,25 @@ impl McpServer {
         }
     }
 
-    /// The service, once loaded; an `execute` (`arrived` when its request came)
-    /// waits no longer than its time budget.
-    async fn service(&self, execute: Option<Instant>) -> Result<Arc<Service>, NotLoaded> {
-        let (loaded, max_execution_time) = match &self.backend {
-            Backend::Ready(service) => return Ok(service.clone()),
+    /// The service, once loaded, and whether the call had to wait for it; an
+    /// `execute` (`arrived` when its request came) waits no longer than the
+    /// startup wait.
+    async fn service(&self, execute: Option<Instant>) -> Result<(Arc<Service>, bool), NotLoaded> {
+        let (loaded, startup_wait) = match &self.backend {
+            Backend::Ready(service) => return Ok((service.clone(), false)),
             Backend::Loading {
                 loaded,
-                max_execution_time,
-            } => (loaded, *max_execution_time),
+                startup_wait,
+            } => (loaded, *startup_wait),
         };
+        if let Some(service) = loaded.borrow().clone() {
+            return Ok((service, false));
+        }
         let mut loaded = loaded.clone();
         let wait = loaded.wait_for(Option::is_some);
         let got = match execute {
             Some(arrived) => {
-                let deadline = tokio::time::Instant::from_std(arrived + max_execution_time);
+                let deadline = tokio::time::Instant::from_std(arrived + startup_wait);
                 tokio::time::timeout_at(deadline, wait)
                     .await
                     .map_err(|_| NotLoaded::TimeWentBy)?
@@ -216,6 +226,7 @@ impl McpServer {
         };
         got.ok()
             .and_then(|service| service.clone())
+            .map(|service| (service, true))
             .ok_or(NotLoaded::Failed)
     }
 
@@ -245,7 +256,7 @@ impl McpServer {
         let Some(subject) = subject else {
             return Ok(project::<()>(Err(ToolError::Unauthenticated)).into());
         };
-        let Ok(service) = self.service(None).await else {
+        let Ok((service, _)) = self.service(None).await else {
             return Ok(project::<()>(Err(ToolError::Internal)).into());
         };
         let board = self.tasks.clone();
@@ -275,6 +286,7 @@ impl McpServer {
                 self.approval_timeout,
             )),
             replay: None,
+            not_started: None,
         };
         let running = tokio::spawn({
             let (board, id) = (board.clone(), view.id.clone());
@@ -368,18 +380,23 @@ impl McpServer {
             return Ok(project::<()>(Err(ToolError::Unauthenticated)).into());
         };
         let execute = (tool_name == EXECUTE).then_some(arrived);
-        let service = match self.service(execute).await {
-            Ok(service) => service,
+        let (service, waited) = match self.service(execute).await {
+            Ok(loaded) => loaded,
             Err(not_loaded) => {
                 let execution = match not_loaded {
-                    NotLoaded::TimeWentBy => {
-                        Execution::refused(ToolError::ResourceLimit, Some(Budget::ExecutionTime))
-                    }
+                    NotLoaded::TimeWentBy => Execution::refused(
+                        ToolError::CapabilityFailed(Some(crate::error::still_starting_detail(
+                            SERVER_SOURCE,
+                        ))),
+                        None,
+                    ),
                     NotLoaded::Failed => Execution::refused(ToolError::Internal, None),
                 };
                 return Ok(not_loaded_yet(tool_name, &subject, execution, arrived).into());
             }
         };
+        // The wait for the load is not the program's time.
+        let arrived = if waited { Instant::now() } else { arrived };
         match tool_name {
             SEARCH_API => Ok(project(service.search(&subject, input).await).into()),
             DESCRIBE_API => Ok(project(service.describe(&subject, input).await).into()),
@@ -405,6 +422,7 @@ impl McpServer {
                     max_time: None,
                     approver: Some(asking.approver),
                     replay,
+                    not_started: None,
                 };
                 let mut execution = service.run_since(&subject, input, arrived, options).await;
                 if let Some(reporter) = reporter {

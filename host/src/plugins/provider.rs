@@ -111,6 +111,7 @@ impl PluginsProvider {
                 .map(|plugin| plugin as Arc<dyn CapabilitySource>)
                 .collect(),
             failures: folder.failures(),
+            starting: false,
         }
     }
 

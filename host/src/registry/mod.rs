@@ -49,6 +49,9 @@ struct Inner {
     state: Mutex<State>,
     /// Signalled on each offer before the first catalog.
     offered: Condvar,
+    /// Told each time a new snapshot serves (what [`Registry::wait_started`]
+    /// waits on).
+    changed: tokio::sync::watch::Sender<()>,
     metrics: Arc<Metrics>,
 }
 
@@ -121,6 +124,17 @@ pub(crate) struct Snapshot {
     /// Sources offered but left out, and sources their providers could not serve,
     /// by label.
     skipped: Vec<Skipped>,
+    /// The name roots of providers still starting ([`Offer::starting`]).
+    starting: Vec<Starting>,
+}
+
+/// A name root whose provider is still starting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Starting {
+    /// The root (`git` of `git.git_log`).
+    pub root: String,
+    /// Its provider's name (`upstream git`).
+    pub provider: String,
 }
 
 impl Snapshot {
@@ -132,7 +146,13 @@ impl Snapshot {
             catalog: Arc::new(catalog),
             dispatch: Arc::new(dispatch),
             skipped: Vec::new(),
+            starting: Vec::new(),
         }
+    }
+
+    /// The name roots whose providers are still starting.
+    pub(crate) fn starting(&self) -> &[Starting] {
+        &self.starting
     }
 
     /// Every source left out, by label.
@@ -163,6 +183,7 @@ impl Registry {
                 catalog: Arc::new(CatalogBuilder::new().build(&[])?),
                 dispatch: Arc::new(Dispatch::default()),
                 skipped: Vec::new(),
+                starting: Vec::new(),
             }),
             state: Mutex::new(State {
                 slots: providers
@@ -175,6 +196,7 @@ impl Registry {
                 disabled,
             }),
             offered: Condvar::new(),
+            changed: tokio::sync::watch::Sender::new(()),
             metrics,
         });
         // Last first: see `Provider::start`.
@@ -217,6 +239,7 @@ impl Registry {
             slot.warn_disabled(disabled);
         }
         inner.snapshot.store(snapshot.clone());
+        inner.changed.send_replace(());
         for (slot, assembly) in state.slots.iter().zip(&assemblies) {
             slot.provider.served(assembly, true);
         }
@@ -233,6 +256,35 @@ impl Registry {
     /// The snapshot serving now.
     pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
         self.inner.snapshot.load_full()
+    }
+
+    /// Waits until no provider of a root `wanted` accepts is still starting, at
+    /// most until `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// The name of a provider (`upstream git`) still starting at `deadline`.
+    pub(crate) async fn wait_started(
+        &self,
+        wanted: impl Fn(&str) -> bool,
+        deadline: Instant,
+    ) -> Result<(), String> {
+        // Subscribed before the snapshot is read: a change in between is seen.
+        let mut changes = self.inner.changed.subscribe();
+        loop {
+            let snapshot = self.snapshot();
+            let Some(waiting) = snapshot.starting.iter().find(|s| wanted(&s.root)) else {
+                return Ok(());
+            };
+            let changed = tokio::time::timeout_at(
+                tokio::time::Instant::from_std(deadline),
+                changes.changed(),
+            )
+            .await;
+            if !matches!(changed, Ok(Ok(()))) {
+                return Err(waiting.provider.clone());
+            }
+        }
     }
 
     /// Stops every provider, waiting for them until `deadline` at most: all are
@@ -433,6 +485,16 @@ impl Inner {
         let Some(index) = state.slots.iter().position(|slot| slot.key == key) else {
             return Ok(Accepted::Gone);
         };
+        // A provider that replaced another (a restarted upstream) keeps the old
+        // one's sources, names and failing calls, until it knows its own.
+        if offer.starting
+            && state.slots[index]
+                .offer
+                .as_ref()
+                .is_some_and(|old| !old.sources.is_empty())
+        {
+            return Ok(Accepted::Held);
+        }
         state.slots[index].offer = Some(offer);
         if !state.serving {
             self.offered.notify_all();
@@ -469,6 +531,7 @@ impl Inner {
             slot.warn_disabled(disabled);
         }
         self.snapshot.store(Arc::new(snapshot));
+        self.changed.send_replace(());
         self.metrics.capabilities(capabilities);
         for (p, (slot, assembly)) in state.slots.iter().zip(&assemblies).enumerate() {
             slot.provider.served(assembly, own == Some(p));
@@ -594,6 +657,16 @@ fn assemble(
         .chain(refusals)
         .collect();
     skipped.sort_by(|a, b| a.plugin.cmp(&b.plugin));
+    let starting = slots
+        .iter()
+        .filter(|slot| slot.offer.as_ref().is_some_and(|offer| offer.starting))
+        .flat_map(|slot| {
+            slot.reserved.roots.iter().map(|root| Starting {
+                root: root.clone(),
+                provider: slot.name.clone(),
+            })
+        })
+        .collect();
     let capabilities = catalog.len();
     for assembly in &mut assemblies {
         assembly.capabilities = capabilities;
@@ -607,6 +680,7 @@ fn assemble(
                 sources: serving,
             }),
             skipped,
+            starting,
         },
         assemblies,
     ))
@@ -679,6 +753,8 @@ mod tests {
         name: String,
         reserved: Reserved,
         first: Vec<Arc<dyn CapabilitySource>>,
+        /// Whether its first offer is [`Offer::starting`] instead of `first`.
+        starts: bool,
         publisher: Mutex<Option<Publisher>>,
         served: Mutex<Vec<(Assembly, bool)>>,
         stops: AtomicUsize,
@@ -695,6 +771,7 @@ mod tests {
             name: name.to_owned(),
             reserved,
             first,
+            starts: false,
             publisher: Mutex::new(None),
             served: Mutex::new(Vec::new()),
             stops: AtomicUsize::new(0),
@@ -716,6 +793,7 @@ mod tests {
             publisher.offer(Offer {
                 sources,
                 failures: Vec::new(),
+                starting: false,
             })
         }
     }
@@ -731,14 +809,18 @@ mod tests {
 
         fn start(self: Arc<Self>, publisher: Publisher) {
             *self.publisher.lock().unwrap() = Some(publisher.clone());
-            let first = self.first.clone();
+            let first = Offer {
+                sources: self.first.clone(),
+                failures: Vec::new(),
+                starting: false,
+            };
+            let first = if self.starts {
+                Offer::starting()
+            } else {
+                first
+            };
             let thread = std::thread::spawn(move || {
-                publisher
-                    .offer(Offer {
-                        sources: first,
-                        failures: Vec::new(),
-                    })
-                    .unwrap();
+                publisher.offer(first).unwrap();
             });
             *self.thread.lock().unwrap() = Some(thread);
         }
@@ -977,6 +1059,71 @@ mod tests {
         // The upstream goes down: its names leave, the plugin's stay.
         git.offer(Vec::new()).unwrap();
         assert_eq!(names(&registry), ["records.find"]);
+    }
+
+    /// A provider whose first offer says it is still starting.
+    fn starting_provider(name: &str, reserved: Reserved) -> Arc<FakeProvider> {
+        Arc::new(FakeProvider {
+            name: name.to_owned(),
+            reserved,
+            first: Vec::new(),
+            starts: true,
+            publisher: Mutex::new(None),
+            served: Mutex::new(Vec::new()),
+            stops: AtomicUsize::new(0),
+            thread: Mutex::new(None),
+        })
+    }
+
+    #[test]
+    fn a_starting_provider_holds_its_roots_until_it_offers_and_a_replacement_keeps_the_old_sources()
+    {
+        let git = starting_provider("upstream git", upstream_reserves("git"));
+        let registry =
+            Registry::start(vec![git.clone()], Vec::new(), Arc::new(Metrics::default())).unwrap();
+        git.join();
+        let starting = || registry.snapshot().starting().to_vec();
+        assert_eq!(
+            starting(),
+            [Starting {
+                root: "git".to_owned(),
+                provider: "upstream git".to_owned()
+            }]
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        // Nobody waits for a root it does not name; a root it names is waited
+        // for until the deadline, then named.
+        let soon = Instant::now() + Duration::from_millis(50);
+        assert_eq!(
+            runtime.block_on(registry.wait_started(|root| root == "time", soon)),
+            Ok(())
+        );
+        assert_eq!(
+            runtime.block_on(registry.wait_started(|root| root == "git", soon)),
+            Err("upstream git".to_owned())
+        );
+        // Its offer, made while one waits, ends the wait.
+        let offering = std::thread::spawn({
+            let git = git.clone();
+            move || git.offer(vec![source("upstream git", &["!git.log"])])
+        });
+        let later = Instant::now() + Duration::from_secs(60);
+        assert_eq!(
+            runtime.block_on(registry.wait_started(|root| root == "git", later)),
+            Ok(())
+        );
+        offering.join().unwrap().unwrap();
+        assert_eq!(names(&registry), ["git.log"]);
+        assert_eq!(starting(), []);
+        // A replacement's starting offer keeps the sources of the one it replaced.
+        let restarted = starting_provider("upstream git", upstream_reserves("git"));
+        assert!(registry.replace("upstream git", restarted.clone(), Instant::now()));
+        restarted.join();
+        assert_eq!(names(&registry), ["git.log"]);
+        assert_eq!(starting(), []);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::registry::Registry;
 use crate::source::{Provider, Skipped};
 use crate::upstream::{STOP_GRACE, UpstreamConfig, UpstreamProvider};
 
-pub use setup::{ServiceConfig, StartError};
+pub use setup::{DEFAULT_STARTUP_WAIT, ServiceConfig, StartError};
 
 mod setup;
 mod views;
@@ -54,6 +54,8 @@ pub struct Service {
     authorizer: Arc<dyn Authorizer>,
     /// Each subject's view, when the authorizer decides visibility.
     views: Arc<views::Views>,
+    /// [`ServiceConfig::startup_wait`].
+    startup_wait: Duration,
 }
 
 impl Service {
@@ -178,6 +180,7 @@ impl Service {
             require_all_plugins: config.require_all_plugins,
             authorizer: config.authorizer.clone(),
             views: Arc::default(),
+            startup_wait: config.startup_wait,
         })
     }
 
@@ -395,10 +398,47 @@ impl Service {
         if subject.id.is_empty() {
             return Execution::refused(ToolError::Unauthenticated, None);
         }
+        // A source the program names that is still starting (an upstream's
+        // first connection) is waited for, off the program's time: its budget
+        // starts when the wait ends. One that did not start in time fails the
+        // execution, naming it.
+        let mut options = options;
+        let names = program_names(source);
+        let (waited, outcome) = self
+            .wait_started(|root| names.contains(root), arrived + self.startup_wait)
+            .await;
+        if let Err(provider) = outcome {
+            options.not_started = Some(provider);
+        }
+        let started = if waited { Instant::now() } else { arrived };
         let dispatch = self.view(subject).await.dispatch.clone();
         self.executor
-            .execute(dispatch, subject, source, arrived, options)
+            .execute(dispatch, subject, source, started, options)
             .await
+    }
+
+    /// Waits until no provider of a root `wanted` accepts is still starting, at
+    /// most until `deadline`: whether it waited at all, and the provider still
+    /// starting at the deadline.
+    async fn wait_started(
+        &self,
+        wanted: impl Fn(&str) -> bool,
+        deadline: Instant,
+    ) -> (bool, Result<(), String>) {
+        if !self
+            .registry
+            .snapshot()
+            .starting()
+            .iter()
+            .any(|starting| wanted(&starting.root))
+        {
+            return (false, Ok(()));
+        }
+        let outcome = self.registry.wait_started(wanted, deadline).await;
+        if let Err(provider) = &outcome {
+            tracing::info!(provider = %provider, waited_ms = crate::units::millis(self.startup_wait), "a source a request needs did not finish starting in time");
+        }
+        (true, outcome)
     }
 
     /// What the service counts, for `/metrics`.
@@ -437,6 +477,11 @@ impl Service {
         subject: &Subject,
         query: &str,
     ) -> Result<SearchResponse, ToolError> {
+        // Every source still starting may hold what is searched for: the answer
+        // waits for them (at most the startup wait), then holds what serves.
+        let _ = self
+            .wait_started(|_| true, Instant::now() + self.startup_wait)
+            .await;
         self.view(subject)
             .await
             .catalog
@@ -453,6 +498,13 @@ impl Service {
     /// [`ToolError::NotFound`] for any name that is not exactly an enabled
     /// capability `subject` can see.
     pub async fn describe(&self, subject: &Subject, name: &str) -> Result<Description, ToolError> {
+        let root = name.split('.').next().unwrap_or(name);
+        let _ = self
+            .wait_started(
+                |starting| starting == root,
+                Instant::now() + self.startup_wait,
+            )
+            .await;
         self.view(subject)
             .await
             .catalog
@@ -526,9 +578,43 @@ fn warn_timeout(upstream: &UpstreamConfig, limits: &Limits) {
     }
 }
 
+/// The identifiers a program's text holds (`git` of `git.log(...)`), for the
+/// roots of sources still starting it names: a scan of the text, not a parse, so
+/// a root named only in a string or a comment is waited for too (at most the
+/// startup wait), never the other way round.
+fn program_names(source: &str) -> std::collections::HashSet<&str> {
+    let mut names = std::collections::HashSet::new();
+    let bytes = source.as_bytes();
+    let mut at = 0;
+    while at < bytes.len() {
+        let starts = bytes[at].is_ascii_alphabetic() || bytes[at] == b'_';
+        if !starts {
+            at += 1;
+            continue;
+        }
+        let begin = at;
+        while at < bytes.len() && (bytes[at].is_ascii_alphanumeric() || bytes[at] == b'_') {
+            at += 1;
+        }
+        names.insert(&source[begin..at]);
+    }
+    names
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_program_s_names_are_its_identifiers() {
+        let names = program_names("def main():\n    return git.log(n=2) + _x9[\"time\"] # é\n");
+        let mut names: Vec<&str> = names.into_iter().collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            ["_x9", "def", "git", "log", "main", "n", "return", "time"]
+        );
+    }
     use crate::authz::AllowAll;
     use std::path::Path;
     use std::sync::atomic::{AtomicUsize, Ordering};

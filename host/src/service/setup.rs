@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::audit::AuditLog;
 use crate::authz::Authorizer;
@@ -55,7 +56,16 @@ pub struct ServiceConfig {
     /// What trades a caller's access token for one of an upstream's audience
     /// (`auth = "token-exchange"`); `None`: such upstreams' calls fail.
     pub token_exchange: Option<Arc<dyn TokenExchange>>,
+    /// How long a request waits for a source it needs that is still starting
+    /// (an upstream's first connection; [`DEFAULT_STARTUP_WAIT`]): an execute for
+    /// those its program names, a search for all, a describe for the name's. Not
+    /// part of the program's time budget.
+    pub startup_wait: Duration,
 }
+
+/// How long a request waits for a source still starting, by default: an
+/// upstream's first connection is bounded by the same 30 s.
+pub const DEFAULT_STARTUP_WAIT: Duration = Duration::from_secs(30);
 
 impl std::fmt::Debug for ServiceConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -74,6 +84,7 @@ impl std::fmt::Debug for ServiceConfig {
             .field("providers", &providers)
             .field("telemetry", &self.telemetry.is_some())
             .field("token_exchange", &self.token_exchange.is_some())
+            .field("startup_wait", &self.startup_wait)
             .finish()
     }
 }
@@ -97,6 +108,7 @@ impl ServiceConfig {
             providers: Vec::new(),
             telemetry: None,
             token_exchange: None,
+            startup_wait: DEFAULT_STARTUP_WAIT,
         }
     }
 }

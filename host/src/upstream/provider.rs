@@ -85,6 +85,10 @@ impl Provider for UpstreamProvider {
     /// never takes a restart for a name it got wrong. Only a new list (after the
     /// restart, or a relist) changes its names.
     fn start(self: Arc<Self>, publisher: Publisher) {
+        // Nothing is known of it until its first connection: programs naming it
+        // (and searches) wait for that, bounded by the service's startup wait,
+        // and nothing else does.
+        let _ = publisher.offer(Offer::starting());
         let name = self.config.name.clone();
         let metrics = self.metrics.clone();
         self.metrics.upstream(&name, false);
@@ -111,6 +115,7 @@ impl Provider for UpstreamProvider {
             let accepted = publisher.offer(Offer {
                 sources,
                 failures: Vec::new(),
+                starting: false,
             });
             if matches!(accepted, Ok(Accepted::Gone)) {
                 return false;
