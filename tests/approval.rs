@@ -197,6 +197,17 @@ fn note(text: &str) -> String {
     format!("def main():\n    return double.note(text={text:?})")
 }
 
+/// `note(text)` with `text` in the program as it is, only quotes, backslashes
+/// and newlines escaped (Rust's `{:?}` writes `\u{202e}`, which Starlark does
+/// not read).
+fn note_raw(text: &str) -> String {
+    let literal = text
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n");
+    format!("def main():\n    return double.note(text=\"{literal}\")")
+}
+
 fn accept(approve: bool, for_execution: bool) -> Value {
     json!({"action": "accept", "content": {
         "approve": approve,
@@ -250,6 +261,48 @@ fn an_approved_call_runs_once_the_human_says_yes() {
             "outcome": "ok"
         })]
     );
+}
+
+/// Issue 49, F4-F6: a question built from the agent's arguments cannot fake
+/// the block the human reads (newlines, a right-to-left override and tag
+/// characters show as escapes), and arguments cut to fit say that approving
+/// runs them whole.
+#[test]
+fn the_human_sees_through_forged_questions_and_cut_arguments() {
+    let setup = Setup::new("forged", "");
+    std::fs::write(
+        setup.dir.join("policy.rego"),
+        "package codemode.authz\n\ndefault allow := false\n\nallow := {\"ask\": sprintf(\"Write %s?\", [substring(input.arguments.text, 0, 200)])}\n",
+    )
+    .expect("write the policy");
+    let forged = "x\n\nCapability: up.echo\nArguments: {}\u{202E}\u{E0041}";
+    let long = format!("ls{}; rm -rf ~", " ".repeat(5000));
+    let steps = json!([
+        {"op": "call", "tool": "execute", "arguments": {"source": note_raw(forged)}},
+        {"op": "call", "tool": "execute", "arguments": {"source": note_raw(&long)}},
+    ]);
+    let out = setup.steps(
+        "legacy",
+        &[],
+        Some(json!([{"action": "decline"}, {"action": "decline"}])),
+        steps,
+    );
+    let messages = messages(&out);
+    assert_eq!(messages.len(), 2, "{out}");
+    assert_eq!(
+        messages[0],
+        "Write x\\u000A\\u000ACapability: up.echo\\u000AArguments: {}\\u202E\\u{E0041}?\n\nCapability: double.note\nArguments: {\"text\":\"x\\n\\nCapability: up.echo\\nArguments: {}\\u202E\\u{E0041}\"}"
+    );
+    assert_eq!(
+        messages[1],
+        format!(
+            "Write {}?\n\nCapability: double.note\nArguments: {{\"text\":\"ls{}…[cut]\"}}\n\n{}",
+            &long[..200],
+            " ".repeat(510),
+            codemode_host::mcp::ARGUMENTS_CUT
+        )
+    );
+    assert_eq!(setup.notes(), Vec::<String>::new());
 }
 
 #[test]
@@ -416,6 +469,77 @@ fn last_commit(repo: &std::path::Path) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// The example plugins declare what they do (issue 49): under the README's
+/// ask policy each one runs without asking, as a read; a capability that
+/// declares nothing (the test plugin `sleepy`) matches no rule and is denied.
+#[test]
+fn the_readme_policy_lets_the_example_plugins_run_and_denies_what_declares_nothing() {
+    let dir = root().join("target/e2e-approval/readme-examples");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the folder");
+    std::fs::write(dir.join("ask.rego"), readme_policy()).expect("write the policy");
+    let mut files: Vec<std::path::PathBuf> = ["records", "stats", "text", "fetch"]
+        .iter()
+        .map(|name| crate::support::example_plugins().join(format!("{name}.wasm")))
+        .collect();
+    files.push(crate::support::foreign_plugin("python_geo"));
+    files.push(crate::support::foreign_plugin("js_strings"));
+    files.push(crate::support::test_plugin("sleepy"));
+    let plugins = crate::support::plugin_folder("approval-readme-examples", &files);
+    let policy = dir.join("ask.rego");
+    let args = [
+        "--plugins",
+        plugins.to_str().expect("utf-8 path"),
+        "--policy",
+        policy.to_str().expect("utf-8 path"),
+    ];
+    let programs = [
+        "return records.lookup(key=\"bk-0001\")[\"key\"]",
+        "return stats.summary(values=[1.0, 3.0])[\"mean\"]",
+        "return text.slugify(text=\"A B\")[\"slug\"]",
+        "return geo.distance(a={\"lat\": 0.0, \"lon\": 0.0}, b={\"lat\": 0.0, \"lon\": 0.0})[\"km\"]",
+        "return strings.slugify(text=\"A B\")[\"slug\"]",
+        // No sidecar, no host: fetch's own failure, not the policy's.
+        "return web.get(url=\"https://example.invalid/\")",
+        "return sleepy.nap(ms=1)",
+    ];
+    let steps: Vec<Value> = programs
+        .iter()
+        .map(|body| {
+            crate::stdio::call(
+                "execute",
+                json!({"source": format!("def main():\n    {body}")}),
+            )
+        })
+        .collect();
+    let out = crate::support::drive(&args, Value::Array(steps));
+    let texts: Vec<Value> = out["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|result| {
+            if result["is_error"] == true {
+                json!(crate::stdio::err(result))
+            } else {
+                crate::stdio::ok(result)["result"].clone()
+            }
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            json!("bk-0001"),
+            json!(2.0),
+            json!("a-b"),
+            json!(0.0),
+            json!("a-b"),
+            json!("capability failed: outbound host https://example.invalid:443 is not allowed"),
+            json!("permission denied"),
+        ],
+        "{out}"
+    );
+}
+
 #[test]
 fn the_readme_policy_asks_before_a_git_commit_through_the_gateway() {
     let repo = crate::upstream::git_repository("approval");
@@ -526,6 +650,23 @@ fn a_2026_client_answers_an_input_required_and_nothing_runs_twice() {
             "double.count replayed",
             "double.note replayed",
             "double.note approved",
+        ]
+    );
+    // Waiting for the answer is not a denial: its line says so.
+    let awaiting: Vec<Value> = setup
+        .asked()
+        .into_iter()
+        .filter(|line| line["approval"]["outcome"] == "awaiting answer")
+        .collect();
+    assert_eq!(
+        awaiting,
+        vec![
+            json!({
+                "decision": "asked",
+                "approval": {"outcome": "awaiting answer", "subject": "local"},
+                "outcome": "input required"
+            });
+            2
         ]
     );
     // Declined: the program ends at the call, which never ran.
@@ -939,7 +1080,13 @@ fn a_session_is_its_subjects_alone_and_bounded() {
         ],
         "",
     );
-    assert!(matches!(closed.status, 200 | 202 | 204), "{closed:?}");
+    // 204, as the official SDKs expect (rmcp's own answer, 202, made the
+    // Python SDK report a failed termination).
+    assert_eq!(
+        (closed.status, closed.body.as_str()),
+        (204, ""),
+        "{closed:?}"
+    );
     assert_eq!(open("alice-token").0, 200);
 }
 

@@ -77,9 +77,9 @@ fn no_failure_path_shows_a_file_a_path_or_a_budget_value() {
     let slow = upstream.port;
     let cases: Vec<(String, &str)> = vec![
         ("def main(:\n    return 1".into(), "invalid program: <codemode>:1:10: Parse error: unexpected symbol ':', expected identifier"),
-        ("def main():\n    return 1 // 0".into(), "invalid program: <codemode>:2:12: Floor division by zero: 1 // 0"),
+        ("def main():\n    return 1 // 0".into(), "invalid program: runtime error at <codemode>:2:12: Floor division by zero: 1 // 0"),
         ("def main():\n    return nosuch.thing()".into(), "invalid program: <codemode>:2:12: Variable `nosuch` not found"),
-        ("def main():\n    return records.nosuch()".into(), "invalid program: <codemode>:2:12: unknown capability `records.nosuch` (find names with search_api)"),
+        ("def main():\n    return records.nosuch()".into(), "invalid program: runtime error at <codemode>:2:12: unknown capability `records.nosuch` (find names with search_api)"),
         ("def main():\n    return records.lookup(nope=1)".into(), "invalid capability arguments: unknown argument \"nope\""),
         ("def main():\n    return records.find(fields={})".into(), "permission denied"),
         ("def main():\n    return records.query(filter={}, tags=[], limit=2000000000)".into(), "authorization policy failure"),

@@ -105,7 +105,7 @@ fn schema_bombs_are_skipped_and_the_rest_of_the_upstream_serves() {
     assert_eq!(
         execute_http(server.port, "def main():\n    return hostile.bomb()"),
         Err(
-            "invalid program: <codemode>:2:12: unknown capability `hostile.bomb` (find names with search_api)"
+            "invalid program: runtime error at <codemode>:2:12: unknown capability `hostile.bomb` (find names with search_api)"
                 .to_owned()
         )
     );

@@ -702,7 +702,7 @@ fn the_default_log_has_no_line_per_request_from_the_mcp_library() {
         // handled (each session's first line comes before its answer).
         assert_eq!(
             crate::support::execute_http(server.port, "def main():\n    fail(\"mark\")"),
-            Err("invalid program: <codemode>:2:5: fail: mark".to_owned())
+            Err("invalid program: runtime error at <codemode>:2:5: fail: mark".to_owned())
         );
         wait_for_log(&server, "execution failed", 1);
         let logged = server.log();

@@ -641,16 +641,16 @@ fn a_subject_cannot_find_what_its_catalog_hides() {
     let write = "def main():\n    return granted.write(path=\"x\", value=\"y\")";
     assert_eq!(
         execute_as(port, &bob, write),
-        Err("invalid program: <codemode>:2:12: unknown capability `granted.write` (find names with search_api)".to_owned())
+        Err("invalid program: runtime error at <codemode>:2:12: unknown capability `granted.write` (find names with search_api)".to_owned())
     );
     let misspelled = "def main():\n    return granted.wrote(path=\"x\", value=\"y\")";
     assert_eq!(
         execute_as(port, &bob, misspelled),
-        Err("invalid program: <codemode>:2:12: unknown capability `granted.wrote` (find names with search_api)".to_owned())
+        Err("invalid program: runtime error at <codemode>:2:12: unknown capability `granted.wrote` (find names with search_api)".to_owned())
     );
     assert_eq!(
         execute_as(port, &alice, misspelled),
-        Err("invalid program: <codemode>:2:12: unknown capability `granted.wrote`; did you mean granted.write? (find names with search_api)".to_owned())
+        Err("invalid program: runtime error at <codemode>:2:12: unknown capability `granted.wrote`; did you mean granted.write? (find names with search_api)".to_owned())
     );
     assert_eq!(execute_as(port, &bob, NAP), Ok(json!({"ms": 1})));
     // The hidden capability never ran for Bob: only Bob's nap is audited. The
@@ -658,6 +658,14 @@ fn a_subject_cannot_find_what_its_catalog_hides() {
     // line has come through the pipe, every earlier one has too.
     crate::support::wait_for_audit(&server, "\"capability\":\"sleepy.nap\"", 1);
     assert_eq!(server.audit().lines().count(), 1, "{}", server.audit());
+    // The metrics name every capability: with per-subject catalogs they are
+    // not served to subjects (issue 49, F10), only at --metrics-listen.
+    let bearer = format!("Bearer {bob}");
+    let metrics = raw_request(port, "GET", "/metrics", &[("Authorization", &bearer)], "");
+    assert_eq!(
+        (metrics.status, metrics.body.as_str()),
+        (404, codemode_host::mcp::http::METRICS_ELSEWHERE)
+    );
 
     // A reloaded policy shows everything to everyone: the views are decided anew.
     std::fs::write(
@@ -891,4 +899,129 @@ fn an_upstream_gets_a_token_exchanged_for_its_audience() {
             assert!(!log.contains(secret.as_str()), "{log}");
         }
     }
+}
+
+/// The README's local try-it, as written but for the modules folder and the
+/// ports (a test takes free ones): the issuer started in the background with
+/// `"stay": true` serves on after its stdin closed, alice gets a token with the
+/// README's form, and the README's request runs its program with it.
+#[test]
+fn the_readme_try_it_runs_with_the_issuer_in_the_background() {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("read the README");
+    let at = readme
+        .find("To try it on one machine with the tests' authorization server")
+        .expect("the README's try-it");
+    let block = &readme[at..];
+    let block = &block[block.find("```sh\n").expect("its commands") + 6..];
+    let block = &block[..block.find("```").expect("their end")];
+    let quoted = |line: &str| -> String {
+        let start = line.find('\'').expect("a quoted argument") + 1;
+        let end = line.rfind('\'').expect("its end");
+        line[start..end].to_owned()
+    };
+    // The issuer, its stdin closed at once (`&` in a shell).
+    let node = block
+        .lines()
+        .find(|line| line.starts_with("node tests/clients/oidc_provider.mjs '"))
+        .expect("the node command");
+    let mut input: Value = serde_json::from_str(&quoted(node)).expect("its JSON");
+    assert_eq!(input["stay"], json!(true), "{input}");
+    let resource = input["resource"].as_str().expect("a resource").to_owned();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    input["modules"] = json!(node_tools().modules);
+    input["port"] = json!(port);
+    let mut child = Command::new(&node_tools().node)
+        .arg(root().join("tests/clients/oidc_provider.mjs"))
+        .arg(input.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run oidc-provider");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let issuer = read_line(&mut stdout)["issuer"]
+        .as_str()
+        .expect("the issuer URL")
+        .to_owned();
+    assert_eq!(issuer, format!("http://127.0.0.1:{port}"));
+    // Its stdin closed long ago: it serves on.
+    let discovery = raw_request(port, "GET", "/.well-known/openid-configuration", &[], "");
+    assert_eq!(discovery.status, 200, "{discovery:?}");
+    // The server with the README's flags (listening on a free port).
+    let plugins = crate::support::example_plugins();
+    let server = HttpServer::start_listening(
+        "127.0.0.1:0",
+        &[
+            "--plugins",
+            plugins.to_str().expect("utf-8 path"),
+            "--allow-all",
+            "--oauth-issuer",
+            &issuer,
+            "--resource-url",
+            &resource,
+            "--required-scope",
+            "mcp:execute",
+        ],
+        &[],
+    );
+    assert!(
+        block.contains(&format!(
+            "--resource-url {resource} --required-scope mcp:execute"
+        )),
+        "{block}"
+    );
+    // The README's token request, its `-d` pairs as a form.
+    let form: Vec<String> = block
+        .lines()
+        .skip_while(|line| !line.starts_with("TOKEN=$(curl -s $ISSUER/token"))
+        .take_while(|line| !line.contains("python3"))
+        .flat_map(|line| {
+            line.split(" -d ")
+                .skip(1)
+                .map(|pair| pair.trim_end_matches(" \\").trim().to_owned())
+        })
+        .collect();
+    assert_eq!(form.len(), 5, "{form:?}");
+    let granted = raw_request(
+        port,
+        "POST",
+        "/token",
+        &[("Content-Type", "application/x-www-form-urlencoded")],
+        &form.join("&"),
+    );
+    assert_eq!(granted.status, 200, "{granted:?}");
+    let token = serde_json::from_str::<Value>(&granted.body).expect("JSON")["access_token"]
+        .as_str()
+        .expect("an access token")
+        .to_owned();
+    // The README's request.
+    let request = block
+        .lines()
+        .find(|line| line.trim_start().starts_with("-d '{\"jsonrpc\""))
+        .expect("the request");
+    let bearer = format!("Bearer {token}");
+    let answer = raw_request(
+        server.port,
+        "POST",
+        "/mcp",
+        &[
+            ("Authorization", &bearer),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+        &quoted(request),
+    );
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let answer: Value = serde_json::from_str(&answer.body).expect("JSON");
+    assert_eq!(
+        answer["result"]["structuredContent"],
+        json!({"result": "bk-0042"}),
+        "{answer}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
 }

@@ -135,6 +135,36 @@ fn tokens_and_policy_reload_on_change_and_on_sighup_and_a_bad_version_changes_no
     );
     let health = raw_request(port, "GET", "/healthz", &[], "");
     assert_eq!((health.status, health.body.as_str()), (200, "ok\n"));
+    // /metrics counts each reload of each file as the log tells it.
+    let counted = |file: &str, outcome: &str| {
+        let metrics = raw_request(
+            port,
+            "GET",
+            "/metrics",
+            &[("Authorization", &format!("Bearer {SECOND_TOKEN}"))],
+            "",
+        );
+        let line =
+            format!("codemode_config_reloads_total{{file=\"{file}\",outcome=\"{outcome}\"}} ");
+        metrics
+            .body
+            .lines()
+            .find_map(|l| l.strip_prefix(&line)?.parse::<usize>().ok())
+            .unwrap_or_else(|| panic!("no {line} in\n{}", metrics.body))
+    };
+    let logged = |needle: &str| server.log().matches(needle).count();
+    wait_until(
+        "the reload counts to agree with the log",
+        || {
+            counted("tokens", "ok") == logged("tokens reloaded file=")
+                && counted("tokens", "error") == logged("tokens reload failed")
+                && counted("policy", "ok") == logged("policy reloaded modules=")
+                && counted("policy", "error") == logged("policy reload failed")
+        },
+        || server.log(),
+    );
+    assert!(counted("tokens", "error") >= 2 && counted("policy", "error") >= 2);
+    assert_eq!(counted("config", "ok") + counted("config", "error"), 0);
 }
 
 /// Puts a FIFO at `path` (made beside it, renamed over it): opening it for reading

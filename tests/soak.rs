@@ -192,7 +192,7 @@ fn mix() -> Vec<Case> {
             // budget, not the lookup, decided the answer.
             "def main():\n    return getattr(records, 'a' * 4000000)(key='x')",
             &format!(
-                "invalid program: <codemode>:2:12: unknown capability `records.{}…` (find names with search_api)",
+                "invalid program: runtime error at <codemode>:2:12: unknown capability `records.{}…` (find names with search_api)",
                 "a".repeat(72)
             ),
         ),

@@ -748,3 +748,75 @@ fn the_redis_store_keeps_its_limits() {
         );
     });
 }
+
+/// The README's two requests, as written (`TASK_ID` replaced by the handle's):
+/// a task made and its result read, against the example plugins.
+#[test]
+fn the_readme_task_requests_make_a_task_and_read_its_result() {
+    let readme =
+        std::fs::read_to_string(crate::support::root().join("README.md")).expect("read the README");
+    let at = readme
+        .find("To try one from a shell")
+        .expect("the README's task try-it");
+    let block = &readme[at..];
+    let block = &block[block.find("```sh\n").expect("its commands") + 6..];
+    let block = &block[..block.find("```").expect("their end")];
+    // Each `curl`: its `-H 'Name: value'` headers and its `-d '...'` body.
+    let commands: Vec<(Vec<(String, String)>, String)> = block
+        .split("curl -s ")
+        .skip(1)
+        .map(|command| {
+            let quoted: Vec<&str> = command.split('\'').skip(1).step_by(2).collect();
+            let mut headers = Vec::new();
+            let mut body = String::new();
+            for (flag, text) in command.split('\'').step_by(2).zip(quoted) {
+                if flag.trim_end().ends_with("-H") {
+                    let (name, value) = text.split_once(": ").expect("a header");
+                    headers.push((name.to_owned(), value.to_owned()));
+                } else if flag.trim_end().ends_with("-d") {
+                    body = text.to_owned();
+                }
+            }
+            (headers, body)
+        })
+        .collect();
+    assert_eq!(commands.len(), 2, "{block}");
+    let plugins = crate::support::example_plugins();
+    let server = HttpServer::start(&["--allow-all", "--plugins", plugins.to_str().expect("utf-8")]);
+    let send = |(headers, body): &(Vec<(String, String)>, String), id: &str| -> Value {
+        let headers: Vec<(String, String)> = headers
+            .iter()
+            .map(|(name, value)| (name.clone(), value.replace("TASK_ID", id)))
+            .collect();
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        let answer = raw_request(
+            server.port,
+            "POST",
+            "/mcp",
+            &headers,
+            &body.replace("TASK_ID", id),
+        );
+        assert_eq!(answer.status, 200, "{answer:?}");
+        serde_json::from_str(&answer.body).expect("JSON")
+    };
+    let id = task_id(&send(&commands[0], ""));
+    let done = std::cell::RefCell::new(Value::Null);
+    wait_until(
+        "the task to end",
+        || {
+            *done.borrow_mut() = send(&commands[1], &id);
+            done.borrow()["result"]["status"] != "working"
+        },
+        || done.borrow().to_string(),
+    );
+    let done = done.into_inner();
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["result"]["structuredContent"],
+        json!({"result": 3.0}),
+        "{done}"
+    );
+}

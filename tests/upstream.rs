@@ -918,7 +918,7 @@ fn the_config_file_reloads_upstreams_and_limits_while_serving_and_a_bad_one_chan
     );
     assert_eq!(
         execute_http(port, "def main():\n    return beta.refuse(reason=\"x\")"),
-        Err("invalid program: <codemode>:2:12: unknown capability `beta.refuse` (find names with search_api)".to_owned())
+        Err("invalid program: runtime error at <codemode>:2:12: unknown capability `beta.refuse` (find names with search_api)".to_owned())
     );
     let log = server.log();
     for key in ["max-memory", "no-watch"] {
@@ -962,4 +962,46 @@ fn the_config_file_reloads_upstreams_and_limits_while_serving_and_a_bad_one_chan
     server.terminate();
     let (code, _) = server.wait();
     assert_eq!(code, Some(0));
+}
+
+/// Over stdio the upstreams start once a client speaks: a start without one
+/// (stdin at its end, as `precompile`-like warm-ups do) starts no child and
+/// still fills the cache.
+#[test]
+fn a_stdio_server_without_a_client_starts_no_upstream() {
+    let dir = root().join("target/e2e-upstream/no-client");
+    let log = dir.join("double.log");
+    let path = config(
+        "no-client",
+        &format!(
+            "plugins = \"plugins\"\nallow-all = true\n\n[[upstream]]\nname = \"double\"\ncommand = [{:?}, {:?}]\nenv = {{ DOUBLE_LOG = {:?} }}\n",
+            python().display().to_string(),
+            root()
+                .join("tests/upstreams/double.py")
+                .display()
+                .to_string(),
+            log.display().to_string(),
+        ),
+    );
+    std::fs::create_dir_all(dir.join("plugins")).expect("create the plugins folder");
+    let out = std::process::Command::new(crate::support::host_bin())
+        .args(crate::support::with_cache(&[
+            "--config",
+            path.to_str().expect("utf-8"),
+        ]))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run codemode-host");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("stdin closed before a client initialized; exiting"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("provider added"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap_or_default(),
+        "",
+        "the upstream started"
+    );
 }

@@ -186,13 +186,13 @@ fn an_unknown_name_of_any_length_costs_no_more_than_the_catalog() {
         .await;
         assert_eq!(
             got.map_err(|e| e.to_string()),
-            Err(format!("invalid program: <codemode>:2:12: unknown capability `records.{}…` (find names with search_api)", "a".repeat(72)))
+            Err(format!("invalid program: runtime error at <codemode>:2:12: unknown capability `records.{}…` (find names with search_api)", "a".repeat(72)))
         );
         // A near miss still gets its suggestion.
         let got = execute_bounded(&service, "def main():\n    return records.lokup(key='x')").await;
         assert_eq!(
             got.map_err(|e| e.to_string()),
-            Err("invalid program: <codemode>:2:12: unknown capability `records.lokup`; did you mean records.lookup? (find names with search_api)".to_owned())
+            Err("invalid program: runtime error at <codemode>:2:12: unknown capability `records.lokup`; did you mean records.lookup? (find names with search_api)".to_owned())
         );
     });
 }

@@ -1066,6 +1066,7 @@ impl Cli {
                     ..ConnectionLimits::default()
                 },
                 metrics_listen: self.metrics_listen,
+                metrics_for_subjects: self.visibility_decision.is_none(),
                 stop: tokio_util::sync::CancellationToken::new(),
                 sessions: self.http_sessions.then(|| {
                     self.limits().max_execution_time

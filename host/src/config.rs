@@ -335,6 +335,7 @@ impl UpstreamTable {
                             .map(|(name, _)| name)
                             .find(|name| {
                                 name.eq_ignore_ascii_case("authorization")
+                                    || name.eq_ignore_ascii_case("proxy-authorization")
                                     || name.eq_ignore_ascii_case("cookie")
                             })
                     {
@@ -905,6 +906,11 @@ audience = "https://billing.example.com"
                 "up-auth-header",
                 "[[upstream]]\nname = \"a\"\nurl = \"https://a/mcp\"\nauth = \"forward\"\nheaders = { Authorization = \"Bearer x\" }\n",
                 "line 1: upstream `a`: `headers` may not set `Authorization` with `auth`: each call carries its caller's credential",
+            ),
+            (
+                "up-auth-proxy-header",
+                "[[upstream]]\nname = \"a\"\nurl = \"https://a/mcp\"\nauth = \"token-exchange\"\naudience = \"x\"\nheaders = { Proxy-Authorization = \"Basic x\" }\n",
+                "line 1: upstream `a`: `headers` may not set `Proxy-Authorization` with `auth`: each call carries its caller's credential",
             ),
             (
                 "up-audience-alone",

@@ -37,6 +37,7 @@ pub mod files;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
+mod hidden;
 pub mod mcp;
 pub mod memory;
 mod metrics;
@@ -68,9 +69,11 @@ pub use plugins::{
 };
 pub use precompile::{Precompiled, precompile};
 pub use service::{
-    DEFAULT_STARTUP_WAIT, LOCAL_SUBJECT, Service, ServiceConfig, StartError, UpstreamChanges,
+    ConfigFile, DEFAULT_STARTUP_WAIT, LOCAL_SUBJECT, Service, ServiceConfig, StartError,
+    UpstreamChanges,
 };
 pub use source::Skipped;
 pub use upstream::{
-    Secret, UpstreamAuth, UpstreamConfig, UpstreamTransport, check_name as check_upstream_name,
+    Secret, UpstreamAuth, UpstreamConfig, UpstreamGate, UpstreamTransport,
+    check_name as check_upstream_name,
 };

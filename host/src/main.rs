@@ -248,6 +248,7 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
             .clone()
             .map(|path| reconfig::ConfigReload::new(path, args, &cli, loaded.clone())),
         reading: Arc::default(),
+        service: loaded.clone(),
     };
     // Before the runtime: the exporter's HTTP client has a runtime of its own.
     let telemetry = codemode_host::telemetry::Telemetry::start(cli.otlp_endpoint.as_deref())
@@ -284,6 +285,7 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
         providers: Vec::new(),
         token_exchange,
         startup_wait: cli.startup_wait.unwrap_or(DEFAULT_STARTUP_WAIT),
+        upstreams_gate: None,
     };
     // Orphaned grandchildren of upstream children become ours, not init's, so that
     // none outlives the server (ended below).
@@ -490,7 +492,7 @@ async fn serve_http(
 /// longer than its time budget). Ends when stdin closes, but not before the load
 /// did, so that a start with stdin at its end still fills the cache.
 async fn serve_stdio_while_loading(
-    config: ServiceConfig,
+    mut config: ServiceConfig,
     cli: &Cli,
     service_cell: &OnceLock<Arc<Service>>,
     tasks: Arc<TaskStore>,
@@ -500,6 +502,12 @@ async fn serve_stdio_while_loading(
     let subjects = SubjectSource::Fixed(Subject::new(cli.subject.clone()));
     let server = McpServer::loading(loaded, config.startup_wait, subjects, tasks.clone())
         .with_approvals(approvals.0, approvals.1);
+    // The upstreams start once a client speaks: a start without one (stdin at
+    // its end, to fill the cache) starts no child.
+    let gate = codemode_host::UpstreamGate::closed();
+    config.upstreams_gate = Some(gate.clone());
+    let hook = Arc::new(move || gate.open()) as codemode_host::mcp::ClientHook;
+    let server = server.with_client_hook(hook);
     let serving = serve_stdio(server);
     tokio::pin!(serving);
     let mut loading = tokio::task::spawn_blocking(move || load(&config));

@@ -27,6 +27,34 @@ pub const RELOAD_FAILED: &str = "failed";
 /// listed, or the catalog not built).
 pub const RELOAD_ERROR: &str = "error";
 
+/// `codemode_config_reloads_total{file,outcome}`: a reloaded file (`tokens`,
+/// `policy`, `config`) is in force.
+pub const CONFIG_RELOAD_OK: &str = "ok";
+/// `codemode_config_reloads_total{file,outcome}`: a reloaded file did not read,
+/// parse or compile (or took too long); the one before stays in force.
+pub const CONFIG_RELOAD_ERROR: &str = "error";
+/// The files a configuration reload reads, as `codemode_config_reloads_total`
+/// names them.
+pub const CONFIG_FILES: [&str; 3] = ["tokens", "policy", "config"];
+
+/// The outcomes of an execute a server counts from its start (each at 0 until
+/// one happens), so that a rate over them has a start: `ok`, every fixed error
+/// text, and `input required`.
+const EXECUTE_OUTCOMES: [&str; 12] = [
+    "ok",
+    crate::error::UNAUTHENTICATED,
+    crate::error::CAPABILITY_NOT_FOUND,
+    crate::error::INVALID_PROGRAM,
+    crate::error::INVALID_CAPABILITY_ARGUMENTS,
+    crate::error::PERMISSION_DENIED,
+    crate::error::AUTHORIZATION_POLICY_FAILURE,
+    crate::error::RESOURCE_LIMIT_EXCEEDED,
+    crate::error::CAPABILITY_FAILED,
+    crate::error::CONTEXT_CANCELED,
+    crate::error::INTERNAL_FAILURE,
+    "input required",
+];
+
 /// Upper bounds of the execution latency histogram, in seconds.
 const LATENCY_BUCKETS: [f64; 12] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0,
@@ -68,6 +96,13 @@ struct Call {
     outcome: &'static str,
 }
 
+/// The labels of a configuration reload.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConfigReload {
+    file: &'static str,
+    outcome: &'static str,
+}
+
 /// The label of a plugin file.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Plugin {
@@ -89,6 +124,7 @@ pub struct Metrics {
     native_calls: Family<Call, Counter>,
     plugin_load_failures: Family<Plugin, Counter>,
     reloads: Family<Outcome, Counter>,
+    config_reloads: Family<ConfigReload, Counter>,
     approvals: Family<Outcome, Counter>,
     http_unauthenticated: Counter,
     latency: Histogram,
@@ -107,6 +143,7 @@ impl Default for Metrics {
             native_calls: Family::default(),
             plugin_load_failures: Family::default(),
             reloads: Family::default(),
+            config_reloads: Family::default(),
             approvals: Family::default(),
             http_unauthenticated: Counter::default(),
             latency: Histogram::new(LATENCY_BUCKETS),
@@ -136,6 +173,11 @@ impl Default for Metrics {
             "codemode_reloads",
             "Reloads of the plugins folder by outcome (ok, failed: some file did not load, error: nothing applied)",
             metrics.reloads.clone(),
+        );
+        registry.register(
+            "codemode_config_reloads",
+            "Reloads of --tokens, --policy and --config (SIGHUP or a change of the file) by file and outcome (ok, error: the one before stays)",
+            metrics.config_reloads.clone(),
         );
         registry.register(
             "codemode_approvals",
@@ -177,6 +219,20 @@ impl Default for Metrics {
             "Whether an upstream MCP server is serving (1) or not (0)",
             metrics.upstreams.clone(),
         );
+        // Every fixed outcome from the start, at 0.
+        for outcome in EXECUTE_OUTCOMES {
+            let _ = metrics.executes.get_or_create(&Outcome { outcome });
+        }
+        for outcome in [RELOAD_OK, RELOAD_FAILED, RELOAD_ERROR] {
+            let _ = metrics.reloads.get_or_create(&Outcome { outcome });
+        }
+        for file in CONFIG_FILES {
+            for outcome in [CONFIG_RELOAD_OK, CONFIG_RELOAD_ERROR] {
+                let _ = metrics
+                    .config_reloads
+                    .get_or_create(&ConfigReload { file, outcome });
+            }
+        }
         Self {
             registry,
             ..metrics
@@ -257,6 +313,14 @@ impl Metrics {
         self.reloads.get_or_create(&Outcome { outcome }).inc();
     }
 
+    /// One reload of the configuration file `file` (one of [`CONFIG_FILES`])
+    /// and its outcome ([`CONFIG_RELOAD_OK`], [`CONFIG_RELOAD_ERROR`]).
+    pub fn config_reload(&self, file: &'static str, outcome: &'static str) {
+        self.config_reloads
+            .get_or_create(&ConfigReload { file, outcome })
+            .inc();
+    }
+
     /// One call a policy said to ask about ended its asking with `outcome`.
     pub fn approval(&self, outcome: &'static str) {
         self.approvals.get_or_create(&Outcome { outcome }).inc();
@@ -292,6 +356,38 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_fixed_outcome_is_there_from_the_start_at_zero() {
+        let metrics = Metrics::default();
+        metrics.config_reload("tokens", CONFIG_RELOAD_OK);
+        let text = metrics.render();
+        let mut expected = vec![
+            "codemode_executes_total{outcome=\"ok\"} 0".to_owned(),
+            "codemode_executes_total{outcome=\"resource limit exceeded\"} 0".to_owned(),
+            "codemode_executes_total{outcome=\"input required\"} 0".to_owned(),
+            "codemode_reloads_total{outcome=\"error\"} 0".to_owned(),
+            "codemode_config_reloads_total{file=\"tokens\",outcome=\"ok\"} 1".to_owned(),
+            "# TYPE codemode_config_reloads counter".to_owned(),
+        ];
+        for file in CONFIG_FILES {
+            expected.push(format!(
+                "codemode_config_reloads_total{{file=\"{file}\",outcome=\"error\"}} 0"
+            ));
+        }
+        for line in &expected {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert_eq!(
+            text.lines()
+                .filter(|l| l.starts_with("codemode_executes_total"))
+                .count(),
+            EXECUTE_OUTCOMES.len()
+        );
+    }
 
     #[test]
     fn renders_counters_histograms_and_gauges() {
@@ -402,6 +498,17 @@ mod tests {
             "# HELP codemode_executes Finished execute calls by outcome.\n\
              # TYPE codemode_executes counter\n\
              codemode_executes_total{{outcome=\"ok\"}} 1\n\
+             codemode_executes_total{{outcome=\"unauthenticated\"}} 0\n\
+             codemode_executes_total{{outcome=\"capability not found\"}} 0\n\
+             codemode_executes_total{{outcome=\"invalid program\"}} 0\n\
+             codemode_executes_total{{outcome=\"invalid capability arguments\"}} 0\n\
+             codemode_executes_total{{outcome=\"permission denied\"}} 0\n\
+             codemode_executes_total{{outcome=\"authorization policy failure\"}} 0\n\
+             codemode_executes_total{{outcome=\"resource limit exceeded\"}} 0\n\
+             codemode_executes_total{{outcome=\"capability failed\"}} 0\n\
+             codemode_executes_total{{outcome=\"context canceled\"}} 0\n\
+             codemode_executes_total{{outcome=\"internal failure\"}} 0\n\
+             codemode_executes_total{{outcome=\"input required\"}} 0\n\
              # HELP codemode_native_calls Native calls by capability and outcome.\n\
              # TYPE codemode_native_calls counter\n\
              codemode_native_calls_total{{capability=\"records.lookup\",outcome=\"ok\"}} 3\n\
@@ -411,6 +518,16 @@ mod tests {
              # HELP codemode_reloads Reloads of the plugins folder by outcome (ok, failed: some file did not load, error: nothing applied).\n\
              # TYPE codemode_reloads counter\n\
              codemode_reloads_total{{outcome=\"error\"}} 1\n\
+             codemode_reloads_total{{outcome=\"ok\"}} 0\n\
+             codemode_reloads_total{{outcome=\"failed\"}} 0\n\
+             # HELP codemode_config_reloads Reloads of --tokens, --policy and --config (SIGHUP or a change of the file) by file and outcome (ok, error: the one before stays).\n\
+             # TYPE codemode_config_reloads counter\n\
+             codemode_config_reloads_total{{file=\"tokens\",outcome=\"ok\"}} 0\n\
+             codemode_config_reloads_total{{file=\"tokens\",outcome=\"error\"}} 0\n\
+             codemode_config_reloads_total{{file=\"policy\",outcome=\"ok\"}} 0\n\
+             codemode_config_reloads_total{{file=\"policy\",outcome=\"error\"}} 0\n\
+             codemode_config_reloads_total{{file=\"config\",outcome=\"ok\"}} 0\n\
+             codemode_config_reloads_total{{file=\"config\",outcome=\"error\"}} 0\n\
              # HELP codemode_http_unauthenticated HTTP requests refused without a valid bearer token.\n\
              # TYPE codemode_http_unauthenticated counter\n\
              codemode_http_unauthenticated_total 0\n\
@@ -439,7 +556,26 @@ mod tests {
              # EOF\n",
             reserved
         );
-        assert_eq!(text, expected);
+        // A family's samples come in no set order: compare each family's as a set.
+        assert_eq!(samples_sorted(&text), samples_sorted(&expected));
+    }
+
+    /// `text` with each run of sample lines sorted, comment lines in place.
+    fn samples_sorted(text: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut run: Vec<String> = Vec::new();
+        for line in text.lines() {
+            if line.starts_with('#') {
+                run.sort();
+                out.append(&mut run);
+                out.push(line.to_owned());
+            } else {
+                run.push(line.to_owned());
+            }
+        }
+        run.sort();
+        out.append(&mut run);
+        out
     }
 
     #[test]

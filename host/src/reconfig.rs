@@ -17,7 +17,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use codemode_host::{Limits, Service, UpstreamConfig};
+use codemode_host::{ConfigFile, Limits, Service, UpstreamConfig};
 
 use crate::cli::Cli;
 
@@ -144,6 +144,9 @@ impl ConfigReload {
             Ok(cli) => cli,
             Err(reason) => {
                 tracing::error!(file = %file, reason = %reason, cause, "config reload failed; the settings in force stay");
+                if let Some(service) = self.service.get() {
+                    service.config_reloaded(ConfigFile::Config, false);
+                }
                 return;
             }
         };
@@ -183,6 +186,7 @@ impl ConfigReload {
                 }
                 Err(error) => {
                     tracing::error!(file = %file, reason = %error, cause, "config reload failed; the settings in force stay");
+                    service.config_reloaded(ConfigFile::Config, false);
                     return;
                 }
             }
@@ -214,6 +218,7 @@ impl ConfigReload {
             upstreams_restarted = %upstreams.restarted.join(","),
             "config reloaded"
         );
+        service.config_reloaded(ConfigFile::Config, true);
         *last = new;
     }
 }

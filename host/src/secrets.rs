@@ -15,14 +15,15 @@
 //! file rewritten without pause cannot hold a revocation back).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel, sync_channel};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use codemode_host::authz::{RegoAuthorizer, Replaceable, Tokens};
 use codemode_host::watch::Debounce;
+use codemode_host::{ConfigFile, Service};
 use notify::event::{AccessKind, AccessMode};
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 
@@ -40,6 +41,8 @@ pub(crate) struct Reloadable {
     pub config: Option<ConfigReload>,
     /// Set while a reload's thread reads the files.
     pub reading: Arc<AtomicBool>,
+    /// The service once loaded, which counts each reload's outcome.
+    pub service: Arc<OnceLock<Arc<Service>>>,
 }
 
 /// The policy's modules, what it decides, and where a new version goes.
@@ -142,11 +145,29 @@ impl Reloadable {
         }
         match receiver.recv_timeout(RELOAD_DEADLINE) {
             Ok(read) => self.apply(read, cause),
-            Err(_) => tracing::error!(
-                deadline_s = RELOAD_DEADLINE.as_secs(),
-                cause,
-                "reload failed: reading the files took longer than its deadline; the sets in force stay"
-            ),
+            Err(_) => {
+                tracing::error!(
+                    deadline_s = RELOAD_DEADLINE.as_secs(),
+                    cause,
+                    "reload failed: reading the files took longer than its deadline; the sets in force stay"
+                );
+                for (file, given) in [
+                    (ConfigFile::Tokens, self.tokens.is_some()),
+                    (ConfigFile::Policy, self.policy.is_some()),
+                    (ConfigFile::Config, self.config.is_some()),
+                ] {
+                    if given {
+                        self.count(file, false);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Counts one reload of `file` (`/metrics`), once the service serves.
+    fn count(&self, file: ConfigFile, ok: bool) {
+        if let Some(service) = self.service.get() {
+            service.config_reloaded(file, ok);
         }
     }
 
@@ -158,9 +179,11 @@ impl Reloadable {
                     let subjects = new.len();
                     tokens.store(Arc::new(new));
                     tracing::info!(file = %path.display(), subjects, cause, "tokens reloaded");
+                    self.count(ConfigFile::Tokens, true);
                 }
                 Err(error) => {
                     tracing::error!(reason = %error, cause, "tokens reload failed; the tokens in force stay");
+                    self.count(ConfigFile::Tokens, false);
                 }
             }
         }
@@ -169,9 +192,11 @@ impl Reloadable {
                 Ok(new) => {
                     files.policy.replace(Box::new(new));
                     tracing::info!(modules = files.paths.len(), decision = %files.decision, cause, "policy reloaded");
+                    self.count(ConfigFile::Policy, true);
                 }
                 Err(error) => {
                     tracing::error!(reason = %error, cause, "policy reload failed; the policy in force keeps deciding");
+                    self.count(ConfigFile::Policy, false);
                 }
             }
         }

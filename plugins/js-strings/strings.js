@@ -115,6 +115,19 @@ export const metadata = {
   },
 };
 
+// Pure functions of their arguments: a policy that asks before writes lets them
+// run.
+const pure = { readOnly: true, destructive: undefined, idempotent: true, openWorld: false };
+
+export const annotations = {
+  annotate() {
+    return [
+      { exportName: "strings.slugify", hints: pure },
+      { exportName: "strings.title-case", hints: pure },
+    ];
+  },
+};
+
 // Warm-up: componentize-js snapshots the engine after this module's top level has
 // run, and every execution starts from that snapshot; what runs here (compiling
 // these functions and their regular expressions) is not done again on each first

@@ -13,6 +13,7 @@ from typing import List
 from componentize_py_types import Err
 from wit_world import exports
 from wit_world.exports.geo import DistanceResult, NearestResult, Place, Point
+from wit_world.exports.annotations import Annotated, Hints
 from wit_world.exports.metadata import Capability
 
 # Mean Earth radius (IUGG), in kilometres.
@@ -105,3 +106,15 @@ class Metadata(exports.Metadata):
                 search_terms=["closest", "nearest", "distance", "places", "coordinates"],
             ),
         ]
+
+
+class Annotations(exports.Annotations):
+    def annotate(self) -> List[Annotated]:
+        # Pure functions of their arguments: a policy that asks before writes
+        # lets them run.
+        pure = Hints(read_only=True, destructive=None, idempotent=True, open_world=False)
+        return [
+            Annotated(export_name="geo.distance", hints=pure),
+            Annotated(export_name="geo.nearest", hints=pure),
+        ]
+

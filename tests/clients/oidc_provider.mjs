@@ -2,7 +2,9 @@
 // `oidc-provider`, on 127.0.0.1 at a port of the system's choosing.
 //
 // Takes {"modules": NODE_MODULES, "resource": "http://127.0.0.1:PORT/mcp"} as
-// its argument. Its clients use the client credentials grant (`sub` the client's
+// its argument, and optionally "port" (else one of the system's choosing) and
+// "stay": true (keep serving when stdin closes, until SIGTERM or Ctrl-C: what a
+// shell's `&` gives a command). Its clients use the client credentials grant (`sub` the client's
 // ID) or, registered dynamically (RFC 7591) as MCP clients do, the authorization
 // code grant with PKCE, through its development login and consent pages (any
 // login name is a user: `sub`). Every access token is a JWT (the resource's
@@ -47,7 +49,7 @@ const rsa = key("rsa", { modulusLength: 2048 });
 let keys = [key("ec", { namedCurve: "P-256" }), rsa];
 
 const server = createServer();
-await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+await new Promise((resolve) => server.listen(input.port ?? 0, "127.0.0.1", resolve));
 const issuer = `http://127.0.0.1:${server.address().port}`;
 
 // How long a token lives: 1 s for a resource whose URL contains "short".
@@ -183,5 +185,7 @@ for await (const line of createInterface({ input: process.stdin })) {
     process.stdout.write(`${JSON.stringify({ rotated: fresh.kid })}\n`);
   }
 }
-// stdin closed: the test is over.
-process.exit(0);
+// stdin closed: the test is over, unless asked to stay.
+if (!input.stay) {
+  process.exit(0);
+}

@@ -110,9 +110,35 @@ pub(crate) fn depth(ast: &AstModule) -> Result<(), RunError> {
     Ok(())
 }
 
-/// `<codemode>:line:col: message` for a parse or evaluation error (1-based line and
-/// column, as the seed shows them), or `<codemode>: message` without a position.
+/// `<codemode>:line:col: message` for a parse error (1-based line and column, as
+/// the seed shows them), or `<codemode>: message` without a position.
 pub(crate) fn diagnostic(error: &starlark::Error) -> String {
+    let message = message(error);
+    match position(error) {
+        Some((line, column)) => format!("{FILE_NAME}:{line}:{column}: {message}"),
+        None => format!("{FILE_NAME}: {message}"),
+    }
+}
+
+/// What follows `invalid program: ` when the program failed while it ran (a
+/// missing key, a division by zero), rather than a check before it ran: the
+/// agent reads that it ran, and where it failed.
+pub(crate) const RUNTIME_ERROR: &str = "runtime error";
+
+/// `runtime error at <codemode>:line:col: message` for an error raised while
+/// the program ran, or `runtime error: message` without a position.
+pub(crate) fn runtime_diagnostic(error: &starlark::Error) -> String {
+    let message = message(error);
+    match position(error) {
+        Some((line, column)) => {
+            format!("{RUNTIME_ERROR} at {FILE_NAME}:{line}:{column}: {message}")
+        }
+        None => format!("{RUNTIME_ERROR}: {message}"),
+    }
+}
+
+/// The message of `error` on one line, with a suggestion where one helps.
+fn message(error: &starlark::Error) -> String {
     let text = error.without_diagnostic().to_string();
     // anyhow-style chains print as `outer\n\nCaused by:\n    inner`: one line here.
     let message = text
@@ -122,14 +148,10 @@ pub(crate) fn diagnostic(error: &starlark::Error) -> String {
         .map(|line| line.strip_prefix("error: ").unwrap_or(line))
         .collect::<Vec<_>>()
         .join(": ");
-    let message = if message.is_empty() {
+    if message.is_empty() {
         "error".to_owned()
     } else {
         with_suggestion(message)
-    };
-    match position(error) {
-        Some((line, column)) => format!("{FILE_NAME}:{line}:{column}: {message}"),
-        None => format!("{FILE_NAME}: {message}"),
     }
 }
 
@@ -175,7 +197,14 @@ pub(crate) fn runtime_error(error: &starlark::Error) -> RunError {
             crate::capability::failed_at(position(error));
             outcome
         }
-        None => RunError::Invalid(diagnostic(error)),
+        // Names and syntax are checked as the module compiles, before anything
+        // ran; everything else was raised while the program ran.
+        None => match error.kind() {
+            starlark::ErrorKind::Scope(_) | starlark::ErrorKind::Parser(_) => {
+                RunError::Invalid(diagnostic(error))
+            }
+            _ => RunError::Invalid(runtime_diagnostic(error)),
+        },
     }
 }
 
@@ -357,6 +386,41 @@ fn identifiers(visit: Visit<'_, AstNoPayload>, used: &mut BTreeSet<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The message `source` fails with when run natively. A program naming
+    /// anything but builtins asks the host for its capabilities, which a
+    /// native test has not: these programs name no variable.
+    fn failure(source: &str) -> String {
+        let limits = crate::Limits {
+            max_steps: 10_000,
+            max_value_depth: 32,
+            max_value_bytes: 1 << 20,
+        };
+        match crate::run_program(source, &limits).0 {
+            Err(RunError::Invalid(message)) => message,
+            other => panic!("{source:?}: expected an invalid program, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_failure_while_the_program_runs_says_it_ran_and_where() {
+        assert_eq!(RUNTIME_ERROR, "runtime error");
+        assert_eq!(
+            failure("def main():\n    return {}[\"text\"]"),
+            "runtime error at <codemode>:2:12: Key `\"text\"` was not found"
+        );
+        assert_eq!(
+            failure("def main():\n    return 1 // 0"),
+            "runtime error at <codemode>:2:12: Floor division by zero: 1 // 0"
+        );
+        assert_eq!(
+            failure("def main():\n    fail(\"boom\")"),
+            "runtime error at <codemode>:2:5: fail: boom"
+        );
+        // Checked before anything ran.
+        let syntax = failure("def main(:\n    return 1");
+        assert!(!syntax.contains(RUNTIME_ERROR), "{syntax}");
+    }
 
     fn parse(source: &str) -> AstModule {
         match AstModule::parse(FILE_NAME, source.to_owned(), &crate::dialect()) {

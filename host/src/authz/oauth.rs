@@ -45,6 +45,8 @@ pub const DEFAULT_LEEWAY: Duration = Duration::from_secs(60);
 /// The most clock skew `--oauth-leeway` may allow (an expired token would be
 /// taken for longer than that).
 pub const MAX_LEEWAY: Duration = Duration::from_secs(600);
+/// The most entries of an issuer's JWKS looked at (the first ones).
+pub const MAX_KEYS: usize = 64;
 /// The longest bearer token looked at.
 pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
 /// Where protected resource metadata is served (RFC 9728), before the
@@ -246,7 +248,7 @@ impl Verifier {
             Some(Value::String(id)) if is_subject_id(id) => id.clone(),
             _ => {
                 return Err(Rejection::Invalid(format!(
-                    "the token's claim `{}` is no subject ID (a string of 1 to {MAX_SUBJECT_BYTES} bytes, no spaces or control characters)",
+                    "the token's claim `{}` is no subject ID (a string of 1 to {MAX_SUBJECT_BYTES} bytes, no spaces, control or invisible characters)",
                     self.config.subject_claim
                 )));
             }
@@ -524,7 +526,9 @@ pub(crate) async fn read_body(
 fn is_subject_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= MAX_SUBJECT_BYTES
-        && !id.chars().any(|c| c.is_whitespace() || c.is_control())
+        && !id
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || crate::hidden::hides(c))
 }
 
 /// Whether `scope` is a scope token (RFC 6749 §3.3: printable ASCII but
@@ -575,8 +579,19 @@ fn parse_jwks(document: &Value) -> Result<Vec<Jwk>, String> {
     let Some(keys) = document.get("keys").and_then(Value::as_array) else {
         return Err("the JWKS has no keys array".to_owned());
     };
+    // At most MAX_KEYS entries are looked at: an issuer's set holds a few
+    // signing keys, and a set of tens of thousands of junk entries must not be
+    // parsed and held (issue 49, F11).
+    if keys.len() > MAX_KEYS {
+        tracing::warn!(
+            keys = keys.len(),
+            kept = MAX_KEYS,
+            "the issuer's JWKS holds more keys than are looked at; the rest are ignored"
+        );
+    }
     Ok(keys
         .iter()
+        .take(MAX_KEYS)
         .filter_map(|key| serde_json::from_value::<Jwk>(key.clone()).ok())
         .filter(|key| {
             !matches!(key.common.public_key_use, Some(ref u) if *u != PublicKeyUse::Signature)

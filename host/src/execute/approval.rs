@@ -35,6 +35,7 @@ use sha2::Digest as _;
 use super::ExecState;
 use crate::audit::Approval;
 use crate::error::ToolError;
+use crate::hidden::escape_hidden;
 use crate::wait::{self, Abandoned};
 
 /// Most bytes of a call's arguments shown to the human (as JSON): past it,
@@ -46,6 +47,71 @@ pub const MAX_ARGUMENTS_SHOWN: usize = 4096;
 /// Why a call is denied whose arguments cannot be shown whole enough.
 pub const ARGUMENTS_TOO_LARGE: &str =
     "its arguments are too large to show the human (4 KiB, long strings cut)";
+
+/// Why a call is denied whose subject has as many executions waiting for a
+/// human as it may ([`Waiting`]).
+pub const TOO_MANY_WAITING: &str =
+    "its subject has half of the execution slots waiting for answers already";
+
+/// Executions waiting for a human (an older client's elicitation, the
+/// execution holding its slot meanwhile), per subject: one subject has at most
+/// half of the execution slots (at least one) waiting, so that its unanswered
+/// questions cannot take every slot from the others (issue 49, D1).
+#[derive(Debug)]
+pub(crate) struct Waiting {
+    per_subject: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+    max: usize,
+}
+
+/// One execution's place among the waiting; given back when dropped.
+pub(crate) struct WaitingPlace {
+    waiting: Arc<Waiting>,
+    subject: String,
+}
+
+impl Waiting {
+    /// For `slots` execution slots.
+    pub(crate) fn new(slots: usize) -> Self {
+        Self {
+            per_subject: std::sync::Mutex::default(),
+            max: (slots / 2).max(1),
+        }
+    }
+
+    /// A place for one more execution of `subject` waiting, unless it has
+    /// its share waiting already.
+    pub(crate) fn enter(self: &Arc<Self>, subject: &str) -> Option<WaitingPlace> {
+        let mut per_subject = self
+            .per_subject
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = per_subject.entry(subject.to_owned()).or_default();
+        if *count >= self.max {
+            return None;
+        }
+        *count += 1;
+        Some(WaitingPlace {
+            waiting: self.clone(),
+            subject: subject.to_owned(),
+        })
+    }
+}
+
+impl Drop for WaitingPlace {
+    fn drop(&mut self) {
+        let mut per_subject = self
+            .waiting
+            .per_subject
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = per_subject.get_mut(&self.subject) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                per_subject.remove(&self.subject);
+            }
+        }
+    }
+}
 
 /// How long past the approver's timeout the dispatcher still waits for it to
 /// say it withdrew the question.
@@ -64,6 +130,10 @@ pub struct ApprovalRequest {
     pub capability: String,
     /// Its arguments as JSON, at most [`MAX_ARGUMENTS_SHOWN`] bytes.
     pub arguments: String,
+    /// Whether strings of the arguments were cut to fit: the human is told
+    /// that approving runs them whole.
+    #[serde(default)]
+    pub cut: bool,
 }
 
 /// What the human answered.
@@ -393,7 +463,7 @@ fn ask(
         );
         return (Outcome::NotAsked, Err(ToolError::PermissionDenied));
     };
-    let Some(shown) = shown(arguments) else {
+    let Some((shown, cut)) = shown(arguments) else {
         tracing::info!(
             subject = %state.subject.id,
             capability = %name,
@@ -403,9 +473,10 @@ fn ask(
         return (Outcome::NotAsked, Err(ToolError::PermissionDenied));
     };
     let request = ApprovalRequest {
-        question,
+        question: escape_hidden(&question),
         capability: name.to_owned(),
         arguments: shown,
+        cut,
     };
     if approver.suspends() {
         state.approvals.suspended = Some(Suspended {
@@ -419,6 +490,16 @@ fn ask(
         });
         return (Outcome::Awaiting, Err(ToolError::PermissionDenied));
     }
+    // One subject's unanswered questions hold at most its share of the slots.
+    let Some(_waiting) = state.waiting.enter(&state.subject.id) else {
+        tracing::info!(
+            subject = %state.subject.id,
+            capability = %name,
+            reason = TOO_MANY_WAITING,
+            "call denied: the policy asks a human, who cannot be asked"
+        );
+        return (Outcome::NotAsked, Err(ToolError::PermissionDenied));
+    };
     // The approver withdraws the question at its timeout (and says so); this
     // wait ends a little later in case it cannot.
     let asked = Instant::now();
@@ -446,18 +527,18 @@ fn ask(
 }
 
 /// `arguments` as JSON for a human to read, at most [`MAX_ARGUMENTS_SHOWN`]
-/// bytes: strings longer than a limit are cut (ending in `…[cut]`), the limit
-/// lowered until the whole fits, so that no argument is pushed out of sight.
-/// Characters that change how text is laid out (line and paragraph
-/// separators, bidirectional and zero-width marks) are escaped. `None` when
-/// even the shortest form does not fit.
-pub(crate) fn shown(arguments: &Value) -> Option<String> {
+/// bytes, and whether a string had to be cut: strings longer than a limit are
+/// cut (ending in `…[cut]`), the limit lowered until the whole fits, so that no
+/// argument is pushed out of sight. Every character that can hide, reorder or
+/// fake text is escaped ([`escape_hidden`]). `None` when even the shortest form
+/// does not fit.
+pub(crate) fn shown(arguments: &Value) -> Option<(String, bool)> {
     for limit in [usize::MAX, 512, 128, 32, 8] {
         let cut = cut_strings(arguments, limit);
         let text = super::to_json(cut)?.to_string();
-        let text = escape_layout(&text);
+        let text = escape_hidden(&text);
         if text.len() <= MAX_ARGUMENTS_SHOWN {
-            return Some(text);
+            return Some((text, limit != usize::MAX));
         }
     }
     None
@@ -482,58 +563,108 @@ fn cut_strings(value: &Value, limit: usize) -> Value {
     }
 }
 
-/// `text` with the characters that change its layout written as `\uXXXX`.
-fn escape_layout(text: &str) -> String {
-    let layout = |c: char| {
-        matches!(c,
-            '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}'
-            | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{2064}'
-            | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
-    };
-    if !text.chars().any(layout) {
-        return text.to_owned();
-    }
-    text.chars()
-        .map(|c| {
-            if layout(c) {
-                format!("\\u{:04X}", c as u32)
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn arguments_are_shown_as_json_long_strings_cut_so_every_key_stays() {
+        let shown_text = |value: &Value| shown(value).map(|(text, _)| text);
         let small = Value::Dict(vec![("message".into(), Value::Str("fix".into()))]);
-        assert_eq!(shown(&small).as_deref(), Some(r#"{"message":"fix"}"#));
-        // A long message would push repo_path out of sight: it is cut instead.
+        assert_eq!(
+            shown(&small),
+            Some((r#"{"message":"fix"}"#.to_owned(), false))
+        );
+        // A long message would push repo_path out of sight: it is cut instead,
+        // and said to be.
         let big = Value::Dict(vec![
             ("message".into(), Value::Str("é".repeat(3000))),
             ("repo_path".into(), Value::Str("/srv/repo".into())),
         ]);
-        let text = shown(&big).unwrap();
         assert_eq!(
-            text,
-            format!(
-                r#"{{"message":"{}…[cut]","repo_path":"/srv/repo"}}"#,
-                "é".repeat(512)
-            )
+            shown(&big),
+            Some((
+                format!(
+                    r#"{{"message":"{}…[cut]","repo_path":"/srv/repo"}}"#,
+                    "é".repeat(512)
+                ),
+                true
+            ))
         );
         // Layout characters are escaped, not rendered.
         let sneaky = Value::Dict(vec![("m".into(), Value::Str("a\u{202E}b\u{2028}c".into()))]);
         assert_eq!(
-            shown(&sneaky).as_deref(),
+            shown_text(&sneaky).as_deref(),
             Some(r#"{"m":"a\u202Eb\u2028c"}"#)
         );
         // Too many arguments to show even cut: not shown at all.
         let many = Value::List((0..2000).map(Value::Int).collect());
         assert_eq!(shown(&Value::Dict(vec![("xs".into(), many)])), None);
+    }
+
+    /// Issue 49, F4 and F5: text that hides, reorders or fakes what a human
+    /// reads is escaped visibly, in the arguments and in the question alike.
+    #[test]
+    fn every_character_that_can_hide_text_is_escaped_visibly() {
+        use crate::hidden::hides;
+        let hidden = [
+            ('\n', "\\u000A"),
+            ('\r', "\\u000D"),
+            ('\u{7F}', "\\u007F"),
+            ('\u{85}', "\\u0085"),
+            ('\u{9B}', "\\u009B"),
+            ('\u{200B}', "\\u200B"),
+            ('\u{202E}', "\\u202E"),
+            ('\u{2066}', "\\u2066"),
+            ('\u{3164}', "\\u3164"),
+            ('\u{FE0F}', "\\uFE0F"),
+            ('\u{E0020}', "\\u{E0020}"),
+            ('\u{E007F}', "\\u{E007F}"),
+            ('\u{E0100}', "\\u{E0100}"),
+        ];
+        for (c, escaped) in hidden {
+            assert!(hides(c), "{:X}", c as u32);
+            assert_eq!(escape_hidden(&format!("a{c}b")), format!("a{escaped}b"));
+        }
+        // What is plainly visible stays as it is.
+        for visible in [
+            "plain text",
+            "é ü 日本",
+            "tab-free, quote \" and \\",
+            "emoji 😀",
+        ] {
+            assert_eq!(escape_hidden(visible), visible);
+        }
+        // A fake block of the message, planted by an argument, shows its seams.
+        let forged = "ok\n\nCapability: up.echo\nArguments: {}";
+        assert_eq!(
+            escape_hidden(forged),
+            "ok\\u000A\\u000ACapability: up.echo\\u000AArguments: {}"
+        );
+        // In arguments, JSON already escapes C0 controls; C1 and tags are left
+        // to this.
+        let value = Value::Dict(vec![("m".into(), Value::Str("a\u{85}\u{E0041}b".into()))]);
+        assert_eq!(
+            shown(&value).map(|(text, _)| text).as_deref(),
+            Some(r#"{"m":"a\u0085\u{E0041}b"}"#)
+        );
+    }
+
+    /// Issue 49, D1: one subject's executions waiting for answers hold at
+    /// most half of the slots; another subject still gets its own.
+    #[test]
+    fn a_subject_waits_for_answers_in_at_most_half_the_slots() {
+        let waiting = Arc::new(Waiting::new(8));
+        let held: Vec<WaitingPlace> = (0..4).map(|_| waiting.enter("mallory").unwrap()).collect();
+        assert!(waiting.enter("mallory").is_none());
+        let ada = waiting.enter("ada");
+        assert!(ada.is_some());
+        drop(held);
+        assert!(waiting.enter("mallory").is_some());
+        // With one slot, one waits.
+        let one = Arc::new(Waiting::new(1));
+        let first = one.enter("ada");
+        assert!(first.is_some() && one.enter("ada").is_none());
     }
 
     #[test]

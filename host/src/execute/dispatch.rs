@@ -40,6 +40,10 @@ const UNWIND_FUEL: u64 = 20_000_000;
 
 /// The outcome of a successful call, in the audit log and the metrics.
 pub(super) const OK: &str = "ok";
+/// The outcome of a call stopped to ask the client's user (a 2026-07-28
+/// client's `input_required`), in the audit log and the metrics: not a denial,
+/// its answer decides. Also the label of such an execution.
+pub(super) const INPUT_REQUIRED: &str = "input required";
 
 /// Links `codemode:runner/host`: `capabilities`, `suggest` and `call`.
 pub(crate) fn add_to_linker(linker: &mut Linker<ExecState>) -> wasmtime::Result<()> {
@@ -176,6 +180,11 @@ fn audit(
             OK
         }
         (Ok(_), None) => OK,
+        // Stopped to ask the client's user: not denied, the answer decides.
+        (Err(_), _) if trace.approval == Some(Outcome::Awaiting) => {
+            state.metrics.native_call(name, INPUT_REQUIRED);
+            INPUT_REQUIRED
+        }
         (Err(error), _) => {
             state.metrics.native_call(name, error.fixed_text());
             error.fixed_text()

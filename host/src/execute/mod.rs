@@ -201,6 +201,8 @@ pub struct Executor {
     started: Arc<AtomicU64>,
     /// The span exporter, when traces are exported.
     telemetry: Option<Arc<Telemetry>>,
+    /// Executions waiting for a human, per subject.
+    waiting: Arc<approval::Waiting>,
 }
 
 impl Drop for Executor {
@@ -271,6 +273,8 @@ pub(crate) struct ExecState {
     /// Who is asked when the policy says to ask, and what was approved.
     approver: Option<Arc<dyn Approver>>,
     approvals: approval::Approvals,
+    /// Executions waiting for a human, per subject (shared by all).
+    waiting: Arc<approval::Waiting>,
     /// How calls join the execution's trace, when it is traced or its request
     /// carried a trace context.
     calls: Option<CallTracer>,
@@ -368,6 +372,9 @@ impl Executor {
         let stop_ticker = Arc::new(AtomicBool::new(false));
         start_ticker(config.engine.clone(), stop_ticker.clone());
         crate::memory::TOTAL.set_max(config.limits.max_total_memory_bytes);
+        let waiting = Arc::new(approval::Waiting::new(
+            config.limits.max_concurrent_executions,
+        ));
         Ok(Self {
             engine: config.engine.clone(),
             pre,
@@ -382,6 +389,7 @@ impl Executor {
             stop_ticker,
             started: Arc::new(AtomicU64::new(0)),
             telemetry: config.telemetry,
+            waiting,
         })
     }
 
@@ -438,7 +446,7 @@ impl Executor {
                     elapsed_ms = crate::units::millis(started.elapsed()),
                     "execution stopped to ask the client's user; it runs again with the answer"
                 );
-                "input required"
+                dispatch::INPUT_REQUIRED
             }
             Err(error) => {
                 tracing::info!(
@@ -631,6 +639,7 @@ impl Executor {
             approver: None,
             replay: None,
             calls: None,
+            waiting: self.waiting.clone(),
         }
     }
 }
@@ -682,6 +691,7 @@ struct Job {
     approver: Option<Arc<dyn Approver>>,
     replay: Option<Replay>,
     calls: Option<CallTracer>,
+    waiting: Arc<approval::Waiting>,
 }
 
 impl Job {
@@ -705,6 +715,7 @@ impl Job {
             progress: self.progress.clone(),
             approver: self.approver.clone(),
             approvals: approval::Approvals::new(self.approver.as_ref(), self.replay.clone()),
+            waiting: self.waiting.clone(),
             calls: self.calls.clone(),
             call_trace: None,
             sessions: HashMap::new(),

@@ -91,12 +91,22 @@ pub const TASK_ENDED: &str = "the task ended before its question was answered";
 /// Most bytes of a failed elicitation's reason in the log.
 const MAX_REASON_BYTES: usize = 256;
 
-/// The text the human reads: the policy's question, then the call.
+/// What the human reads under arguments whose strings were cut to fit.
+pub const ARGUMENTS_CUT: &str =
+    "Strings ending in …[cut] are longer than shown; approving runs the call with them whole.";
+
+/// The text the human reads: the policy's question, then the call (and, when
+/// strings of its arguments were cut to fit, [`ARGUMENTS_CUT`]).
 pub fn message(request: &ApprovalRequest) -> String {
-    format!(
+    let mut text = format!(
         "{}\n\nCapability: {}\nArguments: {}",
         request.question, request.capability, request.arguments
-    )
+    );
+    if request.cut {
+        text.push_str("\n\n");
+        text.push_str(ARGUMENTS_CUT);
+    }
+    text
 }
 
 /// The form the human fills in.
@@ -449,6 +459,20 @@ struct State {
     calls: Vec<Recorded>,
     pending: PendingCall,
     for_execution: Vec<String>,
+    /// When it expires, in milliseconds since the Unix epoch: as long as its
+    /// single use is remembered, whichever replica (whatever its
+    /// `--approval-timeout`) answers it. 0 in states sealed before it was kept.
+    #[serde(default)]
+    expires_ms: u64,
+}
+
+/// Milliseconds since the Unix epoch, now.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
 }
 
 /// The key of approvals' `requestState`: it encrypts what the state carries
@@ -547,12 +571,14 @@ pub fn input_required(
 ) -> Result<InputRequiredResult, &'static str> {
     let mut once = [0u8; 16];
     getrandom::fill(&mut once).map_err(|_| NO_RANDOM)?;
+    let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     let state = State {
         v: 1,
         once: hex::encode(once),
         calls: suspended.calls,
         pending: suspended.pending,
         for_execution: suspended.for_execution,
+        expires_ms: now_ms().saturating_add(timeout_ms),
     };
     let bound = context_of(subject, source);
     let sealed = key.seal(&state, &bound, timeout).ok_or(NO_RANDOM)?;
@@ -579,6 +605,9 @@ pub struct Replayed {
     /// The state's single-use token: a state is answered once (claimed in the
     /// task store, which replicas share with `--task-store`).
     pub once: String,
+    /// How long the state stays valid from now (`None`: a state that does not
+    /// say): its claim must be remembered that long at least.
+    pub valid_for: Option<Duration>,
 }
 
 /// The replay a retry asks for: its `requestState` opened for this subject
@@ -620,6 +649,8 @@ pub fn replay(
             for_execution: state.for_execution,
         },
         once: state.once,
+        valid_for: (state.expires_ms != 0)
+            .then(|| Duration::from_millis(state.expires_ms.saturating_sub(now_ms()))),
     })
 }
 
@@ -743,10 +774,21 @@ mod tests {
             question: "Commit to the repository?".to_owned(),
             capability: "git.git_commit".to_owned(),
             arguments: r#"{"message":"fix"}"#.to_owned(),
+            cut: false,
         };
         assert_eq!(
             message(&request),
             "Commit to the repository?\n\nCapability: git.git_commit\nArguments: {\"message\":\"fix\"}"
+        );
+        // Arguments cut to fit: the human is told they run whole (issue 49, F6).
+        let cut = ApprovalRequest {
+            arguments: r#"{"command":"ls…[cut]"}"#.to_owned(),
+            cut: true,
+            ..request.clone()
+        };
+        assert_eq!(
+            message(&cut),
+            "Commit to the repository?\n\nCapability: git.git_commit\nArguments: {\"command\":\"ls…[cut]\"}\n\nStrings ending in …[cut] are longer than shown; approving runs the call with them whole."
         );
         assert_eq!(
             serde_json::to_value(form()).unwrap(),
@@ -779,6 +821,7 @@ mod tests {
                 digest: "e".to_owned(),
             },
             for_execution: Vec::new(),
+            expires_ms: 0,
         }
     }
 
@@ -843,6 +886,61 @@ mod tests {
         std::fs::write(&file, "m".repeat(40)).unwrap();
         let other = load_key(Some(&file), None).unwrap();
         assert!(other.open(&sealed, &bound).is_err());
+    }
+
+    /// Issue 49, F3: a state says how long it is valid, so that the replica
+    /// answering it remembers its single use that long, whatever its own
+    /// `--approval-timeout`.
+    #[test]
+    fn a_state_says_how_long_it_is_valid() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("key");
+        std::fs::write(&file, "k".repeat(40)).unwrap();
+        let key = load_key(Some(&file), None).unwrap();
+        let suspended = Suspended {
+            calls: Vec::new(),
+            pending: PendingCall {
+                id: "mcp:double/note".to_owned(),
+                digest: "e".to_owned(),
+            },
+            request: ApprovalRequest {
+                question: "Q?".to_owned(),
+                capability: "double.note".to_owned(),
+                arguments: "{}".to_owned(),
+                cut: false,
+            },
+            for_execution: Vec::new(),
+        };
+        let answer = input_required(
+            &key,
+            "ada",
+            "p",
+            suspended,
+            Duration::from_secs(600),
+            1 << 20,
+        )
+        .unwrap();
+        let sealed = answer.request_state.clone().unwrap();
+        let replayed = replay(&key, "ada", "p", &sealed, None, 1 << 20).unwrap();
+        let valid_for = replayed.valid_for.unwrap();
+        assert!(
+            valid_for <= Duration::from_secs(600) && valid_for > Duration::from_secs(590),
+            "{valid_for:?}"
+        );
+        // A state sealed before states said: the answering replica's own time.
+        let old = key
+            .seal(
+                &state("z"),
+                &context_of("ada", "p"),
+                Duration::from_secs(60),
+            )
+            .unwrap();
+        assert_eq!(
+            replay(&key, "ada", "p", &old, None, 1 << 20)
+                .unwrap()
+                .valid_for,
+            None
+        );
     }
 
     #[test]

@@ -81,7 +81,15 @@ pub struct HttpConfig {
     /// Cancelled when the server begins to stop ([`serve`] does): open session
     /// streams end then, so they do not hold the drain.
     pub stop: tokio_util::sync::CancellationToken,
+    /// Whether `/metrics` is served on the MCP listener (to any subject's
+    /// token): not when subjects see different catalogs (`--visibility-decision`),
+    /// as the metrics name every capability; then only at `--metrics-listen`,
+    /// the operator's address.
+    pub metrics_for_subjects: bool,
 }
+
+/// What `/metrics` on the MCP listener answers when it is not served there.
+pub const METRICS_ELSEWHERE: &str = "Not Found: with --visibility-decision the metrics, which name every capability, are served only at --metrics-listen\n";
 
 /// How an HTTP request's subject is found.
 #[derive(Debug, Clone)]
@@ -247,14 +255,21 @@ pub fn router(config: &HttpConfig, readiness: Readiness) -> Router {
     };
     let mcp = Router::new()
         .route_service(MCP_PATH, mcp)
+        .layer(middleware::from_fn(session_ended))
         .layer(middleware::from_fn_with_state(gate, authenticate));
     // With tokens, what the catalog holds and how it is used (the plugins left
     // out and why, the metrics) is for subjects only; `/healthz` tells nothing and
     // stays open, as does all of `--metrics-listen` (the orchestrator's address).
-    let inspect = Router::new()
-        .route(READYZ_PATH, get(ready))
-        .route(METRICS_PATH, get(metrics))
-        .with_state(readiness);
+    let inspect = Router::new().route(READYZ_PATH, get(ready));
+    let inspect = if config.metrics_for_subjects {
+        inspect.route(METRICS_PATH, get(metrics))
+    } else {
+        inspect.route(
+            METRICS_PATH,
+            get(|| async { (StatusCode::NOT_FOUND, METRICS_ELSEWHERE) }),
+        )
+    };
+    let inspect = inspect.with_state(readiness);
     let inspect = match &config.authentication {
         Authentication::Bearer { .. } => inspect.layer(middleware::from_fn_with_state(
             config.authentication.clone(),
@@ -397,6 +412,23 @@ async fn metrics(State(readiness): State<Readiness>) -> Response {
         .map(|service| service.metrics().render())
         .unwrap_or_default();
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response()
+}
+
+/// A session ended by its client's `DELETE` is answered 204 No Content: rmcp
+/// answers 202 Accepted, which the official Python SDK reports as a failed
+/// termination (it expects 200 or 204); the session is gone either way. (A
+/// notification's `POST` keeps its 202, as the transport requires.)
+async fn session_ended(request: Request, next: Next) -> Response {
+    let delete = request.method() == axum::http::Method::DELETE;
+    let response = next.run(request).await;
+    if !delete || response.status() != StatusCode::ACCEPTED {
+        return response;
+    }
+    let (mut parts, _) = response.into_parts();
+    parts.status = StatusCode::NO_CONTENT;
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.remove(header::CONTENT_TYPE);
+    Response::from_parts(parts, axum::body::Body::empty())
 }
 
 /// Answers 401 (or 403) unless the request carries a bearer token of a subject.

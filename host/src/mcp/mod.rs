@@ -17,14 +17,16 @@ mod stdio;
 mod tasks;
 
 pub use approval::{
-    APPROVE_FIELD, ApprovalKey, DEFAULT_APPROVAL_TIMEOUT, FOR_EXECUTION_FIELD, INPUT_KEY, KEY_FILE,
-    KeyError, load_key,
+    APPROVE_FIELD, ARGUMENTS_CUT, ApprovalKey, DEFAULT_APPROVAL_TIMEOUT, FOR_EXECUTION_FIELD,
+    INPUT_KEY, KEY_FILE, KeyError, load_key,
 };
 pub use contract::{
     DESCRIBE_API, DESCRIBE_API_DESCRIPTION, EXECUTE, EXECUTE_DESCRIPTION, INSTRUCTIONS,
     LANGUAGE_SURFACE, SEARCH_API, SEARCH_API_DESCRIPTION,
 };
-pub use server::{META_ERROR, META_STATS, McpServer, ServeError, SubjectSource, serve_stdio};
+pub use server::{
+    ClientHook, META_ERROR, META_STATS, McpServer, ServeError, SubjectSource, serve_stdio,
+};
 pub use sessions::{
     MAX_SESSIONS, MAX_SESSIONS_PER_SUBJECT, MAX_STREAMS, SESSION_HEADER, STREAM_OPEN,
     TOO_MANY_SESSIONS,

@@ -5,9 +5,10 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
-    CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, InitializeResult,
-    InputResponses, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams, ProgressToken,
-    ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
+    CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, InitializeRequestParams,
+    InitializeResult, InputResponses, JsonObject, ListToolsResult, MetaObject,
+    PaginatedRequestParams, ProgressToken, ServerCapabilities, ServerConfig, Tool,
+    UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
@@ -86,6 +87,10 @@ enum NotLoaded {
     Failed,
 }
 
+/// How much longer than its state a state's single use is remembered: clocks
+/// of replicas may disagree a little.
+const CLAIM_MARGIN: Duration = Duration::from_secs(60);
+
 /// The source named in an execute's failure when the server itself did not
 /// finish starting (loading its plugins, preparing the interpreter) in time:
 /// `capability failed: the server is still starting`.
@@ -108,7 +113,13 @@ pub struct McpServer {
     /// Seals and opens the `requestState` of 2026-07-28 approvals; `None`:
     /// such clients are not asked.
     key: Option<Arc<ApprovalKey>>,
+    /// Told when a client speaks (its `initialize`, a tool list or call),
+    /// before it is answered: the binary starts its stdio upstreams then.
+    client_seen: Option<ClientHook>,
 }
+
+/// What [`McpServer::with_client_hook`] calls.
+pub type ClientHook = Arc<dyn Fn() + Send + Sync>;
 
 /// What a `tools/call` brings for asking a human: who asks, and on a retry the
 /// signed state and the answers.
@@ -196,6 +207,23 @@ impl McpServer {
             stateless: false,
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
             key: None,
+            client_seen: None,
+        }
+    }
+
+    /// Calls `hook` whenever a client speaks (`initialize`, `tools/list`,
+    /// `tools/call`), before it is answered; the hook must be quick and
+    /// idempotent.
+    pub fn with_client_hook(self, hook: ClientHook) -> Self {
+        Self {
+            client_seen: Some(hook),
+            ..self
+        }
+    }
+
+    fn client_seen(&self) {
+        if let Some(hook) = &self.client_seen {
+            hook();
         }
     }
 
@@ -328,10 +356,13 @@ impl McpServer {
             asking.responses.as_ref(),
             max_bytes,
         )?;
-        // Kept past the state's own expiry.
+        // Remembered as long as the state itself is valid (it says how long:
+        // another replica may have sealed it with another --approval-timeout),
+        // and a minute more for clocks that disagree.
+        let ttl = replayed.valid_for.unwrap_or(self.approval_timeout) + CLAIM_MARGIN;
         let claimed = self
             .tasks
-            .claim(&replayed.once, self.approval_timeout)
+            .claim(&subject.id, &replayed.once, ttl)
             .await
             .map_err(|_| "the task store is unavailable to claim the requestState".to_owned())?;
         if !claimed {
@@ -526,6 +557,16 @@ fn project_execution(execution: Execution) -> CallToolResult {
 }
 
 impl ServerHandler for McpServer {
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        self.client_seen();
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
     fn get_info(&self) -> ServerConfig {
         let mut info = InitializeResult::new(
             ServerCapabilities::builder()
@@ -543,6 +584,7 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        self.client_seen();
         Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
     }
 
@@ -555,6 +597,7 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        self.client_seen();
         let subject = self.subjects.resolve(&context);
         // A retry answering an approval is a direct call: a task would run the
         // program again without its record.

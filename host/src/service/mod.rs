@@ -21,12 +21,34 @@ use crate::metrics::Metrics;
 use crate::plugins::{self, GlobalCaps, PluginFolder, PluginsProvider, ReloadError, Reloaded};
 use crate::registry::Registry;
 use crate::source::{Provider, Skipped};
-use crate::upstream::{STOP_GRACE, UpstreamConfig, UpstreamProvider};
+use crate::upstream::{STOP_GRACE, UpstreamConfig, UpstreamGate, UpstreamProvider};
 
 pub use setup::{DEFAULT_STARTUP_WAIT, ServiceConfig, StartError};
 
 mod setup;
 mod views;
+
+/// A file of the server's configuration reloaded while serving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigFile {
+    /// `--tokens`.
+    Tokens,
+    /// `--policy`.
+    Policy,
+    /// `--config`.
+    Config,
+}
+
+impl ConfigFile {
+    /// Its name in `/metrics` (one of `metrics::CONFIG_FILES`).
+    fn name(self) -> &'static str {
+        match self {
+            ConfigFile::Tokens => crate::metrics::CONFIG_FILES[0],
+            ConfigFile::Policy => crate::metrics::CONFIG_FILES[1],
+            ConfigFile::Config => crate::metrics::CONFIG_FILES[2],
+        }
+    }
+}
 
 /// The subject of the single local user of a stdio server.
 pub const LOCAL_SUBJECT: &str = "local";
@@ -56,6 +78,8 @@ pub struct Service {
     views: Arc<views::Views>,
     /// [`ServiceConfig::startup_wait`].
     startup_wait: Duration,
+    /// [`ServiceConfig::upstreams_gate`], for the upstreams a reload adds.
+    upstreams_gate: Option<UpstreamGate>,
 }
 
 impl Service {
@@ -117,7 +141,13 @@ impl Service {
         let upstreams: Vec<Arc<UpstreamProvider>> = config
             .upstreams
             .iter()
-            .map(|upstream| Arc::new(UpstreamProvider::new(upstream.clone(), metrics.clone())))
+            .map(|upstream| {
+                Arc::new(UpstreamProvider::new(
+                    upstream.clone(),
+                    metrics.clone(),
+                    config.upstreams_gate.clone(),
+                ))
+            })
             .collect();
         let mut providers: Vec<Arc<dyn Provider>> = vec![plugins.clone()];
         providers.extend(
@@ -181,6 +211,7 @@ impl Service {
             authorizer: config.authorizer.clone(),
             views: Arc::default(),
             startup_wait: config.startup_wait,
+            upstreams_gate: config.upstreams_gate.clone(),
         })
     }
 
@@ -250,8 +281,11 @@ impl Service {
                     }
                     Some(config) if config != upstream.config() => {
                         changes.restarted.push(name);
-                        let new =
-                            Arc::new(UpstreamProvider::new(config.clone(), self.metrics.clone()));
+                        let new = Arc::new(UpstreamProvider::new(
+                            config.clone(),
+                            self.metrics.clone(),
+                            self.upstreams_gate.clone(),
+                        ));
                         replaced.push((upstream, new.clone()));
                         kept.push(new);
                     }
@@ -266,7 +300,11 @@ impl Service {
                     continue;
                 }
                 changes.added.push(config.name.clone());
-                let new = Arc::new(UpstreamProvider::new(config.clone(), self.metrics.clone()));
+                let new = Arc::new(UpstreamProvider::new(
+                    config.clone(),
+                    self.metrics.clone(),
+                    self.upstreams_gate.clone(),
+                ));
                 added.push(new.clone());
                 kept.push(new);
             }
@@ -439,6 +477,18 @@ impl Service {
             tracing::info!(provider = %provider, waited_ms = crate::units::millis(self.startup_wait), "a source a request needs did not finish starting in time");
         }
         (true, outcome)
+    }
+
+    /// Counts one reload of `file` while serving (`/metrics`:
+    /// `codemode_config_reloads_total`), which put the new version in force
+    /// (`ok`) or left the one before.
+    pub fn config_reloaded(&self, file: ConfigFile, ok: bool) {
+        let outcome = if ok {
+            crate::metrics::CONFIG_RELOAD_OK
+        } else {
+            crate::metrics::CONFIG_RELOAD_ERROR
+        };
+        self.metrics.config_reload(file.name(), outcome);
     }
 
     /// What the service counts, for `/metrics`.

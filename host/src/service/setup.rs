@@ -13,6 +13,7 @@ use crate::plugins::LoadLimits;
 use crate::source::{Provider, Skipped};
 use crate::telemetry::Telemetry;
 use crate::upstream::UpstreamConfig;
+use crate::upstream::UpstreamGate;
 
 /// What the service is built from.
 ///
@@ -61,6 +62,10 @@ pub struct ServiceConfig {
     /// those its program names, a search for all, a describe for the name's. Not
     /// part of the program's time budget.
     pub startup_wait: Duration,
+    /// Holds the upstreams' children (those configured and those a reload
+    /// adds) until it opens: a stdio server opens it once a client speaks.
+    /// `None`: they start with the service.
+    pub upstreams_gate: Option<UpstreamGate>,
 }
 
 /// How long a request waits for a source still starting, by default: an
@@ -85,6 +90,7 @@ impl std::fmt::Debug for ServiceConfig {
             .field("telemetry", &self.telemetry.is_some())
             .field("token_exchange", &self.token_exchange.is_some())
             .field("startup_wait", &self.startup_wait)
+            .field("upstreams_gate", &self.upstreams_gate)
             .finish()
     }
 }
@@ -109,6 +115,7 @@ impl ServiceConfig {
             telemetry: None,
             token_exchange: None,
             startup_wait: DEFAULT_STARTUP_WAIT,
+            upstreams_gate: None,
         }
     }
 }

@@ -44,13 +44,45 @@ impl Entry {
 pub struct TaskBoard {
     limits: TaskLimits,
     inner: Mutex<Board>,
-    /// Single-use tokens claimed, until when ([`TaskBoard::claim`]).
-    claims: Mutex<HashMap<String, Instant>>,
+    /// Single-use tokens claimed ([`TaskBoard::claim`]).
+    claims: Mutex<Claims>,
 }
 
 /// Most single-use tokens held at once; past it, new claims are refused until
 /// some expire.
 pub const MAX_CLAIMS: usize = 100_000;
+/// Most single-use tokens one subject holds at once: past it, that subject's
+/// new claims are refused until some of its own expire, and nobody else's are
+/// (issue 49, F1: one subject asking and declining in a loop filled
+/// [`MAX_CLAIMS`] for everyone).
+pub const MAX_CLAIMS_PER_SUBJECT: usize = 1_000;
+
+/// The single-use tokens claimed: until when, and for whom.
+#[derive(Default)]
+struct Claims {
+    tokens: HashMap<String, (Instant, String)>,
+    /// How many tokens each subject holds (expired ones included until swept).
+    per_subject: HashMap<String, usize>,
+}
+
+impl Claims {
+    /// Forgets the tokens expired by `now`.
+    fn sweep(&mut self, now: Instant) {
+        let per_subject = &mut self.per_subject;
+        self.tokens.retain(|_, (until, subject)| {
+            let live = *until > now;
+            if !live && let Some(count) = per_subject.get_mut(subject.as_str()) {
+                *count = count.saturating_sub(1);
+            }
+            live
+        });
+        per_subject.retain(|_, count| *count > 0);
+    }
+
+    fn held_by(&self, subject: &str) -> usize {
+        self.per_subject.get(subject).copied().unwrap_or(0)
+    }
+}
 
 #[derive(Default)]
 struct Board {
@@ -75,10 +107,22 @@ impl Board {
     }
 
     /// The oldest ended task's ID.
+    /// The ended task to drop for room: the oldest of the subject keeping the
+    /// most ended tasks, so that one subject's many quick tasks push out its
+    /// own results before another's (issue 49, F8).
     fn oldest_ended(&self) -> Option<String> {
+        let mut kept: HashMap<&str, usize> = HashMap::new();
+        for entry in self.entries.values().filter(|e| e.ended.is_some()) {
+            *kept.entry(entry.subject.as_str()).or_default() += 1;
+        }
+        let most = kept.values().copied().max()?;
         self.order
             .iter()
-            .find(|id| self.entries.get(*id).is_some_and(|e| e.ended.is_some()))
+            .find(|id| {
+                self.entries.get(*id).is_some_and(|e| {
+                    e.ended.is_some() && kept.get(e.subject.as_str()) == Some(&most)
+                })
+            })
             .cloned()
     }
 }
@@ -127,7 +171,14 @@ impl TaskBoard {
         let mut dropped = Vec::new();
         let mut board = self.board();
         self.expire(&mut board, &mut dropped);
-        if board.running >= self.limits.max_running.max(1) {
+        let mine = board
+            .entries
+            .values()
+            .filter(|entry| entry.subject == subject && entry.runs())
+            .count();
+        if board.running >= self.limits.max_running.max(1)
+            || mine >= self.limits.max_running_per_subject()
+        {
             return Err(TaskRefused::Running);
         }
         while board.entries.len() >= self.limits.max_tasks.max(1) {
@@ -331,21 +382,36 @@ impl TaskBoard {
         cancelled
     }
 
-    /// Claims `token` for `ttl`: `true` the first time, `false` while it is
-    /// held (or when [`MAX_CLAIMS`] are held).
-    pub fn claim(&self, token: &str, ttl: Duration) -> bool {
+    /// Claims `token` for `subject` for `ttl`: `true` the first time, `false`
+    /// while it is held, or when `subject` holds [`MAX_CLAIMS_PER_SUBJECT`]
+    /// live tokens or all together hold [`MAX_CLAIMS`].
+    pub fn claim(&self, subject: &str, token: &str, ttl: Duration) -> bool {
         let mut claims = self
             .claims
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = Instant::now();
-        if claims.len() >= MAX_CLAIMS {
-            claims.retain(|_, until| *until > now);
+        if claims.tokens.len() >= MAX_CLAIMS || claims.held_by(subject) >= MAX_CLAIMS_PER_SUBJECT {
+            claims.sweep(now);
         }
-        if claims.get(token).is_some_and(|until| *until > now) || claims.len() >= MAX_CLAIMS {
+        if claims
+            .tokens
+            .get(token)
+            .is_some_and(|(until, _)| *until > now)
+            || claims.tokens.len() >= MAX_CLAIMS
+            || claims.held_by(subject) >= MAX_CLAIMS_PER_SUBJECT
+        {
             return false;
         }
-        claims.insert(token.to_owned(), now + ttl);
+        if let Some((_, old)) = claims
+            .tokens
+            .insert(token.to_owned(), (now + ttl, subject.to_owned()))
+            && let Some(count) = claims.per_subject.get_mut(old.as_str())
+        {
+            // An expired claim of the same token, replaced.
+            *count = count.saturating_sub(1);
+        }
+        *claims.per_subject.entry(subject.to_owned()).or_default() += 1;
         true
     }
 
@@ -417,12 +483,32 @@ mod tests {
     #[test]
     fn a_token_is_claimed_once_until_it_expires() {
         let board = board(10, 10, Duration::from_secs(60));
-        assert!(board.claim("t1", Duration::from_secs(60)));
-        assert!(!board.claim("t1", Duration::from_secs(60)));
-        assert!(board.claim("t2", Duration::from_secs(60)));
-        assert!(board.claim("t3", Duration::ZERO));
+        assert!(board.claim("ada", "t1", Duration::from_secs(60)));
+        assert!(!board.claim("ada", "t1", Duration::from_secs(60)));
+        assert!(!board.claim("bob", "t1", Duration::from_secs(60)));
+        assert!(board.claim("ada", "t2", Duration::from_secs(60)));
+        assert!(board.claim("ada", "t3", Duration::ZERO));
         // Expired: claimable again.
-        assert!(board.claim("t3", Duration::from_secs(60)));
+        assert!(board.claim("ada", "t3", Duration::from_secs(60)));
+    }
+
+    /// Issue 49, F1: one subject answering and declining in a loop fills its
+    /// own share of claims, not everyone's.
+    #[test]
+    fn one_subject_cannot_exhaust_the_claims_of_others() {
+        let board = board(10, 10, Duration::from_secs(60));
+        let hour = Duration::from_secs(3600);
+        for n in 0..MAX_CLAIMS_PER_SUBJECT {
+            assert!(board.claim("mallory", &format!("m{n}"), hour), "{n}");
+        }
+        assert!(!board.claim("mallory", "one-more", hour));
+        assert!(board.claim("ada", "a1", hour));
+        // Its own expired ones make room for it again.
+        let board = self::board(10, 10, Duration::from_secs(60));
+        for n in 0..MAX_CLAIMS_PER_SUBJECT {
+            assert!(board.claim("mallory", &format!("m{n}"), Duration::ZERO));
+        }
+        assert!(board.claim("mallory", "later", hour));
     }
 
     #[test]
@@ -502,6 +588,30 @@ mod tests {
         assert!(board.create("ada").is_ok());
         assert_eq!(board.cancel_all(), 2);
         assert!(board.create("ada").is_ok());
+    }
+
+    /// Issue 49, F7 and F8: one subject runs at most half of the task slots,
+    /// and when room is needed its own ended tasks go before another's.
+    #[test]
+    fn a_subject_takes_half_the_slots_and_makes_room_from_its_own_results() {
+        let board = board(4, 4, Duration::from_secs(60));
+        let ada = board.create("ada").unwrap();
+        board.finish(&ada.id, text("1"));
+        let first = board.create("mallory").unwrap();
+        let second = board.create("mallory").unwrap();
+        assert_eq!(board.create("mallory"), Err(TaskRefused::Running));
+        // Another subject still gets a slot.
+        let bob = board.create("bob").unwrap();
+        assert!(board.cancel("bob", &bob.id));
+        board.finish(&first.id, text("2"));
+        board.finish(&second.id, text("3"));
+        // Full (4 kept, all ended): mallory's new task pushes out mallory's
+        // oldest, not ada's older one.
+        let third = board.create("mallory").unwrap();
+        assert!(board.get("ada", &ada.id).is_some());
+        assert!(board.get("bob", &bob.id).is_some());
+        assert_eq!(board.get("mallory", &first.id), None);
+        assert!(board.get("mallory", &third.id).is_some());
     }
 
     #[test]

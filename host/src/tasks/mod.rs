@@ -25,7 +25,7 @@
 mod memory;
 mod redis;
 
-pub use memory::TaskBoard;
+pub use memory::{MAX_CLAIMS, MAX_CLAIMS_PER_SUBJECT, TaskBoard};
 pub use redis::{
     ANSWER_CHANNEL, CANCEL_CHANNEL, ConnectError, RedisTasks, STALE_AFTER,
     check_url as check_redis_url, redacted,
@@ -67,6 +67,15 @@ pub struct TaskLimits {
     /// Most bytes of results kept together ([`MAX_STORED_BYTES`]); past it
     /// the oldest ended tasks go first.
     pub max_stored_bytes: usize,
+}
+
+impl TaskLimits {
+    /// How many tasks one subject may run at once on one server: half of
+    /// [`TaskLimits::max_running`] (at least one), so that no subject takes
+    /// every task slot from the others (issue 49, F7).
+    pub fn max_running_per_subject(&self) -> usize {
+        (self.max_running / 2).max(1)
+    }
 }
 
 impl Default for TaskLimits {
@@ -353,16 +362,22 @@ impl TaskStore {
         }
     }
 
-    /// Claims the single-use `token` for `ttl`: `true` the first time, `false`
-    /// after (on any replica sharing Redis). Approvals' `requestState` are
-    /// answered once this way.
+    /// Claims the single-use `token` of `subject` for `ttl`: `true` the first
+    /// time, `false` after (on any replica sharing Redis). Approvals'
+    /// `requestState` are answered once this way. In memory a subject holds at
+    /// most [`MAX_CLAIMS_PER_SUBJECT`] at once.
     ///
     /// # Errors
     ///
     /// [`Unavailable`] when the store does not answer.
-    pub async fn claim(&self, token: &str, ttl: Duration) -> Result<bool, Unavailable> {
+    pub async fn claim(
+        &self,
+        subject: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<bool, Unavailable> {
         match self {
-            TaskStore::Memory(board) => Ok(board.claim(token, ttl)),
+            TaskStore::Memory(board) => Ok(board.claim(subject, token, ttl)),
             TaskStore::Redis(redis) => redis.claim(token, ttl).await,
         }
     }

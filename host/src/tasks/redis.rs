@@ -520,7 +520,13 @@ impl RedisTasks {
             // The slot is taken before Redis is asked, so that two requests
             // never both take the last one.
             let mut running = self.running();
-            if running.len() >= self.limits.max_running.max(1) {
+            let mine = running
+                .values()
+                .filter(|task| task.subject == subject)
+                .count();
+            if running.len() >= self.limits.max_running.max(1)
+                || mine >= self.limits.max_running_per_subject()
+            {
                 return Err(TaskRefused::Running);
             }
             running.insert(

@@ -10,6 +10,7 @@
 //! dropping it sends `notifications/cancelled` upstream); no fuel burns meanwhile.
 
 mod credentials;
+mod gate;
 mod http;
 mod json;
 mod lines;
@@ -18,6 +19,7 @@ mod provider;
 mod schema;
 mod supervise;
 
+pub use gate::UpstreamGate;
 pub(crate) use provider::UpstreamProvider;
 pub(crate) use supervise::{Connected, STOP_GRACE};
 

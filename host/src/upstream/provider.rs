@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 
 use super::names::ID_PREFIX;
 use super::supervise::{Publish, run};
-use super::{Upstream, UpstreamConfig};
+use super::{Upstream, UpstreamConfig, UpstreamGate};
 use crate::metrics::Metrics;
 use crate::source::{Accepted, CapabilitySource, Offer, Provider, Publisher, Reserved};
 use crate::wait;
@@ -29,11 +29,17 @@ pub(crate) struct UpstreamProvider {
     task: Mutex<Option<JoinHandle<()>>>,
     /// Whether a session of it serves now.
     up: Arc<AtomicBool>,
+    /// Until open, its child is not started ([`UpstreamGate`]).
+    gate: Option<UpstreamGate>,
 }
 
 impl UpstreamProvider {
     /// The upstream `config` describes; not connected before [`Provider::start`].
-    pub(crate) fn new(config: UpstreamConfig, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(
+        config: UpstreamConfig,
+        metrics: Arc<Metrics>,
+        gate: Option<UpstreamGate>,
+    ) -> Self {
         Self {
             name: Self::provider_name(&config.name),
             config,
@@ -41,6 +47,7 @@ impl UpstreamProvider {
             stop: watch::channel(false).0,
             task: Mutex::new(None),
             up: Arc::new(AtomicBool::new(false)),
+            gate,
         }
     }
 
@@ -132,7 +139,20 @@ impl Provider for UpstreamProvider {
             }
         };
         let publish: Publish = Arc::new(offer.clone());
-        let task = wait::spawn(run(self.config.clone(), publish, self.stop.subscribe()));
+        let (config, gate, mut stop) = (
+            self.config.clone(),
+            self.gate.clone(),
+            self.stop.subscribe(),
+        );
+        let task = wait::spawn(async move {
+            if let Some(gate) = gate {
+                tokio::select! {
+                    () = gate.opened() => {}
+                    _ = stop.wait_for(|stop| *stop) => return,
+                }
+            }
+            run(config, publish, stop).await
+        });
         if task.is_none() {
             tracing::error!(upstream = %self.config.name, "no runtime to connect on");
             offer(None);

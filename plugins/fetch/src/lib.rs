@@ -186,6 +186,15 @@ codemode_sdk::metadata![
         .with_search_terms(["http", "download", "url", "fetch", "json", "api request"]),
 ];
 
+// A GET reads: it changes nothing (on servers that keep HTTP's promise), and
+// reaches the web, whatever the hosts allowed.
+codemode_sdk::annotations![
+    codemode_sdk::Annotated::new("web.get")
+        .read_only(true)
+        .idempotent(true)
+        .open_world(true),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

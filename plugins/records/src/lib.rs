@@ -144,6 +144,27 @@ codemode_sdk::metadata![
         .with_search_terms(["categories", "genre statistics"]),
 ];
 
+// Every capability only reads the catalog: a policy that asks before writes
+// lets them run.
+codemode_sdk::annotations![
+    codemode_sdk::Annotated::new("records.lookup")
+        .read_only(true)
+        .idempotent(true)
+        .open_world(false),
+    codemode_sdk::Annotated::new("records.query")
+        .read_only(true)
+        .idempotent(true)
+        .open_world(false),
+    codemode_sdk::Annotated::new("records.find")
+        .read_only(true)
+        .idempotent(true)
+        .open_world(false),
+    codemode_sdk::Annotated::new("records.genres")
+        .read_only(true)
+        .idempotent(true)
+        .open_world(false),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -115,6 +115,23 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 
 export!(Stats);
 
+// Pure functions of their arguments: a policy that asks before writes lets them
+// run.
+codemode_sdk::annotations![
+    codemode_sdk::Annotated::new("stats.summary")
+        .read_only(true)
+        .idempotent(true)
+        .open_world(false),
+    codemode_sdk::Annotated::new("stats.percentile")
+        .read_only(true)
+        .idempotent(true)
+        .open_world(false),
+    codemode_sdk::Annotated::new("stats.histogram")
+        .read_only(true)
+        .idempotent(true)
+        .open_world(false),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

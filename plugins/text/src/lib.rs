@@ -166,6 +166,23 @@ fn fill(template: &str, values: &[(String, String)]) -> Result<Filled, String> {
 
 export!(Text);
 
+// Pure functions of their arguments: a policy that asks before writes lets them
+// run.
+codemode_sdk::annotations![
+    codemode_sdk::Annotated::new("text.slugify")
+        .read_only(true)
+        .idempotent(true)
+        .open_world(false),
+    codemode_sdk::Annotated::new("text.word-counts")
+        .read_only(true)
+        .idempotent(true)
+        .open_world(false),
+    codemode_sdk::Annotated::new("text.fill")
+        .read_only(true)
+        .idempotent(true)
+        .open_world(false),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

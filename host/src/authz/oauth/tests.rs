@@ -37,6 +37,27 @@ fn jwks() -> Vec<Jwk> {
     .expect("a JWKS")
 }
 
+/// Issue 49, F11: a JWKS of tens of thousands of junk entries is not held;
+/// only the first MAX_KEYS entries are looked at.
+#[test]
+fn a_huge_jwks_is_looked_at_only_as_far_as_its_first_keys() {
+    let good = json!({"kty": "OKP", "crv": "Ed25519", "kid": "ed-1",
+        "x": "TrkZ5d-wS2sSOLretKBvodbrKOTq1o4b0Z9Y8MoOlQU"});
+    let mut keys = vec![good.clone(); MAX_KEYS];
+    keys.extend(std::iter::repeat_n(
+        json!({"kty": "OKP", "crv": "Ed25519", "x": "AA"}),
+        60_000,
+    ));
+    assert_eq!(
+        parse_jwks(&json!({ "keys": keys })).map(|k| k.len()),
+        Ok(MAX_KEYS)
+    );
+    // Past the first MAX_KEYS entries, even a good key is not looked at.
+    let mut late = vec![json!("not a key"); MAX_KEYS];
+    late.push(good);
+    assert_eq!(parse_jwks(&json!({ "keys": late })).map(|k| k.len()), Ok(0));
+}
+
 fn verifier(required_scopes: &[&str]) -> Verifier {
     let verifier = Verifier::new(OAuthConfig {
         issuer: ISSUER.to_owned(),
@@ -160,15 +181,31 @@ fn every_failed_check_is_refused_with_its_reason() {
     assert_eq!(
         verify(&verifier, &es(&with("sub", json!(7)))),
         invalid(
-            "the token's claim `sub` is no subject ID (a string of 1 to 256 bytes, no spaces or control characters)"
+            "the token's claim `sub` is no subject ID (a string of 1 to 256 bytes, no spaces, control or invisible characters)"
         )
     );
     assert_eq!(
         verify(&verifier, &es(&with("sub", json!("ada lovelace")))),
         invalid(
-            "the token's claim `sub` is no subject ID (a string of 1 to 256 bytes, no spaces or control characters)"
+            "the token's claim `sub` is no subject ID (a string of 1 to 256 bytes, no spaces, control or invisible characters)"
         )
     );
+    // Issue 49, F9: an ID that would read as another in logs, audit lines and
+    // questions (zero-width, bidirectional, tag characters).
+    for hidden in [
+        "ali\u{200B}ce",
+        "\u{202E}ecila",
+        "alice\u{E0041}",
+        "al\u{FE0F}ice",
+    ] {
+        assert_eq!(
+            verify(&verifier, &es(&with("sub", json!(hidden)))),
+            invalid(
+                "the token's claim `sub` is no subject ID (a string of 1 to 256 bytes, no spaces, control or invisible characters)"
+            ),
+            "{hidden:?}"
+        );
+    }
     assert_eq!(
         verify(&verifier, &es(&with("scope", json!("profile")))),
         Err(Rejection::InsufficientScope)
