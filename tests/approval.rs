@@ -770,6 +770,74 @@ fn post_2026(server: &HttpServer, token: &str, method: &str, name: &str, params:
         .unwrap_or_else(|e| panic!("{e}: {} {}", answer.status, answer.body))
 }
 
+/// Issue 49, F2: with tasks in memory, a state's single use is remembered by
+/// the process that asked alone; a restart (the key file kept) forgot it, and
+/// the same answer ran the call again. A state now opens only in the process
+/// that sealed it: after a restart the spent answer runs nothing, and so does
+/// one not yet given (the human is asked again by a new execute).
+#[test]
+fn with_tasks_in_memory_a_restart_never_runs_a_spent_approval_again() {
+    let setup = Setup::new("restart", "");
+    let key = setup.dir.join("approval.key");
+    std::fs::write(&key, format!("{}\n", "cd34".repeat(16))).expect("write the key");
+    let tokens = setup.tokens(&[("ada", "ada-secret")]);
+    let start = || {
+        let mut args = setup.args(&["--approval-timeout", "10m"]);
+        args.extend([
+            "--approval-key".to_owned(),
+            key.display().to_string(),
+            "--tokens".to_owned(),
+            tokens.clone(),
+        ]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        HttpServer::start(&args)
+    };
+    let answer = |state: &str| {
+        json!({
+            "requestState": state,
+            "inputResponses": {"approval": {"action": "accept", "content": {"approve": true}}},
+        })
+    };
+    let state_of = |asked: &Value| {
+        asked["result"]["requestState"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a requestState in {asked}"))
+            .to_owned()
+    };
+    let first = start();
+    let spent = state_of(&call_2026(&first, "ada-secret", &note("h"), None));
+    let waiting = state_of(&call_2026(&first, "ada-secret", &note("w"), None));
+    let done = call_2026(&first, "ada-secret", &note("h"), Some(answer(&spent)));
+    assert_eq!(
+        done["result"]["structuredContent"],
+        json!({"result": {"result": "noted h"}}),
+        "{done}"
+    );
+    assert_eq!(setup.notes(), ["h"]);
+    drop(first);
+    let again = start();
+    for (state, program) in [(&spent, note("h")), (&waiting, note("w"))] {
+        let out = call_2026(&again, "ada-secret", &program, Some(answer(state)));
+        assert_eq!(out["result"]["isError"], true, "{out}");
+        assert_eq!(out["result"]["content"][0]["text"], "permission denied");
+    }
+    crate::support::wait_for_log(
+        &again,
+        &format!("reason={}", codemode_host::mcp::ASKED_ELSEWHERE),
+        2,
+    );
+    assert_eq!(setup.notes(), ["h"]);
+    // Asked again by this process, answered here: it runs.
+    let asked = state_of(&call_2026(&again, "ada-secret", &note("w"), None));
+    let done = call_2026(&again, "ada-secret", &note("w"), Some(answer(&asked)));
+    assert_eq!(
+        done["result"]["structuredContent"],
+        json!({"result": {"result": "noted w"}}),
+        "{done}"
+    );
+    assert_eq!(setup.notes(), ["h", "w"]);
+}
+
 /// Two replicas sharing the approval key and the task store: the question
 /// comes from one, the answer goes to the other, which replays the program; a
 /// state altered, carried by another subject or for another program, answered

@@ -749,6 +749,67 @@ fn the_redis_store_keeps_its_limits() {
     });
 }
 
+/// Issue 49: values planted in the store (by whoever else can write Redis)
+/// over the bounds a server writes are not read: such a task reads as none.
+#[test]
+fn values_planted_in_redis_over_the_bounds_are_not_read() {
+    use codemode_host::tasks::{RedisTasks, TaskLimits, TaskState};
+    use std::sync::Arc;
+    use std::time::Duration;
+    let redis = RedisServer::start("planted");
+    let limits = TaskLimits {
+        max_task_time: Duration::from_secs(60),
+        ttl: Duration::from_secs(600),
+        max_tasks: 10,
+        max_running: 10,
+        max_stored_bytes: 100,
+    };
+    let plant = |id: &str, field: &str, value: &str| {
+        let key = format!("codemode:task:{id}");
+        let mut args = vec![
+            "HSET",
+            key.as_str(),
+            "subject",
+            "ada",
+            "status",
+            "completed",
+        ];
+        args.extend(["created", "1", "updated", "1", "ended", "1", "payload", "1"]);
+        args.extend([field, value]);
+        redis.command(&args);
+    };
+    let runtime = crate::support::runtime();
+    runtime.block_on(async {
+        let store = RedisTasks::connect(&redis.url(), limits)
+            .await
+            .expect("connect");
+        // Within the bounds: read.
+        let fits = "0123456789abcdef0123456789abcde0";
+        plant(fits, "payload", &"p".repeat(100));
+        assert_eq!(
+            store.get("ada", fits).await.map(|v| v.map(|v| v.state)),
+            Ok(Some(TaskState::Completed(Arc::from("p".repeat(100)))))
+        );
+        // A result over --task-store's bound of results, a subject or status
+        // over a small field's: none is read.
+        let over = "0123456789abcdef0123456789abcde1";
+        plant(over, "payload", &"p".repeat(101));
+        assert_eq!(store.get("ada", over).await, Ok(None));
+        let subject = "0123456789abcdef0123456789abcde2";
+        plant(subject, "subject", &"a".repeat(5000));
+        assert_eq!(store.get(&"a".repeat(5000), subject).await, Ok(None));
+        let input = "0123456789abcdef0123456789abcde3";
+        plant(input, "status", "input_required");
+        redis.command(&[
+            "HSET",
+            &format!("codemode:task:{input}"),
+            "input",
+            &"i".repeat(1024 * 1024 + 1),
+        ]);
+        assert_eq!(store.get("ada", input).await, Ok(None));
+    });
+}
+
 /// The README's two requests, as written (`TASK_ID` replaced by the handle's):
 /// a task made and its result read, against the example plugins.
 #[test]

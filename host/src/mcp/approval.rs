@@ -76,6 +76,11 @@ pub const NO_KEY: &str = "the server has no approval key to sign requestState";
 const NO_RANDOM: &str = "no random bytes for the requestState";
 /// Why a retry is denied whose state was answered before.
 pub const USED_ALREADY: &str = "requestState was answered already: a state is answered once";
+/// Why a retry's state sealed by another server process is refused when this
+/// one keeps its single-use claims in memory: it cannot know whether the state
+/// was answered there (issue 49, F2: a restart forgot the claims and ran a
+/// spent approval again).
+pub const ASKED_ELSEWHERE: &str = "requestState was sealed by another server process, and with tasks in memory a state is answered only by the process that asked (--task-store shares the answers)";
 /// Why a call is denied whose record does not fit in `requestState`.
 pub const STATE_TOO_LARGE: &str =
     "the calls before the approval do not fit in requestState (--max-value-bytes)";
@@ -464,6 +469,12 @@ struct State {
     /// `--approval-timeout`) answers it. 0 in states sealed before it was kept.
     #[serde(default)]
     expires_ms: u64,
+    /// The board whose memory alone remembers its single use
+    /// ([`TaskStore::claims_here`](crate::tasks::TaskStore::claims_here)): only
+    /// a server with that board opens it. Empty when sealed by a server whose
+    /// claims replicas share.
+    #[serde(default)]
+    claims: String,
 }
 
 /// Milliseconds since the Unix epoch, now.
@@ -568,6 +579,7 @@ pub fn input_required(
     suspended: Suspended,
     timeout: Duration,
     max_bytes: usize,
+    claims_here: Option<&str>,
 ) -> Result<InputRequiredResult, &'static str> {
     let mut once = [0u8; 16];
     getrandom::fill(&mut once).map_err(|_| NO_RANDOM)?;
@@ -579,6 +591,7 @@ pub fn input_required(
         pending: suspended.pending,
         for_execution: suspended.for_execution,
         expires_ms: now_ms().saturating_add(timeout_ms),
+        claims: claims_here.unwrap_or_default().to_owned(),
     };
     let bound = context_of(subject, source);
     let sealed = key.seal(&state, &bound, timeout).ok_or(NO_RANDOM)?;
@@ -621,6 +634,7 @@ pub fn replay(
     sealed: &str,
     responses: Option<&InputResponses>,
     max_bytes: usize,
+    claims_here: Option<&str>,
 ) -> Result<Replayed, String> {
     if sealed.len() > max_bytes {
         return Err(format!(
@@ -633,6 +647,11 @@ pub fn replay(
             "requestState version {} is not this server's",
             state.v
         ));
+    }
+    if let Some(here) = claims_here
+        && state.claims != here
+    {
+        return Err(ASKED_ELSEWHERE.to_owned());
     }
     let answer = match responses.and_then(|responses| responses.get(INPUT_KEY)) {
         Some(response) => match serde_json::from_value::<ElicitResult>(response.clone()) {
@@ -822,6 +841,7 @@ mod tests {
             },
             for_execution: Vec::new(),
             expires_ms: 0,
+            claims: String::new(),
         }
     }
 
@@ -915,13 +935,14 @@ mod tests {
             &key,
             "ada",
             "p",
-            suspended,
+            suspended.clone(),
             Duration::from_secs(600),
             1 << 20,
+            None,
         )
         .unwrap();
         let sealed = answer.request_state.clone().unwrap();
-        let replayed = replay(&key, "ada", "p", &sealed, None, 1 << 20).unwrap();
+        let replayed = replay(&key, "ada", "p", &sealed, None, 1 << 20, None).unwrap();
         let valid_for = replayed.valid_for.unwrap();
         assert!(
             valid_for <= Duration::from_secs(600) && valid_for > Duration::from_secs(590),
@@ -936,10 +957,36 @@ mod tests {
             )
             .unwrap();
         assert_eq!(
-            replay(&key, "ada", "p", &old, None, 1 << 20)
+            replay(&key, "ada", "p", &old, None, 1 << 20, None)
                 .unwrap()
                 .valid_for,
             None
+        );
+        // Issue 49, F2: a state whose claims live in one board's memory opens
+        // only where that board is (not in another process, nor after a
+        // restart); a server whose claims Redis holds opens any.
+        let answer = input_required(
+            &key,
+            "ada",
+            "p",
+            suspended,
+            Duration::from_secs(600),
+            1 << 20,
+            Some("board-a"),
+        )
+        .unwrap();
+        let sealed = answer.request_state.clone().unwrap();
+        assert!(replay(&key, "ada", "p", &sealed, None, 1 << 20, Some("board-a")).is_ok());
+        assert_eq!(
+            replay(&key, "ada", "p", &sealed, None, 1 << 20, Some("board-b")).err(),
+            Some(ASKED_ELSEWHERE.to_owned())
+        );
+        assert!(replay(&key, "ada", "p", &sealed, None, 1 << 20, None).is_ok());
+        // And one sealed by a server whose claims Redis holds opens in no
+        // memory board.
+        assert_eq!(
+            replay(&key, "ada", "p", &old, None, 1 << 20, Some("board-a")).err(),
+            Some(ASKED_ELSEWHERE.to_owned())
         );
     }
 

@@ -355,6 +355,7 @@ impl McpServer {
             sealed,
             asking.responses.as_ref(),
             max_bytes,
+            self.tasks.claims_here(),
         )?;
         // Remembered as long as the state itself is valid (it says how long:
         // another replica may have sealed it with another --approval-timeout),
@@ -467,6 +468,7 @@ impl McpServer {
                         suspended,
                         self.approval_timeout,
                         max_bytes,
+                        self.tasks.claims_here(),
                     ) {
                         Ok(result) => return Ok(CallToolResponse::InputRequired(result)),
                         Err(reason) => {

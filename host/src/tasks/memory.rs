@@ -46,6 +46,8 @@ pub struct TaskBoard {
     inner: Mutex<Board>,
     /// Single-use tokens claimed ([`TaskBoard::claim`]).
     claims: Mutex<Claims>,
+    /// 128 random bits of its own ([`TaskBoard::id`]).
+    id: String,
 }
 
 /// Most single-use tokens held at once; past it, new claims are refused until
@@ -142,7 +144,21 @@ impl TaskBoard {
             limits,
             inner: Mutex::new(Board::default()),
             claims: Mutex::default(),
+            // Without random bytes, the process and the time tell boards apart.
+            id: super::new_id().unwrap_or_else(|_| {
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |since| since.as_nanos());
+                format!("{:x}-{nanos:x}", std::process::id())
+            }),
         }
+    }
+
+    /// Its own ID, drawn when it was made: what it claims ([`TaskBoard::claim`])
+    /// is remembered by it alone, so a single-use token meant for it names it
+    /// (another process, or this one after a restart, has another board).
+    pub fn id(&self) -> &str {
+        &self.id
     }
 
     /// What it allows.

@@ -362,6 +362,17 @@ impl TaskStore {
         }
     }
 
+    /// Where the single-use tokens it claims are remembered: `Some` with the
+    /// ID of this process's board when in memory (a token claimed there is
+    /// unknown to any other process, and to this one after a restart), `None`
+    /// when in Redis, which replicas share and which outlives them.
+    pub fn claims_here(&self) -> Option<&str> {
+        match self {
+            TaskStore::Memory(board) => Some(board.id()),
+            TaskStore::Redis(_) => None,
+        }
+    }
+
     /// Claims the single-use `token` of `subject` for `ttl`: `true` the first
     /// time, `false` after (on any replica sharing Redis). Approvals'
     /// `requestState` are answered once this way. In memory a subject holds at

@@ -228,8 +228,10 @@ return 1
 ";
 
 /// The running replica takes the answer to the key its task waits on: read
-/// and deleted. KEYS: task. ARGV: the key. Returns the response, or nil.
+/// and deleted. KEYS: task. ARGV: the key, the most bytes of an answer read
+/// (a larger one, planted, is left unread). Returns the response, or nil.
 const TAKE: &str = r"
+if redis.call('HSTRLEN', KEYS[1], 'answer') > tonumber(ARGV[2]) then return false end
 local f = redis.call('HMGET', KEYS[1], 'answer_key', 'answer')
 if f[1] ~= ARGV[1] or not f[2] then return false end
 redis.call('HDEL', KEYS[1], 'answer', 'answer_key')
@@ -255,8 +257,42 @@ end
 return 1
 ";
 
+/// Reads fields of a hash, none larger than its bound, so that a value planted
+/// in the store (by whoever else can write it) is never read whole. KEYS: the
+/// hash. ARGV: the most bytes of a small field, of `payload`, of `input` and
+/// `answer`; then the fields. Returns `ok` and the values (nil for a missing
+/// one), or `oversized` and the first field over its bound.
+const READ: &str = r"
+local function bound(name)
+  if name == 'payload' then return tonumber(ARGV[2]) end
+  if name == 'input' or name == 'answer' then return tonumber(ARGV[3]) end
+  return tonumber(ARGV[1])
+end
+local fields = {}
+for i = 4, #ARGV do
+  if redis.call('HSTRLEN', KEYS[1], ARGV[i]) > bound(ARGV[i]) then
+    return {'oversized', ARGV[i]}
+  end
+  fields[#fields + 1] = ARGV[i]
+end
+local values = redis.call('HMGET', KEYS[1], unpack(fields))
+local out = {'ok'}
+for i = 1, #fields do out[i + 1] = values[i] end
+return out
+";
+
+/// The most bytes of a task's small field (its subject, status, times and
+/// keys) read from the store: a server writes a few dozen.
+const MAX_FIELD_BYTES: usize = 4096;
+
+/// The most bytes of a task's `input` (its questions) or `answer` read from
+/// the store: a server writes at most [`MAX_RESPONSES`] questions of a few
+/// kilobytes, and answers reduced to their action and two fields.
+const MAX_INPUT_BYTES: usize = 1024 * 1024;
+
 /// The scripts, hashed once.
 struct Scripts {
+    read: redis::Script,
     create: redis::Script,
     finish: redis::Script,
     cancel: redis::Script,
@@ -268,6 +304,7 @@ struct Scripts {
 
 fn scripts() -> &'static Scripts {
     static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scripts {
+        read: redis::Script::new(READ),
         create: redis::Script::new(&format!("{PRELUDE}{CREATE}")),
         finish: redis::Script::new(&format!("{PRELUDE}{FINISH}")),
         cancel: redis::Script::new(CANCEL),
@@ -597,16 +634,32 @@ impl RedisTasks {
     pub async fn get(&self, subject: &str, id: &str) -> Result<Option<TaskView>, Unavailable> {
         let key = format!("{TASK_KEY}{id}");
         let connection = &self.connection;
-        let fields: Vec<Option<String>> = ask("read a task", || {
-            let mut request = redis::cmd("HMGET");
-            request.arg(&key).arg(&[
-                "subject", "status", "payload", "created", "updated", "ended", "extended", "input",
-            ]);
+        let max_payload = self.limits.max_stored_bytes;
+        let read: Vec<Option<String>> = ask("read a task", || {
+            let mut script = scripts().read.prepare_invoke();
+            script
+                .key(&key)
+                .arg(MAX_FIELD_BYTES)
+                .arg(max_payload)
+                .arg(MAX_INPUT_BYTES)
+                .arg(&[
+                    "subject", "status", "payload", "created", "updated", "ended", "extended",
+                    "input",
+                ]);
             let mut connection = connection.clone();
-            async move { request.query_async(&mut connection).await }
+            async move { script.invoke_async(&mut connection).await }
         })
         .await?;
-        Ok(view(self.limits, now_ms(), id, subject, fields))
+        let mut read = read.into_iter();
+        match read.next().flatten().as_deref() {
+            Some("ok") => Ok(view(self.limits, now_ms(), id, subject, read.collect())),
+            _ => {
+                // Never written by a server: read as no task, with a WARN.
+                let field = read.next().flatten().unwrap_or_default();
+                tracing::warn!(task = %id, field = %field, "a task in the task store holds a value over the bound a server writes; it is not read");
+                Ok(None)
+            }
+        }
     }
 
     /// Ends task `id`, which runs here, with `state`; the result is written in
@@ -1074,7 +1127,7 @@ async fn take(connection: &ConnectionManager, local: &Local, id: &str) {
     let task_key = format!("{TASK_KEY}{id}");
     let taken = ask("take a task's input", || {
         let mut script = scripts().take.prepare_invoke();
-        script.key(&task_key).arg(&key);
+        script.key(&task_key).arg(&key).arg(MAX_INPUT_BYTES);
         let mut connection = connection.clone();
         async move { script.invoke_async::<Option<String>>(&mut connection).await }
     })
@@ -1103,22 +1156,33 @@ async fn reconcile(connection: &ConnectionManager, local: &Local) {
     if ids.is_empty() {
         return;
     }
+    // Each status through READ (bounded), the script's text sent with each:
+    // a pipeline has no way back to load a script Redis forgot.
     let mut pipe = redis::pipe();
     for id in &ids {
-        pipe.cmd("HGET")
+        pipe.cmd("EVAL")
+            .arg(READ)
+            .arg(1)
             .arg(format!("{TASK_KEY}{id}"))
+            .arg(MAX_FIELD_BYTES)
+            .arg(0)
+            .arg(0)
             .arg("status");
     }
     let mut connection = connection.clone();
     let Ok(Ok(statuses)) = tokio::time::timeout(
         RESPONSE_TIMEOUT + Duration::from_secs(1),
-        pipe.query_async::<Vec<Option<String>>>(&mut connection),
+        pipe.query_async::<Vec<Vec<Option<String>>>>(&mut connection),
     )
     .await
     else {
         return;
     };
-    for (id, status) in ids.iter().zip(statuses) {
+    for (id, read) in ids.iter().zip(statuses) {
+        let status = match read.as_slice() {
+            [Some(ok), status] if ok == "ok" => status.clone(),
+            _ => None,
+        };
         match status.as_deref() {
             Some("cancelled") => {
                 if stop(local, id) {
