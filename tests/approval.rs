@@ -838,6 +838,67 @@ fn with_tasks_in_memory_a_restart_never_runs_a_spent_approval_again() {
     assert_eq!(setup.notes(), ["h", "w"]);
 }
 
+/// Issue 49, F3: a state's single use is remembered as long as the state is
+/// valid, whichever replica answers it: sealed on a replica with a 10 minute
+/// `--approval-timeout` and answered on one with 1 s, the claim (read in
+/// Redis) lives the state's 10 minutes and a minute more, not the answering
+/// replica's second (after which the same answer ran the call again).
+#[test]
+fn a_claim_lives_as_long_as_its_state_whichever_replica_answers() {
+    let setup = Setup::new("claim-ttl", "");
+    let key = setup.dir.join("approval.key");
+    std::fs::write(&key, format!("{}\n", "ef56".repeat(16))).expect("write the key");
+    let tokens = setup.tokens(&[("ada", "ada-secret")]);
+    let redis = crate::support::RedisServer::start("claim-ttl");
+    let start = |timeout: &str| {
+        let mut args = setup.args(&["--approval-timeout", timeout]);
+        args.extend([
+            "--approval-key".to_owned(),
+            key.display().to_string(),
+            "--tokens".to_owned(),
+            tokens.clone(),
+            "--task-store".to_owned(),
+            redis.url(),
+        ]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        HttpServer::start(&args)
+    };
+    let (long, short) = (start("10m"), start("1s"));
+    let asked = call_2026(&long, "ada-secret", &note("t"), None);
+    let state = asked["result"]["requestState"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a requestState in {asked}"))
+        .to_owned();
+    let done = call_2026(
+        &short,
+        "ada-secret",
+        &note("t"),
+        Some(json!({
+            "requestState": state,
+            "inputResponses": {"approval": {"action": "accept", "content": {"approve": true}}},
+        })),
+    );
+    assert_eq!(
+        done["result"]["structuredContent"],
+        json!({"result": {"result": "noted t"}}),
+        "{done}"
+    );
+    // One claim, its time to live in milliseconds: more than the 10 minutes
+    // the state had left when it was answered (the minute of margin covers
+    // this test's own seconds), at most 11 minutes.
+    let ttl = redis.command(&[
+        "EVAL",
+        "local k = redis.call('KEYS', 'codemode:claim:*') if #k ~= 1 then return -1 end return redis.call('PTTL', k[1])",
+        "0",
+    ]);
+    let ttl: i64 = ttl
+        .strip_prefix(':')
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("a claim's PTTL, not {ttl:?}"));
+    assert!((600_000..=660_000).contains(&ttl), "{ttl} ms");
+    assert_eq!(setup.notes(), ["t"]);
+}
+
 /// Two replicas sharing the approval key and the task store: the question
 /// comes from one, the answer goes to the other, which replays the program; a
 /// state altered, carried by another subject or for another program, answered
