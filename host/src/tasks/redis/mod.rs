@@ -39,11 +39,9 @@
 //! [`USER_TIMEOUT`] of unanswered data.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::Duration;
 
-use futures::StreamExt;
 use redis::IntoConnectionInfo;
 use redis::aio::ConnectionManager;
 use tokio::sync::oneshot;
@@ -54,267 +52,25 @@ use super::{
     new_id,
 };
 
-/// The prefix of a task's hash key; the task's ID follows.
-const TASK_KEY: &str = "codemode:task:";
-/// The sorted set of task IDs by creation time.
-const ORDER_KEY: &str = "codemode:tasks";
-/// The hash of each ended task's result size, by ID.
-const SIZES_KEY: &str = "codemode:tasks:sizes";
-/// The sum of the sizes.
-const BYTES_KEY: &str = "codemode:tasks:bytes";
-/// The prefix of a claimed single-use token's key.
-const CLAIM_KEY: &str = "codemode:claim:";
-/// The pub/sub channel on which cancelled tasks' IDs are published.
-pub const CANCEL_CHANNEL: &str = "codemode:tasks:cancel";
-/// The pub/sub channel on which the IDs of tasks whose input came are
-/// published.
-pub const ANSWER_CHANNEL: &str = "codemode:tasks:answer";
+mod claims;
+mod connection;
+mod finish;
+mod keys;
+mod listen;
+mod local;
+mod scripts;
+mod time;
 
-/// How long connecting to Redis may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// How long one request to Redis may take before it counts as unavailable.
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long data sent on a connection may go unacknowledged before the
-/// connection is dropped (TCP_USER_TIMEOUT): a Redis that vanished without a
-/// reset is then reconnected to instead of timing out every request.
-const USER_TIMEOUT: Duration = Duration::from_secs(5);
-/// How often a replica reads the status of the tasks it runs (a cancel whose
-/// message it missed stops them within this).
-const RECONCILE_EVERY: Duration = Duration::from_secs(5);
-/// The longest wait between two tries to write a result or to subscribe.
-const MAX_RETRY_DELAY: Duration = Duration::from_secs(5);
-/// How long past its time budget a task still working is taken for lost.
-pub const STALE_AFTER: Duration = Duration::from_secs(30);
-/// How long a stopping server waits for the results it is still writing.
-const FLUSH_TIMEOUT: Duration = Duration::from_secs(3);
+pub use keys::{ANSWER_CHANNEL, CANCEL_CHANNEL};
+pub use time::STALE_AFTER;
 
-/// The functions the scripts share. `ended` tells a task's state from its
-/// hash (`gone`, `ended`, or `working`; a working one, or one waiting for
-/// input, older than the stale limit and what its budget grew by counts as
-/// ended); `forget` drops a task and its size; `make_room`
-/// drops the oldest ended (or gone) tasks, a hundred IDs read at a time, until
-/// `fits()` holds or none is left, never `keep`.
-const PRELUDE: &str = r"
-local function ended(key, now, stale)
-  local f = redis.call('HMGET', key, 'status', 'created', 'extended')
-  if not f[1] then return 'gone' end
-  if f[1] ~= 'working' and f[1] ~= 'input_required' then return 'ended' end
-  if (tonumber(f[2]) or 0) + (tonumber(f[3]) or 0) + stale < now then return 'ended' end
-  return 'working'
-end
-local function forget(order, sizes, bytes, prefix, id)
-  redis.call('DEL', prefix .. id)
-  redis.call('ZREM', order, id)
-  local size = redis.call('HGET', sizes, id)
-  if size then
-    redis.call('HDEL', sizes, id)
-    redis.call('DECRBY', bytes, size)
-  end
-end
-local function make_room(order, sizes, bytes, prefix, now, stale, fits, keep)
-  local start = 0
-  while not fits() do
-    local ids = redis.call('ZRANGE', order, start, start + 99)
-    if #ids == 0 then return false end
-    local kept = 0
-    for _, id in ipairs(ids) do
-      if fits() then return true end
-      if id ~= keep and ended(prefix .. id, now, stale) ~= 'working' then
-        forget(order, sizes, bytes, prefix, id)
-      else
-        kept = kept + 1
-      end
-    end
-    start = start + kept
-  end
-  return true
-end
-";
-
-/// Creates a working task, unless `--max-tasks` are kept and none of them has
-/// ended. KEYS: order, sizes, bytes, task. ARGV: ID, subject, now, max tasks,
-/// expiry in ms, task key prefix, stale limit in ms. Returns 1 when created, 0
-/// when full.
-const CREATE: &str = r"
-local max = tonumber(ARGV[4])
-local fits = function() return redis.call('ZCARD', KEYS[1]) < max end
-if not make_room(KEYS[1], KEYS[2], KEYS[3], ARGV[6], tonumber(ARGV[3]), tonumber(ARGV[7]), fits, '') then
-  return 0
-end
-redis.call('HSET', KEYS[4], 'subject', ARGV[2], 'status', 'working', 'created', ARGV[3], 'updated', ARGV[3])
-redis.call('PEXPIRE', KEYS[4], ARGV[5])
-redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
-return 1
-";
-
-/// Ends a working task with a status and its JSON text, keeps it for the TTL
-/// and counts its size, dropping the oldest ended tasks past the byte budget.
-/// A task that is gone (Redis lost it, or restarted empty) is written again
-/// whole, so that its result is not lost; a cancelled one stays cancelled.
-/// KEYS: task, order, sizes, bytes. ARGV: status, payload, now, TTL in ms,
-/// subject, created, ID, task key prefix, stale limit in ms, byte budget.
-/// Returns 1 when written, 0 when it had ended.
-const FINISH: &str = r"
-local status = redis.call('HGET', KEYS[1], 'status')
-if status and status ~= 'working' and status ~= 'input_required' then return 0 end
-if not status then
-  redis.call('HSET', KEYS[1], 'subject', ARGV[5], 'created', ARGV[6])
-  redis.call('ZADD', KEYS[2], ARGV[6], ARGV[7])
-end
-redis.call('HDEL', KEYS[1], 'input', 'input_key', 'answer', 'answer_key')
-redis.call('HSET', KEYS[1], 'status', ARGV[1], 'payload', ARGV[2], 'updated', ARGV[3], 'ended', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-local size = string.len(ARGV[2])
-local old = redis.call('HGET', KEYS[3], ARGV[7])
-if old then redis.call('DECRBY', KEYS[4], old) end
-redis.call('HSET', KEYS[3], ARGV[7], size)
-redis.call('INCRBY', KEYS[4], size)
-local max = tonumber(ARGV[10])
-local fits = function() return (tonumber(redis.call('GET', KEYS[4])) or 0) <= max end
-make_room(KEYS[2], KEYS[3], KEYS[4], ARGV[8], tonumber(ARGV[3]), tonumber(ARGV[9]), fits, ARGV[7])
-return 1
-";
-
-/// Cancels a task of a subject (of any subject when ARGV[2] is `1`): a working
-/// one (or one waiting for input) is marked cancelled, kept for the TTL and its ID published for the
-/// replica that runs it. KEYS: task. ARGV: subject, any subject, now, TTL in
-/// ms, channel, ID. Returns 1 when the task exists (cancelled now or ended
-/// before), 0 when not found.
-const CANCEL: &str = r"
-local found = redis.call('HMGET', KEYS[1], 'subject', 'status')
-if not found[1] or (ARGV[2] ~= '1' and found[1] ~= ARGV[1]) then return 0 end
-if found[2] == 'working' or found[2] == 'input_required' then
-  redis.call('HDEL', KEYS[1], 'input', 'input_key', 'answer', 'answer_key')
-  redis.call('HSET', KEYS[1], 'status', 'cancelled', 'updated', ARGV[3], 'ended', ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
-  redis.call('PUBLISH', ARGV[5], ARGV[6])
-end
-return 1
-";
-
-/// Marks a running task as waiting for input (an ended or gone one is left
-/// as it is), its budget grown and its expiry moved. KEYS: task. ARGV: the
-/// request key, the requests, now, what its budget grew by in all (ms), its
-/// new expiry (ms since the epoch). Returns 1 when marked, 0 when it had
-/// ended.
-const ASK: &str = r"
-local status = redis.call('HGET', KEYS[1], 'status')
-if status ~= 'working' and status ~= 'input_required' then return 0 end
-redis.call('HDEL', KEYS[1], 'answer', 'answer_key')
-redis.call('HSET', KEYS[1], 'status', 'input_required', 'input', ARGV[2], 'input_key', ARGV[1], 'updated', ARGV[3], 'extended', ARGV[4])
-redis.call('PEXPIREAT', KEYS[1], ARGV[5])
-return 1
-";
-
-/// Delivers a subject's answer to its task: the response for the key it waits
-/// on (if one is given) is stored for the running replica, the task works
-/// again and its ID is published; other responses are ignored. KEYS: task.
-/// ARGV: subject, now, channel, ID, then key and response pairs. Returns 1
-/// when the task exists, 0 when not found.
-const ANSWER: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'subject', 'status', 'input_key')
-if not f[1] or f[1] ~= ARGV[1] then return 0 end
-if f[2] == 'input_required' then
-  for i = 5, #ARGV - 1, 2 do
-    if ARGV[i] == f[3] then
-      redis.call('HDEL', KEYS[1], 'input', 'input_key')
-      redis.call('HSET', KEYS[1], 'status', 'working', 'updated', ARGV[2], 'answer', ARGV[i + 1], 'answer_key', f[3])
-      redis.call('PUBLISH', ARGV[3], ARGV[4])
-      break
-    end
-  end
-end
-return 1
-";
-
-/// The running replica takes the answer to the key its task waits on: read
-/// and deleted. KEYS: task. ARGV: the key, the most bytes of an answer read
-/// (a larger one, planted, is left unread). Returns the response, or nil.
-const TAKE: &str = r"
-if redis.call('HSTRLEN', KEYS[1], 'answer') > tonumber(ARGV[2]) then return false end
-local f = redis.call('HMGET', KEYS[1], 'answer_key', 'answer')
-if f[1] ~= ARGV[1] or not f[2] then return false end
-redis.call('HDEL', KEYS[1], 'answer', 'answer_key')
-return f[2]
-";
-
-/// The task no longer waits on the key (the asker gave up, or took the
-/// answer): it works again, an answer to that key left unread is dropped, and
-/// a task still running gets its settled budget growth and expiry (when
-/// given). KEYS: task. ARGV: the key, now, what its budget grew by in all
-/// (ms, or empty), its expiry (ms since the epoch, or empty).
-const RESUME: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'status', 'input_key', 'answer_key')
-if f[1] == 'input_required' and f[2] == ARGV[1] then
-  redis.call('HDEL', KEYS[1], 'input', 'input_key')
-  redis.call('HSET', KEYS[1], 'status', 'working', 'updated', ARGV[2])
-end
-if f[3] == ARGV[1] then redis.call('HDEL', KEYS[1], 'answer', 'answer_key') end
-if ARGV[3] ~= '' and (f[1] == 'working' or f[1] == 'input_required') then
-  redis.call('HSET', KEYS[1], 'extended', ARGV[3])
-  redis.call('PEXPIREAT', KEYS[1], ARGV[4])
-end
-return 1
-";
-
-/// Reads fields of a hash, none larger than its bound, so that a value planted
-/// in the store (by whoever else can write it) is never read whole. KEYS: the
-/// hash. ARGV: the most bytes of a small field, of `payload`, of `input` and
-/// `answer`; then the fields. Returns `ok` and the values (nil for a missing
-/// one), or `oversized` and the first field over its bound.
-const READ: &str = r"
-local function bound(name)
-  if name == 'payload' then return tonumber(ARGV[2]) end
-  if name == 'input' or name == 'answer' then return tonumber(ARGV[3]) end
-  return tonumber(ARGV[1])
-end
-local fields = {}
-for i = 4, #ARGV do
-  if redis.call('HSTRLEN', KEYS[1], ARGV[i]) > bound(ARGV[i]) then
-    return {'oversized', ARGV[i]}
-  end
-  fields[#fields + 1] = ARGV[i]
-end
-local values = redis.call('HMGET', KEYS[1], unpack(fields))
-local out = {'ok'}
-for i = 1, #fields do out[i + 1] = values[i] end
-return out
-";
-
-/// The most bytes of a task's small field (its subject, status, times and
-/// keys) read from the store: a server writes a few dozen.
-const MAX_FIELD_BYTES: usize = 4096;
-
-/// The most bytes of a task's `input` (its questions) or `answer` read from
-/// the store: a server writes at most [`MAX_RESPONSES`] questions of a few
-/// kilobytes, and answers reduced to their action and two fields.
-const MAX_INPUT_BYTES: usize = 1024 * 1024;
-
-/// The scripts, hashed once.
-struct Scripts {
-    read: redis::Script,
-    create: redis::Script,
-    finish: redis::Script,
-    cancel: redis::Script,
-    ask: redis::Script,
-    answer: redis::Script,
-    take: redis::Script,
-    resume: redis::Script,
-}
-
-fn scripts() -> &'static Scripts {
-    static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scripts {
-        read: redis::Script::new(READ),
-        create: redis::Script::new(&format!("{PRELUDE}{CREATE}")),
-        finish: redis::Script::new(&format!("{PRELUDE}{FINISH}")),
-        cancel: redis::Script::new(CANCEL),
-        ask: redis::Script::new(ASK),
-        answer: redis::Script::new(ANSWER),
-        take: redis::Script::new(TAKE),
-        resume: redis::Script::new(RESUME),
-    });
-    &SCRIPTS
-}
+use connection::{CONNECT_TIMEOUT, FLUSH_TIMEOUT, RESPONSE_TIMEOUT, USER_TIMEOUT, ask};
+use finish::Finish;
+use keys::{BYTES_KEY, ORDER_KEY, SIZES_KEY, TASK_KEY};
+use listen::{subscribe, take};
+use local::{Local, Running, lock, stop};
+use scripts::{MAX_FIELD_BYTES, MAX_INPUT_BYTES, scripts};
+use time::{millis, now_ms, stale_ms, time_of};
 
 /// Why the task store could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -329,22 +85,6 @@ pub enum ConnectError {
         reason: String,
     },
 }
-
-/// A task running on this replica.
-struct Running {
-    /// Its subject and creation time, to write it again whole if Redis lost it.
-    subject: String,
-    created_ms: u64,
-    /// Stops its execution (a dropped future cancels it).
-    abort: Option<tokio::task::AbortHandle>,
-    /// What its time budget grew by while it waited for input.
-    extended: Duration,
-    /// The question it waits on.
-    question: Option<Question>,
-}
-
-/// The tasks this replica runs, by ID.
-type Local = Arc<Mutex<HashMap<String, Running>>>;
 
 /// The task store in Redis.
 pub struct RedisTasks {
@@ -415,58 +155,6 @@ pub fn check_url(url: &str) -> Result<redis::Client, ConnectError> {
     let tcp = redis::io::tcp::TcpSettings::default().set_user_timeout(USER_TIMEOUT);
     redis::Client::open(info.set_tcp_settings(tcp))
         .map_err(|error| bad(format!("not a Redis URL ({:?})", error.kind())))
-}
-
-/// Milliseconds since the epoch, now.
-fn now_ms() -> u64 {
-    millis_since_epoch(SystemTime::now())
-}
-
-fn millis_since_epoch(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn time_of(ms: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms)
-}
-
-/// Runs one request to Redis; a timeout or an error is [`Unavailable`], with
-/// the reason logged here. A connection found broken is tried once more: the
-/// first request after an outage gets the old connection's error while the
-/// new one is made.
-async fn ask<T, F, R>(what: &'static str, mut request: F) -> Result<T, Unavailable>
-where
-    F: FnMut() -> R,
-    R: Future<Output = redis::RedisResult<T>>,
-{
-    let limit = RESPONSE_TIMEOUT + Duration::from_secs(1);
-    let mut retried = false;
-    loop {
-        let reason = match tokio::time::timeout(limit, request()).await {
-            Ok(Ok(value)) => return Ok(value),
-            Ok(Err(error))
-                if !retried && (error.is_io_error() || error.is_connection_dropped()) =>
-            {
-                retried = true;
-                continue;
-            }
-            Ok(Err(error)) => error.to_string(),
-            Err(_) => "no answer in time".to_owned(),
-        };
-        tracing::warn!(reason = %reason, "task store unavailable: cannot {what}");
-        return Err(Unavailable);
-    }
-}
-
-/// The limit past which a working task is taken for lost, in milliseconds.
-fn stale_ms(limits: TaskLimits) -> u64 {
-    millis(limits.max_task_time + STALE_AFTER)
 }
 
 /// Gives a task's slot back unless [`Slot::keep`] was called: a `create`
@@ -865,17 +553,7 @@ impl RedisTasks {
     /// Claims `token` for `ttl` in Redis (`SET NX PX`): `true` the first time
     /// on any replica.
     pub async fn claim(&self, token: &str, ttl: Duration) -> Result<bool, Unavailable> {
-        let key = format!("{CLAIM_KEY}{token}");
-        let ttl = millis(ttl).max(1);
-        let connection = &self.connection;
-        let set: Option<String> = ask("claim a token", || {
-            let mut request = redis::cmd("SET");
-            request.arg(&key).arg(1).arg("NX").arg("PX").arg(ttl);
-            let mut connection = connection.clone();
-            async move { request.query_async(&mut connection).await }
-        })
-        .await?;
-        Ok(set.is_some())
+        claims::claim(&self.connection, token, ttl).await
     }
 
     /// Stops every task running here (the server is ending), marks them
@@ -961,237 +639,6 @@ fn view(
         updated: time_of(updated),
         ttl,
     })
-}
-
-fn lock(local: &Local) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
-    // A panic while holding the lock leaves plain data behind: keep serving.
-    local
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Stops task `id` if it runs here; whether it did.
-fn stop(local: &Local, id: &str) -> bool {
-    let Some(running) = lock(local).remove(id) else {
-        return false;
-    };
-    if let Some(abort) = running.abort {
-        abort.abort();
-    }
-    true
-}
-
-/// A result to write.
-struct Finish {
-    id: String,
-    status: &'static str,
-    payload: Arc<str>,
-    subject: String,
-    created_ms: u64,
-    limits: TaskLimits,
-}
-
-impl Finish {
-    /// Writes it, retrying while Redis is unavailable for up to the TTL (after
-    /// which it would have expired anyway).
-    async fn run(self, connection: ConnectionManager) {
-        let started = tokio::time::Instant::now();
-        let mut delay = Duration::from_millis(100);
-        let mut failures = 0u32;
-        loop {
-            let mut script = scripts().finish.prepare_invoke();
-            script
-                .key(format!("{TASK_KEY}{}", self.id))
-                .key(ORDER_KEY)
-                .key(SIZES_KEY)
-                .key(BYTES_KEY)
-                .arg(self.status)
-                .arg(self.payload.as_ref())
-                .arg(now_ms())
-                .arg(millis(self.limits.ttl))
-                .arg(&self.subject)
-                .arg(self.created_ms)
-                .arg(&self.id)
-                .arg(TASK_KEY)
-                .arg(stale_ms(self.limits))
-                .arg(self.limits.max_stored_bytes);
-            let mut connection = connection.clone();
-            let written = tokio::time::timeout(
-                RESPONSE_TIMEOUT + Duration::from_secs(1),
-                script.invoke_async::<i64>(&mut connection),
-            )
-            .await;
-            let reason = match written {
-                Ok(Ok(_)) => {
-                    if failures > 0 {
-                        tracing::info!(task = %self.id, tries = failures + 1, "task result stored after the task store came back");
-                    }
-                    return;
-                }
-                Ok(Err(error)) => error.to_string(),
-                Err(_) => "no answer in time".to_owned(),
-            };
-            failures += 1;
-            if started.elapsed() + delay >= self.limits.ttl {
-                tracing::error!(task = %self.id, reason, "task result lost: the task store was unavailable for --task-ttl");
-                return;
-            }
-            if failures == 1 {
-                tracing::warn!(task = %self.id, reason, "cannot store the task result yet: the task store is unavailable; retrying");
-            }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(MAX_RETRY_DELAY);
-        }
-    }
-}
-
-/// Listens for cancels on [`CANCEL_CHANNEL`] for as long as the store lives,
-/// resubscribing (after a growing pause) whenever the subscription ends; on
-/// every subscription and every [`RECONCILE_EVERY`] the status of the tasks
-/// running here is read, so that a cancel whose message was missed still stops
-/// its task.
-async fn subscribe(client: redis::Client, connection: ConnectionManager, local: Local) {
-    let mut delay = Duration::from_millis(100);
-    // Said once per outage: a WARN when it starts, an INFO when it ends.
-    let lost = AtomicBool::new(false);
-    loop {
-        let subscribed = async {
-            let mut pubsub = client.get_async_pubsub().await?;
-            pubsub.subscribe(&[CANCEL_CHANNEL, ANSWER_CHANNEL]).await?;
-            Ok::<_, redis::RedisError>(pubsub)
-        };
-        let reason = match tokio::time::timeout(CONNECT_TIMEOUT, subscribed).await {
-            Ok(Ok(pubsub)) => {
-                if lost.swap(false, Ordering::Relaxed) {
-                    tracing::info!("subscribed to task cancels again");
-                }
-                let since = tokio::time::Instant::now();
-                reconcile(&connection, &local).await;
-                listen(pubsub, &connection, &local).await;
-                // A subscription that lasted resets the pause.
-                if since.elapsed() > MAX_RETRY_DELAY {
-                    delay = Duration::from_millis(100);
-                }
-                "the subscription ended".to_owned()
-            }
-            Ok(Err(error)) => error.to_string(),
-            Err(_) => "no answer in time".to_owned(),
-        };
-        if !lost.swap(true, Ordering::Relaxed) {
-            tracing::warn!(reason = %reason, "not subscribed to task cancels; retrying (the tasks running here are checked every 5 s meanwhile)");
-        }
-        reconcile(&connection, &local).await;
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(MAX_RETRY_DELAY);
-    }
-}
-
-/// Stops the tasks whose IDs come on [`CANCEL_CHANNEL`], takes the answers of
-/// those on [`ANSWER_CHANNEL`], and every [`RECONCILE_EVERY`] does both for
-/// what it finds in Redis; until the subscription ends.
-async fn listen(pubsub: redis::aio::PubSub, connection: &ConnectionManager, local: &Local) {
-    let mut messages = pubsub.into_on_message();
-    let mut every = tokio::time::interval(RECONCILE_EVERY);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            message = messages.next() => match message {
-                Some(message) => {
-                    let Ok(id) = message.get_payload::<String>() else {
-                        continue;
-                    };
-                    if message.get_channel_name() == ANSWER_CHANNEL {
-                        take(connection, local, &id).await;
-                    } else if stop(local, &id) {
-                        tracing::info!(task = %id, "task cancelled through the task store: its execution stopped");
-                    }
-                }
-                None => return,
-            },
-            _ = every.tick() => reconcile(connection, local).await,
-        }
-    }
-}
-
-/// Takes the answer for task `id` if it runs here and waits for one that came:
-/// read and deleted in Redis, then handed to the asker.
-async fn take(connection: &ConnectionManager, local: &Local, id: &str) {
-    let Some(key) = lock(local).get(id).and_then(|task| {
-        task.question
-            .as_ref()
-            .filter(|question| question.answer.is_some())
-            .map(|question| question.key.clone())
-    }) else {
-        return;
-    };
-    let task_key = format!("{TASK_KEY}{id}");
-    let taken = ask("take a task's input", || {
-        let mut script = scripts().take.prepare_invoke();
-        script.key(&task_key).arg(&key).arg(MAX_INPUT_BYTES);
-        let mut connection = connection.clone();
-        async move { script.invoke_async::<Option<String>>(&mut connection).await }
-    })
-    .await;
-    let Ok(Some(text)) = taken else {
-        return;
-    };
-    // What the client sent was JSON when it was stored.
-    let response = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
-    let waiter = lock(local).get_mut(id).and_then(|task| {
-        task.question
-            .as_mut()
-            .filter(|question| question.key == key)
-            .and_then(|question| question.answer.take())
-    });
-    if let Some(sender) = waiter {
-        let _ = sender.send(response);
-    }
-}
-
-/// Reads the status of the tasks running here: stops the cancelled ones and
-/// takes the answers of those that wait (their message may have been missed).
-/// A task gone from Redis (restarted empty) runs on: its end writes it again.
-async fn reconcile(connection: &ConnectionManager, local: &Local) {
-    let ids: Vec<String> = lock(local).keys().cloned().collect();
-    if ids.is_empty() {
-        return;
-    }
-    // Each status through READ (bounded), the script's text sent with each:
-    // a pipeline has no way back to load a script Redis forgot.
-    let mut pipe = redis::pipe();
-    for id in &ids {
-        pipe.cmd("EVAL")
-            .arg(READ)
-            .arg(1)
-            .arg(format!("{TASK_KEY}{id}"))
-            .arg(MAX_FIELD_BYTES)
-            .arg(0)
-            .arg(0)
-            .arg("status");
-    }
-    let mut connection = connection.clone();
-    let Ok(Ok(statuses)) = tokio::time::timeout(
-        RESPONSE_TIMEOUT + Duration::from_secs(1),
-        pipe.query_async::<Vec<Vec<Option<String>>>>(&mut connection),
-    )
-    .await
-    else {
-        return;
-    };
-    for (id, read) in ids.iter().zip(statuses) {
-        let status = match read.as_slice() {
-            [Some(ok), status] if ok == "ok" => status.clone(),
-            _ => None,
-        };
-        match status.as_deref() {
-            Some("cancelled") => {
-                if stop(local, id) {
-                    tracing::info!(task = %id, "task found cancelled in the task store: its execution stopped");
-                }
-            }
-            Some(_) | None => take(&connection, local, id).await,
-        }
-    }
 }
 
 #[cfg(test)]
