@@ -5,7 +5,11 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use std::io::Read as _;
+use std::process::{Child, Command, Stdio};
+use std::thread::JoinHandle;
+
+use anyhow::{Context, Result, bail};
 
 /// How a phase ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +49,61 @@ impl Phases {
         result
     }
 
+    /// Starts phase `name` as `command`, a child process that runs beside the
+    /// phases that follow (on the cores they leave idle: a build's single-crate
+    /// stretches, linking); its output is kept until [`Phases::join`].
+    pub(crate) fn beside(&mut self, name: &str, command: &mut Command) -> Result<Beside> {
+        eprintln!("xtask: phase {name} (beside the phases that follow)");
+        let shown = format!("{command:?}");
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot start {shown}"))?;
+        let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut text = Vec::new();
+                if let Some(mut pipe) = pipe {
+                    let _ = pipe.read_to_end(&mut text);
+                }
+                text
+            })
+        };
+        let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+        let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+        Ok(Beside {
+            name: format!("{name} (beside)"),
+            shown,
+            child: Some(child),
+            output: vec![stdout, stderr],
+            start: Instant::now(),
+        })
+    }
+
+    /// Waits for `beside`, shows its output, and records its own wall time
+    /// (from its start, so the rows add up to more than the total).
+    pub(crate) fn join(&mut self, mut beside: Beside) -> Result<()> {
+        eprintln!("xtask: waiting for {}", beside.name);
+        let status = match beside.child.take() {
+            Some(mut child) => child.wait().context("cannot wait for a phase")?,
+            None => bail!("{} was waited for already", beside.name),
+        };
+        let took = beside.start.elapsed();
+        for drain in beside.output.drain(..) {
+            let text = drain.join().unwrap_or_default();
+            eprint!("{}", String::from_utf8_lossy(&text));
+        }
+        let outcome = match status.success() {
+            true => Outcome::Passed,
+            false => Outcome::Failed,
+        };
+        self.rows.push((beside.name.clone(), took, outcome));
+        match outcome {
+            Outcome::Passed => Ok(()),
+            Outcome::Failed => bail!("{} failed with {status}", beside.shown),
+        }
+    }
+
     /// The table: one row per phase, then the total (the xtask build included
     /// when it is known).
     pub(crate) fn table(&self) -> String {
@@ -62,6 +121,25 @@ impl Phases {
         let total = self.started.elapsed() + self.before.unwrap_or_default();
         let _ = writeln!(out, "{:<20} {:>10}", "total", minutes(total));
         out
+    }
+}
+
+/// A phase running beside others ([`Phases::beside`]); dropped unjoined (a
+/// phase after it failed), its process is ended.
+pub(crate) struct Beside {
+    name: String,
+    shown: String,
+    child: Option<Child>,
+    output: Vec<JoinHandle<Vec<u8>>>,
+    start: Instant,
+}
+
+impl Drop for Beside {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -110,6 +188,28 @@ mod tests {
         assert!(!lines[2].contains("FAILED"), "{table}");
         assert!(lines[3].starts_with("lints ") && lines[3].ends_with("  FAILED"));
         assert!(lines[4].starts_with("total "), "{table}");
+    }
+
+    #[test]
+    fn a_phase_beside_the_others_is_recorded_when_joined_and_fails_with_its_process() {
+        let mut phases = Phases::new(None);
+        let ok = phases
+            .beside("quiet", Command::new("sh").args(["-c", "echo kept"]))
+            .expect("sh starts");
+        let failing = phases
+            .beside("loud", Command::new("sh").args(["-c", "exit 3"]))
+            .expect("sh starts");
+        assert!(phases.run("between", || Ok(())).is_ok());
+        assert!(phases.join(ok).is_ok());
+        let error = phases.join(failing).expect_err("exit 3 fails");
+        assert!(error.to_string().contains("exit status: 3"), "{error}");
+        let table = phases.table();
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[1].starts_with("between "), "{table}");
+        assert!(lines[2].starts_with("quiet (beside) "), "{table}");
+        assert!(!lines[2].contains("FAILED"), "{table}");
+        assert!(lines[3].starts_with("loud (beside) "), "{table}");
+        assert!(lines[3].ends_with("  FAILED"), "{table}");
     }
 
     #[test]

@@ -94,20 +94,22 @@ fn run(phases: &mut Phases) -> Result<()> {
     phases.run("same features", || {
         dist::unchanged_build(&lints, "codemode-host")
     })?;
-    // The Python and JavaScript examples' build scripts write the WIT docs with
-    // the binary just built.
-    let examples = phases.run("plugins", || plugins(&|| Ok(binary.clone())))?;
     // The interpreter is its own workspace: its checks are tested (and linted)
-    // natively beside its wasm build.
-    phases.run("interpreter tests", || {
-        status(lints.apply(cargo().args([
+    // natively beside its wasm build, in target/runner (which the build above
+    // wrote last), while the plugins build and precompile.
+    let interpreter = phases.beside(
+        "interpreter",
+        lints.apply(cargo().args([
             "test",
             "--manifest-path",
             RUNNER_MANIFEST,
             "--target-dir",
             "target/runner",
-        ])))
-    })?;
+        ])),
+    )?;
+    // The Python and JavaScript examples' build scripts write the WIT docs with
+    // the binary just built.
+    let examples = phases.run("plugins", || plugins(&|| Ok(binary.clone())))?;
     let missing: Vec<&str> = FOREIGN_PLUGINS
         .iter()
         .map(|plugin| plugin.name)
@@ -129,6 +131,8 @@ fn run(phases: &mut Phases) -> Result<()> {
                 .stdout(std::process::Stdio::null()),
         )
     })?;
+    phases.join(interpreter)?;
+
     // The image's layout, from the debug build: it starts from a read-only cache.
     phases.run("dist", || {
         dist::layout_debug(&binary, &examples, &root().join("target/test-cache")).map(|_| ())
