@@ -67,6 +67,30 @@ impl Setup {
         self.dir.join(name).display().to_string()
     }
 
+    /// An HTTP server of this setup asking with `--approval-timeout`
+    /// `timeout`, the callers in `tokens` (a file [`Setup::tokens`] wrote),
+    /// sealing with the setup's approval key (the same for every server it
+    /// starts, as replicas share it) and keeping tasks in `store` (Redis) when
+    /// given.
+    fn replica(&self, timeout: &str, tokens: &str, store: Option<&str>) -> HttpServer {
+        let key = self.dir.join("approval.key");
+        if !key.is_file() {
+            std::fs::write(&key, format!("{}\n", "ab12".repeat(16))).expect("write the key");
+        }
+        let mut args = self.args(&["--approval-timeout", timeout]);
+        args.extend([
+            "--approval-key".to_owned(),
+            key.display().to_string(),
+            "--tokens".to_owned(),
+            tokens.to_owned(),
+        ]);
+        if let Some(store) = store {
+            args.extend(["--task-store".to_owned(), store.to_owned()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        HttpServer::start(&args)
+    }
+
     fn args(&self, extra: &[&str]) -> Vec<String> {
         let mut args = vec![
             "--config".to_owned(),
@@ -778,20 +802,8 @@ fn post_2026(server: &HttpServer, token: &str, method: &str, name: &str, params:
 #[test]
 fn with_tasks_in_memory_a_restart_never_runs_a_spent_approval_again() {
     let setup = Setup::new("restart", "");
-    let key = setup.dir.join("approval.key");
-    std::fs::write(&key, format!("{}\n", "cd34".repeat(16))).expect("write the key");
     let tokens = setup.tokens(&[("ada", "ada-secret")]);
-    let start = || {
-        let mut args = setup.args(&["--approval-timeout", "10m"]);
-        args.extend([
-            "--approval-key".to_owned(),
-            key.display().to_string(),
-            "--tokens".to_owned(),
-            tokens.clone(),
-        ]);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        HttpServer::start(&args)
-    };
+    let start = || setup.replica("10m", &tokens, None);
     let answer = |state: &str| {
         json!({
             "requestState": state,
@@ -846,23 +858,9 @@ fn with_tasks_in_memory_a_restart_never_runs_a_spent_approval_again() {
 #[test]
 fn a_claim_lives_as_long_as_its_state_whichever_replica_answers() {
     let setup = Setup::new("claim-ttl", "");
-    let key = setup.dir.join("approval.key");
-    std::fs::write(&key, format!("{}\n", "ef56".repeat(16))).expect("write the key");
     let tokens = setup.tokens(&[("ada", "ada-secret")]);
     let redis = crate::support::RedisServer::start("claim-ttl");
-    let start = |timeout: &str| {
-        let mut args = setup.args(&["--approval-timeout", timeout]);
-        args.extend([
-            "--approval-key".to_owned(),
-            key.display().to_string(),
-            "--tokens".to_owned(),
-            tokens.clone(),
-            "--task-store".to_owned(),
-            redis.url(),
-        ]);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        HttpServer::start(&args)
-    };
+    let start = |timeout: &str| setup.replica(timeout, &tokens, Some(&redis.url()));
     let (long, short) = (start("10m"), start("1s"));
     let asked = call_2026(&long, "ada-secret", &note("t"), None);
     let state = asked["result"]["requestState"]
@@ -906,24 +904,10 @@ fn a_claim_lives_as_long_as_its_state_whichever_replica_answers() {
 #[test]
 fn over_http_a_2026_answer_may_reach_another_replica() {
     let setup = Setup::new("replicas", "");
-    let key = setup.dir.join("approval.key");
-    std::fs::write(&key, format!("{}\n", "ab12".repeat(16))).expect("write the key");
     let tokens = setup.tokens(&[("ada", "ada-secret"), ("bob", "bob-secret")]);
     // Replicas share the task store: a state answered on one is spent on all.
     let redis = crate::support::RedisServer::start("approvals");
-    let start = |timeout: &str| {
-        let mut args = setup.args(&["--approval-timeout", timeout]);
-        args.extend([
-            "--approval-key".to_owned(),
-            key.display().to_string(),
-            "--tokens".to_owned(),
-            tokens.clone(),
-            "--task-store".to_owned(),
-            redis.url(),
-        ]);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        HttpServer::start(&args)
-    };
+    let start = |timeout: &str| setup.replica(timeout, &tokens, Some(&redis.url()));
     let (a, b) = (start("10m"), start("10m"));
     let asked = call_2026(&a, "ada-secret", &note("h"), None);
     let result = &asked["result"];

@@ -4,9 +4,6 @@
 //! before the answer. A request without a token gets none: over HTTP its answer
 //! stays one JSON body, with one it is an SSE stream.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-
 use serde_json::{Value, json};
 
 use crate::stdio::ok;
@@ -168,38 +165,14 @@ fn over_http_only_a_request_that_asks_gets_a_stream() {
 #[test]
 fn over_stdio_no_notification_follows_the_answer() {
     let plugins = sleepy("progress-stdio");
-    let mut child = Command::new(crate::support::host_bin())
-        .args(with_cache(&[
-            "--plugins",
-            plugins.to_str().expect("utf-8 path"),
-        ]))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn codemode-host");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut send = |line: &str| {
-        stdin.write_all(line.as_bytes()).expect("write");
-        stdin.write_all(b"\n").expect("write");
-        stdin.flush().expect("flush");
-    };
-    let mut read = || -> Value {
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("read a line");
-        serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line:?}"))
-    };
-    send(
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
-    );
-    assert_eq!(read()["id"], 1);
-    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let mut server =
+        crate::support::StdioClient::start(&["--plugins", plugins.to_str().expect("utf-8 path")]);
+    server.initialize("2025-11-25");
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "execute", "arguments": {"source": NAPS}, "_meta": {"progressToken": 9}}});
-    send(&call.to_string());
+    server.send(call.to_string());
     let mut progress = Vec::new();
     let answer = loop {
-        let message = read();
+        let message = server.read();
         if message["method"] == "notifications/progress" {
             progress.push(message["params"].clone());
         } else {
@@ -217,9 +190,10 @@ fn over_stdio_no_notification_follows_the_answer() {
             .map(|n| json!({"progressToken": 9, "progress": n as f64, "message": "sleepy.nap"}))
             .to_vec()
     );
-    send(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#);
-    assert_eq!(read(), json!({"jsonrpc": "2.0", "id": 3, "result": {}}));
-    drop(stdin);
-    let status = child.wait().expect("wait for codemode-host");
+    assert_eq!(
+        server.exchange(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#),
+        json!({"jsonrpc": "2.0", "id": 3, "result": {}})
+    );
+    let status = server.close();
     assert!(status.success(), "{status}");
 }

@@ -2,11 +2,12 @@
 
 use serde_json::{Value, json};
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 use crate::support::{
-    drive, example_plugins, host_bin, plugin_folder, test_plugin, wait_until, with_cache,
+    INITIALIZED, StdioClient, drive, example_plugins, host_bin, initialize_line, plugin_folder,
+    test_plugin, wait_until, with_cache,
 };
 
 fn serve_examples(steps: Value) -> Value {
@@ -234,31 +235,19 @@ fn malformed_arguments_are_tool_errors_on_the_2026_revision_too() {
 #[test]
 fn every_line_gets_an_answer_and_arguments_come_before_the_subject() {
     let plugins = example_plugins();
-    let mut child = Command::new(host_bin())
-        .args(with_cache(&[
-            "--plugins",
-            plugins.to_str().expect("utf-8 path"),
-            "--subject",
-            "",
-        ]))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn codemode-host");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut server = StdioClient::start(&[
+        "--plugins",
+        plugins.to_str().expect("utf-8 path"),
+        "--subject",
+        "",
+    ]);
     // One line out, one answer back (a notification gets none).
     let mut exchange = |line: &[u8], answered: bool| -> Value {
-        stdin.write_all(line).expect("write a line");
-        stdin.write_all(b"\n").expect("write a line");
-        stdin.flush().expect("flush");
         if !answered {
+            server.send(line);
             return Value::Null;
         }
-        let mut answer = String::new();
-        stdout.read_line(&mut answer).expect("read an answer");
-        serde_json::from_str(&answer).unwrap_or_else(|_| panic!("not JSON: {answer:?}"))
+        server.exchange(line)
     };
     let initialized = exchange(
         br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
@@ -300,8 +289,7 @@ fn every_line_gets_an_answer_and_arguments_come_before_the_subject() {
         exchange(br#"{"jsonrpc":"2.0","id":4,"method":"ping"}"#, true),
         json!({"jsonrpc": "2.0", "id": 4, "result": {}})
     );
-    drop(stdin);
-    let status = child.wait().expect("wait for codemode-host");
+    let status = server.close();
     assert!(status.success(), "{status}");
 }
 
@@ -316,25 +304,23 @@ fn every_line_gets_an_answer_and_arguments_come_before_the_subject() {
 #[test]
 fn a_stdio_server_answers_while_its_plugins_load_and_a_sighup_then_does_not_end_it() {
     let dir = plugin_folder("stdio-answers-while-loading", &[test_plugin("drowsy")]);
-    let mut child = Command::new(host_bin())
-        .args(with_cache(&[
-            "--plugins",
-            dir.to_str().expect("utf-8 path"),
-            "--load-timeout",
-            "6s",
-            "--max-execution-time",
-            "1s",
-            "--log",
-            "debug",
-        ]))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn codemode-host");
+    let mut server = StdioClient::spawn(
+        Command::new(host_bin())
+            .args(with_cache(&[
+                "--plugins",
+                dir.to_str().expect("utf-8 path"),
+                "--load-timeout",
+                "6s",
+                "--max-execution-time",
+                "1s",
+                "--log",
+                "debug",
+            ]))
+            .stderr(Stdio::piped()),
+    );
     // The log is drained by a thread, so that the server never blocks writing it.
     let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let stderr = BufReader::new(server.child.stderr.take().expect("stderr"));
     let drained = {
         let log = log.clone();
         std::thread::spawn(move || {
@@ -354,21 +340,16 @@ fn a_stdio_server_answers_while_its_plugins_load_and_a_sighup_then_does_not_end_
         text,
     );
     let hup = Command::new("kill")
-        .args(["-HUP", &child.id().to_string()])
+        .args(["-HUP", &server.child.id().to_string()])
         .status()
         .expect("run kill");
     assert!(hup.success());
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
     let mut exchange = |line: &str, answered: bool| -> Value {
-        stdin.write_all(line.as_bytes()).expect("write a line");
-        stdin.write_all(b"\n").expect("write a line");
-        if !answered {
-            return Value::Null;
+        server.send(line);
+        match answered {
+            true => server.read_with_log(&text),
+            false => Value::Null,
         }
-        let mut answer = String::new();
-        stdout.read_line(&mut answer).expect("read an answer");
-        serde_json::from_str(&answer).unwrap_or_else(|_| panic!("not JSON: {answer:?}\n{}", text()))
     };
     let initialized = exchange(
         r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
@@ -431,8 +412,7 @@ fn a_stdio_server_answers_while_its_plugins_load_and_a_sighup_then_does_not_end_
         json!({"result": 1}),
         "{late}"
     );
-    drop(stdin);
-    let status = child.wait().expect("wait for codemode-host");
+    let status = server.close();
     drained.join().expect("the log thread");
     let log = text();
     assert!(status.success(), "{status}\n{log}");
@@ -442,36 +422,22 @@ fn a_stdio_server_answers_while_its_plugins_load_and_a_sighup_then_does_not_end_
     );
 
     // Past --startup-wait, an execute fails saying why, without a budget's name.
-    let mut child = Command::new(host_bin())
-        .args(with_cache(&[
-            "--plugins",
-            dir.to_str().expect("utf-8 path"),
-            "--load-timeout",
-            "6s",
-            "--startup-wait",
-            "1s",
-        ]))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn codemode-host");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut server = StdioClient::start(&[
+        "--plugins",
+        dir.to_str().expect("utf-8 path"),
+        "--load-timeout",
+        "6s",
+        "--startup-wait",
+        "1s",
+    ]);
     for line in [
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        &initialize_line("2025-06-18"),
+        INITIALIZED,
         &execute.replace("ID", "2"),
     ] {
-        stdin.write_all(line.as_bytes()).expect("write a line");
-        stdin.write_all(b"\n").expect("write a line");
+        server.send(line);
     }
-    let mut answers = Vec::new();
-    for _ in 0..2 {
-        let mut answer = String::new();
-        stdout.read_line(&mut answer).expect("read an answer");
-        answers.push(serde_json::from_str::<Value>(&answer).expect("JSON"));
-    }
+    let answers = [server.read(), server.read()];
     let early = &answers[1];
     assert_eq!(early["result"]["isError"], true, "{early}");
     assert_eq!(
@@ -483,7 +449,4 @@ fn a_stdio_server_answers_while_its_plugins_load_and_a_sighup_then_does_not_end_
         None,
         "{early}"
     );
-    drop(stdin);
-    let _ = child.kill();
-    let _ = child.wait();
 }

@@ -261,8 +261,11 @@ pub(crate) struct HttpServer {
     /// The port it listens on.
     pub port: u16,
     log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-    /// Its stdout: the audit log, by default when serving HTTP.
-    audit: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// The file its stdout goes to: the audit log, by default when serving
+    /// HTTP. A file, not a pipe read by a thread: the server writes an
+    /// execution's audit lines before it answers, so a test reading the file
+    /// after the answer finds them there (a thread reading a pipe could lag).
+    audit: PathBuf,
     reader: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -292,23 +295,23 @@ impl HttpServer {
         for name in otel {
             command.env_remove(name);
         }
+        static SERVERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let audit = root().join("target/e2e-stdout").join(format!(
+            "{}-{}.jsonl",
+            std::process::id(),
+            SERVERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(audit.parent().expect("a parent"))
+            .expect("create target/e2e-stdout");
+        let stdout = std::fs::File::create(&audit).expect("create the server's stdout file");
         let mut child = command
             .args(with_cache(&all))
             .envs(env.iter().copied())
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
+            .stdout(stdout)
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn codemode-host");
-        let audit = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let audit_sink = audit.clone();
-        // Ends when the process does.
-        std::thread::spawn(move || {
-            for line in stdout.lines().map_while(Result::ok) {
-                audit_sink.lock().expect("audit lock").push(line);
-            }
-        });
         let mut stderr = BufReader::new(child.stderr.take().expect("stderr")).lines();
         let mut seen = Vec::new();
         let mut port = None;
@@ -349,9 +352,14 @@ impl HttpServer {
         }
     }
 
-    /// What the server wrote to stdout so far: its audit lines.
+    /// What the server wrote to stdout so far: its audit lines (whole lines
+    /// only, without the last newline).
     pub(crate) fn audit(&self) -> String {
-        self.audit.lock().expect("audit lock").join("\n")
+        let text = std::fs::read_to_string(&self.audit).unwrap_or_default();
+        match text.rfind('\n') {
+            Some(end) => text[..end].to_owned(),
+            None => String::new(),
+        }
     }
 
     /// The MCP endpoint.
@@ -397,6 +405,7 @@ impl Drop for HttpServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.audit);
     }
 }
 
@@ -681,7 +690,7 @@ pub(crate) fn wait_for_log(server: &HttpServer, needle: &str, count: usize) {
 }
 
 /// Waits until `needle` appears `count` times in the audit log `server` writes to
-/// its stdout (the answers can arrive before the audit writer's lines).
+/// its stdout: for lines an answer does not wait for (an approval's, say).
 pub(crate) fn wait_for_audit(server: &HttpServer, needle: &str, count: usize) {
     wait_until(
         &format!("{count}x `{needle}` in the audit log"),
@@ -853,4 +862,108 @@ fn redis_ping(port: u16) -> bool {
     stream.write_all(b"PING\r\n").is_ok()
         && stream.read_exact(&mut answer).is_ok()
         && &answer == b"+PONG\r\n"
+}
+
+/// A raw JSON-RPC client of a `codemode-host` child over stdio, a line each
+/// way: what the e2e tests use when the exact lines matter (an SDK client
+/// would hide them).
+pub(crate) struct StdioClient {
+    /// The server's process.
+    pub(crate) child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+/// The `initialize` request of a raw client on `version`, ID 1.
+pub(crate) fn initialize_line(version: &str) -> String {
+    serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": version, "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}})
+    .to_string()
+}
+
+/// The `notifications/initialized` line.
+pub(crate) const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+
+impl StdioClient {
+    /// Starts `codemode-host` with `args` and the tests' cache, its stderr
+    /// discarded.
+    pub(crate) fn start(args: &[&str]) -> Self {
+        Self::spawn(
+            Command::new(host_bin())
+                .args(with_cache(args))
+                .stderr(Stdio::null()),
+        )
+    }
+
+    /// Starts `command` (a `codemode-host` the caller set up) with piped stdin
+    /// and stdout.
+    pub(crate) fn spawn(command: &mut Command) -> Self {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn codemode-host");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("a piped stdout"));
+        Self {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// Sends `line` and its newline.
+    pub(crate) fn send(&mut self, line: impl AsRef<[u8]>) {
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        stdin.write_all(line.as_ref()).expect("write a line");
+        stdin.write_all(b"\n").expect("write a line");
+        stdin.flush().expect("flush");
+    }
+
+    /// The next line from the server, as JSON.
+    pub(crate) fn read(&mut self) -> Value {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("read a line");
+        serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line:?}"))
+    }
+
+    /// The next line from the server, as JSON; one that is not says so with
+    /// `log` (the server's, say).
+    pub(crate) fn read_with_log(&mut self, log: &dyn Fn() -> String) -> Value {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("read a line");
+        serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line:?}\n{}", log()))
+    }
+
+    /// Sends `line` and reads the next line.
+    pub(crate) fn exchange(&mut self, line: impl AsRef<[u8]>) -> Value {
+        self.send(line);
+        self.read()
+    }
+
+    /// `initialize` on `version` and `notifications/initialized`: the answer
+    /// to the first.
+    pub(crate) fn initialize(&mut self, version: &str) -> Value {
+        let answer = self.exchange(initialize_line(version));
+        assert_eq!(answer["id"], 1, "{answer}");
+        self.send(INITIALIZED);
+        answer
+    }
+
+    /// Closes stdin and waits for the server to exit.
+    pub(crate) fn close(mut self) -> std::process::ExitStatus {
+        drop(self.stdin.take());
+        self.child.wait().expect("wait for codemode-host")
+    }
+}
+
+impl Drop for StdioClient {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }

@@ -373,21 +373,9 @@ fn tasks_run_in_half_the_slots_and_direct_calls_keep_the_rest() {
 /// asks for it, on the same pipe.
 #[test]
 fn over_stdio_a_task_runs_between_requests() {
-    use std::io::{BufRead, BufReader, Write};
-    use std::process::{Command, Stdio};
     let plugins = plugin_folder("tasks-stdio", &[test_plugin("sleepy")]);
-    let mut child = Command::new(crate::support::host_bin())
-        .args(crate::support::with_cache(&[
-            "--plugins",
-            plugins.to_str().expect("utf-8 path"),
-        ]))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn codemode-host");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut server =
+        crate::support::StdioClient::start(&["--plugins", plugins.to_str().expect("utf-8 path")]);
     let meta = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
@@ -398,14 +386,7 @@ fn over_stdio_a_task_runs_between_requests() {
         next_id += 1;
         params["_meta"] = meta.clone();
         let request = json!({"jsonrpc": "2.0", "id": next_id, "method": method, "params": params});
-        stdin
-            .write_all(format!("{request}\n").as_bytes())
-            .expect("write");
-        stdin.flush().expect("flush");
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("read a line");
-        let answer: Value =
-            serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line:?}"));
+        let answer = server.exchange(request.to_string());
         assert_eq!(answer["id"], next_id, "{answer}");
         answer
     };
@@ -428,8 +409,7 @@ fn over_stdio_a_task_runs_between_requests() {
         last["result"]["result"]["structuredContent"],
         json!({"result": {"ms": 200}})
     );
-    drop(stdin);
-    let status = child.wait().expect("wait for codemode-host");
+    let status = server.close();
     assert!(status.success(), "{status}");
 }
 
