@@ -108,7 +108,6 @@ impl Board {
         Some(entry)
     }
 
-    /// The oldest ended task's ID.
     /// The ended task to drop for room: the oldest of the subject keeping the
     /// most ended tasks, so that one subject's many quick tasks push out its
     /// own results before another's (issue 49, F8).
