@@ -28,6 +28,7 @@ mod precompile;
 mod probe;
 mod progress;
 mod provider;
+mod registry;
 mod reload;
 mod scaffold;
 mod secrets;

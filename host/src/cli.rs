@@ -640,6 +640,29 @@ fn listen_address(text: &str) -> Result<SocketAddr, String> {
     }
 }
 
+/// An OCI reference, as `pull` takes it.
+fn oci_reference(text: &str) -> Result<codemode_oci::Reference, String> {
+    codemode_oci::Reference::parse(text).map_err(|e| e.to_string())
+}
+
+/// A digest, as `--digest` takes it.
+fn oci_digest(text: &str) -> Result<codemode_oci::Digest, String> {
+    codemode_oci::Digest::parse(text).map_err(|e| e.to_string())
+}
+
+/// A verification policy: require, warn or off.
+fn verify_policy(text: &str) -> Result<codemode_oci::Policy, String> {
+    text.parse()
+}
+
+/// A pull's byte bound: positive.
+fn pull_bytes(text: &str) -> Result<u64, String> {
+    match parse_bytes(text)? {
+        0 => Err("must be positive (e.g. 256MiB)".to_owned()),
+        size => Ok(size as u64),
+    }
+}
+
 /// Subcommands; without one the server runs.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
 pub enum Command {
@@ -678,6 +701,58 @@ pub enum Command {
         /// The component file to write the docs into (replaced whole)
         #[arg(value_name = "PLUGIN.wasm")]
         file: PathBuf,
+    },
+
+    /// Pull a plugin from an OCI registry into the plugins folder, verified
+    ///
+    /// REFERENCE is registry/namespace/name:tag or ...@sha256:<digest> (the CNCF
+    /// Wasm artifact layout: `oras push`, `wkg oci push` and `codemode-host push`
+    /// write it). The component is checked (layout, digests, signatures) before
+    /// a byte of it is in the folder, then written as --plugins/NAME.wasm in one
+    /// rename, with NAME.oci.json saying where it came from; the sidecar NAME.toml
+    /// stays the operator's. Signatures are cosign's, by key: found under the
+    /// tag sha256-<digest>.sig or through the referrers API, and trusted when one
+    /// of the --key files verifies one whose payload names the pulled digest.
+    /// For image builds and air-gapped copies; a server pulls the [[plugin]]
+    /// entries of its config file itself.
+    Pull {
+        /// The artifact: registry/namespace/name:tag or registry/namespace/name@sha256:<digest>
+        #[arg(value_name = "REFERENCE", value_parser = oci_reference)]
+        reference: codemode_oci::Reference,
+        /// The plugin's file name in the folder, without .wasm [default: the
+        /// repository's last segment]
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+        /// Refuse any digest but this one (sha256:<64 hex digits>)
+        #[arg(long, value_name = "DIGEST", value_parser = oci_digest)]
+        digest: Option<codemode_oci::Digest>,
+        /// What signatures must be: require (unsigned or badly signed is
+        /// refused), warn (pulled with a warning saying why) or off (not looked
+        /// for)
+        #[arg(long, value_name = "POLICY", default_value = "require", value_parser = verify_policy)]
+        verify: codemode_oci::Policy,
+        /// A public key (PEM; ECDSA P-256 or Ed25519, as `cosign generate-key-pair`
+        /// writes cosign.pub) a signature may be made with; repeat it for several
+        /// (during a key rotation)
+        #[arg(long = "key", value_name = "FILE")]
+        keys: Vec<PathBuf>,
+        /// A Docker config.json with the registry's credentials [default:
+        /// $DOCKER_CONFIG/config.json or ~/.docker/config.json, when there is one]
+        #[arg(long, value_name = "FILE", conflicts_with = "registry_token")]
+        registry_auth: Option<PathBuf>,
+        /// A file holding a registry token, sent as a bearer token
+        #[arg(long, value_name = "FILE")]
+        registry_token: Option<PathBuf>,
+        /// Speak plain HTTP to a registry that is not on this machine (loopback
+        /// registries always are spoken to in plain HTTP)
+        #[arg(long)]
+        insecure: bool,
+        /// The largest component pulled
+        #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = pull_bytes)]
+        max_pull_bytes: u64,
+        /// The longest the pull may take, signatures included
+        #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_duration)]
+        pull_timeout: Duration,
     },
 
     /// Write a new plugin project that builds, with one capability

@@ -11,8 +11,9 @@
 //! [`ToolError`], every error a model can see; the [`authz`] port ([`Authorizer`],
 //! with the Rego and allow-all adapters and bearer [`Tokens`]); the [`mcp`] adapter
 //! (stdio and Streamable HTTP); [`watch`], which reloads a service when its plugins
-//! folder changes; [`audit`], the log of native calls; and [`units`], how sizes and
-//! durations are written.
+//! folder changes; [`audit`], the log of native calls; [`oci`], plugins pulled
+//! from OCI registries and verified; and [`units`], how sizes and durations are
+//! written.
 //!
 //! Inside, layers point one way (docs/architecture.md): the catalog (names, shapes,
 //! binding, search; no wasmtime, MCP or Rego) ← capability sources (WebAssembly
@@ -41,6 +42,7 @@ mod hidden;
 pub mod mcp;
 pub mod memory;
 mod metrics;
+pub mod oci;
 mod plugins;
 mod precompile;
 mod registry;

@@ -12,7 +12,7 @@ use codemode_host::mcp::http::{self, Authentication, HttpConfig, Readiness};
 use codemode_host::mcp::{McpServer, SubjectSource, serve_stdio};
 use codemode_host::tasks::{RedisTasks, TaskBoard, TaskStore};
 use codemode_host::{DEFAULT_STARTUP_WAIT, Service, ServiceConfig, StartError, watch};
-use codemode_host::{children, default_cache_dir};
+use codemode_host::{children, default_cache_dir, oci};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::{self, Filter, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
@@ -214,6 +214,7 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
         Some(Command::NewPlugin { name, lang, dir }) => {
             return scaffold::new_plugin(name, *lang, dir.as_deref());
         }
+        Some(Command::Pull { .. }) => return pull(&cli),
         None => {}
     }
     let http = cli.http()?;
@@ -595,6 +596,62 @@ fn check(cli: &Cli, files: &[std::path::PathBuf]) -> anyhow::Result<()> {
 }
 
 /// `codemode-host precompile`: fills the cache, one line per component on stdout.
+/// `pull`: one plugin from a registry into the plugins folder.
+fn pull(cli: &Cli) -> anyhow::Result<()> {
+    let Some(Command::Pull {
+        reference,
+        name,
+        digest,
+        verify,
+        keys,
+        registry_auth,
+        registry_token,
+        insecure,
+        max_pull_bytes,
+        pull_timeout,
+    }) = &cli.command
+    else {
+        anyhow::bail!("not the pull command");
+    };
+    let source = oci::PluginSource {
+        reference: reference.clone(),
+        name: name.clone().unwrap_or_else(|| reference.name().to_owned()),
+        pinned: digest.clone(),
+        policy: *verify,
+        keys: keys.clone(),
+        auth: match (registry_auth, registry_token) {
+            (_, Some(token)) => oci::RegistryAuth::TokenFile(token.clone()),
+            (Some(config), None) => oci::RegistryAuth::DockerConfig(config.clone()),
+            (None, None) => oci::RegistryAuth::DockerDefault,
+        },
+        insecure: *insecure,
+    };
+    let limits = oci::PullLimits {
+        max_bytes: *max_pull_bytes,
+        timeout: *pull_timeout,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let pulled = runtime
+        .block_on(oci::pull(&source, &cli.plugins, limits))
+        .map_err(anyhow::Error::msg)?;
+    println!(
+        "{}: {} ({}) from {}; {}",
+        pulled.file.display(),
+        if pulled.changed {
+            "pulled"
+        } else {
+            "already up to date"
+        },
+        pulled.digest,
+        source.reference,
+        pulled.verification
+    );
+    Ok(())
+}
+
 fn precompile(cli: &Cli) -> anyhow::Result<()> {
     let cache_dir = cli
         .cache_dir

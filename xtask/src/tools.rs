@@ -1,6 +1,7 @@
 //! The test command's `tools` phase: every tool of [`devtools::ALL`] in the
 //! machine's tools folder (installed once per machine, keyed by version), and
-//! `redis-server` from the system's packages.
+//! the servers the tests start from the system's packages: `redis-server` and
+//! `docker-registry` (the CNCF distribution registry).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -41,7 +42,7 @@ pub(crate) fn install_all() -> Result<()> {
             false => Err(anyhow!(failures.join("\n"))),
         }
     })?;
-    redis_server()
+    system_packages()
 }
 
 /// The pinned cargo-nextest: the one on the PATH when it is that release (this
@@ -70,17 +71,41 @@ fn nextest_on_path() -> Option<PathBuf> {
     (out.status.success() && found == version).then(|| PathBuf::from("cargo-nextest"))
 }
 
-/// Installs `redis-server` (the Debian package) unless it is on the PATH: the
-/// task store's tests start their own, on a loopback port.
-fn redis_server() -> Result<()> {
-    let found = Command::new("redis-server")
-        .arg("--version")
-        .output()
-        .is_ok_and(|out| out.status.success());
-    if found {
+/// The Debian packages the tests start servers from: each program, its package,
+/// and who needs it.
+const SYSTEM_PACKAGES: [(&str, &str, &str); 2] = [
+    ("redis-server", "redis-server", "the task store's tests"),
+    (
+        "docker-registry",
+        "docker-registry",
+        "the registry tests (`pull`)",
+    ),
+];
+
+/// Installs the packages of [`SYSTEM_PACKAGES`] whose program is not on the
+/// PATH (the tests start their own servers, on loopback ports).
+fn system_packages() -> Result<()> {
+    let missing: Vec<_> = SYSTEM_PACKAGES
+        .iter()
+        .filter(|(program, ..)| {
+            // `docker-registry --version` and `redis-server --version` both
+            // answer without starting anything.
+            !Command::new(program)
+                .arg("--version")
+                .output()
+                .is_ok_and(|out| out.status.success())
+        })
+        .collect();
+    if missing.is_empty() {
         return Ok(());
     }
-    eprintln!("xtask: installing redis-server (Debian package) for the task store's tests");
+    let packages: Vec<&str> = missing.iter().map(|(_, package, _)| *package).collect();
+    let needed: Vec<&str> = missing.iter().map(|(.., who)| *who).collect();
+    eprintln!(
+        "xtask: installing {} (Debian packages) for {}",
+        packages.join(", "),
+        needed.join(" and ")
+    );
     // As root (CI) apt-get runs as is; otherwise through sudo, without a prompt.
     let root = Command::new("id")
         .arg("-u")
@@ -97,9 +122,15 @@ fn redis_server() -> Result<()> {
         command.args(args).env("DEBIAN_FRONTEND", "noninteractive");
         status(&mut command)
     };
+    let mut install = vec!["install", "-y", "-qq", "--no-install-recommends"];
+    install.extend(&packages);
     apt(&["update", "-qq"])
-        .and_then(|()| apt(&["install", "-y", "-qq", "redis-server"]))
-        .context(
-            "the task store's tests need redis-server: install the Debian package redis-server",
-        )
+        .and_then(|()| apt(&install))
+        .with_context(|| {
+            format!(
+                "{} need {}: install the Debian packages",
+                needed.join(" and "),
+                packages.join(", ")
+            )
+        })
 }

@@ -52,11 +52,17 @@ pub struct Tool {
 }
 
 /// The end-to-end tests' Python: the official MCP SDK client they drive the server
-/// with, a YAML parser for the deployment manifests, and the OTLP definitions the
-/// trace receiver decodes with.
+/// with, a YAML parser for the deployment manifests, the OTLP definitions the
+/// trace receiver decodes with, and oras-py, which publishes the registry tests'
+/// artifacts and signatures.
 pub const E2E_PYTHON: Tool = Tool {
     name: "e2e-python",
-    kind: Kind::PythonVenv(&["mcp==2.3.0", "PyYAML==6.0.2", "opentelemetry-proto==1.45.2"]),
+    kind: Kind::PythonVenv(&[
+        "mcp==2.3.0",
+        "PyYAML==6.0.2",
+        "opentelemetry-proto==1.45.2",
+        "oras==0.2.43",
+    ]),
 };
 
 /// The third-party MCP servers the gateway tests serve as upstreams (a venv of

@@ -1,0 +1,548 @@
+//! `codemode-host pull` against a real registry: the CNCF distribution registry
+//! (Debian's `docker-registry`, installed by `cargo xtask test`) on a loopback
+//! port, artifacts and cosign signatures published by oras-py (not our code),
+//! keys made and signatures computed by `openssl` (not our code either). Every
+//! refusal leaves the plugins folder exactly as it was.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+use sha2::{Digest as _, Sha256};
+
+use crate::stdio::{call, ok};
+use crate::support::{drive, example_plugins, host_bin, python, root, test_plugin, wait_until};
+
+/// cosign's signature layer media type.
+const SIGNATURE_LAYER: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
+/// The CNCF Wasm artifact's config media type.
+const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
+
+/// A `docker-registry` on a loopback port, its storage in a folder of its own;
+/// killed when dropped.
+struct Registry {
+    child: std::process::Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Registry {
+    fn start(label: &str) -> Self {
+        let dir = root()
+            .join("target/e2e-registry")
+            .join(format!("{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the registry's folder");
+        let port = crate::support::free_port();
+        let config = format!(
+            "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\nlog:\n  level: error\n",
+            dir.join("data").display()
+        );
+        std::fs::write(dir.join("config.yml"), config).expect("write the registry's config");
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(dir.join("config.yml"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("registry.log")).expect("the registry's log"))
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start docker-registry ({e}): `cargo xtask test` installs it (Debian package docker-registry)")
+            });
+        let registry = Self { child, port, dir };
+        wait_until(
+            "the registry to answer /v2/",
+            || answers_v2(registry.port),
+            || std::fs::read_to_string(registry.dir.join("registry.log")).unwrap_or_default(),
+        );
+        registry
+    }
+
+    fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Publishes `wasm` as a Wasm artifact at `repository:tag`; its manifest's digest.
+    fn push(&self, repository_tag: &str, wasm: &Path) -> String {
+        let config = self.dir.join("wasm-config.json");
+        std::fs::write(&config, r#"{"architecture":"wasm","os":"wasip2"}"#).expect("config");
+        oras_push(&json!({
+            "target": format!("{}/{repository_tag}", self.host()),
+            "files": [[wasm, "application/wasm"]],
+            "config": [config, WASM_CONFIG],
+        }))
+    }
+
+    /// Publishes, under cosign's tag for `attached` in `repository`, a signature
+    /// by `key` of a payload naming `signed`.
+    fn sign(&self, repository: &str, attached: &str, signed: &str, key: &Key) {
+        let payload = format!(
+            r#"{{"critical":{{"identity":{{"docker-reference":"{}/{repository}"}},"image":{{"docker-manifest-digest":"{signed}"}},"type":"cosign container image signature"}},"optional":null}}"#,
+            self.host()
+        );
+        let file = self.dir.join(format!("payload-{}.json", &signed[7..19]));
+        std::fs::write(&file, &payload).expect("write the payload");
+        let signature = key.sign(payload.as_bytes());
+        let tag = format!("sha256-{}.sig", &attached["sha256:".len()..]);
+        oras_push(&json!({
+            "target": format!("{}/{repository}:{tag}", self.host()),
+            "files": [[file, SIGNATURE_LAYER]],
+            "annotations": {file.to_str().expect("utf-8 path"): {"dev.cosignproject.cosign/signature": signature}},
+        }));
+    }
+
+    /// The file the registry keeps the blob `digest` in.
+    fn blob_file(&self, digest: &str) -> PathBuf {
+        let hex = &digest["sha256:".len()..];
+        self.dir
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Whether a registry on `port` answers `GET /v2/` with 200.
+fn answers_v2(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(1)));
+    let mut answer = [0u8; 12];
+    stream
+        .write_all(b"GET /v2/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .is_ok()
+        && stream.read_exact(&mut answer).is_ok()
+        && &answer == b"HTTP/1.1 200"
+}
+
+fn oras_push(script: &Value) -> String {
+    use std::io::Write;
+    let mut child = Command::new(python())
+        .arg(root().join("tests/clients/oras_push.py"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn oras-py");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(script.to_string().as_bytes())
+        .expect("write the script");
+    let out = child.wait_with_output().expect("wait for oras-py");
+    assert!(
+        out.status.success(),
+        "oras-py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("oras_push prints JSON");
+    answer["digest"].as_str().expect("a digest").to_owned()
+}
+
+/// A key pair made by `openssl`, with the key ID the host names it by (the
+/// first 16 hex digits of the SHA-256 of its DER public key).
+struct Key {
+    private: PathBuf,
+    public: PathBuf,
+    id: String,
+    ed25519: bool,
+}
+
+impl Key {
+    fn new(dir: &Path, name: &str, ed25519: bool) -> Self {
+        std::fs::create_dir_all(dir).expect("the keys' folder");
+        let private = dir.join(format!("{name}.key"));
+        let public = dir.join(format!("{name}.pub"));
+        let algorithm: &[&str] = if ed25519 {
+            &["-algorithm", "ed25519"]
+        } else {
+            &["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"]
+        };
+        openssl(
+            &[&["genpkey"], algorithm, &["-out", path(&private)]].concat(),
+            b"",
+        );
+        openssl(
+            &[
+                "pkey",
+                "-in",
+                path(&private),
+                "-pubout",
+                "-out",
+                path(&public),
+            ],
+            b"",
+        );
+        let der = openssl(
+            &["pkey", "-pubin", "-in", path(&public), "-outform", "der"],
+            b"",
+        );
+        let id = hex::encode(Sha256::digest(&der))[..16].to_owned();
+        Self {
+            private,
+            public,
+            id,
+            ed25519,
+        }
+    }
+
+    /// The base64 signature of `payload`: DER ECDSA over its SHA-256, or Ed25519.
+    fn sign(&self, payload: &[u8]) -> String {
+        let signature = if self.ed25519 {
+            // Ed25519 signs in one shot, from a file (not a pipe).
+            let input = self.private.with_extension("payload");
+            std::fs::write(&input, payload).expect("write the payload");
+            openssl(
+                &[
+                    "pkeyutl",
+                    "-sign",
+                    "-rawin",
+                    "-inkey",
+                    path(&self.private),
+                    "-in",
+                    path(&input),
+                ],
+                b"",
+            )
+        } else {
+            openssl(&["dgst", "-sha256", "-sign", path(&self.private)], payload)
+        };
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(signature)
+    }
+}
+
+fn path(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+fn openssl(args: &[&str], input: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut child = Command::new("openssl")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run openssl");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input)
+        .expect("feed openssl");
+    let out = child.wait_with_output().expect("wait for openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// `codemode-host pull ARGS`: its exit code, stdout and stderr.
+fn pull(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(host_bin())
+        .arg("pull")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run codemode-host pull");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The error a failed `pull` logged (its one ERROR line, without the time).
+fn refusal(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter_map(|line| {
+            line.split_once(" ERROR codemode_host: ")
+                .map(|(_, message)| message)
+        })
+        .collect();
+    assert_eq!(lines.len(), 1, "one ERROR line: {stderr}");
+    lines[0].to_owned()
+}
+
+/// A plugins folder under target/ for `label`, empty.
+fn folder(label: &str) -> PathBuf {
+    let dir = root()
+        .join("target/e2e-registry/folders")
+        .join(format!("{label}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the plugins folder");
+    dir
+}
+
+/// The names in `dir` and each file's bytes.
+fn contents(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .expect("list the folder")
+        .map(|entry| {
+            let entry = entry.expect("an entry");
+            (
+                entry.file_name().to_string_lossy().into_owned(),
+                std::fs::read(entry.path()).expect("read a file"),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn a_plugin_oras_pushed_and_cosign_signed_is_pulled_verified_and_served() {
+    let registry = Registry::start("served");
+    let records = example_plugins().join("records.wasm");
+    let digest = registry.push("team/records:1.0", &records);
+    let keys = registry.dir.join("keys");
+    let key = Key::new(&keys, "signer", false);
+    registry.sign("team/records", &digest, &digest, &key);
+    let dir = folder("served");
+    let reference = format!("{}/team/records:1.0", registry.host());
+
+    let (code, stdout, stderr) = pull(&[
+        &reference,
+        "--plugins",
+        path(&dir),
+        "--key",
+        path(&key.public),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let file = dir.join("records.wasm");
+    assert_eq!(
+        stdout,
+        format!(
+            "{}: pulled ({digest}) from {reference}; signature verified by key {} (cosign tag)\n",
+            file.display(),
+            key.id
+        )
+    );
+    let layer = format!(
+        "sha256:{}",
+        hex::encode(Sha256::digest(std::fs::read(&records).expect("read")))
+    );
+    let provenance: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("records.oci.json")).expect("provenance"))
+            .expect("provenance is JSON");
+    assert_eq!(
+        provenance,
+        json!({"reference": reference, "digest": digest, "layer": layer, "key_id": key.id})
+    );
+    assert_eq!(
+        std::fs::read(&file).expect("pulled"),
+        std::fs::read(&records).expect("pushed")
+    );
+
+    // Pulled again: nothing to write.
+    let (code, stdout, _) = pull(&[
+        &reference,
+        "--plugins",
+        path(&dir),
+        "--key",
+        path(&key.public),
+    ]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains(": already up to date ("), "{stdout}");
+
+    // An Ed25519 key verifies as well (a rotation: both keys given).
+    let ed = Key::new(&keys, "ed", true);
+    let second = registry.push("team/records:1.1", &records);
+    assert_eq!(second, digest, "the same artifact under a second tag");
+    registry.sign("team/records", &digest, &digest, &ed);
+    // (Into a folder of its own: two files offering `records` would both be
+    // refused.)
+    let by_digest = folder("served-by-digest");
+    let (code, stdout, stderr) = pull(&[
+        &format!("{}/team/records@{digest}", registry.host()),
+        "--plugins",
+        path(&by_digest),
+        "--key",
+        path(&key.public),
+        "--key",
+        path(&ed.public),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.ends_with(&format!(
+            "; signature verified by key {} (cosign tag)\n",
+            ed.id
+        )),
+        "{stdout}"
+    );
+
+    // The server serves what was pulled.
+    let out = drive(
+        &["--plugins", path(&dir)],
+        json!([call(
+            "execute",
+            json!({"source": "def main():\n    return records.lookup(key=\"bk-0042\")[\"key\"]"})
+        )]),
+    );
+    assert_eq!(ok(&out["results"][0])["result"], json!("bk-0042"));
+}
+
+#[test]
+fn require_refuses_unsigned_wrong_key_replayed_tampered_and_unpinned_leaving_the_folder_as_it_was()
+{
+    let registry = Registry::start("refused");
+    let plugins = example_plugins();
+    let keys = registry.dir.join("keys");
+    let key = Key::new(&keys, "trusted", false);
+    let other = Key::new(&keys, "other", false);
+    let dir = folder("refused");
+    // The running version, which every refusal must leave in place.
+    std::fs::copy(plugins.join("stats.wasm"), dir.join("records.wasm")).expect("a running version");
+    let before = contents(&dir);
+    let host = registry.host();
+    let pull_as_records = |reference: &str, extra: &[&str]| {
+        let mut args = vec![
+            reference,
+            "--plugins",
+            path(&dir),
+            "--name",
+            "records",
+            "--key",
+            path(&key.public),
+        ];
+        args.extend_from_slice(extra);
+        let (code, stdout, stderr) = pull(&args);
+        assert_eq!((code, stdout.as_str()), (1, ""), "{stderr}");
+        assert_eq!(contents(&dir), before, "the folder is as it was");
+        refusal(&stderr)
+    };
+
+    let unsigned = registry.push("team/unsigned:1", &plugins.join("records.wasm"));
+    assert_eq!(
+        pull_as_records(&format!("{host}/team/unsigned:1"), &[]),
+        format!(
+            "cannot pull {host}/team/unsigned:1: {unsigned} is refused (verify = require): it is not signed: no signature under the tag sha256-{}.sig nor through the referrers API",
+            &unsigned[7..]
+        )
+    );
+
+    let foreign = registry.push("team/foreign:1", &plugins.join("records.wasm"));
+    registry.sign("team/foreign", &foreign, &foreign, &other);
+    assert_eq!(
+        pull_as_records(&format!("{host}/team/foreign:1"), &[]),
+        format!(
+            "cannot pull {host}/team/foreign:1: {foreign} is refused (verify = require): none of its 1 signature(s) is by a trusted key ({})",
+            key.id
+        )
+    );
+
+    // A signature of one artifact put under another's signature tag.
+    let text = registry.push("team/replayed:1", &plugins.join("text.wasm"));
+    registry.sign("team/replayed", &text, &foreign, &key);
+    assert_eq!(
+        pull_as_records(&format!("{host}/team/replayed:1"), &[]),
+        format!(
+            "cannot pull {host}/team/replayed:1: {text} is refused (verify = require): its signature by key {} is of another artifact ({foreign}), not of {text}",
+            key.id
+        )
+    );
+
+    // A layer changed in the registry's storage after it was signed.
+    let tampered = registry.push("team/tampered:1", &test_plugin("oddtypes"));
+    registry.sign("team/tampered", &tampered, &tampered, &key);
+    let manifest: Value = serde_json::from_str(
+        &crate::support::raw_request(
+            registry.port,
+            "GET",
+            "/v2/team/tampered/manifests/1",
+            &[("Accept", "application/vnd.oci.image.manifest.v1+json")],
+            "",
+        )
+        .body,
+    )
+    .expect("a manifest");
+    let layer = manifest["layers"][0]["digest"]
+        .as_str()
+        .expect("a layer")
+        .to_owned();
+    let blob = registry.blob_file(&layer);
+    let mut bytes = std::fs::read(&blob).expect("the stored layer");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&blob, &bytes).expect("tamper with the stored layer");
+    let got = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+    assert_eq!(
+        pull_as_records(&format!("{host}/team/tampered:1"), &[]),
+        format!(
+            "cannot pull {host}/team/tampered:1: the registry's blob {layer} does not match its digest: expected {layer}, got {got}"
+        )
+    );
+
+    // A pin the tag no longer names.
+    let pin = format!("sha256:{}", "0".repeat(64));
+    assert_eq!(
+        pull_as_records(&format!("{host}/team/foreign:1"), &["--digest", &pin]),
+        format!(
+            "cannot pull {host}/team/foreign:1: the registry has {foreign}, not the pinned {pin}: refused"
+        )
+    );
+
+    // Not a Wasm artifact: oras' own default config.
+    let config_less = oras_push(&json!({
+        "target": format!("{host}/team/plain:1"),
+        "files": [[plugins.join("records.wasm"), "application/wasm"]],
+    }));
+    assert!(config_less.starts_with("sha256:"));
+    assert_eq!(
+        pull_as_records(&format!("{host}/team/plain:1"), &[]),
+        format!(
+            "cannot pull {host}/team/plain:1: the config's media type is `application/vnd.unknown.config.v1+json`, not application/vnd.wasm.config.v0+json: not a Wasm artifact"
+        )
+    );
+
+    // Without a key, require cannot check anything: refused before any request.
+    let (code, _, stderr) = pull(&[&format!("{host}/team/foreign:1"), "--plugins", path(&dir)]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        refusal(&stderr),
+        format!(
+            "cannot pull {host}/team/foreign:1: verify = require (the default) needs a public key to check signatures with (--key, or keys in a [[plugin]] entry); verify = warn or off pulls unsigned plugins"
+        )
+    );
+
+    // Under warn, the unsigned one is pulled, saying why it did not verify.
+    let (code, stdout, stderr) = pull(&[
+        &format!("{host}/team/unsigned:1"),
+        "--plugins",
+        path(&dir),
+        "--name",
+        "records",
+        "--key",
+        path(&key.public),
+        "--verify",
+        "warn",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stdout,
+        format!(
+            "{}: pulled ({unsigned}) from {host}/team/unsigned:1; NOT verified: it is not signed: no signature under the tag sha256-{}.sig nor through the referrers API\n",
+            dir.join("records.wasm").display(),
+            &unsigned[7..]
+        )
+    );
+    assert_eq!(
+        std::fs::read(dir.join("records.wasm")).expect("pulled"),
+        std::fs::read(plugins.join("records.wasm")).expect("pushed")
+    );
+}
