@@ -64,8 +64,18 @@ impl Registry {
 
     /// Publishes `wasm` as a Wasm artifact at `repository:tag`; its manifest's digest.
     fn push(&self, repository_tag: &str, wasm: &Path) -> String {
+        self.push_with_config(
+            repository_tag,
+            wasm,
+            r#"{"architecture":"wasm","os":"wasip2"}"#,
+        )
+    }
+
+    /// [`Registry::push`] with `config` as the artifact's config (another config:
+    /// another digest for the same component).
+    fn push_with_config(&self, repository_tag: &str, wasm: &Path, config_text: &str) -> String {
         let config = self.dir.join("wasm-config.json");
-        std::fs::write(&config, r#"{"architecture":"wasm","os":"wasip2"}"#).expect("config");
+        std::fs::write(&config, config_text).expect("config");
         oras_push(&json!({
             "target": format!("{}/{repository_tag}", self.host()),
             "files": [[wasm, "application/wasm"]],
@@ -102,10 +112,17 @@ impl Registry {
     }
 }
 
-impl Drop for Registry {
-    fn drop(&mut self) {
+impl Registry {
+    /// Stops it (its storage stays until it is dropped).
+    fn stop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -320,7 +337,7 @@ fn a_plugin_oras_pushed_and_cosign_signed_is_pulled_verified_and_served() {
         &reference,
         "--plugins",
         path(&dir),
-        "--key",
+        "--verify-key",
         path(&key.public),
     ]);
     assert_eq!(code, 0, "{stderr}");
@@ -354,7 +371,7 @@ fn a_plugin_oras_pushed_and_cosign_signed_is_pulled_verified_and_served() {
         &reference,
         "--plugins",
         path(&dir),
-        "--key",
+        "--verify-key",
         path(&key.public),
     ]);
     assert_eq!(code, 0);
@@ -372,9 +389,9 @@ fn a_plugin_oras_pushed_and_cosign_signed_is_pulled_verified_and_served() {
         &format!("{}/team/records@{digest}", registry.host()),
         "--plugins",
         path(&by_digest),
-        "--key",
+        "--verify-key",
         path(&key.public),
-        "--key",
+        "--verify-key",
         path(&ed.public),
     ]);
     assert_eq!(code, 0, "{stderr}");
@@ -417,7 +434,7 @@ fn require_refuses_unsigned_wrong_key_replayed_tampered_and_unpinned_leaving_the
             path(&dir),
             "--name",
             "records",
-            "--key",
+            "--verify-key",
             path(&key.public),
         ];
         args.extend_from_slice(extra);
@@ -527,7 +544,7 @@ fn require_refuses_unsigned_wrong_key_replayed_tampered_and_unpinned_leaving_the
         path(&dir),
         "--name",
         "records",
-        "--key",
+        "--verify-key",
         path(&key.public),
         "--verify",
         "warn",
@@ -545,4 +562,146 @@ fn require_refuses_unsigned_wrong_key_replayed_tampered_and_unpinned_leaving_the
         std::fs::read(dir.join("records.wasm")).expect("pulled"),
         std::fs::read(plugins.join("records.wasm")).expect("pushed")
     );
+}
+
+#[test]
+fn config_plugins_are_pulled_swapped_when_their_tag_moves_or_a_key_is_added_and_serve_while_the_registry_is_down()
+ {
+    use crate::support::{HttpServer, execute_http, wait_for_log};
+    let mut registry = Registry::start("polled");
+    let host = registry.host();
+    let key = Key::new(&registry.dir.join("keys"), "signer", false);
+    let one = registry.push("team/versioned:stable", &test_plugin("versioned"));
+    registry.sign("team/versioned", &one, &one, &key);
+    // A folder that does not exist yet, and a config naming the key beside it.
+    let base = folder("polled");
+    let dir = base.join("plugins");
+    let config = base.join("codemode.toml");
+    std::fs::copy(&key.public, base.join("signer.pub")).expect("the key beside the config");
+    let write_config = |keys: &str, extra: &str| {
+        std::fs::write(
+            &config,
+            format!(
+                "verify-key = [{keys}]\npull-interval = \"1s\"\n\n[[plugin]]\nref = \"{host}/team/versioned:stable\"\n{extra}"
+            ),
+        )
+        .expect("write the config");
+    };
+    write_config("\"signer.pub\"", "");
+    let version = "def main():\n    return versioned.version()[\"version\"]";
+    let server = HttpServer::start(&[
+        "--config",
+        path(&config),
+        "--plugins",
+        path(&dir),
+        "--allow-all",
+    ]);
+    wait_until(
+        "the pulled plugin to serve",
+        || execute_http(server.port, version) == Ok(json!(1)),
+        || server.log(),
+    );
+    // The pull's line, and the load's naming the digest and the key (the log
+    // is read by a thread: waited for).
+    wait_for_log(
+        &server,
+        &format!("plugin pulled reference={host}/team/versioned:stable digest={one}"),
+        1,
+    );
+    wait_for_log(
+        &server,
+        &format!(
+            "reference={host}/team/versioned:stable digest={one} key_id={}",
+            key.id
+        ),
+        1,
+    );
+
+    // The tag moves to a new signed version: swapped in at the next poll.
+    let two = registry.push("team/versioned:stable", &test_plugin("versioned_two"));
+    registry.sign("team/versioned", &two, &two, &key);
+    wait_until(
+        "the moved tag's version to serve",
+        || execute_http(server.port, version) == Ok(json!(2)),
+        || server.log(),
+    );
+    let (status, body) = readyz(server.port);
+    assert_eq!((status, body.as_str()), (200, "ready\n"));
+
+    // A key rotation: the tag moves to a version signed by a key the config does
+    // not trust yet, which is refused (version 2 serves on); the config naming
+    // both keys is reloaded, the pulls start again with them, and it serves.
+    let next = Key::new(&registry.dir.join("keys"), "next", false);
+    std::fs::copy(&next.public, base.join("next.pub")).expect("the new key beside the config");
+    let three = registry.push_with_config(
+        "team/versioned:stable",
+        &test_plugin("versioned"),
+        r#"{"architecture":"wasm","os":"wasip2","build":"rotated"}"#,
+    );
+    registry.sign("team/versioned", &three, &three, &next);
+    wait_for_log(
+        &server,
+        &format!(
+            "{three} is refused (verify = require): none of its 1 signature(s) is by a trusted key ({})",
+            key.id
+        ),
+        1,
+    );
+    assert_eq!(execute_http(server.port, version), Ok(json!(2)));
+    write_config("\"signer.pub\", \"next.pub\"", "");
+    wait_until(
+        "the version signed by the new key to serve",
+        || execute_http(server.port, version) == Ok(json!(1)),
+        || server.log(),
+    );
+    drop(server);
+
+    // `check` says where the file came from.
+    let out = Command::new(host_bin())
+        .args(["check", path(&dir.join("versioned.wasm"))])
+        .output()
+        .expect("run check");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "\n  pulled from {host}/team/versioned:stable ({three}), signature verified by key {}\n",
+            next.id
+        )),
+        "{stdout}"
+    );
+
+    // The registry goes away: the folder's last pulled version serves, one
+    // WARN says why the pull failed, and /readyz names the entry never pulled.
+    registry.stop();
+    write_config(
+        "\"signer.pub\", \"next.pub\"",
+        &format!("\n[[plugin]]\nref = \"{host}/team/missing:1\"\n"),
+    );
+    let server = HttpServer::start(&[
+        "--config",
+        path(&config),
+        "--plugins",
+        path(&dir),
+        "--allow-all",
+    ]);
+    assert_eq!(execute_http(server.port, version), Ok(json!(1)));
+    wait_for_log(
+        &server,
+        "plugin pull failed; the folder's version is kept",
+        2,
+    );
+    let (status, body) = readyz(server.port);
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            503,
+            format!("not ready: plugins of the config file not pulled yet\nplugins not pulled yet:\n  {host}/team/missing:1\n").as_str()
+        )
+    );
+}
+
+/// `GET /readyz`: its status and body.
+fn readyz(port: u16) -> (u16, String) {
+    let response = crate::support::raw_request(port, "GET", "/readyz", &[], "");
+    (response.status, response.body)
 }

@@ -501,10 +501,52 @@ pub struct Cli {
     #[arg(long, value_name = "DURATION", value_parser = positive_duration, global = true)]
     pub load_timeout: Option<Duration>,
 
+    /// What signatures of plugins pulled from registries must be: require
+    /// (unsigned or badly signed is refused), warn (pulled, with a warning
+    /// saying why) or off (not looked for)
+    ///
+    /// The policy of `pull` and of every [[plugin]] entry of the config file
+    /// without a `verify` of its own. Signatures are cosign's, by key: found
+    /// under the tag sha256-<digest>.sig or through the referrers API, and
+    /// trusted when a --verify-key verifies one whose payload names the pulled
+    /// digest.
+    #[arg(long, value_name = "POLICY", default_value = "require", value_parser = verify_policy, global = true)]
+    pub verify: codemode_oci::Policy,
+
+    /// A public key (PEM: ECDSA P-256 or Ed25519, as `cosign generate-key-pair`
+    /// writes cosign.pub) that plugins pulled from registries may be signed
+    /// with; repeat it for several (a key rotation)
+    ///
+    /// The keys of `pull` and of every [[plugin]] entry without `keys` of its
+    /// own.
+    #[arg(long = "verify-key", value_name = "FILE", global = true)]
+    pub verify_keys: Vec<PathBuf>,
+
+    /// How often the tag of each [[plugin]] entry is looked at again [default:
+    /// 5m]
+    ///
+    /// A moved tag is pulled, verified and swapped in; a failed look keeps the
+    /// running version and is tried again after 1s, doubling up to this.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, global = true)]
+    pub pull_interval: Option<Duration>,
+
+    /// The longest one pull of a plugin may take, signatures included
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = positive_duration, global = true)]
+    pub pull_timeout: Duration,
+
+    /// The largest plugin pulled from a registry
+    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = pull_bytes, global = true)]
+    pub max_pull_bytes: u64,
+
     /// The upstream MCP servers of the config file's `[[upstream]]` tables (no flag
     /// sets them).
     #[arg(skip)]
     pub upstreams: Vec<codemode_host::UpstreamConfig>,
+
+    /// The plugins of the config file's `[[plugin]]` tables, pulled from
+    /// registries (no flag sets them).
+    #[arg(skip)]
+    pub plugin_entries: Vec<codemode_host::oci::PullEntry>,
 
     /// The `--key=value` arguments the config file gave (what a reload of it
     /// compares).
@@ -712,7 +754,8 @@ pub enum Command {
     /// rename, with NAME.oci.json saying where it came from; the sidecar NAME.toml
     /// stays the operator's. Signatures are cosign's, by key: found under the
     /// tag sha256-<digest>.sig or through the referrers API, and trusted when one
-    /// of the --key files verifies one whose payload names the pulled digest.
+    /// of the --verify-key files verifies one whose payload names the pulled
+    /// digest (--verify sets what happens when none does).
     /// For image builds and air-gapped copies; a server pulls the [[plugin]]
     /// entries of its config file itself.
     Pull {
@@ -726,16 +769,6 @@ pub enum Command {
         /// Refuse any digest but this one (sha256:<64 hex digits>)
         #[arg(long, value_name = "DIGEST", value_parser = oci_digest)]
         digest: Option<codemode_oci::Digest>,
-        /// What signatures must be: require (unsigned or badly signed is
-        /// refused), warn (pulled with a warning saying why) or off (not looked
-        /// for)
-        #[arg(long, value_name = "POLICY", default_value = "require", value_parser = verify_policy)]
-        verify: codemode_oci::Policy,
-        /// A public key (PEM; ECDSA P-256 or Ed25519, as `cosign generate-key-pair`
-        /// writes cosign.pub) a signature may be made with; repeat it for several
-        /// (during a key rotation)
-        #[arg(long = "key", value_name = "FILE")]
-        keys: Vec<PathBuf>,
         /// A Docker config.json with the registry's credentials [default:
         /// $DOCKER_CONFIG/config.json or ~/.docker/config.json, when there is one]
         #[arg(long, value_name = "FILE", conflicts_with = "registry_token")]
@@ -747,12 +780,6 @@ pub enum Command {
         /// registries always are spoken to in plain HTTP)
         #[arg(long)]
         insecure: bool,
-        /// The largest component pulled
-        #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = pull_bytes)]
-        max_pull_bytes: u64,
-        /// The longest the pull may take, signatures included
-        #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_duration)]
-        pull_timeout: Duration,
     },
 
     /// Write a new plugin project that builds, with one capability
@@ -1211,6 +1238,14 @@ impl Cli {
                 d.max_total_memory_bytes
                     .max(self.max_memory.unwrap_or(d.max_memory_bytes))
             }),
+        }
+    }
+
+    /// The bounds of one pull (`--max-pull-bytes`, `--pull-timeout`).
+    pub fn pull_limits(&self) -> codemode_host::oci::PullLimits {
+        codemode_host::oci::PullLimits {
+            max_bytes: self.max_pull_bytes,
+            timeout: self.pull_timeout,
         }
     }
 

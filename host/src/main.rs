@@ -270,6 +270,16 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
             // token-exchange without the issuer stopped the start (Cli::token_exchange).
         }
     }
+    if !cli.plugin_entries.is_empty() && !cli.plugins.exists() {
+        // The [[plugin]] entries are pulled into it once it is watched.
+        std::fs::create_dir_all(&cli.plugins).with_context(|| {
+            format!(
+                "cannot make the plugins folder `{}` for the [[plugin]] entries",
+                cli.plugins.display()
+            )
+        })?;
+        tracing::info!(folder = %cli.plugins.display(), "made the plugins folder for the [[plugin]] entries");
+    }
     let config = ServiceConfig {
         telemetry: telemetry.clone(),
         limits: cli.limits(),
@@ -287,6 +297,9 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
         token_exchange,
         startup_wait: cli.startup_wait.unwrap_or(DEFAULT_STARTUP_WAIT),
         upstreams_gate: None,
+        // Started once the folder is watched (`start_watch`): a pull that ends
+        // before the watch would be seen by nothing.
+        pulls: None,
     };
     // Orphaned grandchildren of upstream children become ours, not init's, so that
     // none outlives the server (ended below).
@@ -529,7 +542,21 @@ async fn serve_stdio_while_loading(
 
 /// Watches the plugins folder unless --no-watch; the watch lasts as long as the
 /// returned value.
+/// Watches the plugins folder (unless `--no-watch`), then starts pulling the
+/// config file's `[[plugin]]` entries into it: what a pull writes is reloaded
+/// as any plugin file.
 fn start_watch(cli: &Cli, service: &Arc<Service>) -> anyhow::Result<Option<watch::Watch>> {
+    let watch = watch_folder(cli, service)?;
+    if !cli.plugin_entries.is_empty() && watch.is_none() {
+        tracing::warn!("--no-watch: plugins pulled while serving are loaded at the next start");
+    }
+    let pulls = oci::Pulls::start_all(&cli.plugin_entries, &cli.plugins, cli.pull_limits())
+        .map_err(anyhow::Error::msg)?;
+    service.set_pulls(pulls);
+    Ok(watch)
+}
+
+fn watch_folder(cli: &Cli, service: &Arc<Service>) -> anyhow::Result<Option<watch::Watch>> {
     if cli.no_watch {
         return Ok(None);
     }
@@ -568,6 +595,17 @@ fn check(cli: &Cli, files: &[std::path::PathBuf]) -> anyhow::Result<()> {
                         "capabilities"
                     }
                 );
+                if let Some(provenance) = oci::provenance_of(file, None) {
+                    println!(
+                        "  pulled from {} ({}), {}",
+                        provenance.reference,
+                        provenance.digest,
+                        match &provenance.key_id {
+                            Some(key_id) => format!("signature verified by key {key_id}"),
+                            None => "signature not verified".to_owned(),
+                        }
+                    );
+                }
                 for capability in capabilities {
                     println!("  {}", capability.signature);
                     println!("    id: {}", capability.id);
@@ -602,13 +640,9 @@ fn pull(cli: &Cli) -> anyhow::Result<()> {
         reference,
         name,
         digest,
-        verify,
-        keys,
         registry_auth,
         registry_token,
         insecure,
-        max_pull_bytes,
-        pull_timeout,
     }) = &cli.command
     else {
         anyhow::bail!("not the pull command");
@@ -617,8 +651,8 @@ fn pull(cli: &Cli) -> anyhow::Result<()> {
         reference: reference.clone(),
         name: name.clone().unwrap_or_else(|| reference.name().to_owned()),
         pinned: digest.clone(),
-        policy: *verify,
-        keys: keys.clone(),
+        policy: cli.verify,
+        keys: cli.verify_keys.clone(),
         auth: match (registry_auth, registry_token) {
             (_, Some(token)) => oci::RegistryAuth::TokenFile(token.clone()),
             (Some(config), None) => oci::RegistryAuth::DockerConfig(config.clone()),
@@ -626,10 +660,7 @@ fn pull(cli: &Cli) -> anyhow::Result<()> {
         },
         insecure: *insecure,
     };
-    let limits = oci::PullLimits {
-        max_bytes: *max_pull_bytes,
-        timeout: *pull_timeout,
-    };
+    let limits = cli.pull_limits();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

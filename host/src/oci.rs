@@ -5,6 +5,7 @@
 //! secrets files are (`files::read_text`: regular files only, capped).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use codemode_oci::{
@@ -161,4 +162,257 @@ fn default_docker_config() -> Option<PathBuf> {
     }
     let home = std::env::var_os("HOME").filter(|h| !h.is_empty())?;
     Some(PathBuf::from(home).join(".docker").join("config.json"))
+}
+
+/// Where the plugin file at `path` was pulled from, when `<name>.oci.json`
+/// beside it says so and names the file's own digest (`bytes`, or the file read
+/// again): a provenance left by an older version, or written by hand for
+/// another file, says nothing.
+pub fn provenance_of(path: &Path, bytes: Option<&[u8]>) -> Option<codemode_oci::Provenance> {
+    let sidecar = path.with_extension(codemode_oci::PROVENANCE_EXTENSION);
+    let text = files::read_text(&sidecar, MAX_PROVENANCE_BYTES, "64 KiB").ok()?;
+    let provenance: codemode_oci::Provenance = serde_json::from_str(&text).ok()?;
+    let digest = match bytes {
+        Some(bytes) => codemode_oci::Digest::of(bytes),
+        None => codemode_oci::file_digest(path)?,
+    };
+    (provenance.layer == digest.as_str()).then_some(provenance)
+}
+
+/// The largest provenance file read.
+const MAX_PROVENANCE_BYTES: u64 = 64 * 1024;
+
+/// The default time between two polls of a tag.
+pub const DEFAULT_PULL_INTERVAL: Duration = Duration::from_secs(300);
+/// The first wait after a failed pull; it doubles up to the entry's interval.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+
+/// One `[[plugin]]` entry: what to pull, and how often to look again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullEntry {
+    /// What to pull.
+    pub source: PluginSource,
+    /// How often its tag is looked at again (a digest is pulled once).
+    pub interval: Duration,
+}
+
+/// The plugins a server keeps pulled: one task per entry on a thread of its own
+/// (`codemode-pulls`), each pulling at once, then polling its tag. A pull that
+/// fails keeps the folder's version and is logged once per new reason (one WARN
+/// naming the reference), retried after 1 s, doubling up to the interval; a new
+/// digest is written only once verified, and the folder's watcher reloads it
+/// as any plugin file. Dropping the handle stops the thread.
+#[derive(Debug)]
+pub struct Pulls {
+    /// The references not pulled yet whose plugin file is missing from the folder.
+    pending: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl Pulls {
+    /// Starts pulling `entries` into `dir` (made when missing); `None` without
+    /// entries.
+    ///
+    /// # Errors
+    ///
+    /// The folder cannot be made, or the thread or its runtime cannot be started.
+    pub fn start_all(
+        entries: &[PullEntry],
+        dir: &Path,
+        limits: PullLimits,
+    ) -> Result<Option<Arc<Self>>, String> {
+        if entries.is_empty() {
+            return Ok(None);
+        }
+        if !dir.exists() {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                format!(
+                    "cannot make the plugins folder `{}` for the [[plugin]] entries: {e}",
+                    dir.display()
+                )
+            })?;
+            tracing::info!(folder = %dir.display(), "made the plugins folder for the [[plugin]] entries");
+        }
+        let pulls = Self::start(entries.to_vec(), dir.to_owned(), limits)?;
+        tracing::info!(
+            plugins = entries.len(),
+            "pulling the config file's plugins from their registries"
+        );
+        Ok(Some(Arc::new(pulls)))
+    }
+
+    /// Starts pulling `entries` into `dir`.
+    ///
+    /// # Errors
+    ///
+    /// The thread or its runtime cannot be started.
+    pub fn start(
+        entries: Vec<PullEntry>,
+        dir: PathBuf,
+        limits: PullLimits,
+    ) -> Result<Self, String> {
+        remove_leftovers(&dir);
+        let pending: std::collections::BTreeSet<String> = entries
+            .iter()
+            .filter(|entry| !dir.join(format!("{}.wasm", entry.source.name)).exists())
+            .map(|entry| entry.source.reference.to_string())
+            .collect();
+        let pending = Arc::new(std::sync::Mutex::new(pending));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the pulls' runtime: {e}"))?;
+        let (thread_pending, thread_stop) = (pending.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("codemode-pulls".to_owned())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let mut tasks = tokio::task::JoinSet::new();
+                    for entry in entries {
+                        let (dir, pending) = (dir.clone(), thread_pending.clone());
+                        tasks.spawn(keep_pulled(entry, dir, limits, pending));
+                    }
+                    tokio::select! {
+                        () = thread_stop.cancelled() => tasks.abort_all(),
+                        _ = async { while tasks.join_next().await.is_some() {} } => {}
+                    }
+                });
+            })
+            .map_err(|e| format!("cannot start the pulls' thread: {e}"))?;
+        Ok(Self { pending, stop })
+    }
+
+    /// The references not pulled yet whose plugin is not in the folder either
+    /// (`/readyz` names them).
+    pub fn pending(&self) -> Vec<String> {
+        self.pending
+            .lock()
+            .map(|pending| pending.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Pulls {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Pulls `entry` now, then at its interval (a digest once).
+async fn keep_pulled(
+    entry: PullEntry,
+    dir: PathBuf,
+    limits: PullLimits,
+    pending: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+) {
+    let reference = entry.source.reference.to_string();
+    let mut retry = FIRST_RETRY;
+    let mut last_failure: Option<String> = None;
+    let mut pulled_digest: Option<codemode_oci::Digest> = None;
+    loop {
+        // An unchanged tag costs one HEAD: the rest was checked when it was
+        // pulled (the keys in force then; a config reload restarts the pulls).
+        let unchanged = match &pulled_digest {
+            Some(digest) => resolve(&entry.source, limits)
+                .await
+                .is_ok_and(|now| now == *digest),
+            None => false,
+        };
+        let outcome = if unchanged {
+            Ok(None)
+        } else {
+            pull(&entry.source, &dir, limits).await.map(Some)
+        };
+        let wait = match outcome {
+            Ok(pulled) => {
+                if let Some(pulled) = pulled {
+                    if pulled.changed {
+                        tracing::info!(
+                            reference = %reference,
+                            digest = %pulled.digest,
+                            file = %pulled.file.display(),
+                            verification = %pulled.verification,
+                            "plugin pulled"
+                        );
+                    } else if last_failure.is_some() {
+                        tracing::info!(reference = %reference, digest = %pulled.digest, "plugin pull works again; the folder has this digest already");
+                    }
+                    if let codemode_oci::Verification::Unverified(reason) = &pulled.verification
+                        && pulled.changed
+                    {
+                        tracing::warn!(reference = %reference, reason = %reason, "plugin pulled without a verified signature (verify = warn)");
+                    }
+                    pulled_digest = Some(pulled.digest);
+                }
+                if let Ok(mut pending) = pending.lock() {
+                    pending.remove(&reference);
+                }
+                last_failure = None;
+                retry = FIRST_RETRY;
+                entry.interval
+            }
+            Err(reason) => {
+                if last_failure.as_deref() != Some(reason.as_str()) {
+                    tracing::warn!(reference = %reference, reason = %reason, "plugin pull failed; the folder's version is kept");
+                    last_failure = Some(reason);
+                }
+                let wait = retry.min(entry.interval);
+                retry = retry.saturating_mul(2);
+                wait
+            }
+        };
+        if matches!(
+            entry.source.reference.target,
+            codemode_oci::Target::Digest(_)
+        ) && pulled_digest.is_some()
+        {
+            return;
+        }
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// The digest `source`'s tag names now.
+async fn resolve(
+    source: &PluginSource,
+    limits: PullLimits,
+) -> Result<codemode_oci::Digest, String> {
+    let reference = &source.reference;
+    let credentials = credentials(&source.auth, &reference.registry)?;
+    let client = Client::new(
+        &reference.registry,
+        reference.is_loopback() || source.insecure,
+        credentials,
+        Limits {
+            max_blob_bytes: limits.max_bytes,
+            read_timeout: READ_TIMEOUT.min(limits.timeout),
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let target = reference.target_str().to_owned();
+    match tokio::time::timeout(
+        limits.timeout,
+        client.resolve(&reference.repository, &target),
+    )
+    .await
+    {
+        Ok(result) => result.map_err(|e| e.to_string()),
+        Err(_) => Err("timed out".to_owned()),
+    }
+}
+
+/// Removes the temporary files of pulls a previous process did not finish
+/// (`.<name>.<random>.pulling`).
+fn remove_leftovers(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') && name.ends_with(".pulling") {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }

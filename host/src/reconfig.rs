@@ -8,6 +8,8 @@
 //! ([`Service::set_upstreams`]); the budgets of one execution take effect for the
 //! executions that start after it ([`Service::retune`]); the disabled IDs are
 //! applied before the upstreams (a new upstream's disabled tool never serves);
+//! changed `[[plugin]]` entries or pull settings (`--verify-key`, ...) start the
+//! pulls again ([`Service::set_pulls`]);
 //! any other setting that changed (the listen address, the cache folder,
 //! `--max-memory`, ...) keeps its value and is logged as needing a restart. A file that does not parse changes
 //! nothing: one ERROR line names the file, the line and the reason.
@@ -23,6 +25,16 @@ use crate::cli::Cli;
 
 /// The config file's key of the disabled capability IDs: applied while serving.
 const DISABLE_KEY: &str = "disable";
+
+/// The config file's keys of the pulls from registries: applied while serving,
+/// by starting the pulls again (a key rotation needs no restart).
+const PULL_KEYS: [&str; 5] = [
+    "verify",
+    "verify-key",
+    "pull-interval",
+    "pull-timeout",
+    "max-pull-bytes",
+];
 
 /// The config file's keys that set the budgets of one execution: applied while
 /// serving, as far as [`Limits::retune`] allows.
@@ -49,6 +61,8 @@ struct Settings {
     upstreams: Vec<UpstreamConfig>,
     limits: Limits,
     disabled: Vec<String>,
+    plugins: Vec<codemode_host::oci::PullEntry>,
+    pull_limits: (u64, std::time::Duration),
 }
 
 impl Settings {
@@ -66,6 +80,8 @@ impl Settings {
             upstreams: cli.upstreams.clone(),
             limits: cli.limits(),
             disabled: cli.disable.clone(),
+            plugins: cli.plugin_entries.clone(),
+            pull_limits: (cli.max_pull_bytes, cli.pull_timeout),
         }
     }
 
@@ -167,7 +183,9 @@ impl ConfigReload {
         let mut need_restart: Vec<&str> = changed
             .iter()
             .map(String::as_str)
-            .filter(|key| !LIMIT_KEYS.contains(key) && *key != DISABLE_KEY)
+            .filter(|key| {
+                !LIMIT_KEYS.contains(key) && !PULL_KEYS.contains(key) && *key != DISABLE_KEY
+            })
             .collect();
         let mut limits_changed = false;
         if new.limits != last.limits {
@@ -203,6 +221,26 @@ impl ConfigReload {
         for key in &need_restart {
             tracing::warn!(file = %file, key = %key, cause, "a config file setting changed that needs a restart; it keeps its value until then");
         }
+        let pulls = if new.plugins == last.plugins && new.pull_limits == last.pull_limits {
+            "unchanged"
+        } else {
+            match codemode_host::oci::Pulls::start_all(
+                &cli.plugin_entries,
+                &cli.plugins,
+                cli.pull_limits(),
+            ) {
+                Ok(pulls) => {
+                    service.set_pulls(pulls);
+                    "restarted"
+                }
+                Err(error) => {
+                    tracing::error!(file = %file, reason = %error, cause, "the [[plugin]] entries could not be applied; the pulls in force stay");
+                    new.plugins = last.plugins.clone();
+                    new.pull_limits = last.pull_limits;
+                    "unchanged"
+                }
+            }
+        };
         let upstreams = if new.upstreams == last.upstreams {
             Default::default()
         } else {
@@ -216,6 +254,7 @@ impl ConfigReload {
             upstreams_added = %upstreams.added.join(","),
             upstreams_removed = %upstreams.removed.join(","),
             upstreams_restarted = %upstreams.restarted.join(","),
+            plugin_pulls = pulls,
             "config reloaded"
         );
         service.config_reloaded(ConfigFile::Config, true);

@@ -285,11 +285,14 @@ pub async fn pull(client: &Client, request: Request<'_>, dir: &Path) -> Result<P
             }
         }
         set_readable(temporary.path())?;
+        // The provenance first: a reload the new file's rename starts finds the
+        // provenance naming it (the old file with the new provenance names
+        // nothing, for the moment between the two renames).
+        write_provenance(dir, &provenance_file, &provenance)?;
         temporary
             .persist(&file)
             .map_err(|e| PullError::Write(format!("{}: {}", file.display(), e.error)))?;
-    }
-    if read_provenance(&provenance_file).as_ref() != Some(&provenance) {
+    } else if read_provenance(&provenance_file).as_ref() != Some(&provenance) {
         write_provenance(dir, &provenance_file, &provenance)?;
     }
     Ok(Pulled {

@@ -369,20 +369,34 @@ struct Gate {
 
 /// `/readyz`: 503 `loading` until the catalog is in place; then 200 `ready`,
 /// followed by the plugin files left out and why and the upstreams down, or 503
-/// when every plugin is required and one is left out.
+/// when every plugin is required and one is left out, or while a `[[plugin]]`
+/// entry has never been pulled and has no file in the folder (named).
 async fn ready(State(readiness): State<Readiness>) -> Response {
     let Some(service) = readiness.service() else {
         return (StatusCode::SERVICE_UNAVAILABLE, "loading\n").into_response();
     };
     let skipped = service.skipped();
-    let (status, mut body) = if service.ready() {
-        (StatusCode::OK, "ready\n".to_owned())
-    } else {
+    let pending = service.pulls_pending();
+    let (status, mut body) = if !service.ready() {
         (
             StatusCode::SERVICE_UNAVAILABLE,
             "not ready: every plugin must load (--require-all-plugins)\n".to_owned(),
         )
+    } else if !pending.is_empty() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: plugins of the config file not pulled yet\n".to_owned(),
+        )
+    } else {
+        (StatusCode::OK, "ready\n".to_owned())
     };
+    if !pending.is_empty() {
+        // Each has no file in the folder yet; why the pulls fail is in the log.
+        body.push_str("plugins not pulled yet:\n");
+        for reference in &pending {
+            body.push_str(&format!("  {reference}\n"));
+        }
+    }
     if !skipped.is_empty() {
         body.push_str("plugins left out:\n");
         for s in &skipped {

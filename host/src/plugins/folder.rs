@@ -185,11 +185,17 @@ impl PluginFolder {
             let last_good = previous.and_then(|t| t.serving.clone());
             let serving = match load_valid(engine, &path, cache, &self.limits, &self.caps) {
                 Ok(plugin) => {
+                    let provenance = plugin.provenance.as_ref();
                     tracing::info!(
                         plugin = %plugin.file,
                         capabilities = plugin.capabilities.len(),
                         cached = plugin.cached,
                         load_ms = crate::units::millis(plugin.load_time),
+                        reference = provenance.map(|p| tracing::field::display(&p.reference)),
+                        digest = provenance.map(|p| tracing::field::display(&p.digest)),
+                        key_id = provenance
+                            .and_then(|p| p.key_id.as_ref())
+                            .map(tracing::field::display),
                         "plugin loaded"
                     );
                     for (setting, asks, cap) in plugin.grants.above(&self.caps) {

@@ -298,6 +298,9 @@ pub(crate) struct LoadedPlugin {
     /// `--max-memory` as it was loaded with: what each linear memory of its
     /// instances may grow to, unless its own `max_memory` grant is lower.
     pub max_memory_bytes: usize,
+    /// Where it was pulled from and who signed it, when its `<name>.oci.json`
+    /// names this file's digest.
+    pub provenance: Option<codemode_oci::Provenance>,
 }
 
 impl Template for LoadedPlugin {
@@ -359,6 +362,7 @@ pub(crate) fn load_file(
         Err(error) => LoadError::Compile(error),
     })?;
     let docs = super::docs::read(&file_label(path), &bytes);
+    let provenance = crate::oci::provenance_of(path, Some(&bytes));
     let loaded = prepare(engine, path, &component, limits, docs.as_ref());
     // An entry this load wrote for a version that then failed would never serve,
     // and nothing would remove it: a plugin rebuilt broken twenty times would leave
@@ -387,6 +391,7 @@ pub(crate) fn load_file(
         load_time: started.elapsed(),
         spares: Spares::default(),
         max_memory_bytes,
+        provenance,
     })
 }
 

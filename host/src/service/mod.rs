@@ -80,6 +80,8 @@ pub struct Service {
     startup_wait: Duration,
     /// [`ServiceConfig::upstreams_gate`], for the upstreams a reload adds.
     upstreams_gate: Option<UpstreamGate>,
+    /// [`ServiceConfig::pulls`]; [`Service::set_pulls`] replaces them.
+    pulls: Mutex<Option<Arc<crate::oci::Pulls>>>,
 }
 
 impl Service {
@@ -212,6 +214,7 @@ impl Service {
             views: Arc::default(),
             startup_wait: config.startup_wait,
             upstreams_gate: config.upstreams_gate.clone(),
+            pulls: Mutex::new(config.pulls.clone()),
         })
     }
 
@@ -369,6 +372,25 @@ impl Service {
     /// listed too ([`Skipped::earlier_serves`]).
     pub fn skipped(&self) -> Vec<Skipped> {
         self.registry.snapshot().skipped().to_vec()
+    }
+
+    /// The references of `[[plugin]]` entries not pulled yet whose plugin file
+    /// is not in the folder either ([`crate::oci::Pulls::pending`]).
+    pub fn pulls_pending(&self) -> Vec<String> {
+        self.pulls
+            .lock()
+            .ok()
+            .and_then(|pulls| pulls.as_ref().map(|pulls| pulls.pending()))
+            .unwrap_or_default()
+    }
+
+    /// Replaces the plugins pulled from registries (a config reload changed
+    /// `[[plugin]]` entries, keys or pull settings): the old pulls stop, the new
+    /// ones start at once.
+    pub fn set_pulls(&self, pulls: Option<Arc<crate::oci::Pulls>>) {
+        if let Ok(mut held) = self.pulls.lock() {
+            *held = pulls;
+        }
     }
 
     /// The configured upstreams without a session now (connecting or restarting),

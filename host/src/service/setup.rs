@@ -66,6 +66,9 @@ pub struct ServiceConfig {
     /// adds) until it opens: a stdio server opens it once a client speaks.
     /// `None`: they start with the service.
     pub upstreams_gate: Option<UpstreamGate>,
+    /// The plugins pulled from registries into `plugins_dir` (`[[plugin]]`),
+    /// held for `/readyz`, which names the references not pulled yet.
+    pub pulls: Option<Arc<crate::oci::Pulls>>,
 }
 
 /// How long a request waits for a source still starting, by default: an
@@ -116,6 +119,7 @@ impl ServiceConfig {
             token_exchange: None,
             startup_wait: DEFAULT_STARTUP_WAIT,
             upstreams_gate: None,
+            pulls: None,
         }
     }
 }
