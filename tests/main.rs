@@ -29,6 +29,7 @@ mod probe;
 mod progress;
 mod provider;
 mod registry;
+mod registry_hostile;
 mod reload;
 mod scaffold;
 mod secrets;

@@ -240,7 +240,7 @@ impl Key {
     }
 }
 
-fn path(path: &Path) -> &str {
+pub(crate) fn path(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
 }
 
@@ -269,7 +269,7 @@ fn openssl(args: &[&str], input: &[u8]) -> Vec<u8> {
 }
 
 /// `codemode-host pull ARGS`: its exit code, stdout and stderr.
-fn pull(args: &[&str]) -> (i32, String, String) {
+pub(crate) fn pull(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(host_bin())
         .arg("pull")
         .args(args)
@@ -284,7 +284,7 @@ fn pull(args: &[&str]) -> (i32, String, String) {
 }
 
 /// The error a failed `pull` logged (its one ERROR line, without the time).
-fn refusal(stderr: &str) -> String {
+pub(crate) fn refusal(stderr: &str) -> String {
     let lines: Vec<&str> = stderr
         .lines()
         .filter_map(|line| {
@@ -297,7 +297,7 @@ fn refusal(stderr: &str) -> String {
 }
 
 /// A plugins folder under target/ for `label`, empty.
-fn folder(label: &str) -> PathBuf {
+pub(crate) fn folder(label: &str) -> PathBuf {
     let dir = root()
         .join("target/e2e-registry/folders")
         .join(format!("{label}-{}", std::process::id()));
@@ -307,7 +307,7 @@ fn folder(label: &str) -> PathBuf {
 }
 
 /// The names in `dir` and each file's bytes.
-fn contents(dir: &Path) -> Vec<(String, Vec<u8>)> {
+pub(crate) fn contents(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .expect("list the folder")
         .map(|entry| {

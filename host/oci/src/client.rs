@@ -244,7 +244,7 @@ impl Client {
     ///
     /// See [`RegistryError`]; a manifest that is not there is `NotFound`.
     pub async fn manifest(&self, repository: &str, target: &str) -> Result<Fetched, RegistryError> {
-        let what = format!("manifest {repository}:{target}");
+        let what = manifest_name(repository, target);
         let path = format!("/v2/{repository}/manifests/{target}");
         let response = self
             .send(Method::GET, &path, &MANIFEST_TYPES.join(", "), None, &what)
@@ -299,7 +299,7 @@ impl Client {
     ///
     /// See [`RegistryError`].
     pub async fn resolve(&self, repository: &str, tag: &str) -> Result<Digest, RegistryError> {
-        let what = format!("manifest {repository}:{tag}");
+        let what = manifest_name(repository, tag);
         let path = format!("/v2/{repository}/manifests/{tag}");
         let response = self
             .send(Method::HEAD, &path, &MANIFEST_TYPES.join(", "), None, &what)
@@ -523,7 +523,7 @@ impl Client {
         bytes: Bytes,
     ) -> Result<Digest, RegistryError> {
         let digest = Digest::of(&bytes);
-        let what = format!("manifest {repository}:{target}");
+        let what = manifest_name(repository, target);
         self.send(
             Method::PUT,
             &format!("/v2/{repository}/manifests/{target}"),
@@ -806,6 +806,16 @@ fn challenge_params(text: &str) -> Vec<(String, String)> {
         rest = next.trim_start().trim_start_matches(',').trim_start();
     }
     params
+}
+
+/// `manifest namespace/name:tag`, or `...@sha256:<hex>` for a digest.
+fn manifest_name(repository: &str, target: &str) -> String {
+    let separator = if target.starts_with("sha256:") {
+        '@'
+    } else {
+        ':'
+    };
+    format!("manifest {repository}{separator}{target}")
 }
 
 fn content_length(response: &reqwest::Response) -> Option<u64> {
