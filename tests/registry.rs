@@ -20,14 +20,14 @@ const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
 
 /// A `docker-registry` on a loopback port, its storage in a folder of its own;
 /// killed when dropped.
-struct Registry {
+pub(crate) struct Registry {
     child: std::process::Child,
     port: u16,
     dir: PathBuf,
 }
 
 impl Registry {
-    fn start(label: &str) -> Self {
+    pub(crate) fn start(label: &str) -> Self {
         let dir = root()
             .join("target/e2e-registry")
             .join(format!("{label}-{}", std::process::id()));
@@ -58,7 +58,7 @@ impl Registry {
         registry
     }
 
-    fn host(&self) -> String {
+    pub(crate) fn host(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
@@ -212,6 +212,42 @@ impl Key {
             id,
             ed25519,
         }
+    }
+
+    /// Whether openssl verifies `signature` of `payload` with the public key.
+    fn verifies(&self, payload: &[u8], signature: &[u8]) -> bool {
+        let payload_file = self.public.with_extension("verify-payload");
+        let signature_file = self.public.with_extension("verify-signature");
+        std::fs::write(&payload_file, payload).expect("write the payload");
+        std::fs::write(&signature_file, signature).expect("write the signature");
+        let args: Vec<&str> = if self.ed25519 {
+            vec![
+                "pkeyutl",
+                "-verify",
+                "-pubin",
+                "-inkey",
+                path(&self.public),
+                "-rawin",
+                "-in",
+                path(&payload_file),
+                "-sigfile",
+                path(&signature_file),
+            ]
+        } else {
+            vec![
+                "dgst",
+                "-sha256",
+                "-verify",
+                path(&self.public),
+                "-signature",
+                path(&signature_file),
+                path(&payload_file),
+            ]
+        };
+        Command::new("openssl")
+            .args(&args)
+            .output()
+            .is_ok_and(|out| out.status.success())
     }
 
     /// The base64 signature of `payload`: DER ECDSA over its SHA-256, or Ed25519.
@@ -562,6 +598,189 @@ fn require_refuses_unsigned_wrong_key_replayed_tampered_and_unpinned_leaving_the
         std::fs::read(dir.join("records.wasm")).expect("pulled"),
         std::fs::read(plugins.join("records.wasm")).expect("pushed")
     );
+}
+
+#[test]
+fn push_and_sign_publish_what_oras_and_openssl_read_and_pull_verifies() {
+    let registry = Registry::start("published");
+    let host = registry.host();
+    let keys = registry.dir.join("keys");
+    let p256 = Key::new(&keys, "p256", false);
+    let ed = Key::new(&keys, "ed", true);
+    let records = example_plugins().join("records.wasm");
+    let reference = format!("{host}/team/records:0.1.0");
+    let run = |args: &[&str]| {
+        let out = Command::new(host_bin())
+            .args(args)
+            .output()
+            .expect("run codemode-host");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+
+    let (code, stdout, stderr) = run(&[
+        "push",
+        path(&records),
+        &reference,
+        "--key",
+        path(&p256.private),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let digest = stdout
+        .split_once(" (")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(digest, _)| digest.to_owned())
+        .expect("a digest");
+    assert_eq!(
+        stdout,
+        format!(
+            "pushed {} to {reference} ({digest}), signed with key {}\n",
+            records.display(),
+            p256.id
+        )
+    );
+    let (code, stdout, stderr) = run(&["sign", &reference, "--key", path(&ed.private)]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stdout,
+        format!("signed {reference} ({digest}) with key {}\n", ed.id)
+    );
+
+    // oras-py reads the artifact back.
+    let out_dir = registry.dir.join("oras-out");
+    let pulled = oras_pull(&format!("{host}/team/records:0.1.0"), &out_dir);
+    // (oras names the file it wrote by its normalized path.)
+    assert_eq!(pulled.len(), 1, "{pulled:?}");
+    assert!(pulled[0].ends_with("/oras-out/records.wasm"), "{pulled:?}");
+    assert_eq!(
+        std::fs::read(out_dir.join("records.wasm")).expect("oras' file"),
+        std::fs::read(&records).expect("ours")
+    );
+
+    // openssl verifies both signatures over the payloads stored, which name the digest.
+    let tag = format!("sha256-{}.sig", &digest[7..]);
+    let manifest: Value = serde_json::from_str(
+        &crate::support::raw_request(
+            registry.port,
+            "GET",
+            &format!("/v2/team/records/manifests/{tag}"),
+            &[("Accept", "application/vnd.oci.image.manifest.v1+json")],
+            "",
+        )
+        .body,
+    )
+    .expect("the signature manifest");
+    let layers = manifest["layers"].as_array().expect("layers");
+    assert_eq!(layers.len(), 2, "{manifest}");
+    for (layer, key) in layers.iter().zip([&p256, &ed]) {
+        assert_eq!(layer["mediaType"], SIGNATURE_LAYER);
+        let blob = crate::support::raw_request(
+            registry.port,
+            "GET",
+            &format!(
+                "/v2/team/records/blobs/{}",
+                layer["digest"].as_str().expect("digest")
+            ),
+            &[],
+            "",
+        )
+        .body;
+        let payload: Value = serde_json::from_str(&blob).expect("a JSON payload");
+        assert_eq!(
+            payload,
+            json!({"critical": {"identity": {"docker-reference": format!("{host}/team/records")}, "image": {"docker-manifest-digest": digest}, "type": "cosign container image signature"}, "optional": null})
+        );
+        use base64::Engine as _;
+        let signature = base64::engine::general_purpose::STANDARD
+            .decode(
+                layer["annotations"]["dev.cosignproject.cosign/signature"]
+                    .as_str()
+                    .expect("a signature"),
+            )
+            .expect("base64");
+        assert!(
+            key.verifies(blob.as_bytes(), &signature),
+            "openssl verifies the signature by {}",
+            key.id
+        );
+    }
+
+    // pull verifies with either key.
+    for key in [&p256, &ed] {
+        let dir = folder(&format!("published-{}", key.id));
+        let (code, stdout, stderr) = pull(&[
+            &reference,
+            "--plugins",
+            path(&dir),
+            "--verify-key",
+            path(&key.public),
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        assert!(
+            stdout.ends_with(&format!(
+                "; signature verified by key {} (cosign tag)\n",
+                key.id
+            )),
+            "{stdout}"
+        );
+    }
+
+    // What cannot be published says why.
+    let not_wasm = registry.dir.join("notes.txt");
+    std::fs::write(&not_wasm, "not a component").expect("a text file");
+    let (code, _, stderr) = run(&["push", path(&not_wasm), &reference]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        refusal(&stderr),
+        format!(
+            "cannot push {} to {reference}: not a WebAssembly file (no \\0asm at its start)",
+            not_wasm.display()
+        )
+    );
+    let encrypted = keys.join("cosign.key");
+    std::fs::write(&encrypted, "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\nabc\n-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n").expect("a key");
+    let (code, _, stderr) = run(&["sign", &reference, "--key", path(&encrypted)]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        refusal(&stderr),
+        format!(
+            "cannot sign {reference}: key {}: the private key is encrypted (cosign's own key format is): sign with an unencrypted PEM key, e.g. from `openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256`",
+            encrypted.display()
+        )
+    );
+    let (code, _, stderr) = run(&[
+        "sign",
+        &format!("{host}/team/records:nope"),
+        "--key",
+        path(&ed.private),
+    ]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        refusal(&stderr),
+        format!(
+            "cannot sign {host}/team/records:nope: the registry has no manifest team/records:nope"
+        )
+    );
+}
+
+/// Pulls `target` with oras-py into `dir`; the files it wrote.
+fn oras_pull(target: &str, dir: &Path) -> Vec<String> {
+    let out = Command::new(python())
+        .arg("-c")
+        .arg("import json, sys, oras.client\nc = oras.client.OrasClient(insecure=True)\nprint(json.dumps(c.pull(target=sys.argv[1], outdir=sys.argv[2])))")
+        .arg(target)
+        .arg(dir)
+        .output()
+        .expect("run oras-py");
+    assert!(
+        out.status.success(),
+        "oras pull: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the files oras wrote")
 }
 
 #[test]

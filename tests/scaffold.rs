@@ -145,6 +145,58 @@ fn a_new_rust_plugin_builds_checks_and_answers() {
     std::fs::copy(root().join("Cargo.lock"), dir.join("Cargo.lock")).expect("copy the lock file");
     build(&dir, &[("CARGO_TARGET_DIR", root().join("target"))]);
     check_and_try(&dir, "my_tool");
+    publish_and_pull(&dir, "my_tool");
+}
+
+/// Runs the README's publishing commands in `dir`, against a registry of the
+/// test's own instead of registry.example, and serves what they pulled.
+fn publish_and_pull(dir: &Path, name: &str) {
+    let registry = crate::registry::Registry::start(&format!("scaffold-{name}"));
+    let pulled = root()
+        .join("target/e2e-scaffold")
+        .join(format!("pulled-{name}"));
+    let _ = std::fs::remove_dir_all(&pulled);
+    let readme = std::fs::read_to_string(dir.join("README.md")).expect("read the README");
+    let commands = [
+        "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out cosign.key".to_owned(),
+        "openssl pkey -in cosign.key -pubout -out cosign.pub".to_owned(),
+        format!("./build.sh publish registry.example/team/{name}:0.1.0 --key cosign.key"),
+        format!(
+            "{} pull registry.example/team/{name}:0.1.0 --plugins /srv/plugins --verify-key cosign.pub",
+            host_bin()
+        ),
+    ];
+    for command in &commands {
+        assert!(
+            readme.contains(command.as_str()),
+            "{command} missing:\n{readme}"
+        );
+        let command = command
+            .replace("registry.example", &registry.host())
+            .replace("/srv/plugins", pulled.to_str().expect("utf-8 path"));
+        let out = Command::new("sh")
+            .args(["-c", &command])
+            .current_dir(dir)
+            .env("CARGO_TARGET_DIR", root().join("target"))
+            .output()
+            .expect("run a README command");
+        assert!(
+            out.status.success(),
+            "{command}:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = drive(
+        &["--plugins", pulled.to_str().expect("utf-8 path")],
+        json!([execute(&format!(
+            "def main():\n    return {name}.hello(name=\"Ada\")"
+        ))]),
+    );
+    assert_eq!(
+        ok(&out["results"][0]),
+        &json!({"result": {"text": "Hello, Ada!"}})
+    );
 }
 
 #[test]

@@ -782,6 +782,61 @@ pub enum Command {
         insecure: bool,
     },
 
+    /// Push a plugin to an OCI registry, signed when a key is given
+    ///
+    /// The component goes as a CNCF Wasm artifact (config
+    /// application/vnd.wasm.config.v0+json, one application/wasm layer), which
+    /// `pull`, [[plugin]] entries, `oras pull` and `wkg oci pull` read. With --key
+    /// it is then signed as `sign` does. Credentials as for `pull`.
+    Push {
+        /// The component file
+        #[arg(value_name = "PLUGIN.wasm")]
+        file: PathBuf,
+        /// Where it goes: registry/namespace/name:tag
+        #[arg(value_name = "REFERENCE", value_parser = oci_reference)]
+        reference: codemode_oci::Reference,
+        /// A private key (PEM: ECDSA P-256 or Ed25519, unencrypted) to sign the
+        /// pushed artifact with
+        #[arg(long, value_name = "FILE")]
+        key: Option<PathBuf>,
+        /// A Docker config.json with the registry's credentials [default:
+        /// $DOCKER_CONFIG/config.json or ~/.docker/config.json, when there is one]
+        #[arg(long, value_name = "FILE", conflicts_with = "registry_token")]
+        registry_auth: Option<PathBuf>,
+        /// A file holding a registry token, sent as a bearer token
+        #[arg(long, value_name = "FILE")]
+        registry_token: Option<PathBuf>,
+        /// Speak plain HTTP to a registry that is not on this machine
+        #[arg(long)]
+        insecure: bool,
+    },
+
+    /// Sign an artifact in an OCI registry with a key, as `cosign sign --key`
+    ///
+    /// The signature of the artifact's digest (a tag is resolved first) goes
+    /// where cosign puts it: a simple signing payload under the tag
+    /// sha256-<digest>.sig, next to the signatures already there. `cosign
+    /// verify --key`, `pull --verify-key` and [[plugin]] entries check it.
+    Sign {
+        /// The artifact: registry/namespace/name:tag or ...@sha256:<digest>
+        #[arg(value_name = "REFERENCE", value_parser = oci_reference)]
+        reference: codemode_oci::Reference,
+        /// The private key (PEM: ECDSA P-256 or Ed25519, unencrypted, e.g. from
+        /// `openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256`)
+        #[arg(long, value_name = "FILE", required = true)]
+        key: PathBuf,
+        /// A Docker config.json with the registry's credentials [default:
+        /// $DOCKER_CONFIG/config.json or ~/.docker/config.json, when there is one]
+        #[arg(long, value_name = "FILE", conflicts_with = "registry_token")]
+        registry_auth: Option<PathBuf>,
+        /// A file holding a registry token, sent as a bearer token
+        #[arg(long, value_name = "FILE")]
+        registry_token: Option<PathBuf>,
+        /// Speak plain HTTP to a registry that is not on this machine
+        #[arg(long)]
+        insecure: bool,
+    },
+
     /// Write a new plugin project that builds, with one capability
     ///
     /// NAME is the capability root (`greet` makes `greet.hello`): lowercase

@@ -215,6 +215,7 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
             return scaffold::new_plugin(name, *lang, dir.as_deref());
         }
         Some(Command::Pull { .. }) => return pull(&cli),
+        Some(Command::Push { .. } | Command::Sign { .. }) => return publish(&cli),
         None => {}
     }
     let http = cli.http()?;
@@ -653,11 +654,7 @@ fn pull(cli: &Cli) -> anyhow::Result<()> {
         pinned: digest.clone(),
         policy: cli.verify,
         keys: cli.verify_keys.clone(),
-        auth: match (registry_auth, registry_token) {
-            (_, Some(token)) => oci::RegistryAuth::TokenFile(token.clone()),
-            (Some(config), None) => oci::RegistryAuth::DockerConfig(config.clone()),
-            (None, None) => oci::RegistryAuth::DockerDefault,
-        },
+        auth: self::registry_auth(registry_auth.as_ref(), registry_token.as_ref()),
         insecure: *insecure,
     };
     let limits = cli.pull_limits();
@@ -680,6 +677,85 @@ fn pull(cli: &Cli) -> anyhow::Result<()> {
         source.reference,
         pulled.verification
     );
+    Ok(())
+}
+
+/// The registry credentials `--registry-auth` or `--registry-token` name.
+fn registry_auth(
+    config: Option<&std::path::PathBuf>,
+    token: Option<&std::path::PathBuf>,
+) -> oci::RegistryAuth {
+    match (config, token) {
+        (_, Some(token)) => oci::RegistryAuth::TokenFile(token.clone()),
+        (Some(config), None) => oci::RegistryAuth::DockerConfig(config.clone()),
+        (None, None) => oci::RegistryAuth::DockerDefault,
+    }
+}
+
+/// `push` and `sign`: a plugin published to a registry.
+fn publish(cli: &Cli) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    match &cli.command {
+        Some(Command::Push {
+            file,
+            reference,
+            key,
+            registry_auth: config,
+            registry_token,
+            insecure,
+        }) => {
+            let destination = oci::Destination {
+                reference: reference.clone(),
+                auth: registry_auth(config.as_ref(), registry_token.as_ref()),
+                insecure: *insecure,
+            };
+            let published = runtime
+                .block_on(oci::push(
+                    file,
+                    &destination,
+                    key.as_deref(),
+                    cli.pull_limits(),
+                ))
+                .map_err(anyhow::Error::msg)?;
+            match &published.key_id {
+                Some(key_id) => println!(
+                    "pushed {} to {reference} ({}), signed with key {key_id}",
+                    file.display(),
+                    published.digest
+                ),
+                None => println!(
+                    "pushed {} to {reference} ({})",
+                    file.display(),
+                    published.digest
+                ),
+            }
+        }
+        Some(Command::Sign {
+            reference,
+            key,
+            registry_auth: config,
+            registry_token,
+            insecure,
+        }) => {
+            let destination = oci::Destination {
+                reference: reference.clone(),
+                auth: registry_auth(config.as_ref(), registry_token.as_ref()),
+                insecure: *insecure,
+            };
+            let published = runtime
+                .block_on(oci::sign(&destination, key, cli.pull_limits()))
+                .map_err(anyhow::Error::msg)?;
+            println!(
+                "signed {reference} ({}) with key {}",
+                published.digest,
+                published.key_id.unwrap_or_default()
+            );
+        }
+        _ => anyhow::bail!("not the push or sign command"),
+    }
     Ok(())
 }
 

@@ -84,18 +84,14 @@ pub async fn pull(source: &PluginSource, dir: &Path, limits: PullLimits) -> Resu
     let reference = &source.reference;
     let fail = |reason: String| format!("cannot pull {reference}: {reason}");
     let verifier = read_keys(&source.keys).map_err(fail)?;
-    let credentials = credentials(&source.auth, &reference.registry).map_err(fail)?;
-    let plain = reference.is_loopback() || source.insecure;
-    let client = Client::new(
-        &reference.registry,
-        plain,
-        credentials,
-        Limits {
-            max_blob_bytes: limits.max_bytes,
-            read_timeout: READ_TIMEOUT.min(limits.timeout),
-        },
-    )
-    .map_err(|e| fail(e.to_string()))?;
+    let client = client_for(reference, &source.auth, source.insecure, limits).map_err(fail)?;
+    // An image build pulls into a folder that is not there yet.
+    std::fs::create_dir_all(dir).map_err(|e| {
+        fail(format!(
+            "cannot make the plugins folder {}: {e}",
+            dir.display()
+        ))
+    })?;
     let request = codemode_oci::Request {
         reference,
         name: &source.name,
@@ -113,6 +109,146 @@ pub async fn pull(source: &PluginSource, dir: &Path, limits: PullLimits) -> Resu
             humantime::format_duration(limits.timeout)
         ))),
     }
+}
+
+/// Where an artifact is published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Destination {
+    /// The repository and tag (or digest).
+    pub reference: Reference,
+    /// The registry's credentials.
+    pub auth: RegistryAuth,
+    /// Plain HTTP to a registry that is not on this machine.
+    pub insecure: bool,
+}
+
+/// What a push or a signature made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    /// The artifact's manifest digest.
+    pub digest: codemode_oci::Digest,
+    /// The ID of the key it was signed with, when it was.
+    pub key_id: Option<String>,
+}
+
+/// Pushes the component `file` to `destination` as a CNCF Wasm artifact, then
+/// signs it with the private key in `key`, when one is given.
+///
+/// # Errors
+///
+/// The file or the key cannot be read, the file is not a component, the
+/// registry refuses; each names the reference.
+pub async fn push(
+    file: &Path,
+    destination: &Destination,
+    key: Option<&Path>,
+    limits: PullLimits,
+) -> Result<Published, String> {
+    let reference = &destination.reference;
+    let fail = |reason: String| format!("cannot push {} to {reference}: {reason}", file.display());
+    let key = key.map(read_private_key).transpose().map_err(fail)?;
+    let bytes = files::read_regular(file, limits.max_bytes, "--max-pull-bytes")
+        .map_err(|e| fail(e.to_string()))?;
+    let client =
+        client_for(reference, &destination.auth, destination.insecure, limits).map_err(fail)?;
+    let name = file.file_name().map_or_else(
+        || format!("{}.wasm", reference.name()),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let work = async {
+        let digest = codemode_oci::push(&client, reference, &name, bytes.into())
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(key) = &key {
+            codemode_oci::sign(&client, reference, &digest, key)
+                .await
+                .map_err(|e| format!("pushed as {digest}, but not signed: {e}"))?;
+        }
+        Ok::<_, String>(digest)
+    };
+    let digest = within(limits.timeout, work).await.map_err(fail)?;
+    Ok(Published {
+        digest,
+        key_id: key.map(|key| key.public().id().to_owned()),
+    })
+}
+
+/// Signs the artifact `destination` names (a tag is resolved to its digest
+/// first) with the private key in `key`, as `cosign sign --key` does.
+///
+/// # Errors
+///
+/// The key cannot be read, the registry fails or refuses; each names the
+/// reference.
+pub async fn sign(
+    destination: &Destination,
+    key: &Path,
+    limits: PullLimits,
+) -> Result<Published, String> {
+    let reference = &destination.reference;
+    let fail = |reason: String| format!("cannot sign {reference}: {reason}");
+    let key = read_private_key(key).map_err(fail)?;
+    let client =
+        client_for(reference, &destination.auth, destination.insecure, limits).map_err(fail)?;
+    let work = async {
+        let digest = match &reference.target {
+            codemode_oci::Target::Digest(digest) => digest.clone(),
+            codemode_oci::Target::Tag(tag) => client
+                .resolve(&reference.repository, tag)
+                .await
+                .map_err(|e| e.to_string())?,
+        };
+        codemode_oci::sign(&client, reference, &digest, &key)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>(digest)
+    };
+    let digest = within(limits.timeout, work).await.map_err(fail)?;
+    Ok(Published {
+        digest,
+        key_id: Some(key.public().id().to_owned()),
+    })
+}
+
+/// `work`, bounded by `timeout` (`--pull-timeout`).
+async fn within<T>(
+    timeout: Duration,
+    work: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(timeout, work).await {
+        Ok(result) => result,
+        Err(_) => Err(format!(
+            "it took longer than {} (--pull-timeout)",
+            humantime::format_duration(timeout)
+        )),
+    }
+}
+
+/// A private key file.
+fn read_private_key(path: &Path) -> Result<codemode_oci::PrivateKey, String> {
+    let text = files::read_text(path, MAX_SECRET_FILE, "a key file's size")
+        .map_err(|e| format!("key {}: {e}", path.display()))?;
+    codemode_oci::PrivateKey::from_pem(&text).map_err(|e| format!("key {}: {e}", path.display()))
+}
+
+/// A client of `reference`'s registry.
+fn client_for(
+    reference: &Reference,
+    auth: &RegistryAuth,
+    insecure: bool,
+    limits: PullLimits,
+) -> Result<Client, String> {
+    let credentials = credentials(auth, &reference.registry)?;
+    Client::new(
+        &reference.registry,
+        reference.is_loopback() || insecure,
+        credentials,
+        Limits {
+            max_blob_bytes: limits.max_bytes,
+            read_timeout: READ_TIMEOUT.min(limits.timeout),
+        },
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// The verifier trusting the keys in `paths`; none without keys.
@@ -379,17 +515,7 @@ async fn resolve(
     limits: PullLimits,
 ) -> Result<codemode_oci::Digest, String> {
     let reference = &source.reference;
-    let credentials = credentials(&source.auth, &reference.registry)?;
-    let client = Client::new(
-        &reference.registry,
-        reference.is_loopback() || source.insecure,
-        credentials,
-        Limits {
-            max_blob_bytes: limits.max_bytes,
-            read_timeout: READ_TIMEOUT.min(limits.timeout),
-        },
-    )
-    .map_err(|e| e.to_string())?;
+    let client = client_for(reference, &source.auth, source.insecure, limits)?;
     let target = reference.target_str().to_owned();
     match tokio::time::timeout(
         limits.timeout,

@@ -65,6 +65,7 @@ impl Names {
     fn fill(&self, template: &str, host: &str) -> String {
         template
             .replace("{{readme_try}}", README_TRY)
+            .replace("{{publish}}", PUBLISH_STEP)
             .replace("{{name}}", &self.name)
             .replace("{{kebab}}", &self.kebab)
             .replace("{{pascal}}", &self.pascal)
@@ -138,6 +139,17 @@ pub(crate) fn new_plugin(name: &str, lang: Lang, dir: Option<&Path>) -> anyhow::
 /// Marks the file that gets the plugin ABI's WIT as it is.
 const PLUGIN_WIT_MARK: &str = "<the plugin ABI>";
 
+/// The end of every `build.sh`: `./build.sh publish REFERENCE [--key FILE]`
+/// builds, then pushes the component to an OCI registry (signed with the key).
+const PUBLISH_STEP: &str = r#"# ./build.sh publish REGISTRY/NAMESPACE/{{name}}:TAG [--key cosign.key]: then push
+# plugins/{{name}}.wasm to that OCI registry, signed with the key when one is given
+# (codemode-host push; $CODEMODE_HOST names another codemode-host).
+if [ "${1:-}" = publish ]; then
+  shift
+  "${CODEMODE_HOST:-{{host}}}" push plugins/{{name}}.wasm "$@"
+fi
+"#;
+
 /// How each project is checked and tried: the README's second half.
 const README_TRY: &str = r#"
 Build it (the component goes to `plugins/{{name}}.wasm`), check it exactly as the
@@ -164,6 +176,17 @@ npx -y @modelcontextprotocol/inspector@2.12.0 --cli {{host}} --plugins plugins \
 and the Inspector shows `"structuredContent": {"result": {"text": "Hello, Ada!"}}`.
 To serve it to a client: `{{host}} --plugins /path/to/this/plugins`; the
 folder is watched, so a rebuild is picked up while serving.
+
+To publish it, signed, to an OCI registry your servers pull from (`--verify-key`
+and `[[plugin]]` entries: the codemode-host README, "Plugins from OCI registries"),
+with a key pair made by openssl:
+
+```sh
+openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out cosign.key
+openssl pkey -in cosign.key -pubout -out cosign.pub
+./build.sh publish registry.example/team/{{name}}:0.1.0 --key cosign.key
+{{host}} pull registry.example/team/{{name}}:0.1.0 --plugins /srv/plugins --verify-key cosign.pub
+```
 
 Next: add functions to the interface in `wit/world.wit`, implement them, and
 describe each in the metadata (the codemode-host plugin guide,
@@ -278,9 +301,9 @@ cargo build --release --target wasm32-wasip2
 mkdir -p plugins
 cp "${CARGO_TARGET_DIR:-target}/wasm32-wasip2/release/{{name}}.wasm" plugins/{{name}}.wasm
 echo "built plugins/{{name}}.wasm"
-"#,
+{{publish}}"#,
     ),
-    (".gitignore", "/target\n/plugins\n"),
+    (".gitignore", "/target\n/plugins\n/cosign.key\n"),
     (
         "README.md",
         r#"# {{name}}: a codemode-host plugin in Rust
@@ -413,9 +436,12 @@ if ! "$host" wit-docs --wit wit plugins/{{name}}.wasm.partial >/dev/null; then
 fi
 mv plugins/{{name}}.wasm.partial plugins/{{name}}.wasm
 echo "built plugins/{{name}}.wasm"
-"#,
+{{publish}}"#,
     ),
-    (".gitignore", "/.venv\n/plugins\n__pycache__/\n"),
+    (
+        ".gitignore",
+        "/.venv\n/plugins\n__pycache__/\n/cosign.key\n",
+    ),
     (
         "README.md",
         r#"# {{name}}: a codemode-host plugin in Python
@@ -562,9 +588,9 @@ if ! "$host" wit-docs --wit wit plugins/{{name}}.wasm.partial >/dev/null; then
 fi
 mv plugins/{{name}}.wasm.partial plugins/{{name}}.wasm
 echo "built plugins/{{name}}.wasm"
-"#,
+{{publish}}"#,
     ),
-    (".gitignore", "/node_modules\n/plugins\n"),
+    (".gitignore", "/node_modules\n/plugins\n/cosign.key\n"),
     (
         "README.md",
         r#"# {{name}}: a codemode-host plugin in JavaScript
