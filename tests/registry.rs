@@ -169,15 +169,15 @@ fn oras_push(script: &Value) -> String {
 
 /// A key pair made by `openssl`, with the key ID the host names it by (the
 /// first 16 hex digits of the SHA-256 of its DER public key).
-struct Key {
+pub(crate) struct Key {
     private: PathBuf,
-    public: PathBuf,
-    id: String,
+    pub(crate) public: PathBuf,
+    pub(crate) id: String,
     ed25519: bool,
 }
 
 impl Key {
-    fn new(dir: &Path, name: &str, ed25519: bool) -> Self {
+    pub(crate) fn new(dir: &Path, name: &str, ed25519: bool) -> Self {
         std::fs::create_dir_all(dir).expect("the keys' folder");
         let private = dir.join(format!("{name}.key"));
         let public = dir.join(format!("{name}.pub"));
@@ -251,7 +251,7 @@ impl Key {
     }
 
     /// The base64 signature of `payload`: DER ECDSA over its SHA-256, or Ed25519.
-    fn sign(&self, payload: &[u8]) -> String {
+    pub(crate) fn sign(&self, payload: &[u8]) -> String {
         let signature = if self.ed25519 {
             // Ed25519 signs in one shot, from a file (not a pipe).
             let input = self.private.with_extension("payload");
@@ -831,6 +831,16 @@ fn config_plugins_are_pulled_swapped_when_their_tag_moves_or_a_key_is_added_and_
         &server,
         &format!(
             "reference={host}/team/versioned:stable digest={one} key_id={}",
+            key.id
+        ),
+        1,
+    );
+
+    // Its calls' audit lines say where it came from.
+    crate::support::wait_for_audit(
+        &server,
+        &format!(
+            r#""pulled":{{"reference":"{host}/team/versioned:stable","digest":"{one}","key_id":"{}"}}"#,
             key.id
         ),
         1,

@@ -1,5 +1,6 @@
-//! A registry is untrusted input: a registry of our own making answers each
-//! request the way a broken or hostile one would (a 10 GB blob, a manifest of
+//! A registry of the tests' own: one that offers the OCI 1.1 referrers API (the
+//! Debian registry does not), and, as a registry is untrusted input, one that
+//! answers each request the way a broken or hostile one would (a 10 GB blob, a manifest of
 //! 100,000 layers, an endless body, a slow drip, a redirect to another host, bytes
 //! that are not their digest, a tag that flips), and `pull` refuses each with a
 //! clear message, nothing half-written in the plugins folder; a server whose
@@ -445,5 +446,83 @@ fn a_slow_drip_a_redirect_elsewhere_wrong_bytes_and_a_flipping_tag_are_refused()
             "def main():\n    return records.lookup(key=\"bk-0042\")[\"key\"]"
         ),
         Ok(json!("bk-0042"))
+    );
+}
+
+#[test]
+fn a_signature_found_through_the_referrers_api_verifies() {
+    let component = std::fs::read(&example_plugin_files()[0]).expect("a component");
+    let layer = sha256(&component);
+    let artifact = manifest(&layer, component.len() as u64, r#"{"os":"wasip2"}"#);
+    let digest = sha256(&artifact);
+    let dir = folder("referrers");
+    let key = crate::registry::Key::new(&dir.join("keys"), "signer", false);
+    // cosign's payload (its identity is not checked: registries get mirrored),
+    // signed by openssl once, in a manifest whose subject is the artifact (as
+    // `cosign sign --registry-referrers-mode=oci-1-1` stores it).
+    let payload = format!(
+        r#"{{"critical":{{"identity":{{"docker-reference":"registry.example/team/ref"}},"image":{{"docker-manifest-digest":"{digest}"}},"type":"cosign container image signature"}},"optional":null}}"#
+    )
+    .into_bytes();
+    let signature = key.sign(&payload);
+    let signature_manifest = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": MANIFEST_TYPE,
+        "artifactType": "application/vnd.dev.cosign.artifact.sig.v1+json",
+        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": sha256(b"{}"), "size": 2},
+        "layers": [{
+            "mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
+            "digest": sha256(&payload),
+            "size": payload.len(),
+            "annotations": {"dev.cosignproject.cosign/signature": signature},
+        }],
+        "subject": {"mediaType": MANIFEST_TYPE, "digest": digest, "size": artifact.len()},
+    }))
+    .expect("JSON");
+    let index = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {"mediaType": MANIFEST_TYPE, "digest": sha256(b"an SBOM"), "size": 7, "artifactType": "application/spdx+json"},
+            {"mediaType": MANIFEST_TYPE, "digest": sha256(&signature_manifest), "size": signature_manifest.len(), "artifactType": "application/vnd.dev.cosign.artifact.sig.v1+json"},
+        ],
+    }))
+    .expect("JSON");
+    let fake = Fake::start("127.0.0.1", {
+        let (artifact, component, digest) = (artifact.clone(), component.clone(), digest.clone());
+        move |_, target| match target {
+            "/v2/team/ref/manifests/1" => ok(MANIFEST_TYPE, artifact.clone()),
+            path if path == format!("/v2/team/ref/referrers/{digest}") => {
+                ok("application/vnd.oci.image.index.v1+json", index.clone())
+            }
+            path if path == format!("/v2/team/ref/manifests/{}", sha256(&signature_manifest)) => {
+                ok(MANIFEST_TYPE, signature_manifest.clone())
+            }
+            path if path == format!("/v2/team/ref/blobs/{}", sha256(&payload)) => {
+                ok("application/octet-stream", payload.clone())
+            }
+            path if path.starts_with("/v2/team/ref/blobs/") => {
+                ok("application/octet-stream", component.clone())
+            }
+            _ => Answer::Bytes(404, Vec::new(), Vec::new()),
+        }
+    });
+    let host = format!("127.0.0.1:{}", fake.port);
+    let reference = format!("{host}/team/ref:1");
+    let (code, stdout, stderr) = pull(&[
+        &reference,
+        "--plugins",
+        path(&dir),
+        "--verify-key",
+        path(&key.public),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stdout,
+        format!(
+            "{}: pulled ({digest}) from {reference}; signature verified by key {} (referrers)\n",
+            dir.join("ref.wasm").display(),
+            key.id
+        )
     );
 }

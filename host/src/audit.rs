@@ -68,6 +68,10 @@ pub struct AuditRecord<'a> {
     pub fuel: u64,
     /// Wall time of the call, binding to conversion, in microseconds.
     pub duration_us: u64,
+    /// Where the capability's plugin was pulled from (reference, digest, the key
+    /// that verified it), when it came from a registry; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pulled: Option<&'a crate::source::Pulled>,
 }
 
 /// How asking a human about one call ended.
@@ -273,6 +277,7 @@ mod tests {
             outcome: "permission denied",
             fuel: 0,
             duration_us: 12,
+            pulled: None,
         };
         log.record(&record);
         log.record(&AuditRecord {
@@ -340,6 +345,7 @@ mod tests {
             outcome: "ok",
             fuel: 0,
             duration_us: 1,
+            pulled: None,
         });
     }
 

@@ -40,10 +40,28 @@ use crate::authz::exchange::TokenExchange;
 use crate::catalog::is_printable;
 use crate::secret::Secret;
 
+/// Where a source's code was pulled from (a plugin from an OCI registry): named
+/// in the audit line of each of its calls.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Pulled {
+    /// The reference it was pulled by.
+    pub reference: String,
+    /// The artifact's digest.
+    pub digest: String,
+    /// The key whose signature verified, when one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
+}
+
 /// A set of capabilities served from one place (one plugin file, one upstream).
 pub trait CapabilitySource: Send + Sync {
     /// The name messages about this source use (a plugin's file name).
     fn label(&self) -> &str;
+
+    /// Where its code was pulled from, when it came from a registry.
+    fn pulled(&self) -> Option<&Pulled> {
+        None
+    }
 
     /// The capabilities it offers, in its own order: a call names one by its index
     /// in this list.

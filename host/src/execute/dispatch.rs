@@ -216,6 +216,11 @@ fn audit(
         outcome,
         fuel: trace.fuel,
         duration_us: started.map_or(0, |started| started.elapsed().as_micros() as u64),
+        pulled: trace
+            .route
+            .and_then(|(_, route)| dispatch.routes.get(route))
+            .and_then(|route| dispatch.sources.get(route.source))
+            .and_then(|source| source.pulled()),
     });
 }
 

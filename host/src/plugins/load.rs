@@ -300,7 +300,7 @@ pub(crate) struct LoadedPlugin {
     pub max_memory_bytes: usize,
     /// Where it was pulled from and who signed it, when its `<name>.oci.json`
     /// names this file's digest.
-    pub provenance: Option<codemode_oci::Provenance>,
+    pub provenance: Option<crate::source::Pulled>,
 }
 
 impl Template for LoadedPlugin {
@@ -362,7 +362,11 @@ pub(crate) fn load_file(
         Err(error) => LoadError::Compile(error),
     })?;
     let docs = super::docs::read(&file_label(path), &bytes);
-    let provenance = crate::oci::provenance_of(path, Some(&bytes));
+    let provenance = crate::oci::provenance_of(path, Some(&bytes)).map(|p| crate::source::Pulled {
+        reference: p.reference,
+        digest: p.digest,
+        key_id: p.key_id,
+    });
     let loaded = prepare(engine, path, &component, limits, docs.as_ref());
     // An entry this load wrote for a version that then failed would never serve,
     // and nothing would remove it: a plugin rebuilt broken twenty times would leave

@@ -37,6 +37,10 @@ impl CapabilitySource for LoadedPlugin {
         &self.file
     }
 
+    fn pulled(&self) -> Option<&crate::source::Pulled> {
+        self.provenance.as_ref()
+    }
+
     fn capabilities(&self) -> &[Arc<Capability>] {
         &self.capabilities
     }
