@@ -238,7 +238,7 @@ fn table_after(doc: &str, heading: &str) -> Vec<(String, String)> {
         let (Some(first), Some(second)) = (cells.get(1), cells.get(2)) else {
             continue;
         };
-        if first.starts_with("---") || *first == "module" {
+        if first.starts_with("---") || *first == "module" || *first == "crate" {
             continue;
         }
         rows.push((first.replace('`', ""), second.to_string()));
@@ -295,8 +295,8 @@ fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
 
 /// For each folder module, the files of it each file imports (`super::x`,
 /// `self::x` in `mod.rs`, `crate::folder::x`).
-fn folder_imports() -> BTreeMap<String, BTreeSet<String>> {
-    let src = source_dir();
+fn folder_imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let src = src.to_owned();
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in rust_files(&src) {
         let Ok(relative) = file.strip_prefix(&src) else {
@@ -358,7 +358,7 @@ fn the_module_table_names_exactly_the_crate_s_modules() {
         .filter(|module| {
             !matches!(
                 module.as_str(),
-                "host/runner/src" | "host/oci/src" | "wit-docs/src"
+                "host/runner/src" | "host/core/src" | "host/oci/src" | "wit-docs/src"
             )
         })
         .collect();
@@ -392,11 +392,82 @@ fn no_module_imports_one_that_imports_it_back() {
 
 #[test]
 fn no_two_files_of_one_folder_import_each_other() {
-    let found = cycles(&folder_imports());
-    assert!(
-        found.is_empty(),
-        "cycles between the files of a folder: {found:?}"
+    // This crate's folders, and the core crate's (`catalog/`).
+    for src in [source_dir(), source_dir().join("../core/src")] {
+        let found = cycles(&folder_imports(&src));
+        assert!(
+            found.is_empty(),
+            "cycles between the files of a folder of {}: {found:?}",
+            src.display()
+        );
+    }
+}
+
+/// The workspace crates (`codemode-*`) each crate under `host/` depends on, from
+/// its Cargo.toml's `[dependencies]`.
+fn crate_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let host = source_dir().join("..");
+    let mut graph = BTreeMap::new();
+    for manifest in [
+        host.join("Cargo.toml"),
+        host.join("core/Cargo.toml"),
+        host.join("oci/Cargo.toml"),
+    ] {
+        let text = std::fs::read_to_string(&manifest).unwrap_or_default();
+        let parsed: toml::Table = text.parse().unwrap_or_default();
+        let name = parsed
+            .get("package")
+            .and_then(|p| p.get("name"))
+            .and_then(|n| n.as_str())
+            .unwrap_or_default()
+            .to_owned();
+        let deps: BTreeSet<String> = parsed
+            .get("dependencies")
+            .and_then(|d| d.as_table())
+            .map(|d| {
+                d.keys()
+                    .filter(|k| k.starts_with("codemode-"))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        graph.insert(name, deps);
+    }
+    graph
+}
+
+#[test]
+fn the_crate_table_is_what_the_manifests_say() {
+    let doc = std::fs::read_to_string(source_dir().join("../../docs/architecture.md"))
+        .expect("docs/architecture.md");
+    let documented: BTreeMap<String, String> = table_after(&doc, "| crate | imports |")
+        .into_iter()
+        .collect();
+    let graph = crate_graph();
+    let expected: BTreeMap<String, String> = graph
+        .iter()
+        .map(|(name, deps)| {
+            let list: Vec<String> = deps.iter().map(|d| format!("`{d}`")).collect();
+            let list = if list.is_empty() {
+                "nothing".to_owned()
+            } else {
+                list.join(", ")
+            };
+            (name.clone(), list)
+        })
+        .collect();
+    assert_eq!(
+        documented, expected,
+        "docs/architecture.md §2, the crate table"
     );
+    // The layers point one way: the core and the registry client know no other
+    // crate of the host.
+    assert!(
+        graph["codemode-core"].iter().all(|d| d == "codemode-value"),
+        "{graph:?}"
+    );
+    assert!(graph["codemode-oci"].is_empty(), "{graph:?}");
+    assert!(cycles(&graph).is_empty(), "{graph:?}");
 }
 
 #[test]

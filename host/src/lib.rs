@@ -27,9 +27,7 @@
 mod architecture;
 pub mod audit;
 pub mod authz;
-mod budget;
 mod cache;
-mod catalog;
 mod check;
 pub mod children;
 mod error;
@@ -57,6 +55,10 @@ mod upstream;
 mod wait;
 pub mod watch;
 mod worker;
+
+// The catalog and the budgets are the core crate's (docs/architecture.md): used
+// here under their old paths, `crate::catalog` and `crate::budget`.
+pub(crate) use codemode_core::{budget, catalog};
 
 pub use cache::default_cache_dir;
 pub use catalog::{Description, FieldShape, SearchResponse, SearchResult};

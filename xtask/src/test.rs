@@ -167,6 +167,7 @@ fn run(phases: &mut Phases) -> Result<()> {
 /// that the server does not have.
 const NATIVE_PACKAGES: &[&str] = &[
     "codemode-host",
+    "codemode-core",
     "codemode-oci",
     "codemode-value",
     "codemode-sdk",

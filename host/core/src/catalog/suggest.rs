@@ -14,7 +14,7 @@ const MAX_SUGGESTION_DISTANCE: usize = 3;
 /// catalog's names, not by it. A name too long to be within
 /// [`MAX_SUGGESTION_DISTANCE`] edits of any catalog name is not looked at further,
 /// and only candidates of a plausible length are compared.
-pub(crate) fn suggest(names: &[String], name: &str) -> Vec<String> {
+pub fn suggest(names: &[String], name: &str) -> Vec<String> {
     // A character is at most 4 bytes: a name this long has more characters than any
     // catalog name plus the distance allowed.
     let longest = names.iter().map(String::len).max().unwrap_or(0);

@@ -22,7 +22,6 @@ use crate::budget::{Nodes, OutOfNodes};
 
 /// Why arguments could not be bound.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum BindError {
     /// The detail after `invalid capability arguments: `.
     Invalid(String),

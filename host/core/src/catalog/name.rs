@@ -20,7 +20,7 @@ const KEYWORDS: &[&str] = &[
 /// universe (including `set`, which is reserved but unavailable) plus the three
 /// additions of the fixed surface. `time` is deliberately absent (seed: "a host-defined
 /// time.* capability remains legal").
-pub(crate) const RESERVED_ROOTS: &[&str] = &[
+pub const RESERVED_ROOTS: &[&str] = &[
     "False",
     "None",
     "True",
@@ -148,7 +148,7 @@ impl DottedName {
 
     /// Whether `self` is a namespace of `other` (`records` of `records.lookup`, or
     /// `records.lookup` of `records.lookup.detail`).
-    pub(crate) fn is_namespace_of(&self, other: &DottedName) -> bool {
+    pub fn is_namespace_of(&self, other: &DottedName) -> bool {
         other
             .0
             .strip_prefix(&*self.0)
@@ -196,7 +196,7 @@ impl fmt::Display for CapabilityId {
 /// # Errors
 ///
 /// [`NameError::BadParameter`].
-pub(crate) fn check_parameter_name(name: &str) -> Result<(), NameError> {
+pub fn check_parameter_name(name: &str) -> Result<(), NameError> {
     if is_identifier(name) && !KEYWORDS.contains(&name) {
         Ok(())
     } else {

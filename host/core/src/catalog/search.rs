@@ -50,7 +50,6 @@ pub struct SearchResponse {
 
 /// Why a query was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
 pub enum SearchError {
     /// More than [`MAX_SEARCH_QUERY_BYTES`] raw bytes or [`MAX_QUERY_TOKENS`] tokens.
     #[error("search query limit exceeded")]
@@ -58,7 +57,7 @@ pub enum SearchError {
 }
 
 /// The searchable text of one capability, as the catalog hands it to the index.
-pub(crate) struct Document<'a> {
+pub struct Document<'a> {
     pub name: &'a str,
     pub signature: &'a str,
     pub summary: &'a str,
@@ -76,14 +75,14 @@ struct IndexedDoc {
 }
 
 /// An immutable index over the enabled capabilities.
-pub(crate) struct SearchIndex {
+pub struct SearchIndex {
     docs: Vec<IndexedDoc>,
     rarity: HashMap<String, u64>,
 }
 
 impl SearchIndex {
     /// Indexes `docs`; rarity factors are computed over exactly this set.
-    pub(crate) fn new(docs: &[Document<'_>]) -> Self {
+    pub fn new(docs: &[Document<'_>]) -> Self {
         let indexed: Vec<IndexedDoc> = docs
             .iter()
             .map(|d| {
@@ -133,11 +132,7 @@ impl SearchIndex {
     ///
     /// [`SearchError::QueryLimit`] for more than [`MAX_SEARCH_QUERY_BYTES`] bytes or
     /// [`MAX_QUERY_TOKENS`] distinct tokens.
-    pub(crate) fn search(
-        &self,
-        query: &str,
-        max_results: usize,
-    ) -> Result<SearchResponse, SearchError> {
+    pub fn search(&self, query: &str, max_results: usize) -> Result<SearchResponse, SearchError> {
         if query.len() > MAX_SEARCH_QUERY_BYTES {
             return Err(SearchError::QueryLimit);
         }
@@ -224,7 +219,7 @@ impl SearchIndex {
 }
 
 /// Whether one result alone fits an otherwise empty response (a build-time ceiling).
-pub(crate) fn fits_alone(result: &SearchResult) -> bool {
+pub fn fits_alone(result: &SearchResult) -> bool {
     RESPONSE_OPEN + result_json_bytes(result) + RESPONSE_CLOSE <= MAX_SEARCH_RESPONSE_BYTES
 }
 

@@ -7,13 +7,13 @@
 //! connector words dropped.
 
 /// Words that carry no meaning in a task query; dropped from queries and documents.
-pub(crate) const CONNECTORS: &[&str] = &[
+pub const CONNECTORS: &[&str] = &[
     "a", "an", "and", "by", "for", "from", "in", "of", "on", "or", "the", "to", "with",
 ];
 
 /// Splits `text` into lowercase tokens, connector words removed, in order (duplicates
 /// kept; callers deduplicate per field).
-pub(crate) fn tokenize(text: &str) -> Vec<String> {
+pub fn tokenize(text: &str) -> Vec<String> {
     let mut tokens = Vec::new();
     let mut current: Vec<char> = Vec::new();
     let chars: Vec<char> = text.trim().chars().collect();
@@ -51,7 +51,7 @@ pub(crate) fn tokenize(text: &str) -> Vec<String> {
 }
 
 /// Removes repeated tokens, keeping the first occurrence of each.
-pub(crate) fn dedup(tokens: Vec<String>) -> Vec<String> {
+pub fn dedup(tokens: Vec<String>) -> Vec<String> {
     let mut seen = std::collections::HashSet::new();
     tokens
         .into_iter()

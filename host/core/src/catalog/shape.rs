@@ -7,7 +7,6 @@
 
 /// Width and signedness of a WIT integer; binding checks ranges with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum IntKind {
     /// `s8`
     S8,
@@ -46,7 +45,6 @@ impl IntKind {
 
 /// Precision of a WIT float.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum FloatKind {
     /// `f32`
     F32,
@@ -58,7 +56,6 @@ pub enum FloatKind {
 /// will get back. WIT reflection produces it (DESIGN §3 mapping); it renders the
 /// seed's notation and drives argument binding.
 #[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
 pub enum Shape {
     /// `string` → `str`
     Str,

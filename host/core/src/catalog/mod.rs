@@ -25,10 +25,9 @@ pub use quote::is_printable;
 pub use search::{
     MAX_SEARCH_RESPONSE_BYTES, MAX_SEARCH_RESULTS, SearchError, SearchResponse, SearchResult,
 };
-#[cfg(test)]
-pub(crate) use shape::signature;
+pub use shape::signature;
 pub use shape::{Field, FieldShape, FloatKind, IntKind, MAX_LITERALS_SHOWN, Shape, snake_case};
-pub(crate) use suggest::suggest;
+pub use suggest::suggest;
 
 use name::check_parameter_name;
 use search::{Document, SearchIndex, fits_alone};
@@ -84,7 +83,7 @@ pub struct Capability {
     pub output: Vec<Field>,
     /// Binds a call's arguments to `params`: compiled from them, once (not
     /// public, so that it cannot part from them).
-    pub(crate) binder: Binder,
+    pub binder: Binder,
     /// Discovery-only phrases.
     pub search_terms: Vec<String>,
     /// Raw searchable bytes as declared, counted against [`MAX_METADATA_BYTES`].
@@ -300,13 +299,12 @@ impl CatalogBuilder {
     }
 
     /// Validates a whole group of specs ([`validate_spec`]) and adds them as
-    /// [`CatalogBuilder::add`] does: all or none. For the tests and the fuzz
-    /// targets, which start from specs.
+    /// [`CatalogBuilder::add`] does: all or none. For tests, fuzz targets and
+    /// library users, which start from specs.
     ///
     /// # Errors
     ///
     /// The first [`SpecError`] found, with the index of the spec it concerns.
-    #[cfg(any(test, feature = "fuzzing"))]
     pub fn add_group(&mut self, specs: &[CapabilitySpec]) -> Result<(), (usize, SpecError)> {
         let group = specs
             .iter()
@@ -476,6 +474,11 @@ impl Catalog {
     /// Number of enabled capabilities.
     pub fn len(&self) -> usize {
         self.capabilities.len()
+    }
+
+    /// Whether no capability is enabled.
+    pub fn is_empty(&self) -> bool {
+        self.capabilities.is_empty()
     }
 }
 

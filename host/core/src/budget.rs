@@ -48,16 +48,16 @@ pub enum Budget {
 /// charged before its items are visited, so a huge container is refused before
 /// any of it is copied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Nodes(usize);
+pub struct Nodes(usize);
 
 /// A value has more nodes than its budget ([`Budget::ValueBytes`], or the room
 /// left for results).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct OutOfNodes;
+pub struct OutOfNodes;
 
 impl Nodes {
     /// A budget of `max` nodes.
-    pub(crate) fn new(max: usize) -> Self {
+    pub fn new(max: usize) -> Self {
         Self(max)
     }
 
@@ -66,20 +66,19 @@ impl Nodes {
     /// # Errors
     ///
     /// [`OutOfNodes`] when fewer are left (nothing is taken then).
-    pub(crate) fn charge(&mut self, count: usize) -> Result<(), OutOfNodes> {
+    pub fn charge(&mut self, count: usize) -> Result<(), OutOfNodes> {
         self.0 = self.0.checked_sub(count).ok_or(OutOfNodes)?;
         Ok(())
     }
 
     /// The nodes left.
-    #[cfg(test)]
-    pub(crate) fn left(self) -> usize {
+    pub fn left(self) -> usize {
         self.0
     }
 }
 
 /// How [`Budget::Stack`] is named where the other budgets name their flag.
-pub(crate) const STACK_LIMIT: &str = "interpreter stack";
+pub const STACK_LIMIT: &str = "interpreter stack";
 
 impl Budget {
     /// The flag that sets this budget, as operators write it (a sidecar setting for
