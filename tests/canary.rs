@@ -112,6 +112,11 @@ fn no_failure_path_shows_a_file_a_path_or_a_budget_value() {
         }
         let error = &result["_meta"]["codemode/error"];
         for shown in [text.to_owned(), error.to_string()] {
+            // The ports the test chose are the program's own words, not a
+            // budget's value (41117 holds 4111).
+            let shown = shown
+                .replace(&closed.to_string(), "<port>")
+                .replace(&slow.to_string(), "<port>");
             assert!(!shown.contains(CANARY), "{program}: a canary in {shown}");
             for value in VALUES {
                 assert!(!shown.contains(value), "{program}: `{value}` in {shown}");

@@ -569,7 +569,7 @@ fn require_refuses_unsigned_wrong_key_replayed_tampered_and_unpinned_leaving_the
     assert_eq!(
         refusal(&stderr),
         format!(
-            "cannot pull {host}/team/foreign:1: verify = require (the default) needs a public key to check signatures with (--key, or keys in a [[plugin]] entry); verify = warn or off pulls unsigned plugins"
+            "cannot pull {host}/team/foreign:1: verify = require (the default) needs a public key to check signatures with (--verify-key, or keys in a [[plugin]] entry); verify = warn or off pulls unsigned plugins"
         )
     );
 
@@ -880,6 +880,36 @@ fn config_plugins_are_pulled_swapped_when_their_tag_moves_or_a_key_is_added_and_
     write_config("\"signer.pub\", \"next.pub\"", "");
     wait_until(
         "the version signed by the new key to serve",
+        || execute_http(server.port, version) == Ok(json!(1)),
+        || server.log(),
+    );
+
+    // The key is withdrawn (only the old one is trusted): the version in place,
+    // signed by the withdrawn key only, no longer verifies and stops serving,
+    // and /readyz names its entry; trusted again, it comes back.
+    write_config("\"signer.pub\"", "");
+    wait_for_log(
+        &server,
+        "plugin removed from the folder: the version in place no longer verifies",
+        1,
+    );
+    wait_until(
+        "the withdrawn version to stop serving",
+        || execute_http(server.port, version).is_err(),
+        || server.log(),
+    );
+    assert!(!dir.join("versioned.wasm").exists());
+    let (status, body) = readyz(server.port);
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            503,
+            format!("not ready: plugins of the config file not pulled yet\nplugins not pulled yet:\n  {host}/team/versioned:stable\n").as_str()
+        )
+    );
+    write_config("\"signer.pub\", \"next.pub\"", "");
+    wait_until(
+        "the version signed by the new key to serve again",
         || execute_http(server.port, version) == Ok(json!(1)),
         || server.log(),
     );

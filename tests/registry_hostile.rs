@@ -49,7 +49,10 @@ struct Fake {
 }
 
 impl Fake {
-    fn start(bind: &str, handler: impl Fn(&str, &str) -> Answer + Send + Sync + 'static) -> Self {
+    fn start(
+        bind: &str,
+        handler: impl Fn(&str, &str, Option<&str>) -> Answer + Send + Sync + 'static,
+    ) -> Self {
         let listener = TcpListener::bind((bind, 0)).expect("bind the fake registry");
         listener.set_nonblocking(true).expect("nonblocking accept");
         let port = listener.local_addr().expect("its address").port();
@@ -80,7 +83,7 @@ impl Drop for Fake {
 /// Answers the requests of one connection.
 fn serve(
     stream: TcpStream,
-    handler: &(dyn Fn(&str, &str) -> Answer + Send + Sync),
+    handler: &(dyn Fn(&str, &str, Option<&str>) -> Answer + Send + Sync),
     stop: &AtomicBool,
 ) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
@@ -97,6 +100,7 @@ fn serve(
             parts.next().unwrap_or_default().to_owned(),
         );
         let mut length = 0usize;
+        let mut authorization = None;
         loop {
             let mut header = String::new();
             if reader.read_line(&mut header).unwrap_or(0) == 0 {
@@ -105,10 +109,13 @@ fn serve(
             if header == "\r\n" {
                 break;
             }
-            if let Some((name, value)) = header.split_once(':')
-                && name.eq_ignore_ascii_case("content-length")
-            {
-                length = value.trim().parse().unwrap_or(0);
+            if let Some((name, value)) = header.split_once(':') {
+                if name.eq_ignore_ascii_case("content-length") {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+                if name.eq_ignore_ascii_case("authorization") {
+                    authorization = Some(value.trim().to_owned());
+                }
             }
         }
         let mut body = vec![0; length];
@@ -118,7 +125,7 @@ fn serve(
         let answer = if target == "/v2/" {
             ok("application/json", b"{}".to_vec())
         } else {
-            handler(&method, &target)
+            handler(&method, &target, authorization.as_deref())
         };
         let head = method == "HEAD";
         let written = match answer {
@@ -233,7 +240,7 @@ fn sizes_are_capped_before_and_while_reading() {
     let component = std::fs::read(&example_plugin_files()[0]).expect("a component");
     let layer = sha256(&component);
     let small = layer.clone();
-    let fake = Fake::start("127.0.0.1", move |_, target| {
+    let fake = Fake::start("127.0.0.1", move |_, target, _| {
         let config = r#"{"os":"wasip2"}"#;
         match target {
             // A 10 GB component.
@@ -320,14 +327,14 @@ fn a_slow_drip_a_redirect_elsewhere_wrong_bytes_and_a_flipping_tag_are_refused()
     // Another origin (another loopback address) that would serve the manifest.
     let elsewhere = Fake::start("127.0.0.2", {
         let good = good.clone();
-        move |_, _| ok(MANIFEST_TYPE, good.clone())
+        move |_, _, _| ok(MANIFEST_TYPE, good.clone())
     });
     let elsewhere_port = elsewhere.port;
     let flips = Arc::new(AtomicUsize::new(0));
     let fake = Fake::start("127.0.0.1", {
         let (good, other, component) = (good.clone(), other.clone(), component.clone());
         let good_digest = good_digest.clone();
-        move |_, target| match target {
+        move |_, target, _| match target {
             "/v2/team/drip/manifests/1" => ok(MANIFEST_TYPE, good.clone()),
             path if path.starts_with("/v2/team/drip/blobs/") => {
                 Answer::Drip(component.clone(), Duration::from_millis(200))
@@ -410,7 +417,7 @@ fn a_slow_drip_a_redirect_elsewhere_wrong_bytes_and_a_flipping_tag_are_refused()
         &format!("{host}/team/flip:1"),
         &[],
         &format!(
-            "the tag moved while it was pulled ({good_digest}, then {other_digest}): the running version is kept, the next poll tries again"
+            "the tag moved while it was pulled ({good_digest}, then {other_digest}): nothing was written"
         ),
     );
     assert!(
@@ -440,6 +447,15 @@ fn a_slow_drip_a_redirect_elsewhere_wrong_bytes_and_a_flipping_tag_are_refused()
         "--allow-all",
     ]);
     wait_for_log(&server, "the tag moved while it was pulled", 1);
+    assert!(!plugins.join("flip.wasm").exists(), "nothing was written");
+    let readyz = crate::support::raw_request(server.port, "GET", "/readyz", &[], "");
+    assert_eq!(
+        (readyz.status, readyz.body.as_str()),
+        (
+            503,
+            format!("not ready: plugins of the config file not pulled yet\nplugins not pulled yet:\n  {host}/team/flip:1\n").as_str()
+        )
+    );
     assert_eq!(
         execute_http(
             server.port,
@@ -490,7 +506,7 @@ fn a_signature_found_through_the_referrers_api_verifies() {
     .expect("JSON");
     let fake = Fake::start("127.0.0.1", {
         let (artifact, component, digest) = (artifact.clone(), component.clone(), digest.clone());
-        move |_, target| match target {
+        move |_, target, _| match target {
             "/v2/team/ref/manifests/1" => ok(MANIFEST_TYPE, artifact.clone()),
             path if path == format!("/v2/team/ref/referrers/{digest}") => {
                 ok("application/vnd.oci.image.index.v1+json", index.clone())
@@ -525,4 +541,170 @@ fn a_signature_found_through_the_referrers_api_verifies() {
             key.id
         )
     );
+}
+
+#[test]
+fn credentials_go_to_the_registry_and_its_token_service_only() {
+    use base64::Engine as _;
+    let component = std::fs::read(&example_plugin_files()[0]).expect("a component");
+    let layer = sha256(&component);
+    let artifact = manifest(&layer, component.len() as u64, r#"{"os":"wasip2"}"#);
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("alice:s3cret")
+    );
+    // Another origin naming itself a token service: it must never see a
+    // credential.
+    let seen_elsewhere = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let elsewhere = Fake::start("127.0.0.2", {
+        let seen = seen_elsewhere.clone();
+        move |_, target, authorization| {
+            seen.lock()
+                .expect("lock")
+                .push(format!("{target} {authorization:?}"));
+            ok("application/json", br#"{"token":"stolen"}"#.to_vec())
+        }
+    });
+    let elsewhere_port = elsewhere.port;
+    let port = Arc::new(std::sync::OnceLock::<u16>::new());
+    let fake = Fake::start("127.0.0.1", {
+        let (artifact, component, basic, port) = (
+            artifact.clone(),
+            component.clone(),
+            basic.clone(),
+            port.clone(),
+        );
+        move |_, target, authorization| {
+            let own = port.get().copied().unwrap_or_default();
+            let (repository, wants, challenge) = match target.split('/').nth(3) {
+                Some("basic") => ("basic", basic.clone(), r#"Basic realm="fake""#.to_owned()),
+                Some("bearer") => (
+                    "bearer",
+                    "Bearer t0ken".to_owned(),
+                    format!(
+                        r#"Bearer realm="http://127.0.0.1:{own}/token",service="fake",scope="repository:team/bearer:pull""#
+                    ),
+                ),
+                Some("elsewhere") => (
+                    "elsewhere",
+                    "Bearer stolen".to_owned(),
+                    format!(
+                        r#"Bearer realm="http://127.0.0.2:{elsewhere_port}/token",service="fake""#
+                    ),
+                ),
+                Some("file") => (
+                    "file",
+                    "Bearer file-token".to_owned(),
+                    r#"Bearer realm="x""#.to_owned(),
+                ),
+                _ if target.starts_with("/token?") => {
+                    return if authorization == Some(basic.as_str()) {
+                        ok("application/json", br#"{"token":"t0ken"}"#.to_vec())
+                    } else {
+                        Answer::Bytes(401, Vec::new(), Vec::new())
+                    };
+                }
+                _ => return Answer::Bytes(404, Vec::new(), Vec::new()),
+            };
+            if authorization != Some(wants.as_str()) {
+                return Answer::Bytes(
+                    401,
+                    vec![("WWW-Authenticate".into(), challenge)],
+                    Vec::new(),
+                );
+            }
+            if target == format!("/v2/team/{repository}/manifests/1") {
+                ok(MANIFEST_TYPE, artifact.clone())
+            } else if target.starts_with(&format!("/v2/team/{repository}/blobs/")) {
+                ok("application/octet-stream", component.clone())
+            } else {
+                Answer::Bytes(404, Vec::new(), Vec::new())
+            }
+        }
+    });
+    port.set(fake.port).expect("set once");
+    let host = format!("127.0.0.1:{}", fake.port);
+    let dir = folder("credentials");
+    let docker = dir.join("docker.json");
+    std::fs::write(
+        &docker,
+        format!(
+            r#"{{"auths": {{"{host}": {{"auth": "{}"}}}}}}"#,
+            base64::engine::general_purpose::STANDARD.encode("alice:s3cret")
+        ),
+    )
+    .expect("a Docker config");
+    let token = dir.join("token");
+    std::fs::write(&token, "file-token\n").expect("a token file");
+    let pulled = |reference: &str, extra: &[&str]| {
+        let mut args = vec![reference, "--plugins", path(&dir), "--verify", "off"];
+        args.extend_from_slice(extra);
+        pull(&args)
+    };
+
+    for repository in ["basic", "bearer"] {
+        let (code, stdout, stderr) = pulled(
+            &format!("{host}/team/{repository}:1"),
+            &["--registry-auth", path(&docker)],
+        );
+        assert_eq!(code, 0, "{repository}: {stderr}");
+        assert!(stdout.contains(": pulled (sha256:"), "{stdout}");
+    }
+    let (code, _, stderr) = pulled(
+        &format!("{host}/team/file:1"),
+        &["--registry-token", path(&token)],
+    );
+    assert_eq!(code, 0, "{stderr}");
+
+    // Without credentials, the registry's refusal says there were none.
+    let (code, _, stderr) = pulled(
+        &format!("{host}/team/bearer:1"),
+        &["--registry-auth", path(&dir.join("missing.json"))],
+    );
+    assert_eq!(code, 1);
+    assert!(
+        refusal(&stderr).starts_with(&format!("cannot pull {host}/team/bearer:1: Docker config ")),
+        "{stderr}"
+    );
+    let empty = dir.join("empty.json");
+    std::fs::write(&empty, r#"{"auths": {}}"#).expect("an empty Docker config");
+    let (code, _, stderr) = pulled(
+        &format!("{host}/team/bearer:1"),
+        &["--registry-auth", path(&empty)],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(
+        refusal(&stderr),
+        format!(
+            "cannot pull {host}/team/bearer:1: the registry refused access to manifest team/bearer:1: its token service answered 401 Unauthorized (no credentials are configured for this registry)"
+        )
+    );
+
+    // A token file the registry refuses is named as such.
+    std::fs::write(&token, "wrong-token\n").expect("a token file");
+    let (code, _, stderr) = pulled(
+        &format!("{host}/team/file:1"),
+        &["--registry-token", path(&token)],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(
+        refusal(&stderr),
+        format!(
+            "cannot pull {host}/team/file:1: the registry refused access to manifest team/file:1: it refused the token of the token file (401)"
+        )
+    );
+
+    // A plain-HTTP token service on another host gets nothing.
+    let (code, _, stderr) = pulled(
+        &format!("{host}/team/elsewhere:1"),
+        &["--registry-auth", path(&docker)],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(
+        refusal(&stderr),
+        format!(
+            "cannot pull {host}/team/elsewhere:1: the registry refused access to manifest team/elsewhere:1: its token realm `http://127.0.0.2:{elsewhere_port}/token` is neither HTTPS nor on the registry's own host: no credentials are sent there"
+        )
+    );
+    assert_eq!(*seen_elsewhere.lock().expect("lock"), Vec::<String>::new());
 }

@@ -317,8 +317,11 @@ impl HttpServer {
         let mut port = None;
         for line in stderr.by_ref() {
             let line = line.expect("read stderr");
-            if let Some(at) = line.find("http://127.0.0.1:").filter(|_| port.is_none()) {
-                let digits: String = line[at + 17..]
+            // The listening line's, not another address a line names first
+            // (an issuer's, an upstream's: both on 127.0.0.1 in the tests).
+            const LISTENING: &str = "listening: MCP at http://127.0.0.1:";
+            if let Some(at) = line.find(LISTENING).filter(|_| port.is_none()) {
+                let digits: String = line[at + LISTENING.len()..]
                     .chars()
                     .take_while(char::is_ascii_digit)
                     .collect();

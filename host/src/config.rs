@@ -106,11 +106,24 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, clap::Error> {
     all.extend(given);
     let mut cli = finish(&mut command, all)?;
     cli.upstreams = file.upstreams;
-    cli.plugin_entries = file
-        .plugins
-        .into_iter()
-        .map(|plugin| plugin.entry(&cli))
-        .collect();
+    let mut entries = Vec::with_capacity(file.plugins.len());
+    for plugin in file.plugins {
+        let (line, reference) = (plugin.line, plugin.source.reference.to_string());
+        let entry = plugin.entry(&cli);
+        // Checked here, where the flags are known: without a key nothing can
+        // verify, and the pulls would only repeat that.
+        if entry.source.policy == codemode_oci::Policy::Require && entry.source.keys.is_empty() {
+            return Err(clap::Error::raw(
+                ErrorKind::InvalidValue,
+                format!(
+                    "config file `{}`, line {line}: plugin `{reference}`: verify = \"require\" needs a public key: give `keys` in the table or `verify-key` (or verify = \"warn\" or \"off\" to pull unsigned plugins)\n",
+                    path.display()
+                ),
+            ));
+        }
+        entries.push(entry);
+    }
+    cli.plugin_entries = entries;
     cli.file_args = file.args;
     Ok(cli)
 }
@@ -136,7 +149,14 @@ fn read_file(path: &Path, command: &Command, given: &ArgMatches) -> Result<FileS
     };
     let args = file_args(&text, base, command, given).map_err(|(offset, m)| at(offset, &m))?;
     let upstreams = upstreams(&text, base).map_err(|(offset, m)| at(offset, &m))?;
-    let plugins = plugins(&text, base).map_err(|(offset, m)| at(offset, &m))?;
+    let plugins = plugins(&text, base)
+        .map_err(|(offset, m)| at(offset, &m))?
+        .into_iter()
+        .map(|(offset, mut plugin)| {
+            plugin.line = line_of(&text, offset);
+            plugin
+        })
+        .collect();
     Ok(FileSettings {
         args,
         upstreams,
@@ -438,6 +458,8 @@ struct PluginTable {
 /// One `[[plugin]]` table, checked; `None` where the flags decide.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct PluginSettings {
+    /// The table's line in the file.
+    line: usize,
     source: codemode_host::oci::PluginSource,
     verify: Option<codemode_oci::Policy>,
     keys: Option<Vec<PathBuf>>,
@@ -467,13 +489,13 @@ impl PluginSettings {
 /// # Errors
 ///
 /// The byte offset of the fault and what it is.
-fn plugins(text: &str, base: &Path) -> Result<Vec<PluginSettings>, (usize, String)> {
+fn plugins(text: &str, base: &Path) -> Result<Vec<(usize, PluginSettings)>, (usize, String)> {
     use codemode_host::oci::{PluginSource, RegistryAuth};
     let parsed: Plugins = toml::from_str(text).map_err(|error| {
         let offset = error.span().map_or(0, |span| span.start);
         (offset, format!("[[{PLUGIN_KEY}]]: {}", error.message()))
     })?;
-    let mut out: Vec<PluginSettings> = Vec::with_capacity(parsed.plugin.len());
+    let mut out: Vec<(usize, PluginSettings)> = Vec::with_capacity(parsed.plugin.len());
     for table in parsed.plugin {
         let offset = table.span().start;
         let table = table.into_inner();
@@ -485,7 +507,7 @@ fn plugins(text: &str, base: &Path) -> Result<Vec<PluginSettings>, (usize, Strin
             .clone()
             .unwrap_or_else(|| reference.name().to_owned());
         codemode_oci::check_name(&name).map_err(|e| at(e.to_string()))?;
-        if let Some(other) = out.iter().find(|p| p.source.name == name) {
+        if let Some((_, other)) = out.iter().find(|(_, p)| p.source.name == name) {
             return Err(at(format!(
                 "`{other}` writes {name}.wasm too: give one of them another `name`",
                 other = other.source.reference
@@ -522,23 +544,27 @@ fn plugins(text: &str, base: &Path) -> Result<Vec<PluginSettings>, (usize, Strin
         if poll.is_some_and(|p| p.is_zero() || p > MAX_DURATION) {
             return Err(at(format!("poll must be positive and {MAX_DURATION_TEXT}")));
         }
-        out.push(PluginSettings {
-            source: PluginSource {
-                reference,
-                name,
-                pinned,
-                policy: codemode_oci::Policy::default(),
-                keys: Vec::new(),
-                auth,
-                insecure: table.insecure.unwrap_or(false),
+        out.push((
+            offset,
+            PluginSettings {
+                line: 0,
+                source: PluginSource {
+                    reference,
+                    name,
+                    pinned,
+                    policy: codemode_oci::Policy::default(),
+                    keys: Vec::new(),
+                    auth,
+                    insecure: table.insecure.unwrap_or(false),
+                },
+                verify,
+                keys: table
+                    .keys
+                    .as_ref()
+                    .map(|keys| keys.iter().map(|key| base.join(key)).collect()),
+                poll,
             },
-            verify,
-            keys: table
-                .keys
-                .as_ref()
-                .map(|keys| keys.iter().map(|key| base.join(key)).collect()),
-            poll,
-        });
+        ));
     }
     Ok(out)
 }
@@ -1176,6 +1202,11 @@ poll = "30s"
                 "pl-auth",
                 "[[plugin]]\nref = \"r.example/a:1\"\nregistry-auth = \"c.json\"\nregistry-token = \"t\"\n",
                 "line 1: plugin `r.example/a:1`: give `registry-auth` (a Docker config.json) or `registry-token` (a token file), not both",
+            ),
+            (
+                "pl-no-keys",
+                "[[plugin]]\nref = \"r.example/a:1\"\n",
+                "line 1: plugin `r.example/a:1`: verify = \"require\" needs a public key: give `keys` in the table or `verify-key` (or verify = \"warn\" or \"off\" to pull unsigned plugins)",
             ),
             (
                 "pl-poll",

@@ -664,7 +664,7 @@ fn pull(cli: &Cli) -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     let pulled = runtime
         .block_on(oci::pull(&source, &cli.plugins, limits))
-        .map_err(anyhow::Error::msg)?;
+        .map_err(|failure| anyhow::Error::msg(failure.message))?;
     println!(
         "{}: {} ({}) from {}; {}",
         pulled.file.display(),

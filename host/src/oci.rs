@@ -73,16 +73,39 @@ impl Default for PullLimits {
     }
 }
 
-/// Pulls `source` into `dir`, within `limits`.
+/// Why a pull failed: the message names the reference; `refused` is the digest
+/// a signature check refused, when that was the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullFailure {
+    /// What went wrong, for the operator.
+    pub message: String,
+    /// The digest refused under `verify = require`.
+    pub refused: Option<String>,
+}
+
+impl std::fmt::Display for PullFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// Pulls `source` into `dir` (made when missing), within `limits`.
 ///
 /// # Errors
 ///
 /// A key or credentials file that cannot be read, the registry's failure or
 /// refusal, a signature check that fails under `require`, the time bound; each
 /// names the reference.
-pub async fn pull(source: &PluginSource, dir: &Path, limits: PullLimits) -> Result<Pulled, String> {
+pub async fn pull(
+    source: &PluginSource,
+    dir: &Path,
+    limits: PullLimits,
+) -> Result<Pulled, PullFailure> {
     let reference = &source.reference;
-    let fail = |reason: String| format!("cannot pull {reference}: {reason}");
+    let fail = |reason: String| PullFailure {
+        message: format!("cannot pull {reference}: {reason}"),
+        refused: None,
+    };
     let verifier = read_keys(&source.keys).map_err(fail)?;
     let client = client_for(reference, &source.auth, source.insecure, limits).map_err(fail)?;
     // An image build pulls into a folder that is not there yet.
@@ -103,7 +126,16 @@ pub async fn pull(source: &PluginSource, dir: &Path, limits: PullLimits) -> Resu
     };
     match tokio::time::timeout(limits.timeout, codemode_oci::pull(&client, request, dir)).await {
         Ok(Ok(pulled)) => Ok(pulled),
-        Ok(Err(error)) => Err(fail(error.to_string())),
+        Ok(Err(error)) => {
+            let refused = match &error {
+                codemode_oci::PullError::Refused { digest, .. } => Some(digest.clone()),
+                _ => None,
+            };
+            Err(PullFailure {
+                refused,
+                ..fail(error.to_string())
+            })
+        }
         Err(_) => Err(fail(format!(
             "it took longer than {} (--pull-timeout)",
             humantime::format_duration(limits.timeout)
@@ -340,10 +372,20 @@ pub struct PullEntry {
 /// as any plugin file. Dropping the handle stops the thread.
 #[derive(Debug)]
 pub struct Pulls {
-    /// The references not pulled yet whose plugin file is missing from the folder.
-    pending: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    /// The entries not pulled yet whose plugin file is missing from the folder:
+    /// file stem → reference.
+    pending: Pending,
     stop: tokio_util::sync::CancellationToken,
+    /// Told when the thread ends.
+    ended: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
 }
+
+/// The entries not pulled yet, by file stem.
+type Pending = Arc<std::sync::Mutex<std::collections::BTreeMap<String, String>>>;
+
+/// How long dropping [`Pulls`] waits for its thread (a pull is abandoned at its
+/// next wait; a rename in progress finishes).
+const STOP_WAIT: Duration = Duration::from_secs(5);
 
 impl Pulls {
     /// Starts pulling `entries` into `dir` (made when missing); `None` without
@@ -388,12 +430,18 @@ impl Pulls {
         limits: PullLimits,
     ) -> Result<Self, String> {
         remove_leftovers(&dir);
-        let pending: std::collections::BTreeSet<String> = entries
+        let pending: std::collections::BTreeMap<String, String> = entries
             .iter()
             .filter(|entry| !dir.join(format!("{}.wasm", entry.source.name)).exists())
-            .map(|entry| entry.source.reference.to_string())
+            .map(|entry| {
+                (
+                    entry.source.name.clone(),
+                    entry.source.reference.to_string(),
+                )
+            })
             .collect();
         let pending = Arc::new(std::sync::Mutex::new(pending));
+        let (ended_tx, ended) = std::sync::mpsc::channel();
         let stop = tokio_util::sync::CancellationToken::new();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -413,10 +461,17 @@ impl Pulls {
                         () = thread_stop.cancelled() => tasks.abort_all(),
                         _ = async { while tasks.join_next().await.is_some() {} } => {}
                     }
+                    // The aborted tasks end at their next wait.
+                    while tasks.join_next().await.is_some() {}
                 });
+                let _ = ended_tx.send(());
             })
             .map_err(|e| format!("cannot start the pulls' thread: {e}"))?;
-        Ok(Self { pending, stop })
+        Ok(Self {
+            pending,
+            stop,
+            ended: std::sync::Mutex::new(ended),
+        })
     }
 
     /// The references not pulled yet whose plugin is not in the folder either
@@ -424,25 +479,26 @@ impl Pulls {
     pub fn pending(&self) -> Vec<String> {
         self.pending
             .lock()
-            .map(|pending| pending.iter().cloned().collect())
+            .map(|pending| pending.values().cloned().collect())
             .unwrap_or_default()
     }
 }
 
 impl Drop for Pulls {
+    /// Stops the pulls and waits (a few seconds at most) until none writes any
+    /// more: the pulls a config reload starts next write the same files.
     fn drop(&mut self) {
         self.stop.cancel();
+        if let Ok(ended) = self.ended.lock() {
+            let _ = ended.recv_timeout(STOP_WAIT);
+        }
     }
 }
 
 /// Pulls `entry` now, then at its interval (a digest once).
-async fn keep_pulled(
-    entry: PullEntry,
-    dir: PathBuf,
-    limits: PullLimits,
-    pending: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
-) {
+async fn keep_pulled(entry: PullEntry, dir: PathBuf, limits: PullLimits, pending: Pending) {
     let reference = entry.source.reference.to_string();
+    let name = entry.source.name.clone();
     let mut retry = FIRST_RETRY;
     let mut last_failure: Option<String> = None;
     let mut pulled_digest: Option<codemode_oci::Digest> = None;
@@ -482,13 +538,26 @@ async fn keep_pulled(
                     pulled_digest = Some(pulled.digest);
                 }
                 if let Ok(mut pending) = pending.lock() {
-                    pending.remove(&reference);
+                    pending.remove(&name);
                 }
                 last_failure = None;
                 retry = FIRST_RETRY;
                 entry.interval
             }
-            Err(reason) => {
+            Err(failure) => {
+                if let Some(refused) = &failure.refused
+                    && remove_refused(&dir, &name, refused)
+                {
+                    // The version in place is the one refused (a policy made
+                    // stricter, a key withdrawn): it stops serving.
+                    tracing::error!(reference = %reference, digest = %refused, reason = %failure, "plugin removed from the folder: the version in place no longer verifies");
+                    pulled_digest = None;
+                    if let Ok(mut pending) = pending.lock() {
+                        pending.insert(name.clone(), reference.clone());
+                    }
+                    last_failure = Some(failure.message.clone());
+                }
+                let reason = failure.message;
                 if last_failure.as_deref() != Some(reason.as_str()) {
                     tracing::warn!(reference = %reference, reason = %reason, "plugin pull failed; the folder's version is kept");
                     last_failure = Some(reason);
@@ -526,6 +595,20 @@ async fn resolve(
         Ok(result) => result.map_err(|e| e.to_string()),
         Err(_) => Err("timed out".to_owned()),
     }
+}
+
+/// Removes `<name>.wasm` and `<name>.oci.json` from `dir` when the provenance
+/// says the file in place is the digest `refused` (and the file is what the
+/// provenance says); whether it did.
+fn remove_refused(dir: &Path, name: &str, refused: &str) -> bool {
+    let file = dir.join(format!("{name}.wasm"));
+    let in_place = provenance_of(&file, None).is_some_and(|p| p.digest == refused);
+    if !in_place {
+        return false;
+    }
+    let removed = std::fs::remove_file(&file).is_ok();
+    let _ = std::fs::remove_file(file.with_extension(codemode_oci::PROVENANCE_EXTENSION));
+    removed
 }
 
 /// Removes the temporary files of pulls a previous process did not finish

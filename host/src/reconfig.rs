@@ -63,6 +63,9 @@ struct Settings {
     disabled: Vec<String>,
     plugins: Vec<codemode_host::oci::PullEntry>,
     pull_limits: (u64, std::time::Duration),
+    /// The digest of each key file the entries name: a key replaced in place
+    /// (same path) starts the pulls again too.
+    key_contents: Vec<Option<codemode_oci::Digest>>,
 }
 
 impl Settings {
@@ -82,6 +85,12 @@ impl Settings {
             disabled: cli.disable.clone(),
             plugins: cli.plugin_entries.clone(),
             pull_limits: (cli.max_pull_bytes, cli.pull_timeout),
+            key_contents: cli
+                .plugin_entries
+                .iter()
+                .flat_map(|entry| &entry.source.keys)
+                .map(|key| codemode_oci::file_digest(key))
+                .collect(),
         }
     }
 
@@ -221,9 +230,14 @@ impl ConfigReload {
         for key in &need_restart {
             tracing::warn!(file = %file, key = %key, cause, "a config file setting changed that needs a restart; it keeps its value until then");
         }
-        let pulls = if new.plugins == last.plugins && new.pull_limits == last.pull_limits {
+        let pulls = if new.plugins == last.plugins
+            && new.pull_limits == last.pull_limits
+            && new.key_contents == last.key_contents
+        {
             "unchanged"
         } else {
+            // The old pulls stop (and are waited for) before the new start.
+            service.set_pulls(None);
             match codemode_host::oci::Pulls::start_all(
                 &cli.plugin_entries,
                 &cli.plugins,
@@ -234,10 +248,8 @@ impl ConfigReload {
                     "restarted"
                 }
                 Err(error) => {
-                    tracing::error!(file = %file, reason = %error, cause, "the [[plugin]] entries could not be applied; the pulls in force stay");
-                    new.plugins = last.plugins.clone();
-                    new.pull_limits = last.pull_limits;
-                    "unchanged"
+                    tracing::error!(file = %file, reason = %error, cause, "the [[plugin]] entries could not be applied; no plugin is pulled until a reload that can");
+                    "stopped"
                 }
             }
         };

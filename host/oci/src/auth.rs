@@ -55,14 +55,33 @@ pub fn from_docker_config(text: &str, registry: &str) -> Result<Option<Credentia
             .trim_start_matches("http://");
         key.split('/').next() == Some(registry)
     });
+    let helper = config
+        .cred_helpers
+        .get(registry)
+        .or(config.creds_store.as_ref());
+    let helper_only = || {
+        format!(
+            "the credentials of {registry} are in the credential helper `{}`, which this server does not run: give them in `auths` or in a token file",
+            helper.map(String::as_str).unwrap_or_default()
+        )
+    };
     let Some((_, entry)) = entry else {
-        if config.cred_helpers.contains_key(registry) || config.creds_store.is_some() {
-            return Err(format!(
-                "the credentials of {registry} are in a credential helper, which this server does not run: give them in `auths` or in a token file"
-            ));
+        // A helper named for this registry holds its credentials; a global
+        // `credsStore` (Docker Desktop's default) says nothing of a registry
+        // docker never logged in to: asked anonymously.
+        if config.cred_helpers.contains_key(registry) {
+            return Err(helper_only());
         }
         return Ok(None);
     };
+    let empty = entry.auth.as_deref().is_none_or(str::is_empty)
+        && entry.username.is_none()
+        && entry.registrytoken.as_deref().is_none_or(str::is_empty)
+        && entry.identitytoken.as_deref().is_none_or(str::is_empty);
+    if empty && helper.is_some() {
+        // `docker login` with a helper leaves an empty entry behind.
+        return Err(helper_only());
+    }
     if let Some(token) = entry.registrytoken.as_deref().filter(|t| !t.is_empty()) {
         return Ok(Some(Credentials::Bearer(token.to_owned())));
     }
@@ -157,7 +176,15 @@ mod tests {
         let helper = r#"{"auths": {}, "credHelpers": {"ecr.example": "ecr-login"}}"#;
         assert_eq!(
             from_docker_config(helper, "ecr.example").err(),
-            Some("the credentials of ecr.example are in a credential helper, which this server does not run: give them in `auths` or in a token file".to_owned())
+            Some("the credentials of ecr.example are in the credential helper `ecr-login`, which this server does not run: give them in `auths` or in a token file".to_owned())
+        );
+        // A global store says nothing of registries never logged in to; an
+        // empty entry beside it is a login the store holds.
+        let store = r#"{"auths": {"logged.example": {}}, "credsStore": "desktop"}"#;
+        assert!(from_docker_config(store, "public.example")?.is_none());
+        assert_eq!(
+            from_docker_config(store, "logged.example").err(),
+            Some("the credentials of logged.example are in the credential helper `desktop`, which this server does not run: give them in `auths` or in a token file".to_owned())
         );
         assert!(from_docker_config("[]", "x").is_err());
         Ok(())

@@ -147,6 +147,9 @@ pub enum RegistryError {
     /// The client could not be set up.
     #[error("cannot set up a client of the registry: {0}")]
     Setup(String),
+    /// The file a blob goes to could not be written.
+    #[error("cannot write into the plugins folder: {0}")]
+    Write(String),
 }
 
 /// A manifest as read.
@@ -161,7 +164,6 @@ pub struct Fetched {
 }
 
 /// A client of one registry.
-#[derive(Debug)]
 pub struct Client {
     http: reqwest::Client,
     registry: String,
@@ -169,6 +171,17 @@ pub struct Client {
     credentials: Option<Credentials>,
     token: tokio::sync::Mutex<Option<String>>,
     limits: Limits,
+}
+
+impl std::fmt::Debug for Client {
+    // Not derived: the token it holds is a credential.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("registry", &self.registry)
+            .field("base", &self.base.as_str())
+            .field("credentials", &self.credentials)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The error a redirect policy stops a redirect with.
@@ -206,7 +219,7 @@ impl Client {
             }
             let first = attempt.previous().first();
             let same_origin = first.is_some_and(|first| first.origin() == attempt.url().origin());
-            let blob = first.is_some_and(|first| first.path().contains("/blobs/"));
+            let blob = first.is_some_and(|first| is_blob_path(first.path()));
             if same_origin || (blob && attempt.url().scheme() == "https") {
                 attempt.follow()
             } else {
@@ -392,7 +405,7 @@ impl Client {
             hash.update(&chunk);
             file.write_all(&chunk)
                 .await
-                .map_err(|e| RegistryError::Setup(format!("cannot write the plugin file: {e}")))?;
+                .map_err(|e| RegistryError::Write(e.to_string()))?;
         }
         let actual = Digest::from_hash(hash.finalize().as_slice());
         check_blob(&what, &expected, descriptor.size, written, &actual)
@@ -569,6 +582,15 @@ impl Client {
             if status.is_success() {
                 return Ok(response);
             }
+            if status == StatusCode::UNAUTHORIZED
+                && matches!(self.credentials, Some(Credentials::Bearer(_)))
+            {
+                // A configured token is the credential: no other is fetched.
+                return Err(RegistryError::Denied {
+                    what: what.to_owned(),
+                    reason: "it refused the token of the token file (401)".to_owned(),
+                });
+            }
             if status == StatusCode::UNAUTHORIZED && !challenged {
                 challenged = true;
                 let challenge = response
@@ -630,13 +652,16 @@ impl Client {
                         printable(realm)
                     ))
                 })?;
-                // Credentials go only to an HTTPS realm, or to a plain one when
-                // the registry itself is spoken to in plain HTTP.
-                if realm.scheme() != "https"
-                    && !(realm.scheme() == "http" && self.base.scheme() == "http")
-                {
+                // Credentials go to an HTTPS realm (as docker sends them: the
+                // token service is often another host), or in plain HTTP only to
+                // the registry's own host when the registry itself is spoken to
+                // in plain HTTP (a loopback or `insecure` one).
+                let same_host = realm.host_str() == self.base.host_str();
+                let plain_allowed =
+                    realm.scheme() == "http" && self.base.scheme() == "http" && same_host;
+                if realm.scheme() != "https" && !plain_allowed {
                     return Err(denied(&format!(
-                        "its token realm `{}` is not HTTPS",
+                        "its token realm `{}` is neither HTTPS nor on the registry's own host: no credentials are sent there",
                         printable(realm.as_str())
                     )));
                 }
@@ -806,6 +831,13 @@ fn challenge_params(text: &str) -> Vec<(String, String)> {
         rest = next.trim_start().trim_start_matches(',').trim_start();
     }
     params
+}
+
+/// Whether `path` asks for a blob by digest (`/v2/<name>/blobs/sha256:<hex>`):
+/// what only may be redirected to another origin (its bytes are checked).
+fn is_blob_path(path: &str) -> bool {
+    path.rsplit_once("/blobs/")
+        .is_some_and(|(_, digest)| Digest::parse(digest).is_ok())
 }
 
 /// `manifest namespace/name:tag`, or `...@sha256:<hex>` for a digest.

@@ -146,13 +146,11 @@ pub enum PullError {
     },
     /// `require` without a key to verify with.
     #[error(
-        "verify = require (the default) needs a public key to check signatures with (--key, or keys in a [[plugin]] entry); verify = warn or off pulls unsigned plugins"
+        "verify = require (the default) needs a public key to check signatures with (--verify-key, or keys in a [[plugin]] entry); verify = warn or off pulls unsigned plugins"
     )]
     NoKeys,
     /// The tag named another digest after the pull than before.
-    #[error(
-        "the tag moved while it was pulled ({before}, then {after}): the running version is kept, the next poll tries again"
-    )]
+    #[error("the tag moved while it was pulled ({before}, then {after}): nothing was written")]
     Moved {
         /// The digest pulled.
         before: String,
@@ -321,10 +319,18 @@ async fn signatures(
         Err(RegistryError::NotFound { .. }) => {}
         Err(error) => return Err(error),
     }
-    if let Some(referrers) = client
+    // Registries without OCI 1.1 answer the referrers route in many ways (404,
+    // 400, 405, a proxy's 502): any refusal is "not offered"; only a registry
+    // that does not answer at all fails the pull.
+    let referrers = match client
         .referrers(repository, digest, SIGNATURE_ARTIFACT)
-        .await?
+        .await
     {
+        Ok(referrers) => referrers,
+        Err(error @ RegistryError::Unreachable { .. }) => return Err(error),
+        Err(_) => None,
+    };
+    if let Some(referrers) = referrers {
         for referrer in referrers.iter().take(MAX_SIGNATURES) {
             let fetched = match client.manifest(repository, &referrer.digest).await {
                 Ok(fetched) => fetched,
@@ -374,9 +380,11 @@ async fn read_signatures(
         };
         let payload = match client.blob(repository, layer, MAX_PAYLOAD_BYTES).await {
             Ok(payload) => payload,
-            // A payload too large or not matching its digest signs nothing.
-            Err(RegistryError::TooLarge { .. } | RegistryError::Mismatch { .. }) => continue,
-            Err(error) => return Err(error),
+            // A registry that does not answer fails the pull (tried again);
+            // a payload missing, too large, refused or not its digest signs
+            // nothing, and another signature may still verify.
+            Err(error @ RegistryError::Unreachable { .. }) => return Err(error),
+            Err(_) => continue,
         };
         found.push(Found {
             payload: payload.to_vec(),
@@ -387,12 +395,35 @@ async fn read_signatures(
     Ok(())
 }
 
-/// The provenance kept beside a plugin, if it reads.
+/// The largest provenance file read.
+const MAX_PROVENANCE_BYTES: u64 = 64 * 1024;
+
+/// Opens `path` for reading if it is a regular file: without blocking (a FIFO
+/// put in its place would hold the pulls' thread forever), checked on the open
+/// handle.
+fn open_regular(path: &Path) -> Option<(std::fs::File, u64)> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    meta.is_file().then_some((file, meta.len()))
+}
+
+/// The provenance kept beside a plugin, if it is a regular file of at most
+/// 64 KiB that reads.
 pub fn read_provenance(path: &Path) -> Option<Provenance> {
-    let text = std::fs::read(path).ok()?;
-    if text.len() > 64 * 1024 {
+    use std::io::Read as _;
+    let (file, len) = open_regular(path)?;
+    if len > MAX_PROVENANCE_BYTES {
         return None;
     }
+    let mut text = Vec::new();
+    file.take(MAX_PROVENANCE_BYTES)
+        .read_to_end(&mut text)
+        .ok()?;
     serde_json::from_slice(&text).ok()
 }
 
@@ -417,9 +448,9 @@ fn write_provenance(dir: &Path, path: &Path, provenance: &Provenance) -> Result<
     Ok(())
 }
 
-/// The SHA-256 of a file, if it can be read.
+/// The SHA-256 of a regular file, if it can be read.
 pub fn file_digest(path: &Path) -> Option<Digest> {
-    let mut file = std::fs::File::open(path).ok()?;
+    let (mut file, _) = open_regular(path)?;
     let mut hash = Sha256::new();
     std::io::copy(&mut file, &mut hash).ok()?;
     Some(Digest::from_hash(hash.finalize().as_slice()))

@@ -385,12 +385,17 @@ impl Service {
     }
 
     /// Replaces the plugins pulled from registries (a config reload changed
-    /// `[[plugin]]` entries, keys or pull settings): the old pulls stop, the new
-    /// ones start at once.
+    /// `[[plugin]]` entries, keys or pull settings); the old pulls are stopped
+    /// and waited for. A caller replacing running pulls stops them first
+    /// (`set_pulls(None)`), so that old and new never write the same file.
     pub fn set_pulls(&self, pulls: Option<Arc<crate::oci::Pulls>>) {
-        if let Ok(mut held) = self.pulls.lock() {
-            *held = pulls;
-        }
+        let old = match self.pulls.lock() {
+            Ok(mut held) => std::mem::replace(&mut *held, pulls),
+            Err(_) => None,
+        };
+        // Dropped outside the lock: it waits for its thread (`/readyz` reads
+        // the lock meanwhile).
+        drop(old);
     }
 
     /// The configured upstreams without a session now (connecting or restarting),
