@@ -808,12 +808,19 @@ fn config_plugins_are_pulled_swapped_when_their_tag_moves_or_a_key_is_added_and_
     };
     write_config("\"signer.pub\"", "");
     let version = "def main():\n    return versioned.version()[\"version\"]";
+    // Budgets for the long execution below (about 2 s).
     let server = HttpServer::start(&[
         "--config",
         path(&config),
         "--plugins",
         path(&dir),
         "--allow-all",
+        "--max-execution-steps",
+        "100000000",
+        "--max-fuel",
+        "100000000000",
+        "--max-execution-time",
+        "30s",
     ]);
     wait_until(
         "the pulled plugin to serve",
@@ -846,7 +853,16 @@ fn config_plugins_are_pulled_swapped_when_their_tag_moves_or_a_key_is_added_and_
         1,
     );
 
-    // The tag moves to a new signed version: swapped in at the next poll.
+    // The tag moves to a new signed version: swapped in at the next poll, while
+    // an execution that started before goes on with the version it started with.
+    let port = server.port;
+    let long = std::thread::spawn(move || {
+        execute_http(
+            port,
+            "def main():\n    before = versioned.version()[\"version\"]\n    t = 0\n    for i in range(30000000):\n        t += 1\n    return [before, versioned.version()[\"version\"]]",
+        )
+    });
+    crate::support::wait_for_audit(&server, "\"capability\":\"versioned.version\"", 2);
     let two = registry.push("team/versioned:stable", &test_plugin("versioned_two"));
     registry.sign("team/versioned", &two, &two, &key);
     wait_until(
@@ -854,6 +870,7 @@ fn config_plugins_are_pulled_swapped_when_their_tag_moves_or_a_key_is_added_and_
         || execute_http(server.port, version) == Ok(json!(2)),
         || server.log(),
     );
+    assert_eq!(long.join().expect("the long execution"), Ok(json!([1, 1])));
     let (status, body) = readyz(server.port);
     assert_eq!((status, body.as_str()), (200, "ready\n"));
 
