@@ -28,16 +28,59 @@ pub(crate) struct Registry {
 
 impl Registry {
     pub(crate) fn start(label: &str) -> Self {
+        Self::start_with(label, false)
+    }
+
+    /// A registry over HTTPS, its certificate (for 127.0.0.1, self-signed by
+    /// openssl) in `cert.pem` of its folder.
+    fn start_tls(label: &str) -> Self {
+        Self::start_with(label, true)
+    }
+
+    fn start_with(label: &str, tls: bool) -> Self {
         let dir = root()
             .join("target/e2e-registry")
             .join(format!("{label}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create the registry's folder");
         let port = crate::support::free_port();
-        let config = format!(
-            "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\nlog:\n  level: error\n",
+        let mut config = format!(
+            "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
             dir.join("data").display()
         );
+        if tls {
+            let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+            openssl(
+                &[
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "ec",
+                    "-pkeyopt",
+                    "ec_paramgen_curve:P-256",
+                    "-nodes",
+                    "-days",
+                    "1",
+                    "-subj",
+                    "/CN=127.0.0.1",
+                    "-addext",
+                    "subjectAltName=IP:127.0.0.1",
+                    "-addext",
+                    "basicConstraints=critical,CA:FALSE",
+                    "-keyout",
+                    path(&key),
+                    "-out",
+                    path(&cert),
+                ],
+                b"",
+            );
+            config.push_str(&format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                cert.display(),
+                key.display()
+            ));
+        }
+        config.push_str("log:\n  level: error\n");
         std::fs::write(dir.join("config.yml"), config).expect("write the registry's config");
         let child = Command::new("docker-registry")
             .arg("serve")
@@ -52,7 +95,13 @@ impl Registry {
         let registry = Self { child, port, dir };
         wait_until(
             "the registry to answer /v2/",
-            || answers_v2(registry.port),
+            || {
+                if tls {
+                    std::net::TcpStream::connect(("127.0.0.1", registry.port)).is_ok()
+                } else {
+                    answers_v2(registry.port)
+                }
+            },
             || std::fs::read_to_string(registry.dir.join("registry.log")).unwrap_or_default(),
         );
         registry
@@ -781,6 +830,85 @@ fn oras_pull(target: &str, dir: &Path) -> Vec<String> {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("the files oras wrote")
+}
+
+#[test]
+fn a_registry_over_https_is_trusted_through_the_system_roots_only() {
+    let registry = Registry::start_tls("https");
+    let host = registry.host();
+    let cert = registry.dir.join("cert.pem");
+    let key = Key::new(&registry.dir.join("keys"), "signer", false);
+    let reference = format!("{host}/team/records:1");
+    let dir = folder("https");
+    // The system's roots, as rustls-native-certs reads them: SSL_CERT_FILE.
+    let run = |args: &[&str], trust: bool| {
+        let mut command = Command::new(host_bin());
+        command.args(args);
+        if trust {
+            command.env("SSL_CERT_FILE", &cert);
+        } else {
+            command.env("SSL_CERT_FILE", root().join("Cargo.toml"));
+        }
+        let out = command.output().expect("run codemode-host");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let records = example_plugins().join("records.wasm");
+    let (code, _, stderr) = run(
+        &[
+            "push",
+            path(&records),
+            &reference,
+            "--key",
+            path(&key.private),
+        ],
+        true,
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let (code, stdout, stderr) = run(
+        &[
+            "pull",
+            &reference,
+            "--plugins",
+            path(&dir),
+            "--verify-key",
+            path(&key.public),
+        ],
+        true,
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.ends_with(&format!(
+            "; signature verified by key {} (cosign tag)\n",
+            key.id
+        )),
+        "{stdout}"
+    );
+
+    // A certificate the roots do not vouch for is an error, never a fall back
+    // to plain HTTP.
+    let (code, _, stderr) = run(
+        &[
+            "pull",
+            &reference,
+            "--plugins",
+            path(&dir),
+            "--verify-key",
+            path(&key.public),
+        ],
+        false,
+    );
+    assert_eq!(code, 1);
+    let message = refusal(&stderr);
+    assert!(
+        message.starts_with(&format!(
+            "cannot pull {reference}: cannot reach the registry {host}: "
+        )) && message.contains("invalid peer certificate: UnknownIssuer"),
+        "{message}"
+    );
 }
 
 #[test]

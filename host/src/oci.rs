@@ -271,9 +271,16 @@ fn client_for(
     limits: PullLimits,
 ) -> Result<Client, String> {
     let credentials = credentials(auth, &reference.registry)?;
+    let transport = if insecure {
+        codemode_oci::Transport::Http
+    } else if reference.is_loopback() {
+        codemode_oci::Transport::HttpsOrHttp
+    } else {
+        codemode_oci::Transport::Https
+    };
     Client::new(
         &reference.registry,
-        reference.is_loopback() || insecure,
+        transport,
         credentials,
         Limits {
             max_blob_bytes: limits.max_bytes,

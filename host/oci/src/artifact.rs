@@ -132,12 +132,17 @@ pub fn wasm_layer(media_type: &str, bytes: &[u8]) -> Result<(Descriptor, Digest)
 /// `text` cut to 100 characters with control characters escaped: a registry's
 /// strings go into log lines and error messages.
 pub(crate) fn printable(text: &str) -> String {
+    printable_within(text, 100)
+}
+
+/// `text` cut to `max` characters with control characters escaped.
+pub(crate) fn printable_within(text: &str, max: usize) -> String {
     let mut out: String = text
         .chars()
-        .take(100)
+        .take(max)
         .flat_map(char::escape_default)
         .collect();
-    if text.chars().nth(100).is_some() {
+    if text.chars().nth(max).is_some() {
         out.push('…');
     }
     out

@@ -26,6 +26,7 @@ use url::Url;
 
 use crate::artifact::{
     DOCKER_LIST, DOCKER_MANIFEST, Descriptor, Index, OCI_INDEX, OCI_MANIFEST, printable,
+    printable_within,
 };
 use crate::reference::Digest;
 
@@ -34,6 +35,9 @@ use crate::reference::Digest;
 pub const MAX_MANIFEST_BYTES: u64 = 4 * 1024 * 1024;
 /// The largest token answer, error body or signature payload read.
 const MAX_SMALL_BYTES: u64 = 64 * 1024;
+/// How much of an HTTP client's error chain a message quotes (the cause is
+/// at its end: "invalid peer certificate: UnknownIssuer").
+const MAX_REASON_CHARS: usize = 400;
 /// How much of an error body a message quotes.
 const QUOTED_BYTES: usize = 200;
 /// Redirects followed for one request.
@@ -163,11 +167,29 @@ pub struct Fetched {
     pub media_type: String,
 }
 
+/// How a registry is spoken to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// HTTPS, with the system's roots.
+    Https,
+    /// Plain HTTP (a registry marked `insecure`).
+    Http,
+    /// HTTPS, and plain HTTP when the registry does not speak TLS at all (a
+    /// registry on this machine, as docker does): a certificate that does not
+    /// verify is an error, never a reason to fall back.
+    HttpsOrHttp,
+}
+
 /// A client of one registry.
 pub struct Client {
     http: reqwest::Client,
     registry: String,
-    base: Url,
+    /// The registry's origin; for [`Transport::HttpsOrHttp`], `https` until the
+    /// first request found that it does not speak TLS.
+    base: std::sync::Mutex<Url>,
+    /// Whether the scheme is settled (the first request of `HttpsOrHttp`).
+    settled: tokio::sync::OnceCell<()>,
+    transport: Transport,
     credentials: Option<Credentials>,
     token: tokio::sync::Mutex<Option<String>>,
     limits: Limits,
@@ -178,7 +200,7 @@ impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("registry", &self.registry)
-            .field("base", &self.base.as_str())
+            .field("base", &self.base().as_str())
             .field("credentials", &self.credentials)
             .finish_non_exhaustive()
     }
@@ -197,19 +219,21 @@ impl std::fmt::Display for OffOrigin {
 impl std::error::Error for OffOrigin {}
 
 impl Client {
-    /// A client of `registry` (`host[:port]`): over HTTPS with the system's roots,
-    /// or plain HTTP when `plain` (a loopback registry, or one marked insecure).
+    /// A client of `registry` (`host[:port]`) over `transport`.
     ///
     /// # Errors
     ///
     /// No TLS configuration or HTTP client could be made.
     pub fn new(
         registry: &str,
-        plain: bool,
+        transport: Transport,
         credentials: Option<Credentials>,
         limits: Limits,
     ) -> Result<Self, RegistryError> {
-        let scheme = if plain { "http" } else { "https" };
+        let scheme = match transport {
+            Transport::Http => "http",
+            Transport::Https | Transport::HttpsOrHttp => "https",
+        };
         let base = Url::parse(&format!("{scheme}://{registry}"))
             .map_err(|e| RegistryError::Setup(format!("registry `{registry}`: {e}")))?;
         let policy = reqwest::redirect::Policy::custom(|attempt| {
@@ -238,7 +262,9 @@ impl Client {
         Ok(Self {
             http,
             registry: registry.to_owned(),
-            base,
+            base: std::sync::Mutex::new(base),
+            settled: tokio::sync::OnceCell::new(),
+            transport,
             credentials,
             token: tokio::sync::Mutex::new(None),
             limits,
@@ -248,6 +274,34 @@ impl Client {
     /// The registry this client speaks to.
     pub fn registry(&self) -> &str {
         &self.registry
+    }
+
+    /// The registry's origin as it is spoken to now.
+    fn base(&self) -> Url {
+        self.base
+            .lock()
+            .map(|base| base.clone())
+            .unwrap_or_else(|poisoned| poisoned.into_inner().clone())
+    }
+
+    /// For [`Transport::HttpsOrHttp`], once: asks `/v2/` over HTTPS, and speaks
+    /// plain HTTP from then on when the answer was not TLS at all.
+    async fn settle(&self) {
+        if self.transport != Transport::HttpsOrHttp {
+            return;
+        }
+        self.settled
+            .get_or_init(|| async {
+                let probe = self.base().join("/v2/");
+                let Ok(probe) = probe else { return };
+                if let Err(error) = self.http.get(probe).send().await
+                    && not_tls(&error)
+                    && let Ok(mut base) = self.base.lock()
+                {
+                    let _ = base.set_scheme("http");
+                }
+            })
+            .await;
     }
 
     /// The manifest `target` (a tag or digest) of `repository`. When `target` is
@@ -493,13 +547,13 @@ impl Client {
                 reason: "no Location for the upload".to_owned(),
             })?;
         let mut target = self
-            .base
+            .base()
             .join(location)
             .map_err(|e| RegistryError::Malformed {
                 what: upload.clone(),
                 reason: format!("Location `{}`: {e}", printable(location)),
             })?;
-        if target.origin() != self.base.origin() {
+        if target.origin() != self.base().origin() {
             return Err(RegistryError::Redirect {
                 what: upload,
                 to: printable(target.as_str()),
@@ -558,7 +612,9 @@ impl Client {
         body: Option<(&str, Bytes)>,
         what: &str,
     ) -> Result<reqwest::Response, RegistryError> {
-        let url = self.base.join(path).map_err(|e| RegistryError::Malformed {
+        self.settle().await;
+        let base = self.base();
+        let url = base.join(path).map_err(|e| RegistryError::Malformed {
             what: what.to_owned(),
             reason: e.to_string(),
         })?;
@@ -656,9 +712,10 @@ impl Client {
                 // token service is often another host), or in plain HTTP only to
                 // the registry's own host when the registry itself is spoken to
                 // in plain HTTP (a loopback or `insecure` one).
-                let same_host = realm.host_str() == self.base.host_str();
+                let base = self.base();
+                let same_host = realm.host_str() == base.host_str();
                 let plain_allowed =
-                    realm.scheme() == "http" && self.base.scheme() == "http" && same_host;
+                    realm.scheme() == "http" && base.scheme() == "http" && same_host;
                 if realm.scheme() != "https" && !plain_allowed {
                     return Err(denied(&format!(
                         "its token realm `{}` is neither HTTPS nor on the registry's own host: no credentials are sent there",
@@ -767,7 +824,7 @@ impl Client {
         }
         RegistryError::Unreachable {
             registry: self.registry.clone(),
-            reason: printable(&reason),
+            reason: printable_within(&reason, MAX_REASON_CHARS),
         }
     }
 }
@@ -833,6 +890,32 @@ fn challenge_params(text: &str) -> Vec<(String, String)> {
     params
 }
 
+/// Whether `error` says the other side does not speak TLS (it answered
+/// something else to the handshake, or closed it), rather than that its
+/// certificate did not verify or that nothing listens.
+fn not_tls(error: &reqwest::Error) -> bool {
+    let mut source: Option<&dyn std::error::Error> = Some(error);
+    let mut refused = false;
+    while let Some(inner) = source {
+        if let Some(tls) = inner.downcast_ref::<rustls::Error>() {
+            return matches!(tls, rustls::Error::InvalidMessage(_));
+        }
+        // An I/O error may wrap another (hyper's around rustls'), whose
+        // `source` does not lead in.
+        let mut io = inner.downcast_ref::<std::io::Error>();
+        while let Some(error) = io {
+            refused |= error.kind() == std::io::ErrorKind::ConnectionRefused;
+            let wrapped = error.get_ref();
+            if let Some(tls) = wrapped.and_then(|e| e.downcast_ref::<rustls::Error>()) {
+                return matches!(tls, rustls::Error::InvalidMessage(_));
+            }
+            io = wrapped.and_then(|e| e.downcast_ref::<std::io::Error>());
+        }
+        source = inner.source();
+    }
+    error.is_connect() && !refused
+}
+
 /// Whether `path` asks for a blob by digest (`/v2/<name>/blobs/sha256:<hex>`):
 /// what only may be redirected to another origin (its bytes are checked).
 fn is_blob_path(path: &str) -> bool {
@@ -878,7 +961,7 @@ async fn read_capped(
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| RegistryError::Unreachable {
             registry: registry.to_owned(),
-            reason: printable(&without_url(&e)),
+            reason: printable_within(&without_url(&e), MAX_REASON_CHARS),
         })?;
         if body.len() as u64 + chunk.len() as u64 > limit {
             return Err(too_large());

@@ -23,7 +23,9 @@ mod publish;
 mod pull;
 mod reference;
 
-pub use client::{Client, Credentials, Fetched, Limits, MAX_MANIFEST_BYTES, RegistryError};
+pub use client::{
+    Client, Credentials, Fetched, Limits, MAX_MANIFEST_BYTES, RegistryError, Transport,
+};
 pub use cosign::{KeyVerifier, Verified, Verifier};
 pub use keys::{PrivateKey, PublicKey};
 pub use publish::{PublishError, push, sign};
