@@ -912,6 +912,85 @@ fn a_registry_over_https_is_trusted_through_the_system_roots_only() {
 }
 
 #[test]
+fn wkg_reads_what_push_wrote_and_pull_reads_what_wkg_pushed() {
+    let registry = Registry::start("wkg");
+    let host = registry.host();
+    let wkg = devtools::WKG
+        .binary()
+        .unwrap_or_else(|e| panic!("cannot install wkg: {e}"));
+    let records = example_plugins().join("records.wasm");
+    let run = |program: &Path, args: &[&str]| {
+        let out = Command::new(program)
+            .args(args)
+            .output()
+            .expect("run a program");
+        assert!(
+            out.status.success(),
+            "{} {args:?}: {}",
+            program.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+
+    // Ours, read by wkg (which decodes the component's WIT on push, and reads
+    // the layout on pull).
+    let ours = format!("{host}/team/ours:1");
+    run(Path::new(host_bin()), &["push", path(&records), &ours]);
+    let fetched = registry.dir.join("from-ours.wasm");
+    run(
+        &wkg,
+        &[
+            "oci",
+            "pull",
+            "--insecure",
+            &host,
+            &ours,
+            "-o",
+            path(&fetched),
+        ],
+    );
+    assert_eq!(
+        std::fs::read(&fetched).expect("wkg's file"),
+        std::fs::read(&records).expect("ours")
+    );
+
+    // wkg's, pulled by us and served.
+    let theirs = format!("{host}/team/theirs:1");
+    run(
+        &wkg,
+        &["oci", "push", "--insecure", &host, &theirs, path(&records)],
+    );
+    let dir = folder("wkg");
+    let stdout = run(
+        Path::new(host_bin()),
+        &[
+            "pull",
+            &theirs,
+            "--plugins",
+            path(&dir),
+            "--name",
+            "records",
+            "--verify",
+            "off",
+        ],
+    );
+    assert!(stdout.contains(": pulled (sha256:"), "{stdout}");
+    assert_eq!(
+        std::fs::read(dir.join("records.wasm")).expect("pulled"),
+        std::fs::read(&records).expect("pushed")
+    );
+    let out = drive(
+        &["--plugins", path(&dir)],
+        json!([call(
+            "execute",
+            json!({"source": "def main():\n    return records.lookup(key=\"bk-0042\")[\"key\"]"})
+        )]),
+    );
+    assert_eq!(ok(&out["results"][0])["result"], json!("bk-0042"));
+}
+
+#[test]
 fn config_plugins_are_pulled_swapped_when_their_tag_moves_or_a_key_is_added_and_serve_while_the_registry_is_down()
  {
     use crate::support::{HttpServer, execute_http, wait_for_log};

@@ -294,10 +294,11 @@ fn wit_docs_writes_the_section_once_and_names_each_bad_input() {
     assert_eq!(code, Some(0));
     assert_eq!(stdout, "p.wasm: 72 bytes of WIT docs from wit\n");
     let once = std::fs::read(&plugin).expect("read");
-    // The section, appended: its header, its name, the WIT tools' format.
+    // The section, appended: its header, its name (codemode-docs: a
+    // `package-docs` section makes WIT decoders fail), the WIT tools' format.
     let payload = br#"{"interfaces":{"i":{"funcs":{"f":{"docs":"Does it.\n- x: how much"}}}}}"#;
-    let mut section = vec![0, 85, 12];
-    section.extend_from_slice(b"package-docs\x01");
+    let mut section = vec![0, 86, 13];
+    section.extend_from_slice(b"codemode-docs\x01");
     section.extend_from_slice(payload);
     assert_eq!(&once[..component.len()], &component[..]);
     assert_eq!(&once[component.len()..], &section[..]);

@@ -730,7 +730,7 @@ pub enum Command {
     /// Keep a plugin's WIT doc comments in its component file
     ///
     /// Component toolchains drop the WIT's doc comments; this writes them into
-    /// the component as its `package-docs` section, which the server reads to
+    /// the component as its `codemode-docs` section, which the server reads to
     /// show what each parameter means: a line `name: what it means` of a
     /// function's doc comment documents its parameter `name`, `///` on a record's
     /// fields document them. Run it after componentize-py or componentize-js

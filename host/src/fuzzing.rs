@@ -153,7 +153,7 @@ pub fn tokens(data: &[u8]) {
 }
 
 /// A plugin file's WIT docs, as the loader reads them: the bytes as a component
-/// (its `package-docs` sections found and decoded; a section embedded into it
+/// (its `codemode-docs` sections found and decoded; a section embedded into it
 /// found first) and as one section's payload,
 /// whose `Arguments:` block for a fixed function stays within its cap and is
 /// printable lines.

@@ -211,7 +211,7 @@ impl Capability {
 /// Generates bindings for your plugin's own world, like `wit_bindgen::generate!`,
 /// without a direct `wit-bindgen` dependency.
 ///
-/// It also keeps the WIT's doc comments in the component (its `package-docs`
+/// It also keeps the WIT's doc comments in the component (its `codemode-docs`
 /// section, read from `path`, default `wit`), which components otherwise lose:
 /// `describe_api` shows a parameter's docs from its function's doc comment (a
 /// line `name: what it means`) and a record parameter's field docs (`///` on the
@@ -226,7 +226,7 @@ macro_rules! generate {
             $($body)*
         });
         // The WIT's doc comments, which no component keeps, as the component's
-        // `package-docs` section: the host shows them as parameter docs.
+        // `codemode-docs` section: the host shows them as parameter docs.
         $crate::__package_docs!({ $($body)* });
     };
 }

@@ -19,8 +19,16 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-/// The custom section's name.
-pub const SECTION_NAME: &str = "package-docs";
+/// The custom section's name. Not the WIT tools' own `package-docs` (the format
+/// is theirs): a component carrying `package-docs` is read by wit-component's
+/// decoder as docs of the component's root package, which names none of the
+/// plugin's interfaces, so `wasm-tools component wit`, `wkg oci push` and every
+/// other tool decoding the component failed ("missing interface").
+pub const SECTION_NAME: &str = "codemode-docs";
+
+/// The name this crate wrote before [`SECTION_NAME`]: still read, in plugins
+/// built then, and replaced by [`embed`].
+pub const LEGACY_SECTION_NAME: &str = "package-docs";
 
 /// Most bytes of one section the host decodes: far more than any real package's
 /// docs, small enough that a hostile file costs nothing to refuse.
@@ -185,7 +193,8 @@ pub fn embed(component: &[u8], payload: &[u8]) -> Result<Vec<u8>, Error> {
     for section in sections(component) {
         let section = section?;
         if section.id == CUSTOM
-            && custom_name(section.body).map(|(name, _)| name) == Some(SECTION_NAME)
+            && custom_name(section.body)
+                .is_some_and(|(name, _)| name == SECTION_NAME || name == LEGACY_SECTION_NAME)
         {
             continue;
         }
@@ -243,7 +252,8 @@ fn collect<'a>(binary: &'a [u8], depth: usize, found: &mut Vec<&'a [u8]>) {
             return;
         }
         if section.id == CUSTOM
-            && let Some((SECTION_NAME, payload)) = custom_name(section.body)
+            && let Some((name, payload)) = custom_name(section.body)
+            && (name == SECTION_NAME || name == LEGACY_SECTION_NAME)
         {
             found.push(payload);
         }
@@ -730,6 +740,16 @@ world plugin {
     }
 
     #[test]
+    fn the_legacy_name_is_read_and_replaced_by_embed() -> Result<(), Error> {
+        let mut old = EMPTY_COMPONENT.to_vec();
+        old.extend(custom(LEGACY_SECTION_NAME, b"\x01old"));
+        assert_eq!(find(&old), vec![&b"\x01old"[..]]);
+        let out = embed(&old, b"\x01new")?;
+        assert_eq!(find(&out), vec![&b"\x01new"[..]]);
+        Ok(())
+    }
+
+    #[test]
     fn a_core_module_s_type_and_table_sections_are_not_searched_as_nested() {
         let mut inner = EMPTY_MODULE.to_vec();
         inner.extend(custom(SECTION_NAME, b"\x01x"));
@@ -751,7 +771,7 @@ world plugin {
         assert!(matches!(decode(b""), Err(Error::Empty)));
         assert_eq!(
             decode(b"\x02{}").err().map(|e| e.to_string()).as_deref(),
-            Some("the package-docs section has version 2, not 0 or 1")
+            Some("the codemode-docs section has version 2, not 0 or 1")
         );
         assert!(matches!(decode(b"\x01[1]"), Err(Error::Json(_))));
         assert!(matches!(decode(b"\x01{}\x07"), Err(Error::Version(7))));

@@ -1,4 +1,4 @@
-//! What a plugin's WIT says about its parameters: its component's `package-docs`
+//! What a plugin's WIT says about its parameters: its component's `codemode-docs`
 //! section (written by the SDK's `generate!` and by `codemode-host wit-docs`),
 //! read once at load into the `Arguments:` block of each capability's
 //! description.
@@ -14,7 +14,7 @@ use codemode_wit_docs::{InterfaceDocs, PackageDocs};
 use super::reflect::ExportedFunc;
 use crate::catalog::{Field, MAX_ARGUMENT_DOCS, Shape, argument_block, one_line};
 
-/// The docs of the component `bytes`: the first `package-docs` section that
+/// The docs of the component `bytes`: the first `codemode-docs` section that
 /// decodes. When none does, one WARN naming the plugin and the first reason,
 /// and the plugin loads without them.
 pub(crate) fn read(plugin: &str, bytes: &[u8]) -> Option<PackageDocs> {

@@ -310,7 +310,7 @@ fn kebab(ident: &str) -> String {
     ident.trim_start_matches("r#").replace('_', "-")
 }
 
-/// The `package-docs` section of the WIT that `codemode_sdk::generate!` reads: a
+/// The `codemode-docs` section of the WIT that `codemode_sdk::generate!` reads: a
 /// static placed in that custom section of the plugin's core module, where the
 /// host finds it. Takes `generate!`'s own input and uses its `path` (default
 /// `wit`, relative to the crate, as `wit_bindgen::generate!` reads it). Emits

@@ -140,6 +140,17 @@ pub const PLUGIN_RELEASE_PROFILE: &[(&str, &str)] = &[
     ("DEBUG", "false"),
 ];
 
+/// wkg, the Wasm package tools' CLI: the registry tests exchange artifacts with
+/// its `oci push` and `oci pull` (the CNCF Wasm layout, written by another
+/// implementation).
+pub const WKG: Tool = Tool {
+    name: "wkg",
+    kind: Kind::Cargo {
+        krate: "wkg",
+        version: "0.16.1",
+    },
+};
+
 /// Every tool the test command installs, in its `tools` phase.
 pub const ALL: &[Tool] = &[
     CARGO_DENY,
@@ -149,6 +160,7 @@ pub const ALL: &[Tool] = &[
     E2E_NODE,
     COMPONENTIZE_PY,
     COMPONENTIZE_JS,
+    WKG,
 ];
 
 /// Where the tools go: `$CODEMODE_TOOLS_DIR`, else `codemode-host-tools` under
