@@ -413,8 +413,11 @@ fn crate_graph() -> BTreeMap<String, BTreeSet<String>> {
         host.join("core/Cargo.toml"),
         host.join("oci/Cargo.toml"),
     ] {
-        let text = std::fs::read_to_string(&manifest).unwrap_or_default();
-        let parsed: toml::Table = text.parse().unwrap_or_default();
+        let text = std::fs::read_to_string(&manifest)
+            .unwrap_or_else(|e| panic!("{}: {e}", manifest.display()));
+        let parsed: toml::Table = text
+            .parse()
+            .unwrap_or_else(|e| panic!("{}: {e}", manifest.display()));
         let name = parsed
             .get("package")
             .and_then(|p| p.get("name"))

@@ -776,8 +776,9 @@ pub enum Command {
         /// A file holding a registry token, sent as a bearer token
         #[arg(long, value_name = "FILE")]
         registry_token: Option<PathBuf>,
-        /// Speak plain HTTP to a registry that is not on this machine (loopback
-        /// registries always are spoken to in plain HTTP)
+        /// Speak plain HTTP to a registry that is not on this machine (one on
+        /// this machine is tried over HTTPS first, and spoken to in plain HTTP
+        /// only when it does not speak TLS)
         #[arg(long)]
         insecure: bool,
     },

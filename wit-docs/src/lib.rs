@@ -1,11 +1,11 @@
-//! A plugin's WIT documentation, carried in its component's `package-docs` custom
+//! A plugin's WIT documentation, carried in its component's `codemode-docs` custom
 //! section.
 //!
 //! WebAssembly components keep a plugin's WIT types but not its doc comments: no
-//! component toolchain keeps them in the binary it builds. The `package-docs`
-//! section is the WIT tools' own format for them (a version byte, then JSON: the
-//! package's interfaces, their functions' and types' docs, a record's field
-//! docs). The codemode SDK's `generate!` and the Python and JavaScript build
+//! component toolchain keeps them in the binary it builds. The WIT tools' own
+//! `package-docs` format holds them (a version byte, then JSON: the package's
+//! interfaces, their functions' and types' docs, a record's field docs), written
+//! under a section name of this crate's ([`SECTION_NAME`]). The codemode SDK's `generate!` and the Python and JavaScript build
 //! scripts write it ([`encode`], [`embed`]); the host reads it back ([`find`],
 //! [`decode`]) to tell the model what each parameter means.
 //!
@@ -54,7 +54,7 @@ const COMPONENT: u8 = 4;
 /// The layer field of a component's preamble (bytes 6..8).
 const COMPONENT_LAYER: [u8; 2] = [1, 0];
 
-/// Most `package-docs` sections [`find`] returns: a real component has one or two.
+/// Most docs sections [`find`] returns: a real component has one or two.
 const MAX_FOUND: usize = 16;
 
 /// Why docs could not be written or read.
@@ -97,7 +97,7 @@ pub enum Error {
     Json(#[from] serde_json::Error),
 }
 
-/// The `package-docs` section of the WIT package at `wit` (a folder with its
+/// The docs section (the `package-docs` format) of the WIT package at `wit` (a folder with its
 /// `deps/`, or one file): the package's docs as the WIT tools encode them. WIT
 /// keeps no doc comments on a function's parameters; `///` lines before a
 /// parameter are added to its function's docs as a line `- name: text`, the
@@ -174,7 +174,7 @@ fn comment_before(before: &str) -> Option<String> {
     (!joined.is_empty()).then(|| joined.to_owned())
 }
 
-/// `component` with `payload` as its top-level `package-docs` section, in place
+/// `component` with `payload` as its top-level `codemode-docs` section, in place
 /// of any it had (so that building twice does not stack two).
 ///
 /// # Errors
@@ -235,7 +235,8 @@ pub fn embed_file(wit: &Path, component: &Path) -> Result<usize, Error> {
     written.map(|()| payload.len())
 }
 
-/// The payloads of the `package-docs` sections in `binary` (at most 16), the
+/// The payloads of the docs sections (`codemode-docs`, or `package-docs` of a
+/// plugin built before) in `binary` (at most 16), the
 /// component's own first, then those of its core modules and nested components
 /// in order (the SDK's section sits in the plugin's core module). Sections are
 /// read lazily, without copying; a malformed header ends the search at its
@@ -356,7 +357,7 @@ fn write_leb(out: &mut Vec<u8>, mut value: usize) {
     }
 }
 
-/// What `package-docs` sections say, as far as the host uses it: the docs of the
+/// What docs sections say, as far as the host uses it: the docs of the
 /// functions and types of each interface, by name (a package's interfaces and
 /// its worlds' inline ones in one map), and every documented type by its name.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -414,7 +415,7 @@ struct TypeDocs {
     items: BTreeMap<String, String>,
 }
 
-/// Decodes a `package-docs` payload: one record (a version byte, then JSON), or
+/// Decodes a docs section's payload (the `package-docs` format): one record (a version byte, then JSON), or
 /// several one after the other (what a linker makes of two crates' sections of
 /// one name), merged with the first one's entries winning.
 ///

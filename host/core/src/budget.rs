@@ -71,7 +71,8 @@ impl Nodes {
         Ok(())
     }
 
-    /// The nodes left.
+    /// The nodes left (for tests).
+    #[doc(hidden)]
     pub fn left(self) -> usize {
         self.0
     }

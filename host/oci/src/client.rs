@@ -251,7 +251,14 @@ impl Client {
                 attempt.error(OffOrigin(to))
             }
         });
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        if transport == Transport::HttpsOrHttp {
+            // A registry on this machine is reached directly: a proxy cannot
+            // reach this machine's loopback, and its answer must not decide
+            // the scheme.
+            builder = builder.no_proxy();
+        }
+        let http = builder
             .tls_backend_preconfigured(tls_config()?)
             .redirect(policy)
             .connect_timeout(limits.read_timeout)
@@ -890,12 +897,12 @@ fn challenge_params(text: &str) -> Vec<(String, String)> {
     params
 }
 
-/// Whether `error` says the other side does not speak TLS (it answered
-/// something else to the handshake, or closed it), rather than that its
-/// certificate did not verify or that nothing listens.
+/// Whether `error` shows that the other side does not speak TLS: rustls read
+/// something that is no TLS record (a plain-HTTP server's answer), or the
+/// connection ended in the handshake. Nothing else (a timeout, a reset, an
+/// alert, a certificate, a proxy) is a reason to speak plain HTTP.
 fn not_tls(error: &reqwest::Error) -> bool {
     let mut source: Option<&dyn std::error::Error> = Some(error);
-    let mut refused = false;
     while let Some(inner) = source {
         if let Some(tls) = inner.downcast_ref::<rustls::Error>() {
             return matches!(tls, rustls::Error::InvalidMessage(_));
@@ -904,16 +911,20 @@ fn not_tls(error: &reqwest::Error) -> bool {
         // `source` does not lead in.
         let mut io = inner.downcast_ref::<std::io::Error>();
         while let Some(error) = io {
-            refused |= error.kind() == std::io::ErrorKind::ConnectionRefused;
             let wrapped = error.get_ref();
             if let Some(tls) = wrapped.and_then(|e| e.downcast_ref::<rustls::Error>()) {
                 return matches!(tls, rustls::Error::InvalidMessage(_));
+            }
+            // The connection ended in the handshake ("tls handshake eof"): a
+            // plain server that closed on bytes it could not read.
+            if error.kind() == std::io::ErrorKind::UnexpectedEof {
+                return true;
             }
             io = wrapped.and_then(|e| e.downcast_ref::<std::io::Error>());
         }
         source = inner.source();
     }
-    error.is_connect() && !refused
+    false
 }
 
 /// Whether `path` asks for a blob by digest (`/v2/<name>/blobs/sha256:<hex>`):

@@ -51,7 +51,7 @@ impl CapabilitySource for LoadedPlugin {
         arguments: &Value,
         limits: BindLimits,
     ) -> Result<Bound<Arguments>, BindError> {
-        let bound = capability.binder.bind(arguments, &Wit, limits)?;
+        let bound = capability.binder().bind(arguments, &Wit, limits)?;
         Ok(bound.map(Arguments::new))
     }
 

@@ -606,7 +606,7 @@ impl CapabilitySource for Upstream {
         limits: BindLimits,
     ) -> Result<Bound<Arguments>, BindError> {
         let bound = capability
-            .binder
+            .binder()
             .bind(arguments, &json::ToolArguments, limits)?;
         Ok(bound.map(Arguments::new))
     }

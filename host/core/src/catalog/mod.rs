@@ -25,6 +25,7 @@ pub use quote::is_printable;
 pub use search::{
     MAX_SEARCH_RESPONSE_BYTES, MAX_SEARCH_RESULTS, SearchError, SearchResponse, SearchResult,
 };
+#[doc(hidden)]
 pub use shape::signature;
 pub use shape::{Field, FieldShape, FloatKind, IntKind, MAX_LITERALS_SHOWN, Shape, snake_case};
 pub use suggest::suggest;
@@ -82,8 +83,9 @@ pub struct Capability {
     /// Result record fields.
     pub output: Vec<Field>,
     /// Binds a call's arguments to `params`: compiled from them, once (not
-    /// public, so that it cannot part from them).
-    pub binder: Binder,
+    /// public, so that it cannot part from them; [`Capability::binder`] reads
+    /// it).
+    pub(crate) binder: Binder,
     /// Discovery-only phrases.
     pub search_terms: Vec<String>,
     /// Raw searchable bytes as declared, counted against [`MAX_METADATA_BYTES`].
