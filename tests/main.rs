@@ -22,6 +22,7 @@ mod isolation;
 mod limits;
 mod loading;
 mod oauth;
+mod openapi;
 mod policy;
 mod polyglot;
 mod precompile;

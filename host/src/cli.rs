@@ -543,6 +543,11 @@ pub struct Cli {
     #[arg(skip)]
     pub upstreams: Vec<codemode_host::UpstreamConfig>,
 
+    /// The services of the config file's `[[openapi]]` tables (no flag sets
+    /// them).
+    #[arg(skip)]
+    pub openapi: Vec<codemode_host::OpenApiConfig>,
+
     /// The plugins of the config file's `[[plugin]]` tables, pulled from
     /// registries (no flag sets them).
     #[arg(skip)]
@@ -1142,6 +1147,19 @@ impl Cli {
             return Err(ConfigError::Exchange(format!(
                 "upstream `{}`: auth = \"token-exchange\" needs --oauth-issuer, --oauth-client-id and --oauth-client-secret-file",
                 upstream.name
+            )));
+        }
+        if exchanger.is_none()
+            && let Some(service) = self.openapi.iter().find(|service| {
+                matches!(
+                    service.auth,
+                    codemode_host::OpenApiAuth::TokenExchange { .. }
+                )
+            })
+        {
+            return Err(ConfigError::Exchange(format!(
+                "openapi `{}`: auth = \"token-exchange\" needs --oauth-issuer, --oauth-client-id and --oauth-client-secret-file",
+                service.name
             )));
         }
         Ok(exchanger)

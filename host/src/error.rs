@@ -123,7 +123,13 @@ pub(crate) fn timed_out_detail(capability: &str) -> String {
 /// server is down or broke the protocol: `upstream git is unavailable`. Why is a host
 /// detail (logged), never the agent's.
 pub(crate) fn unavailable_detail(upstream: &str) -> String {
-    format!("upstream {upstream} {UNAVAILABLE}")
+    source_unavailable_detail(&format!("upstream {upstream}"))
+}
+
+/// [`unavailable_detail`] of a source named in full (`openapi github is
+/// unavailable`): a service that could not be reached.
+pub(crate) fn source_unavailable_detail(source: &str) -> String {
+    format!("{source} {UNAVAILABLE}")
 }
 
 /// The detail of the [`ToolError::CapabilityFailed`] of an execution whose
@@ -137,14 +143,24 @@ pub(crate) fn still_starting_detail(source: &str) -> String {
 /// refused for the caller's credentials: `upstream crm refused the caller's
 /// credentials`.
 pub(crate) fn refused_credentials_detail(upstream: &str) -> String {
-    format!("upstream {upstream} {REFUSED_CREDENTIALS}")
+    source_refused_credentials_detail(&format!("upstream {upstream}"))
+}
+
+/// [`refused_credentials_detail`] of a source named in full (`openapi crm`).
+pub(crate) fn source_refused_credentials_detail(source: &str) -> String {
+    format!("{source} {REFUSED_CREDENTIALS}")
 }
 
 /// The detail of the [`ToolError::CapabilityFailed`] of a call of an upstream
 /// acting for its callers (`auth = "forward"`) by a caller without an access
 /// token: `upstream crm acts for its caller, who has no access token`.
 pub(crate) fn no_credentials_detail(upstream: &str) -> String {
-    format!("upstream {upstream} {NO_CREDENTIALS}")
+    source_no_credentials_detail(&format!("upstream {upstream}"))
+}
+
+/// [`no_credentials_detail`] of a source named in full (`openapi crm`).
+pub(crate) fn source_no_credentials_detail(source: &str) -> String {
+    format!("{source} {NO_CREDENTIALS}")
 }
 
 /// Renders `prefix` or `prefix: detail`: the only place a detail form is built.

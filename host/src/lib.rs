@@ -41,6 +41,7 @@ pub mod mcp;
 pub mod memory;
 mod metrics;
 pub mod oci;
+mod openapi;
 mod plugins;
 mod precompile;
 mod registry;
@@ -67,6 +68,7 @@ pub use error::ToolError;
 pub use execute::{
     Executed, Execution, FailedCall, LimitError, Limits, Retuned, RunnerError, Stats,
 };
+pub use openapi::{OpenApiAuth, OpenApiConfig, SpecLocation};
 pub use plugins::{
     COMPILE_COMMAND, COMPILE_MEMORY_ARG, Compiler, DEFAULT_COMPILE_MEMORY, LoadError, LoadLimits,
     Reloaded, TypeError, compile_child,

@@ -291,9 +291,12 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
         authorizer: authorization.authorizer,
         audit: Some(audit.clone()),
         upstreams: cli.upstreams.clone(),
+        openapi: cli.openapi.clone(),
         require_all_plugins: cli.require_all_plugins,
-        // A gateway of upstreams needs no plugins folder unless one was named.
-        plugins_optional: !cli.plugins_given && !cli.upstreams.is_empty(),
+        // A gateway of upstreams (or OpenAPI services) needs no plugins folder
+        // unless one was named.
+        plugins_optional: !cli.plugins_given
+            && (!cli.upstreams.is_empty() || !cli.openapi.is_empty()),
         providers: Vec::new(),
         token_exchange,
         startup_wait: cli.startup_wait.unwrap_or(DEFAULT_STARTUP_WAIT),
@@ -561,7 +564,10 @@ fn watch_folder(cli: &Cli, service: &Arc<Service>) -> anyhow::Result<Option<watc
     if cli.no_watch {
         return Ok(None);
     }
-    if !cli.plugins.exists() && !cli.plugins_given && !cli.upstreams.is_empty() {
+    if !cli.plugins.exists()
+        && !cli.plugins_given
+        && (!cli.upstreams.is_empty() || !cli.openapi.is_empty())
+    {
         tracing::info!(folder = %cli.plugins.display(), "no plugins folder: serving the upstreams only, not watching for plugins");
         return Ok(None);
     }

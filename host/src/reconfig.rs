@@ -59,6 +59,7 @@ struct Settings {
     /// with its values as the file gave them.
     keys: BTreeMap<String, Vec<OsString>>,
     upstreams: Vec<UpstreamConfig>,
+    openapi: Vec<codemode_host::OpenApiConfig>,
     limits: Limits,
     disabled: Vec<String>,
     plugins: Vec<codemode_host::oci::PullEntry>,
@@ -81,6 +82,7 @@ impl Settings {
         Self {
             keys,
             upstreams: cli.upstreams.clone(),
+            openapi: cli.openapi.clone(),
             limits: cli.limits(),
             disabled: cli.disable.clone(),
             plugins: cli.plugin_entries.clone(),
@@ -258,6 +260,8 @@ impl ConfigReload {
         } else {
             service.set_upstreams(&new.upstreams)
         };
+        // Always: a kept service reads its spec again, which may have changed.
+        let openapi = service.set_openapi(&new.openapi);
         tracing::info!(
             file = %file,
             cause,
@@ -266,6 +270,9 @@ impl ConfigReload {
             upstreams_added = %upstreams.added.join(","),
             upstreams_removed = %upstreams.removed.join(","),
             upstreams_restarted = %upstreams.restarted.join(","),
+            openapi_added = %openapi.added.join(","),
+            openapi_removed = %openapi.removed.join(","),
+            openapi_restarted = %openapi.restarted.join(","),
             plugin_pulls = pulls,
             "config reloaded"
         );

@@ -18,6 +18,7 @@ use crate::execute::{
     Executed, Execution, Executor, ExecutorConfig, LimitError, Limits, Retuned, RunOptions,
 };
 use crate::metrics::Metrics;
+use crate::openapi::{OpenApiConfig, OpenApiProvider};
 use crate::plugins::{self, GlobalCaps, PluginFolder, PluginsProvider, ReloadError, Reloaded};
 use crate::registry::Registry;
 use crate::source::{Provider, Skipped};
@@ -66,8 +67,12 @@ pub struct Service {
     /// The configured upstreams, also among the registry's providers, in
     /// configuration order ([`Service::set_upstreams`] replaces them).
     upstreams: Mutex<Vec<Arc<UpstreamProvider>>>,
-    /// Held by [`Service::set_upstreams`] from start to end.
+    /// Held by [`Service::set_upstreams`] and [`Service::set_openapi`] from
+    /// start to end.
     changing_upstreams: Mutex<()>,
+    /// The configured OpenAPI services, in configuration order
+    /// ([`Service::set_openapi`] replaces them).
+    openapi: Mutex<Vec<Arc<OpenApiProvider>>>,
     executor: Executor,
     metrics: Arc<Metrics>,
     /// [`ServiceConfig::require_all_plugins`].
@@ -134,7 +139,9 @@ impl Service {
             engine.clone(),
             cache.clone(),
             metrics.clone(),
-            !config.upstreams.is_empty() || !config.providers.is_empty(),
+            !config.upstreams.is_empty()
+                || !config.openapi.is_empty()
+                || !config.providers.is_empty(),
         ));
         // The plugins first: their capabilities enter the catalog first, so an
         // upstream's cannot push them past the catalog's limits. The registry
@@ -151,11 +158,21 @@ impl Service {
                 ))
             })
             .collect();
+        let openapi: Vec<Arc<OpenApiProvider>> = config
+            .openapi
+            .iter()
+            .map(|service| Arc::new(OpenApiProvider::new(service.clone())))
+            .collect();
         let mut providers: Vec<Arc<dyn Provider>> = vec![plugins.clone()];
         providers.extend(
             upstreams
                 .iter()
                 .map(|upstream| upstream.clone() as Arc<dyn Provider>),
+        );
+        providers.extend(
+            openapi
+                .iter()
+                .map(|service| service.clone() as Arc<dyn Provider>),
         );
         providers.extend(config.providers.iter().cloned());
         let registry = Registry::start(providers, config.disabled.clone(), metrics.clone())
@@ -207,6 +224,7 @@ impl Service {
             plugins,
             upstreams: Mutex::new(upstreams),
             changing_upstreams: Mutex::new(()),
+            openapi: Mutex::new(openapi),
             executor,
             metrics,
             require_all_plugins: config.require_all_plugins,
@@ -340,6 +358,85 @@ impl Service {
         }
         for upstream in &gone {
             self.metrics.upstream_removed(upstream.upstream());
+        }
+        changes
+    }
+
+    /// Replaces the configured OpenAPI services with `configs` (a reloaded
+    /// config file): those no longer configured leave the catalog, those whose
+    /// entry changed are loaded again, new ones are loaded; those kept as they
+    /// were read their specs again, and one whose text changed is offered anew
+    /// (a spec that no longer loads leaves the last version serving).
+    pub fn set_openapi(&self, configs: &[OpenApiConfig]) -> UpstreamChanges {
+        let _changing = self
+            .changing_upstreams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut changes = UpstreamChanges::default();
+        let (mut gone, mut replaced, mut added, mut refreshed) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        {
+            let mut services = self
+                .openapi
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut kept = Vec::with_capacity(configs.len());
+            for service in services.drain(..) {
+                let name = service.config().name.clone();
+                match configs.iter().find(|config| config.name == name) {
+                    None => {
+                        changes.removed.push(name);
+                        gone.push(service);
+                    }
+                    Some(config) if config != service.config() => {
+                        changes.restarted.push(name);
+                        let new = Arc::new(OpenApiProvider::new(config.clone()));
+                        replaced.push((service, new.clone()));
+                        kept.push(new);
+                    }
+                    Some(_) => {
+                        refreshed.push(service.clone());
+                        kept.push(service);
+                    }
+                }
+            }
+            for config in configs {
+                if kept
+                    .iter()
+                    .any(|service| service.config().name == config.name)
+                {
+                    continue;
+                }
+                changes.added.push(config.name.clone());
+                let new = Arc::new(OpenApiProvider::new(config.clone()));
+                added.push(new.clone());
+                kept.push(new);
+            }
+            kept.sort_by_key(|service| {
+                configs
+                    .iter()
+                    .position(|config| config.name == service.config().name)
+            });
+            *services = kept;
+        }
+        let now = Instant::now();
+        for service in &gone {
+            self.registry.remove(service.name(), now);
+        }
+        for (old, new) in &replaced {
+            if !self.registry.replace(old.name(), new.clone(), now) {
+                self.registry.add(new.clone());
+            }
+        }
+        for new in &added {
+            self.registry.add(new.clone());
+        }
+        for service in &refreshed {
+            service.refresh();
+        }
+        let deadline = now + Duration::from_secs(2);
+        for old in gone.iter().chain(replaced.iter().map(|(old, _)| old)) {
+            old.stop(deadline);
         }
         changes
     }
@@ -628,7 +725,7 @@ impl Service {
     }
 }
 
-/// What [`Service::set_upstreams`] changed, by upstream name.
+/// What [`Service::set_upstreams`] (or [`Service::set_openapi`]) changed, by name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UpstreamChanges {
     /// Configured anew, started.

@@ -9,6 +9,7 @@ use crate::authz::Authorizer;
 use crate::authz::exchange::TokenExchange;
 use crate::catalog::SpecError;
 use crate::execute::{LimitError, Limits, RunnerError};
+use crate::openapi::OpenApiConfig;
 use crate::plugins::LoadLimits;
 use crate::source::{Provider, Skipped};
 use crate::telemetry::Telemetry;
@@ -41,6 +42,9 @@ pub struct ServiceConfig {
     /// MCP servers whose tools are capabilities too, connected while the plugins
     /// load.
     pub upstreams: Vec<UpstreamConfig>,
+    /// Services described by OpenAPI whose operations are capabilities too,
+    /// their specs loaded while the plugins load.
+    pub openapi: Vec<OpenApiConfig>,
     /// Whether every plugin file must load: one that does not is a start error, and
     /// after a reload it makes [`Service::ready`] false.
     pub require_all_plugins: bool,
@@ -87,6 +91,7 @@ impl std::fmt::Debug for ServiceConfig {
             .field("loading", &self.loading)
             .field("cache_dir", &self.cache_dir)
             .field("upstreams", &self.upstreams)
+            .field("openapi", &self.openapi)
             .field("require_all_plugins", &self.require_all_plugins)
             .field("plugins_optional", &self.plugins_optional)
             .field("providers", &providers)
@@ -112,6 +117,7 @@ impl ServiceConfig {
             loading: LoadLimits::default(),
             cache_dir: None,
             upstreams: Vec::new(),
+            openapi: Vec::new(),
             require_all_plugins: false,
             plugins_optional: false,
             providers: Vec::new(),

@@ -196,7 +196,7 @@ pub(crate) fn content_result(
 
 /// One JSON value at `depth` (the result dict is 1). A number that fits 64 signed
 /// bits is an int, any other a float.
-fn from_json(
+pub(crate) fn from_json(
     json: Json,
     max_depth: usize,
     depth: usize,

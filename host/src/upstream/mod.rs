@@ -12,11 +12,11 @@
 mod credentials;
 mod gate;
 mod http;
-mod json;
+pub(crate) mod json;
 mod lines;
-mod names;
+pub(crate) mod names;
 mod provider;
-mod schema;
+pub(crate) mod schema;
 mod supervise;
 
 pub use gate::UpstreamGate;

@@ -113,7 +113,8 @@ impl Stop {
         self.0.store(true, Ordering::Relaxed);
     }
 
-    fn is_set(&self) -> bool {
+    /// Whether the walks were stopped.
+    pub(crate) fn is_set(&self) -> bool {
         self.0.load(Ordering::Relaxed)
     }
 }
@@ -130,8 +131,38 @@ pub(crate) fn parameters(
     input_schema: &Map<String, Json>,
     budget: &mut Budget<'_>,
 ) -> Result<Vec<Field>, SchemaError> {
-    let mut walk = Walk::new(input_schema, budget);
+    parameters_in(input_schema, input_schema, budget)
+}
+
+/// [`parameters`] of a schema whose `$ref`s point into `document`, the whole
+/// description it is part of (an OpenAPI operation's parameters, made into one
+/// object schema, refer to `#/components/schemas/...` of their spec).
+///
+/// # Errors
+///
+/// [`SchemaError`]: the budget ran out or the walk was stopped.
+pub(crate) fn parameters_in<'a>(
+    input_schema: &'a Map<String, Json>,
+    document: &'a Map<String, Json>,
+    budget: &mut Budget<'_>,
+) -> Result<Vec<Field>, SchemaError> {
+    let mut walk = Walk::new(document, budget);
     walk.fields(input_schema, 0)
+}
+
+/// The shape of one `schema` whose `$ref`s point into `document` (an OpenAPI
+/// response's body, which may be any JSON type).
+///
+/// # Errors
+///
+/// [`SchemaError`]: the budget ran out or the walk was stopped.
+pub(crate) fn shape_in<'a>(
+    schema: &'a Json,
+    document: &'a Map<String, Json>,
+    budget: &mut Budget<'_>,
+) -> Result<Shape, SchemaError> {
+    let mut walk = Walk::new(document, budget);
+    walk.shape(schema, 0)
 }
 
 /// Most bytes one keyword's value (a `default`, an example) takes in that block.
@@ -147,13 +178,21 @@ const MAX_DOC_VALUE: usize = 200;
 /// made one printable line; the block stops at [`MAX_ARGUMENT_DOCS`] bytes.
 /// `None` when no parameter is documented.
 pub(crate) fn argument_docs(input_schema: &Map<String, Json>) -> Option<String> {
+    argument_docs_in(input_schema, input_schema)
+}
+
+/// [`argument_docs`] of a schema whose `$ref`s point into `document`.
+pub(crate) fn argument_docs_in(
+    input_schema: &Map<String, Json>,
+    document: &Map<String, Json>,
+) -> Option<String> {
     let Some(Json::Object(properties)) = input_schema.get("properties") else {
         return None;
     };
     argument_block(
         properties
             .iter()
-            .filter_map(|(name, property)| doc_line(input_schema, name, property)),
+            .filter_map(|(name, property)| doc_line(document, name, property)),
     )
 }
 
@@ -244,14 +283,36 @@ fn doc_layers<'a>(root: &'a Map<String, Json>, property: &'a Json) -> Vec<&'a Ma
     layers
 }
 
-/// Where a local `$ref` into `$defs` or `definitions` points.
-fn local_target<'a>(root: &'a Map<String, Json>, reference: &str) -> Option<&'a Json> {
-    ["#/$defs/", "#/definitions/"].iter().find_map(|prefix| {
-        let name = reference.strip_prefix(prefix)?;
-        let section = prefix.trim_start_matches("#/").trim_end_matches('/');
-        let name = name.replace("~1", "/").replace("~0", "~");
-        root.get(section)?.as_object()?.get(&name)
-    })
+/// Most segments of a local `$ref`'s JSON pointer followed (`#/components/schemas/X`
+/// has three): a longer one points nowhere.
+const MAX_POINTER_SEGMENTS: usize = 16;
+
+/// Where a local `$ref` points: a JSON pointer into `root` (`#/$defs/X`,
+/// `#/definitions/X`, an OpenAPI spec's `#/components/schemas/X`), through
+/// objects and arrays, `~1` and `~0` unescaped. Any other reference (a file, a
+/// URL) points nowhere.
+pub(crate) fn local_target<'a>(root: &'a Map<String, Json>, reference: &str) -> Option<&'a Json> {
+    let pointer = reference.strip_prefix("#/")?;
+    let mut segments = pointer.split('/');
+    let first = unescape(segments.next()?);
+    let mut at = root.get(first.as_str())?;
+    for (count, segment) in segments.enumerate() {
+        if count + 2 > MAX_POINTER_SEGMENTS {
+            return None;
+        }
+        let segment = unescape(segment);
+        at = match at {
+            Json::Object(members) => members.get(segment.as_str())?,
+            Json::Array(items) => items.get(segment.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(at)
+}
+
+/// A JSON pointer segment unescaped (RFC 6901: `~1` is `/`, `~0` is `~`).
+fn unescape(segment: &str) -> String {
+    segment.replace("~1", "/").replace("~0", "~")
 }
 
 /// A JSON value as compact text, at most [`MAX_DOC_VALUE`] bytes (then `...`),
@@ -344,8 +405,18 @@ impl<'a, 'b, 's> Walk<'a, 'b, 's> {
         Ok(fields)
     }
 
-    /// The shape of one schema.
+    /// The shape of one schema; OpenAPI 3.0's `nullable: true` makes it
+    /// optional.
     fn shape(&mut self, schema: &'a Json, depth: usize) -> Result<Shape, SchemaError> {
+        let shape = self.plain_shape(schema, depth)?;
+        Ok(match schema.get("nullable") {
+            Some(Json::Bool(true)) => optional(shape),
+            _ => shape,
+        })
+    }
+
+    /// The shape of one schema, `nullable` aside.
+    fn plain_shape(&mut self, schema: &'a Json, depth: usize) -> Result<Shape, SchemaError> {
         self.budget.charge()?;
         let schema = match schema {
             Json::Object(schema) if depth < MAX_SCHEMA_DEPTH => schema,
@@ -369,10 +440,8 @@ impl<'a, 'b, 's> Walk<'a, 'b, 's> {
                 return self.union(branches, depth);
             }
         }
-        if let Some(Json::Array(all)) = schema.get("allOf")
-            && let [only] = all.as_slice()
-        {
-            return self.shape(only, depth + 1);
+        if let Some(Json::Array(all)) = schema.get("allOf") {
+            return self.all_of(all, depth);
         }
         Ok(match schema.get("type") {
             Some(Json::String(name)) => self.typed(name, schema, depth)?,
@@ -445,8 +514,34 @@ impl<'a, 'b, 's> Walk<'a, 'b, 's> {
         })
     }
 
-    /// A `$ref`: only local ones into `$defs` or `definitions`; one already being
-    /// followed (a recursive type) is `any`.
+    /// `allOf`: one branch is that branch; several that are all records are one
+    /// record of their fields (the first of two fields of one name kept: an
+    /// OpenAPI schema extending another); anything else is `any`. Each branch is
+    /// walked on every visit, so a fan-out of `allOf`s through `$ref`s is charged
+    /// in full.
+    fn all_of(&mut self, branches: &'a [Json], depth: usize) -> Result<Shape, SchemaError> {
+        if let [only] = branches {
+            return self.shape(only, depth + 1);
+        }
+        self.budget.charge_many(branches.len())?;
+        let mut fields: Vec<Field> = Vec::new();
+        for branch in branches {
+            match self.shape(branch, depth + 1)? {
+                Shape::Record(more) => {
+                    for field in more {
+                        if !fields.iter().any(|f| f.name == field.name) {
+                            fields.push(field);
+                        }
+                    }
+                }
+                _ => return Ok(Shape::Any),
+            }
+        }
+        Ok(Shape::Record(fields))
+    }
+
+    /// A `$ref`: only local ones (a JSON pointer into the document); one already
+    /// being followed (a recursive type) is `any`.
     fn reference(&mut self, reference: &'a str, depth: usize) -> Result<Shape, SchemaError> {
         let Some(target) = local_target(self.root, reference) else {
             return Ok(Shape::Any);

@@ -65,11 +65,17 @@ pub const E2E_PYTHON: Tool = Tool {
     ]),
 };
 
-/// The third-party MCP servers the gateway tests serve as upstreams (a venv of
-/// their own: their dependencies need not agree with the client's).
+/// The third-party MCP servers the gateway tests serve as upstreams, and the
+/// FastAPI application the OpenAPI tests serve (a venv of their own: their
+/// dependencies need not agree with the client's).
 pub const UPSTREAM_PYTHON: Tool = Tool {
     name: "upstream-python",
-    kind: Kind::PythonVenv(&["mcp-server-time==2026.10.19", "mcp-server-git==2026.10.19"]),
+    kind: Kind::PythonVenv(&[
+        "mcp-server-time==2026.10.19",
+        "mcp-server-git==2026.10.19",
+        "fastapi==0.165.0",
+        "uvicorn==0.55.0",
+    ]),
 };
 
 /// The Node-based test clients and servers: the authorization server of the OAuth

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 pub use bind::{BindError, BindLimits, Binder, Bound, Lowering, Member, Values};
 pub use docs::{MAX_ARGUMENT_DOCS, argument_block, one_line, with_arguments};
-pub use name::{CapabilityId, DottedName, NameError};
+pub use name::{CapabilityId, DottedName, NameError, check_parameter_name};
 pub use quote::is_printable;
 pub use search::{
     MAX_SEARCH_RESPONSE_BYTES, MAX_SEARCH_RESULTS, SearchError, SearchResponse, SearchResult,
@@ -30,7 +30,6 @@ pub use shape::signature;
 pub use shape::{Field, FieldShape, FloatKind, IntKind, MAX_LITERALS_SHOWN, Shape, snake_case};
 pub use suggest::suggest;
 
-use name::check_parameter_name;
 use search::{Document, SearchIndex, fits_alone};
 
 /// Most capabilities one catalog may hold (all plugins together).

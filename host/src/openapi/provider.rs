@@ -1,0 +1,299 @@
+//! One configured OpenAPI service as a capability-source provider: started, it
+//! offers `starting` at once and loads its spec in the background (read,
+//! parsed and converted off the runtime's workers), then offers the service,
+//! or names why it serves nothing (`/readyz` lists it). A reload of the config
+//! replaces it; a reload that keeps it reads its spec again and offers the new
+//! version when the text changed ([`OpenApiProvider::refresh`]).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::task::JoinHandle;
+
+use super::call::OpenApi;
+use super::operations::operations;
+use super::spec::{self, Read};
+use super::{ID_PREFIX, OpenApiConfig};
+use crate::source::{CapabilitySource, Offer, Provider, Publisher, Reserved, Skipped};
+use crate::upstream::schema::Stop;
+use crate::wait;
+
+/// One configured OpenAPI service, as [`Provider`].
+pub(crate) struct OpenApiProvider {
+    config: OpenApiConfig,
+    /// `openapi <name>`.
+    name: String,
+    /// Stops a load under way.
+    stop: Arc<Stop>,
+    /// Set once stopped: nothing more is offered.
+    stopped: Arc<AtomicBool>,
+    /// Where its offers go, once started.
+    publisher: Mutex<Option<Publisher>>,
+    /// The text of the spec serving now, to tell a changed one.
+    serving: Arc<Mutex<Option<String>>>,
+    /// The load under way.
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl OpenApiProvider {
+    /// The service `config` describes; nothing is read before [`Provider::start`].
+    pub(crate) fn new(config: OpenApiConfig) -> Self {
+        Self {
+            name: Self::provider_name(&config.name),
+            config,
+            stop: Arc::new(Stop::default()),
+            stopped: Arc::new(AtomicBool::new(false)),
+            publisher: Mutex::new(None),
+            serving: Arc::new(Mutex::new(None)),
+            task: Mutex::new(None),
+        }
+    }
+
+    /// The provider name of the service named `name` (`openapi github`).
+    pub(crate) fn provider_name(name: &str) -> String {
+        format!("openapi {name}")
+    }
+
+    /// Its configuration.
+    pub(crate) fn config(&self) -> &OpenApiConfig {
+        &self.config
+    }
+
+    /// Reads its spec again and offers it when its text changed (a reload of
+    /// the config that kept this entry as it was); a spec that now fails to
+    /// load leaves the last version serving, with a WARN.
+    pub(crate) fn refresh(&self) {
+        let publisher = self
+            .publisher
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if let Some(publisher) = publisher {
+            self.load(publisher, false);
+        }
+    }
+
+    /// Loads the spec in the background and offers what it became; `first`:
+    /// a failure is offered (nothing else serves), else only logged.
+    fn load(&self, publisher: Publisher, first: bool) {
+        let config = self.config.clone();
+        let (stop, stopped, serving) = (
+            self.stop.clone(),
+            self.stopped.clone(),
+            self.serving.clone(),
+        );
+        let label = self.name.clone();
+        let work = async move {
+            let started = Instant::now();
+            let read = spec::read(&config.spec).await;
+            let unchanged = |read: &Read| {
+                serving
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .as_deref()
+                    == Some(read.text.as_str())
+            };
+            if let Ok(read) = &read
+                && !first
+                && unchanged(read)
+            {
+                return;
+            }
+            let converted = match read {
+                Ok(read) => {
+                    let (config, stop) = (config.clone(), stop.clone());
+                    tokio::task::spawn_blocking(move || {
+                        let built = build(&config, &read, &stop);
+                        (built, read.text)
+                    })
+                    .await
+                    .map_err(|error| format!("converting it failed: {error}"))
+                    .and_then(|(built, text)| built.map(|built| (built, text)))
+                }
+                Err(reason) => Err(reason),
+            };
+            let offer = match converted {
+                Ok((service, text)) => {
+                    tracing::info!(
+                        openapi = %config.name,
+                        operations = service.operation_count(),
+                        load_ms = started.elapsed().as_millis() as u64,
+                        "spec loaded"
+                    );
+                    *serving
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(text);
+                    Offer {
+                        sources: vec![Arc::new(service) as Arc<dyn CapabilitySource>],
+                        failures: Vec::new(),
+                        starting: false,
+                    }
+                }
+                Err(reason) if first => {
+                    tracing::error!(openapi = %config.name, spec = %config.spec, %reason, "spec not loaded: the service serves nothing");
+                    Offer {
+                        sources: Vec::new(),
+                        failures: vec![Skipped {
+                            plugin: label,
+                            reason: format!("spec {}: {reason}", config.spec),
+                            earlier_serves: false,
+                        }],
+                        starting: false,
+                    }
+                }
+                Err(reason) => {
+                    tracing::warn!(openapi = %config.name, spec = %config.spec, %reason, "spec not reloaded: the last version serves on");
+                    return;
+                }
+            };
+            if stopped.load(Ordering::Acquire) {
+                return;
+            }
+            // Offering rebuilds the catalog: not on a runtime worker.
+            let _ = tokio::task::spawn_blocking(move || publisher.offer(offer)).await;
+        };
+        let task = wait::spawn(work);
+        if task.is_none() {
+            tracing::error!(openapi = %self.config.name, "no runtime to load the spec on");
+        }
+        *self
+            .task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = task;
+    }
+}
+
+/// The service a spec's text describes, with what `config` says.
+///
+/// # Errors
+///
+/// Why it serves nothing, naming the place.
+fn build(config: &OpenApiConfig, read: &Read, stop: &Stop) -> Result<OpenApi, String> {
+    let document = spec::parse(&read.text)?;
+    let base = base_url(config, &document, read.url.as_ref())?;
+    let built = operations(config, &document, stop)?;
+    for reason in &built.left_out {
+        tracing::warn!(openapi = %config.name, spec = %config.spec, %reason, "operation left out");
+    }
+    OpenApi::new(
+        &config.name,
+        base,
+        config.timeout,
+        config.auth.clone(),
+        &config.headers,
+        built.operations,
+    )
+}
+
+/// Where requests go: `base_url`, else the spec's first server (relative to the
+/// URL the spec came from; its variables at their defaults), else `/` of the
+/// spec's URL.
+///
+/// # Errors
+///
+/// No base URL, or one that is not an absolute http(s) URL.
+pub(crate) fn base_url(
+    config: &OpenApiConfig,
+    document: &serde_json::Map<String, serde_json::Value>,
+    spec_url: Option<&url::Url>,
+) -> Result<url::Url, String> {
+    let (text, from) = match &config.base_url {
+        Some(base) => (base.clone(), "base-url"),
+        None => {
+            let server = document.get("servers").and_then(|servers| servers.get(0));
+            let Some(server) = server else {
+                // OpenAPI: no `servers` is one server at `/`, beside the spec.
+                return match spec_url {
+                    Some(spec_url) => spec_url
+                        .join("/")
+                        .map_err(|error| format!("the spec's URL: {error}")),
+                    None => Err(
+                        "it names no server and is a file: give `base-url` in its [[openapi]] table"
+                            .to_owned(),
+                    ),
+                };
+            };
+            let mut url = server
+                .get("url")
+                .and_then(serde_json::Value::as_str)
+                .ok_or_else(|| "its first server has no `url`".to_owned())?
+                .to_owned();
+            if let Some(serde_json::Value::Object(variables)) = server.get("variables") {
+                for (name, variable) in variables {
+                    if let Some(default) = variable.get("default").and_then(|d| d.as_str()) {
+                        url = url.replace(&format!("{{{name}}}"), default);
+                    }
+                }
+            }
+            (url, "its first server")
+        }
+    };
+    let parsed = match (url::Url::parse(&text), spec_url) {
+        (Ok(parsed), _) => parsed,
+        (Err(url::ParseError::RelativeUrlWithoutBase), Some(spec_url)) => spec_url
+            .join(&text)
+            .map_err(|error| format!("{from} `{text}`: {error}"))?,
+        (Err(url::ParseError::RelativeUrlWithoutBase), None) => {
+            return Err(format!(
+                "{from} `{text}` is relative and the spec is a file: give `base-url` in its [[openapi]] table"
+            ));
+        }
+        (Err(error), _) => return Err(format!("{from} `{text}`: {error}")),
+    };
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+        return Err(format!(
+            "{from} `{text}` is not an http or https URL with a host"
+        ));
+    }
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(format!(
+            "{from} `{text}` must have no query and no fragment"
+        ));
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(format!("{from} must not carry a user name or password"));
+    }
+    Ok(parsed)
+}
+
+impl Provider for OpenApiProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its name as the root of capability names and its `openapi:<name>/` IDs.
+    fn reserved(&self) -> Reserved {
+        Reserved {
+            roots: vec![self.config.name.clone()],
+            id_prefixes: vec![format!("{ID_PREFIX}{}/", self.config.name)],
+        }
+    }
+
+    /// Offers `starting` (programs naming it wait for the spec, within the
+    /// service's startup wait), then loads the spec in the background.
+    fn start(self: Arc<Self>, publisher: Publisher) {
+        let _ = publisher.offer(Offer::starting());
+        *self
+            .publisher
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(publisher.clone());
+        self.load(publisher, true);
+    }
+
+    fn stop(&self, deadline: Instant) {
+        self.stopped.store(true, Ordering::Release);
+        self.stop.set();
+        if deadline <= Instant::now() {
+            return;
+        }
+        let task = self
+            .task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(task) = task {
+            let _ = wait::until(deadline, None, task);
+        }
+    }
+}

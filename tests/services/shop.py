@@ -1,0 +1,108 @@
+"""A small FastAPI application for the OpenAPI tests: its generated
+/openapi.json is the spec the server reads, its routes what capabilities call.
+
+Every route needs the API key `X-API-Key: shop-key` (a security scheme, so the
+spec lists it under `securitySchemes`, not as a parameter). It listens on a
+free loopback port and prints `listening <port>` once it accepts connections.
+"""
+
+import socket
+import sys
+
+import uvicorn
+from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi.responses import PlainTextResponse
+from fastapi.security import APIKeyHeader
+from pydantic import BaseModel
+
+KEY = APIKeyHeader(name="X-API-Key")
+
+
+def checked(key: str = Depends(KEY)) -> None:
+    if key != "shop-key":
+        raise HTTPException(status_code=401, detail="wrong API key")
+
+
+app = FastAPI(title="Shop", version="1.0.0", dependencies=[Depends(checked)])
+
+
+class NewItem(BaseModel):
+    """An item as it is created."""
+
+    name: str
+    price: float
+    tags: list[str] = []
+
+
+class Item(NewItem):
+    """An item of the shop."""
+
+    id: int
+
+
+ITEMS: dict[int, Item] = {
+    1: Item(id=1, name="hammer", price=12.5, tags=["tools"]),
+    2: Item(id=2, name="nails", price=3.0, tags=["tools", "small"]),
+    3: Item(id=3, name="glue", price=4.25, tags=["small"]),
+}
+
+
+@app.get("/items", tags=["items"], operation_id="listItems", summary="List the items of the shop")
+def list_items(
+    max_price: float | None = Query(default=None, description="Only items at most this price."),
+    tag: list[str] = Query(default=[], description="Only items with all these tags."),
+) -> list[Item]:
+    return [
+        item
+        for item in ITEMS.values()
+        if (max_price is None or item.price <= max_price) and all(t in item.tags for t in tag)
+    ]
+
+
+@app.get("/items/{item_id}", tags=["items"], operation_id="readItem", summary="Read one item by its ID")
+def read_item(item_id: int) -> Item:
+    if item_id not in ITEMS:
+        raise HTTPException(status_code=404, detail="Item not found")
+    return ITEMS[item_id]
+
+
+@app.post("/items", tags=["admin"], operation_id="createItem", summary="Create an item", status_code=201)
+def create_item(item: NewItem) -> Item:
+    created = Item(id=max(ITEMS) + 1, **item.model_dump())
+    ITEMS[created.id] = created
+    return created
+
+
+@app.delete("/items/{item_id}", tags=["admin"], summary="Delete an item", status_code=204)
+def delete_item(item_id: int) -> None:
+    ITEMS.pop(item_id, None)
+
+
+@app.get("/health", operation_id="health", summary="Say whether the shop is up", response_class=PlainTextResponse)
+def health() -> str:
+    return "ok"
+
+
+def main() -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning")
+    server = uvicorn.Server(config)
+
+    async def started() -> None:
+        print(f"listening {port}", flush=True)
+
+    original = server.startup
+
+    async def startup(sockets=None):
+        await original(sockets=sockets)
+        await started()
+
+    server.startup = startup
+    server.run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
