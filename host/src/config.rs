@@ -630,7 +630,8 @@ fn openapi(
         }
         if !matches!(auth, OpenApiAuth::None) {
             // Credentials cross the network only encrypted. Without `base-url`
-            // the spec's server is checked when it is loaded.
+            // the spec's server is checked when it is loaded (https, and the
+            // spec's own origin).
             if let Some(url) = &table.base_url {
                 codemode_host::authz::oauth::check_url("base-url", url)
                     .map_err(|error| at(format!("{error}; it would carry a credential")))?;

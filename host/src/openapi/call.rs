@@ -195,29 +195,8 @@ impl OpenApi {
         credential: Option<&Secret>,
         budget: &CallBudget,
     ) -> Result<reqwest::RequestBuilder, String> {
-        let mut url = self.base.clone();
-        {
-            let Ok(mut segments) = url.path_segments_mut() else {
-                return Err(format!("the base URL {} cannot have a path", self.base));
-            };
-            segments.pop_if_empty();
-            for template in operation.path.split('/').filter(|s| !s.is_empty()) {
-                let mut segment = template.to_owned();
-                for param in operation
-                    .params
-                    .iter()
-                    .filter(|p| p.location == Location::Path)
-                {
-                    let placeholder = format!("{{{}}}", param.name);
-                    if segment.contains(&placeholder) {
-                        let value = arguments.get(&param.argument).map_or(String::new(), plain);
-                        segment = segment.replace(&placeholder, &value);
-                    }
-                }
-                segments.push(&segment);
-            }
-        }
-        let mut headers = self.headers.clone();
+        let mut url = path_url(&self.base, operation, &arguments)?;
+        let mut headers = HeaderMap::new();
         {
             let mut query = url.query_pairs_mut();
             for param in &operation.params {
@@ -288,6 +267,10 @@ impl OpenApi {
                         .body(payload);
                 }
             }
+        }
+        // The operator's headers over any parameter of the same name.
+        for (name, value) in &self.headers {
+            headers.insert(name.clone(), value.clone());
         }
         headers
             .entry(reqwest::header::ACCEPT)
@@ -433,6 +416,71 @@ impl OpenApi {
     }
 }
 
+/// The URL of one call of `operation`: `base` with the operation's path, each
+/// `{name}` filled with its argument and each segment percent-encoded; a value
+/// that would leave its segment (empty, `.`, `..`, a control character) is
+/// refused, and so is any URL not under `base`.
+///
+/// # Errors
+///
+/// The argument that cannot be a path segment.
+fn path_url(
+    base: &url::Url,
+    operation: &Operation,
+    arguments: &Map<String, Json>,
+) -> Result<url::Url, String> {
+    let mut url = base.clone();
+    {
+        let Ok(mut segments) = url.path_segments_mut() else {
+            return Err(format!("the base URL {} cannot have a path", base));
+        };
+        segments.pop_if_empty();
+        let template = operation.path.strip_prefix('/').unwrap_or(&operation.path);
+        for template in template.split('/') {
+            let mut segment = template.to_owned();
+            for param in operation
+                .params
+                .iter()
+                .filter(|p| p.location == Location::Path)
+            {
+                let placeholder = format!("{{{}}}", param.name);
+                if segment.contains(&placeholder) {
+                    let value = arguments.get(&param.argument).map_or(String::new(), plain);
+                    // A value stays inside its segment: never empty, a
+                    // dot segment, or a control character (which the
+                    // URL parser drops, making `..` of `.\t.`).
+                    if value.is_empty()
+                        || value == "."
+                        || value == ".."
+                        || value.chars().any(char::is_control)
+                    {
+                        return Err(format!(
+                            "the value of `{}` cannot be a path segment (empty, `.`, `..` or a control character)",
+                            param.argument
+                        ));
+                    }
+                    segment = segment.replace(&placeholder, &value);
+                }
+            }
+            if segment == "." || segment == ".." {
+                return Err(format!(
+                    "the path of {} cannot be made of its arguments",
+                    operation.capability.name.as_str()
+                ));
+            }
+            segments.push(&segment);
+        }
+    }
+    // Whatever the arguments, the request stays under the base URL.
+    if url.origin() != base.origin() || !url.path().starts_with(base.path().trim_end_matches('/')) {
+        return Err(format!(
+            "the arguments of {} lead outside the service's base URL",
+            operation.capability.name.as_str()
+        ));
+    }
+    Ok(url)
+}
+
 /// An `{status, headers, text}` result.
 fn text_result(
     status: u16,
@@ -557,6 +605,57 @@ impl Session for OpenApiSession {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn path_values_stay_in_their_segment_under_the_base_url() {
+        use crate::openapi::operations::operations;
+        use crate::openapi::{OpenApiAuth, OpenApiConfig, SpecLocation};
+        let serde_json::Value::Object(document) = serde_json::json!({
+            "openapi": "3.1.0",
+            "paths": {"/{category}/{item}/": {"get": {"operationId": "get", "parameters": [
+                {"name": "category", "in": "path", "schema": {"type": "string"}},
+                {"name": "item", "in": "path", "schema": {"type": "string"}},
+            ], "responses": {}}}},
+        }) else {
+            unreachable!("an object")
+        };
+        let config = OpenApiConfig {
+            name: "shop".to_owned(),
+            spec: SpecLocation::File("unused".into()),
+            base_url: None,
+            include: Vec::new(),
+            exclude: Vec::new(),
+            timeout: None,
+            auth: OpenApiAuth::None,
+            headers: Default::default(),
+        };
+        let built = operations(
+            &config,
+            &document,
+            &crate::upstream::schema::Stop::default(),
+        )
+        .expect("built");
+        let base = url::Url::parse("https://gw.example.com/shop").expect("a URL");
+        let url = |category: &str, item: &str| {
+            let arguments = serde_json::json!({"category": category, "item": item});
+            let serde_json::Value::Object(arguments) = arguments else {
+                unreachable!("an object")
+            };
+            path_url(&base, &built.operations[0], &arguments).map(|url| url.to_string())
+        };
+        assert_eq!(
+            url("a b/c", "?x#y%2F"),
+            Ok("https://gw.example.com/shop/a%20b%2Fc/%3Fx%23y%252F/".to_owned())
+        );
+        let refused = "the value of `category` cannot be a path segment (empty, `.`, `..` or a control character)";
+        for category in ["..", ".", "", "..\t", ".\n.", "\r"] {
+            assert_eq!(
+                url(category, "admin"),
+                Err(refused.to_owned()),
+                "{category:?}"
+            );
+        }
+    }
 
     #[test]
     fn values_are_written_in_the_simple_style_and_bodies_quoted_printably() {

@@ -32,9 +32,40 @@ use crate::catalog::{
 use crate::upstream::names;
 use crate::upstream::schema::{self, Budget, SchemaError, Stop, local_target};
 
-/// Most operations a spec may describe. GitHub's API has about 1,000, the
-/// largest public descriptions a few thousand.
-pub(crate) const MAX_OPERATIONS: usize = 10_000;
+/// Most operations a spec may describe: as many as a catalog may hold. GitHub's
+/// API has about 1,200; a larger spec serves a part (`include`/`exclude`).
+pub(crate) const MAX_OPERATIONS: usize = crate::catalog::MAX_CAPABILITIES;
+
+/// Most parameters one operation may have (GitHub's most is about 30).
+pub(crate) const MAX_PARAMETERS: usize = 256;
+
+/// Most top-level properties of a request body (or an answer) read.
+const MAX_PROPERTIES: usize = 10_000;
+
+/// Most bytes of an operation's description kept.
+const MAX_DESCRIPTION_BYTES: usize = 8 << 10;
+
+/// Most tags of an operation kept as search terms.
+const MAX_TAGS: usize = 8;
+
+/// Header parameters never sent from an argument: the connection's own
+/// headers, those the body's framing or a proxy needs, and cookies. One that is
+/// optional is left out; a required one leaves the operation out.
+const RESERVED_HEADERS: [&str; 13] = [
+    "host",
+    "connection",
+    "content-length",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-connection",
+    "cookie",
+    "expect",
+    "forwarded",
+];
 
 /// Most types all of a spec's operations may describe together (each at most
 /// the upstream source's per-tool budget).
@@ -170,7 +201,7 @@ pub(crate) fn operations(
         .sum();
     if count > MAX_OPERATIONS {
         return Err(format!(
-            "it describes {count} operations, more than the {MAX_OPERATIONS} a spec may have"
+            "it describes {count} operations, more than the {MAX_OPERATIONS} a spec may have (serve a part of it with `include` or `exclude`)"
         ));
     }
     let mut built = Built::default();
@@ -334,7 +365,14 @@ impl Converter<'_> {
         let mut search_terms = vec![place.clone()];
         search_terms.extend(id.map(str::to_owned));
         if let Some(Json::Array(tags)) = operation.get("tags") {
-            search_terms.extend(tags.iter().filter_map(Json::as_str).map(str::to_owned));
+            for tag in tags.iter().filter_map(Json::as_str).map(str::trim) {
+                if search_terms.len() > MAX_TAGS {
+                    break;
+                }
+                if !tag.is_empty() && tag.len() <= 64 && !search_terms.iter().any(|t| t == tag) {
+                    search_terms.push(tag.to_owned());
+                }
+            }
         }
         let spec = CapabilitySpec {
             name,
@@ -394,6 +432,11 @@ impl Converter<'_> {
         };
         let schema = media.get("schema").unwrap_or(&Json::Null);
         if json.is_none() {
+            if properties.contains_key(BODY_ARGUMENT) {
+                return Err(Left::Out(
+                    "a parameter is named `body`, as its request body would be".to_owned(),
+                ));
+            }
             properties.insert(
                 BODY_ARGUMENT.to_owned(),
                 serde_json::json!({"type": "string"}),
@@ -487,11 +530,11 @@ impl Converter<'_> {
             // Too large to describe: its top-level fields, untyped.
             Err(SchemaError::TooLarge) => match object_properties(document, schema) {
                 Some((members, _)) if !members.is_empty() => {
-                    let fields = members
+                    let fields: Vec<Field> = members
                         .into_iter()
                         .map(|(name, _)| Field::new(name, Shape::Option(Box::new(Shape::Any))))
                         .collect();
-                    return Ok((Output::Record(Vec::new()), fields));
+                    return Ok((Output::Record(fields.clone()), fields));
                 }
                 _ => Shape::Any,
             },
@@ -502,7 +545,14 @@ impl Converter<'_> {
                 Shape::Record(fields) if !fields.is_empty() => Some(fields.clone()),
                 _ => None,
             },
-            _ => None,
+            // Objects of several kinds (`oneOf` a private and a public user):
+            // still an object, each kind's fields present or not.
+            _ => union_properties(document, schema).map(|names| {
+                names
+                    .into_iter()
+                    .map(|name| Field::new(name, Shape::Option(Box::new(Shape::Any))))
+                    .collect()
+            }),
         };
         Ok(match record {
             Some(fields) => (Output::Record(fields.clone()), fields),
@@ -539,14 +589,31 @@ fn parameters<'a>(
         }
     };
     let own = listed(operation);
-    let key = |p: &Map<String, Json>| (p.get("name").cloned(), p.get("in").cloned());
-    let mut all: Vec<&Map<String, Json>> = listed(item)
+    let shared = listed(item);
+    if own.len() + shared.len() > MAX_PARAMETERS {
+        return Err(Left::Out(format!(
+            "it has more than {MAX_PARAMETERS} parameters"
+        )));
+    }
+    let key = |p: &'a Map<String, Json>| {
+        (
+            p.get("name").and_then(Json::as_str).unwrap_or(""),
+            p.get("in").and_then(Json::as_str).unwrap_or(""),
+        )
+    };
+    let own_keys: BTreeSet<(&str, &str)> = own.iter().map(|p| key(p)).collect();
+    let mut all: Vec<&Map<String, Json>> = shared
         .into_iter()
-        .filter(|p| !own.iter().any(|o| key(o) == key(p)))
+        .filter(|p| !own_keys.contains(&key(p)))
         .collect();
     all.extend(own);
+    let mut seen = BTreeSet::new();
     let mut out = Vec::with_capacity(all.len());
     for parameter in all {
+        if !seen.insert(key(parameter)) {
+            // The same parameter given twice: the first is the one.
+            continue;
+        }
         let name = parameter.get("name").and_then(Json::as_str).unwrap_or("");
         let location = match parameter.get("in").and_then(Json::as_str) {
             Some("path") => Location::Path,
@@ -555,6 +622,17 @@ fn parameters<'a>(
                 if ["accept", "content-type", "authorization"]
                     .contains(&name.to_ascii_lowercase().as_str()) =>
             {
+                continue;
+            }
+            Some("header")
+                if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str())
+                    || name.to_ascii_lowercase().starts_with("proxy-") =>
+            {
+                if parameter.get("required") == Some(&Json::Bool(true)) {
+                    return Err(Left::Out(format!(
+                        "its required header parameter `{name}` cannot be sent from an argument"
+                    )));
+                }
                 continue;
             }
             Some("header") => Location::Header,
@@ -596,6 +674,7 @@ fn object_properties<'a>(
     schema: &'a Json,
 ) -> Option<ObjectProperties<'a>> {
     let mut members: Vec<(&'a str, &'a Json)> = Vec::new();
+    let mut names: BTreeSet<&'a str> = BTreeSet::new();
     let mut required = BTreeSet::new();
     let mut pending = vec![(schema, 0usize)];
     // Bounded: each step is one schema of at most MAX_REF_CHAIN `allOf` levels,
@@ -614,7 +693,10 @@ fn object_properties<'a>(
         }
         if let Some(Json::Object(properties)) = schema.get("properties") {
             for (name, member) in properties {
-                if !members.iter().any(|(n, _)| *n == name) {
+                if names.insert(name.as_str()) {
+                    if members.len() >= MAX_PROPERTIES {
+                        return None;
+                    }
                     members.push((name.as_str(), member));
                 }
             }
@@ -624,6 +706,31 @@ fn object_properties<'a>(
         }
     }
     (!members.is_empty()).then_some((members, required))
+}
+
+/// The top-level property names of a `oneOf`/`anyOf` whose every branch
+/// (besides `null`) is an object with properties, in first-seen order; `None`
+/// otherwise.
+fn union_properties<'a>(document: &'a Map<String, Json>, schema: &'a Json) -> Option<Vec<&'a str>> {
+    let Json::Object(schema) = resolve(document, schema) else {
+        return None;
+    };
+    let branches = ["oneOf", "anyOf"]
+        .iter()
+        .find_map(|key| schema.get(*key).and_then(Json::as_array))?;
+    let mut names: Vec<&str> = Vec::new();
+    for branch in branches.iter().take(64) {
+        if resolve(document, branch).get("type").and_then(Json::as_str) == Some("null") {
+            continue;
+        }
+        let (members, _) = object_properties(document, branch)?;
+        for (name, _) in members {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    (!names.is_empty() && branches.len() <= 64).then_some(names)
 }
 
 /// Whether `media` is a JSON media type (`application/json`,
@@ -661,7 +768,8 @@ pub(crate) fn identifier(text: &str) -> String {
     out
 }
 
-/// `argument`, or `<argument>_<location>` when another parameter has it.
+/// `argument`, or `<argument>_<location>` (then `..._<location>2`, ...) when
+/// another parameter has it.
 fn free_argument(argument: &str, location: Location, taken: &Map<String, Json>) -> String {
     if !taken.contains_key(argument) {
         return argument.to_owned();
@@ -671,7 +779,14 @@ fn free_argument(argument: &str, location: Location, taken: &Map<String, Json>) 
         Location::Query => "query",
         Location::Header => "header",
     };
-    format!("{argument}_{suffix}")
+    let mut candidate = format!("{argument}_{suffix}");
+    // Bounded by the parameters an operation may have.
+    let mut count = 2;
+    while taken.contains_key(&candidate) {
+        candidate = format!("{argument}_{suffix}{count}");
+        count += 1;
+    }
+    candidate
 }
 
 /// Summary and description: the `summary`, else the first sentence of the
@@ -689,10 +804,24 @@ fn texts(operation: &Map<String, Json>, place: &str) -> (String, String) {
         (None, description) => names::texts(place, None, description),
     };
     let description = match rest {
-        Some(rest) if !rest.trim().is_empty() => format!("{}\n\n{place}", rest.trim()),
+        Some(rest) if !rest.trim().is_empty() => {
+            format!("{}\n\n{place}", cut(rest.trim(), MAX_DESCRIPTION_BYTES))
+        }
         _ => place.to_owned(),
     };
-    (summary, description)
+    (cut(&summary, MAX_DESCRIPTION_BYTES / 8), description)
+}
+
+/// `text` cut at `max` bytes on a character boundary, with `...` when cut.
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max.saturating_sub(3);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
 }
 
 /// The hints a method gives: GET, HEAD and OPTIONS change nothing; DELETE
@@ -985,8 +1114,39 @@ mod tests {
             operations(&config(), &document, &Stop::default())
                 .err()
                 .as_deref(),
-            Some("it describes 10001 operations, more than the 10000 a spec may have")
+            Some(
+                "it describes 4097 operations, more than the 4096 a spec may have (serve a part of it with `include` or `exclude`)"
+            )
         );
+    }
+
+    #[test]
+    fn an_answer_of_several_kinds_of_object_is_a_record_of_all_their_fields() {
+        let built = built(
+            &config(),
+            json!({"openapi": "3.0.0", "paths": {"/users/{u}": {"get": {
+                "operationId": "getUser",
+                "parameters": [{"name": "u", "in": "path", "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "ok", "content": {"application/json": {"schema": {"oneOf": [
+                    {"$ref": "#/components/schemas/Private"},
+                    {"type": "object", "properties": {"login": {"type": "string"}, "bio": {"type": "string"}}},
+                ]}}}}},
+            }}},
+            "components": {"schemas": {"Private": {"type": "object", "properties": {
+                "login": {"type": "string"}, "plan": {"type": "string"},
+            }}}}}),
+        );
+        let operation = &built.operations[0];
+        assert_eq!(
+            operation
+                .capability
+                .output
+                .iter()
+                .map(|f| format!("{}: {}", f.name, f.ty.notation()))
+                .collect::<Vec<_>>(),
+            vec!["login: any | None", "plan: any | None", "bio: any | None"]
+        );
+        assert!(matches!(operation.output, Output::Record(_)));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! replaces it; a reload that keeps it reads its spec again and offers the new
 //! version when the text changed ([`OpenApiProvider::refresh`]).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -34,6 +34,9 @@ pub(crate) struct OpenApiProvider {
     serving: Arc<Mutex<Option<String>>>,
     /// The load under way.
     task: Mutex<Option<JoinHandle<()>>>,
+    /// Counts the loads started: only the newest may offer, so a slow first
+    /// load cannot withdraw what a later one offered.
+    generation: Arc<AtomicU64>,
 }
 
 impl OpenApiProvider {
@@ -47,6 +50,7 @@ impl OpenApiProvider {
             publisher: Mutex::new(None),
             serving: Arc::new(Mutex::new(None)),
             task: Mutex::new(None),
+            generation: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -74,9 +78,13 @@ impl OpenApiProvider {
         }
     }
 
-    /// Loads the spec in the background and offers what it became; `first`:
-    /// a failure is offered (nothing else serves), else only logged.
+    /// Loads the spec in the background and offers what it became; a failure
+    /// is offered only while nothing of it serves (else it is logged and the
+    /// last version serves on). A load started later ends this one.
     fn load(&self, publisher: Publisher, first: bool) {
+        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        let newest = self.generation.clone();
+        let current = move || newest.load(Ordering::Acquire) == generation;
         let config = self.config.clone();
         let (stop, stopped, serving) = (
             self.stop.clone(),
@@ -113,6 +121,13 @@ impl OpenApiProvider {
                 }
                 Err(reason) => Err(reason),
             };
+            if !current() {
+                return;
+            }
+            let served = serving
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .is_some();
             let offer = match converted {
                 Ok((service, text)) => {
                     tracing::info!(
@@ -130,7 +145,7 @@ impl OpenApiProvider {
                         starting: false,
                     }
                 }
-                Err(reason) if first => {
+                Err(reason) if !served => {
                     tracing::error!(openapi = %config.name, spec = %config.spec, %reason, "spec not loaded: the service serves nothing");
                     Offer {
                         sources: Vec::new(),
@@ -147,7 +162,7 @@ impl OpenApiProvider {
                     return;
                 }
             };
-            if stopped.load(Ordering::Acquire) {
+            if stopped.load(Ordering::Acquire) || !current() {
                 return;
             }
             // Offering rebuilds the catalog: not on a runtime worker.
@@ -157,10 +172,16 @@ impl OpenApiProvider {
         if task.is_none() {
             tracing::error!(openapi = %self.config.name, "no runtime to load the spec on");
         }
-        *self
-            .task
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = task;
+        let older = std::mem::replace(
+            &mut *self
+                .task
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            task,
+        );
+        if let Some(older) = older {
+            older.abort();
+        }
     }
 }
 
@@ -172,6 +193,19 @@ impl OpenApiProvider {
 fn build(config: &OpenApiConfig, read: &Read, stop: &Stop) -> Result<OpenApi, String> {
     let document = spec::parse(&read.text)?;
     let base = base_url(config, &document, read.url.as_ref())?;
+    if config.base_url.is_none() && !matches!(config.auth, super::OpenApiAuth::None) {
+        // The spec chose where the credential goes: only encrypted, and only
+        // to where the spec itself came from.
+        crate::authz::oauth::check_url("the spec's server", base.as_str())
+            .map_err(|error| format!("{error}; it would carry a credential: give `base-url`"))?;
+        if let Some(spec_url) = &read.url
+            && spec_url.origin() != base.origin()
+        {
+            return Err(format!(
+                "its server {base} is not where the spec came from, and it would carry a credential: give `base-url`"
+            ));
+        }
+    }
     let built = operations(config, &document, stop)?;
     for reason in &built.left_out {
         tracing::warn!(openapi = %config.name, spec = %config.spec, %reason, "operation left out");
