@@ -16,7 +16,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value as Json};
 
 use super::OpenApiAuth;
-use super::operations::{BodyKind, Location, Operation, Output, RESULT_FIELD};
+use super::operations::{BodyKind, Location, Operation, Output, RESULT_FIELD, Style};
 use crate::budget::{Budget, Nodes, OutOfNodes};
 use crate::catalog::{BindError, BindLimits, Bound, Capability};
 use crate::error::{
@@ -205,18 +205,10 @@ impl OpenApi {
                 };
                 match (param.location, value) {
                     (Location::Path, _) | (_, Json::Null) => {}
-                    (Location::Query, Json::Array(items)) if param.explode => {
-                        for item in items {
-                            query.append_pair(&param.name, &plain(item));
-                        }
-                    }
-                    (Location::Query, Json::Object(members)) if param.explode => {
-                        for (key, member) in members {
-                            query.append_pair(key, &plain(member));
-                        }
-                    }
                     (Location::Query, value) => {
-                        query.append_pair(&param.name, &plain(value));
+                        for (name, value) in query_pairs(param, value) {
+                            query.append_pair(&name, &value);
+                        }
                     }
                     (Location::Header, value) => {
                         let name = HeaderName::from_bytes(param.name.as_bytes()).map_err(|_| {
@@ -249,7 +241,7 @@ impl OpenApi {
                                 (!value.is_null()).then(|| (property.clone(), value))
                             })
                             .collect();
-                        (!object.is_empty())
+                        (!object.is_empty() || body.required)
                             .then(|| serde_json::to_vec(&Json::Object(object)).ok())
                             .flatten()
                     }
@@ -375,6 +367,15 @@ impl OpenApi {
                 let json: Json = if body.iter().all(u8::is_ascii_whitespace) {
                     Json::Null
                 } else {
+                    // Known before parsing: what parsing would build (a
+                    // 16 MiB `[[],[],...]` is 5 million values).
+                    let (depth, values) = crate::upstream::lines::depth_and_values(&body);
+                    if depth > budget.max_depth {
+                        return Err(CallFailure::Exhausted(Budget::ValueDepth));
+                    }
+                    if values > budget.max_nodes {
+                        return Err(CallFailure::Exhausted(Budget::ValueBytes));
+                    }
                     serde_json::from_slice(&body).map_err(|_| {
                         let shown = if media.is_empty() {
                             "no media type"
@@ -549,6 +550,37 @@ fn sensitive(mut value: HeaderValue) -> HeaderValue {
     value
 }
 
+/// The query pairs of one parameter's value, as its style says: `form`
+/// (exploded: a list repeated, an object's members as pairs of their own),
+/// `spaceDelimited` and `pipeDelimited` lists, `deepObject` objects as
+/// `name[key]=value`.
+fn query_pairs(param: &super::operations::Param, value: &Json) -> Vec<(String, String)> {
+    let one = |text: String| vec![(param.name.clone(), text)];
+    match (param.style, value) {
+        (Style::DeepObject, Json::Object(members)) => members
+            .iter()
+            .filter(|(_, member)| !member.is_null())
+            .map(|(key, member)| (format!("{}[{key}]", param.name), plain(member)))
+            .collect(),
+        (_, Json::Array(items)) if param.explode => items
+            .iter()
+            .map(|item| (param.name.clone(), plain(item)))
+            .collect(),
+        (Style::SpaceDelimited, Json::Array(items)) => {
+            one(items.iter().map(plain).collect::<Vec<_>>().join(" "))
+        }
+        (Style::PipeDelimited, Json::Array(items)) => {
+            one(items.iter().map(plain).collect::<Vec<_>>().join("|"))
+        }
+        (Style::Form, Json::Object(members)) if param.explode => members
+            .iter()
+            .filter(|(_, member)| !member.is_null())
+            .map(|(key, member)| (key.clone(), plain(member)))
+            .collect(),
+        (_, value) => one(plain(value)),
+    }
+}
+
 /// A parameter's value as text (the `simple` and `form` styles): a string as it
 /// is, a list joined with commas, an object as `key,value` pairs, `null` empty.
 fn plain(value: &Json) -> String {
@@ -559,6 +591,7 @@ fn plain(value: &Json) -> String {
         Json::Array(items) => items.iter().map(plain).collect::<Vec<_>>().join(","),
         Json::Object(members) => members
             .iter()
+            .filter(|(_, member)| !member.is_null())
             .flat_map(|(key, member)| [key.clone(), plain(member)])
             .collect::<Vec<_>>()
             .join(","),
@@ -655,6 +688,46 @@ mod tests {
                 "{category:?}"
             );
         }
+    }
+
+    #[test]
+    fn query_values_are_written_as_their_style_says() {
+        use crate::openapi::operations::Param;
+        let param = |style, explode| Param {
+            argument: "f".to_owned(),
+            name: "f".to_owned(),
+            location: Location::Query,
+            style,
+            explode,
+        };
+        let pairs = |style, explode, value: Json| {
+            query_pairs(&param(style, explode), &value)
+                .into_iter()
+                .map(|(name, value)| format!("{name}={value}"))
+                .collect::<Vec<_>>()
+        };
+        let list = serde_json::json!(["a", 1]);
+        let object = serde_json::json!({"state": "open", "skip": null, "n": 2});
+        assert_eq!(pairs(Style::Form, true, list.clone()), ["f=a", "f=1"]);
+        assert_eq!(pairs(Style::Form, false, list.clone()), ["f=a,1"]);
+        assert_eq!(pairs(Style::SpaceDelimited, false, list.clone()), ["f=a 1"]);
+        assert_eq!(pairs(Style::PipeDelimited, false, list), ["f=a|1"]);
+        assert_eq!(
+            pairs(Style::Form, true, object.clone()),
+            ["state=open", "n=2"]
+        );
+        assert_eq!(
+            pairs(Style::Form, false, object.clone()),
+            ["f=state,open,n,2"]
+        );
+        assert_eq!(
+            pairs(Style::DeepObject, true, object),
+            ["f[state]=open", "f[n]=2"]
+        );
+        assert_eq!(
+            pairs(Style::Form, true, serde_json::json!(true)),
+            ["f=true"]
+        );
     }
 
     #[test]

@@ -114,9 +114,26 @@ pub(crate) struct Param {
     pub name: String,
     /// Where it goes.
     pub location: Location,
-    /// A list as repeated `name=v` query pairs (`explode`, the default of the
-    /// `form` style), else one value joined with commas.
+    /// How its value is written.
+    pub style: Style,
+    /// A list as repeated `name=v` query pairs, an object as one pair per
+    /// member (`explode`, the default of the `form` style), else one value.
     pub explode: bool,
+}
+
+/// How a parameter's value is written (OpenAPI's `style`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Style {
+    /// Path and header parameters: a list joined with `,`.
+    Simple,
+    /// Query parameters: `name=a,b`, or `name=a&name=b` exploded.
+    Form,
+    /// A query list joined with spaces.
+    SpaceDelimited,
+    /// A query list joined with `|`.
+    PipeDelimited,
+    /// A query object as `name[key]=value` pairs.
+    DeepObject,
 }
 
 /// Where a parameter goes.
@@ -135,6 +152,9 @@ pub(crate) enum Location {
 pub(crate) struct Body {
     /// Its media type.
     pub media_type: String,
+    /// Whether the operation needs one: `{}` is sent when no property is
+    /// given.
+    pub required: bool,
     /// How arguments make it.
     pub kind: BodyKind,
 }
@@ -333,14 +353,27 @@ impl Converter<'_> {
                 required.push(Json::String(argument.clone()));
             }
             properties.insert(argument.clone(), Json::Object(schema));
+            let style = match (location, parameter.get("style").and_then(Json::as_str)) {
+                (Location::Query, None | Some("form")) => Style::Form,
+                (Location::Query, Some("spaceDelimited")) => Style::SpaceDelimited,
+                (Location::Query, Some("pipeDelimited")) => Style::PipeDelimited,
+                (Location::Query, Some("deepObject")) => Style::DeepObject,
+                (Location::Path | Location::Header, None | Some("simple")) => Style::Simple,
+                (_, Some(other)) => {
+                    return Err(Left::Out(format!(
+                        "the style `{other}` of its parameter `{wire}` is not supported"
+                    )));
+                }
+            };
             let explode = match parameter.get("explode") {
                 Some(Json::Bool(explode)) => *explode,
-                _ => location == Location::Query,
+                _ => style == Style::Form,
             };
             params.push(Param {
                 argument,
                 name: wire.clone(),
                 location,
+                style,
                 explode,
             });
         }
@@ -446,6 +479,7 @@ impl Converter<'_> {
             }
             return Ok(Some(Body {
                 media_type: media_type.clone(),
+                required: body_required,
                 kind: BodyKind::Text,
             }));
         }
@@ -488,6 +522,7 @@ impl Converter<'_> {
         };
         Ok(Some(Body {
             media_type: media_type.clone(),
+            required: body_required,
             kind,
         }))
     }
@@ -734,7 +769,8 @@ fn union_properties<'a>(document: &'a Map<String, Json>, schema: &'a Json) -> Op
 }
 
 /// Whether `media` is a JSON media type (`application/json`,
-/// `application/vnd.github+json`, with or without parameters).
+/// `application/vnd.github+json`, with or without parameters; not `*/*`,
+/// which says nothing).
 pub(crate) fn is_json(media: &str) -> bool {
     let essence = media
         .split(';')
@@ -742,7 +778,7 @@ pub(crate) fn is_json(media: &str) -> bool {
         .unwrap_or("")
         .trim()
         .to_ascii_lowercase();
-    essence == "application/json" || essence.ends_with("+json") || essence == "*/*"
+    essence == "application/json" || essence.ends_with("+json")
 }
 
 /// `text` as an identifier: snake_case, every run of other characters one `_`,
@@ -963,18 +999,21 @@ mod tests {
                     argument: "item_id".to_owned(),
                     name: "item_id".to_owned(),
                     location: Location::Path,
+                    style: Style::Simple,
                     explode: false
                 },
                 Param {
                     argument: "q".to_owned(),
                     name: "q".to_owned(),
                     location: Location::Query,
+                    style: Style::Form,
                     explode: true
                 },
                 Param {
                     argument: "x_token".to_owned(),
                     name: "X-Token".to_owned(),
                     location: Location::Header,
+                    style: Style::Simple,
                     explode: false
                 },
             ]
@@ -983,6 +1022,7 @@ mod tests {
             built.operations[1].body,
             Some(Body {
                 media_type: "application/json".to_owned(),
+                required: true,
                 kind: BodyKind::Properties(vec![
                     ("name".to_owned(), "name".to_owned()),
                     ("price".to_owned(), "price".to_owned()),
