@@ -94,6 +94,16 @@ pub const E2E_NODE: Tool = Tool {
     ]),
 };
 
+/// What the OpenAPI tests serve a large real API with: GitHub's own OpenAPI
+/// description (about 1,200 operations) and Prism, which mocks any description
+/// on loopback (run by [`E2E_NODE`]'s Node). A folder of its own: GitHub's
+/// descriptions are 400 MB, and the other Node tools need not be installed
+/// again when these change.
+pub const OPENAPI_NODE: Tool = Tool {
+    name: "openapi-node",
+    kind: Kind::Npm(&["@stoplight/prism-cli@5.16.0", "@octokit/openapi@23.0.2"]),
+};
+
 /// The release of componentize-py the Python example and generated Python
 /// projects build with.
 pub const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
@@ -164,6 +174,7 @@ pub const ALL: &[Tool] = &[
     E2E_PYTHON,
     UPSTREAM_PYTHON,
     E2E_NODE,
+    OPENAPI_NODE,
     COMPONENTIZE_PY,
     COMPONENTIZE_JS,
     WKG,

@@ -5,6 +5,17 @@
 //! description 2; exact 100, prefix 72), summed; a capability is eligible when it
 //! matched at least `ceil(2q/3)` of `q` tokens (all of them for q ≤ 2) and scores
 //! `raw × matched / q`. An exact dotted-name query ranks first, then score, then name.
+//!
+//! Two departures from the Go library (docs/architecture.md), for catalogs of a
+//! thousand operations named alike (GitHub's API), where the operation a plain
+//! task phrase describes otherwise loses to every longer name holding the same
+//! words:
+//! - a query token also matches, as a prefix match does, the words [`SYNONYMS`]
+//!   gives for it (`open` → `create`, `read` → `get`, `repository` → `repo`)
+//!   and its singular (`contents` → `content`);
+//! - a capability whose whole summary the query says (every summary token
+//!   matched by a query token or one of its alternatives: "get a repository"
+//!   and `Get a repository`) scores half again as much.
 
 use std::collections::HashMap;
 
@@ -18,6 +29,46 @@ pub const MAX_QUERY_TOKENS: usize = 16;
 pub const MAX_SEARCH_RESULTS: usize = 20;
 /// Bound on the compact JSON of one `{results, truncated}` response.
 pub const MAX_SEARCH_RESPONSE_BYTES: usize = 65_536;
+
+/// What a capability whose whole summary the query says scores, over 2.
+const SUMMARY_SAID: u64 = 3;
+
+/// The words a query word also matches (as a prefix match does): the verbs
+/// and nouns APIs name one way and people another.
+const SYNONYMS: &[(&str, &[&str])] = &[
+    ("add", &["create"]),
+    ("new", &["create"]),
+    ("make", &["create"]),
+    ("open", &["create"]),
+    ("read", &["get"]),
+    ("fetch", &["get"]),
+    ("show", &["get"]),
+    ("view", &["get"]),
+    ("retrieve", &["get"]),
+    ("remove", &["delete"]),
+    ("edit", &["update"]),
+    ("change", &["update"]),
+    ("modify", &["update"]),
+    ("find", &["search"]),
+    ("repository", &["repo"]),
+    ("repositories", &["repo"]),
+];
+
+/// What else a query `token` matches, as a prefix match does: its synonyms,
+/// and its singular (a final `s` dropped from a word of 4 or more characters).
+fn alternatives(token: &str) -> Vec<&str> {
+    let mut out: Vec<&str> = SYNONYMS
+        .iter()
+        .filter(|(word, _)| *word == token)
+        .flat_map(|(_, words)| words.iter().copied())
+        .collect();
+    if token.chars().count() >= 4
+        && let Some(singular) = token.strip_suffix('s')
+    {
+        out.push(singular);
+    }
+    out
+}
 
 /// Field weights in precedence order: name, search terms, summary, description.
 const WEIGHTS: [u64; 4] = [12, 10, 5, 2];
@@ -162,7 +213,11 @@ impl SearchIndex {
                 }
             }
             if matched >= required {
-                ranked.push((doc.lowercase_name == exact_query, raw * matched / q, doc));
+                let mut score = raw * matched / q;
+                if summary_said(&tokens, &doc.fields[2]) {
+                    score = score * SUMMARY_SAID / 2;
+                }
+                ranked.push((doc.lowercase_name == exact_query, score, doc));
             }
         }
         ranked.sort_by(|a, b| {
@@ -193,6 +248,7 @@ impl SearchIndex {
     /// The strongest contribution of one query token across the four fields.
     fn best_contribution(&self, token: &str, doc: &IndexedDoc) -> u64 {
         let prefix_ok = token.chars().count() >= 3;
+        let others = alternatives(token);
         let mut best = 0;
         for (field, weight) in doc.fields.iter().zip(WEIGHTS) {
             // Within a field: highest quality first, then the rarest token.
@@ -200,7 +256,9 @@ impl SearchIndex {
             for candidate in field {
                 let quality = if candidate == token {
                     EXACT
-                } else if prefix_ok && candidate.starts_with(token) {
+                } else if (prefix_ok && candidate.starts_with(token))
+                    || others.iter().any(|other| candidate.starts_with(other))
+                {
                     PREFIX
                 } else {
                     continue;
@@ -216,6 +274,22 @@ impl SearchIndex {
         }
         best
     }
+}
+
+/// Whether the query `tokens` say every token of a `summary` (equal, a query
+/// token of at least 3 characters it starts with, or one of a query token's
+/// [`alternatives`] it starts with), and it has one.
+fn summary_said(tokens: &[String], summary: &[String]) -> bool {
+    !summary.is_empty()
+        && summary.iter().all(|word| {
+            tokens.iter().any(|token| {
+                word == token
+                    || (token.chars().count() >= 3 && word.starts_with(token.as_str()))
+                    || alternatives(token)
+                        .iter()
+                        .any(|other| word.starts_with(other))
+            })
+        })
 }
 
 /// Whether one result alone fits an otherwise empty response (a build-time ceiling).
@@ -271,6 +345,48 @@ mod tests {
             Ok(r) => r.results.into_iter().map(|r| r.name).collect(),
             Err(e) => panic!("query {query:?} failed: {e}"),
         }
+    }
+
+    #[test]
+    fn synonyms_and_singulars_match_and_a_whole_summary_said_ranks_first() {
+        let caps = vec![
+            cap("gh.repos_get", "Get a repository", "", &[]),
+            cap(
+                "gh.actions_get_cache_limit_for_repository",
+                "Get the cache limit of a repository",
+                "",
+                &[],
+            ),
+            cap("gh.pulls_create", "Create a pull request", "", &[]),
+            cap("gh.pulls_list", "List pull requests", "", &[]),
+            cap("gh.repos_get_content", "Get repository content", "", &[]),
+        ];
+        let index = index(&caps);
+        // Without the bonus the longer name holding both words came first;
+        // `repos` matches `repository` through `repo`.
+        assert_eq!(
+            names(&index, "get a repository"),
+            [
+                "gh.repos_get",
+                "gh.repos_get_content",
+                "gh.actions_get_cache_limit_for_repository"
+            ]
+        );
+        // `open` also matches `create`, `read` `get`, `contents` `content`.
+        assert_eq!(
+            names(&index, "open a pull request"),
+            ["gh.pulls_create", "gh.pulls_list"]
+        );
+        assert_eq!(
+            names(&index, "read the repository contents"),
+            [
+                "gh.repos_get_content",
+                "gh.repos_get",
+                "gh.actions_get_cache_limit_for_repository"
+            ]
+        );
+        assert_eq!(alternatives("repositories"), ["repo", "repositorie"]);
+        assert_eq!(alternatives("gas"), Vec::<&str>::new());
     }
 
     fn catalog() -> Vec<Cap> {
