@@ -12,7 +12,10 @@ use std::process::{Child, Command, Stdio};
 use serde_json::{Value, json};
 
 use crate::stdio::{call, err, ok};
-use crate::support::{HttpServer, drive_http, root, wait_for_audit};
+use crate::support::{
+    HttpServer, call_tool, drive_http, example_plugins, raw_request, root, wait_for_audit,
+    wait_for_log, wait_until,
+};
 use crate::upstream::upstream_bin;
 
 /// The FastAPI shop on a free loopback port, ended (by its PID) when dropped.
@@ -105,6 +108,9 @@ include = ["readItem"]
     (path, dir.join("cwd"))
 }
 
+/// The trace context a client's request carries.
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
 fn execute(source: &str) -> Value {
     call("execute", json!({ "source": source }))
 }
@@ -113,6 +119,10 @@ fn execute(source: &str) -> Value {
 fn a_fastapi_service_is_searched_described_and_called_over_stdio() {
     let shop = Shop::start();
     let (path, cwd) = config("stdio", &shop);
+    // Its answer is a JSON object of strings (no properties): `{result: {...}}`.
+    let mut traced =
+        execute("def main():\n    return shop.seen_trace()[\"result\"][\"traceparent\"]");
+    traced["meta"] = json!({ "traceparent": TRACEPARENT });
     let out = crate::support::run_driver(&json!({
         "command": crate::support::host_bin(),
         "args": crate::support::with_cache(&["--config", path.to_str().expect("utf-8")]),
@@ -132,6 +142,7 @@ fn a_fastapi_service_is_searched_described_and_called_over_stdio() {
             ),
             execute("def main():\n    return shop.read_item(item_id=\"one\")"),
             execute(&readme_example().1),
+            traced,
         ],
     }));
     let results = out["results"].as_array().expect("results");
@@ -173,6 +184,8 @@ fn a_fastapi_service_is_searched_described_and_called_over_stdio() {
         ok(&results[7])["result"],
         json!({"made": 5, "cheap": ["glue", "nails"]})
     );
+    // The request's trace context reached the service as it came.
+    assert_eq!(ok(&results[8])["result"], json!(TRACEPARENT));
     // Bound against the operation's parameters before any request is made.
     assert_eq!(
         err(&results[6]),
@@ -379,5 +392,203 @@ timeout = "20s"
     assert_eq!(
         ok(&results[1])["result"],
         json!({"repo": "octocat/Hello-World", "stars": 80, "issues": ["Found a bug"], "owner": "octocat"})
+    );
+}
+
+/// The README's `ask.rego`: reads run, writes wait for the user, the rest is
+/// denied.
+fn readme_ask_policy() -> String {
+    let readme = include_str!("../README.md");
+    let start = readme.find("# ask.rego").expect("the README has ask.rego");
+    readme[start..]
+        .split("```")
+        .next()
+        .expect("the block ends")
+        .to_owned()
+}
+
+#[test]
+fn the_readme_ask_policy_decides_openapi_calls_by_their_method() {
+    let shop = Shop::start();
+    let (path, cwd) = config("ask", &shop);
+    let policy = path.with_file_name("ask.rego");
+    std::fs::write(&policy, readme_ask_policy()).expect("write the policy");
+    let out = crate::support::run_driver(&json!({
+        "command": crate::support::host_bin(),
+        "args": crate::support::with_cache(&[
+            "--config",
+            path.to_str().expect("utf-8"),
+            "--policy",
+            policy.to_str().expect("utf-8"),
+        ]),
+        "cwd": cwd,
+        "env": {"SHOP_KEY": "shop-key"},
+        "mode": "legacy",
+        "elicitation": [
+            {"action": "accept", "content": {"approve": true, "approve_for_this_execution": false}},
+            {"action": "decline"},
+        ],
+        "steps": [
+            execute("def main():\n    return shop.read_item(item_id=2)[\"name\"]"),
+            execute("def main():\n    return shop.create_item(name=\"saw\", price=20.0)[\"id\"]"),
+            execute("def main():\n    shop.delete_item_items_item_id_delete(item_id=4)\n    return \"gone\""),
+            execute("def main():\n    return shop.read_item(item_id=4)[\"name\"]"),
+        ],
+    }));
+    let results = out["results"].as_array().expect("results");
+    // GET runs unasked; POST is asked about and approved; DELETE is asked
+    // about as destructive and declined, and the item is still there.
+    assert_eq!(ok(&results[0])["result"], json!("nails"));
+    assert_eq!(ok(&results[1])["result"], json!(4));
+    assert_eq!(err(&results[2]), "permission denied");
+    assert_eq!(ok(&results[3])["result"], json!("saw"));
+    let asked: Vec<String> = out["elicitations"]
+        .as_array()
+        .expect("elicitations")
+        .iter()
+        .map(|e| {
+            e["message"]
+                .as_str()
+                .and_then(|m| m.lines().next())
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            "local wants to run shop.create_item, which changes things.",
+            "local wants to run shop.delete_item_items_item_id_delete, which may destroy data.",
+        ]
+    );
+}
+
+/// The description of `name` over raw HTTP.
+fn described(port: u16, name: &str) -> Value {
+    call_tool(port, "describe_api", json!({ "name": name }))
+}
+
+#[test]
+fn a_changed_spec_file_serves_after_a_reload_and_a_broken_one_changes_nothing() {
+    let shop = Shop::start();
+    let dir = root().join("target/e2e-openapi/reload");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("plugins")).expect("create the folders");
+    let spec = dir.join("shop.json");
+    let status = Command::new(upstream_bin().join("python"))
+        .arg(root().join("tests/services/shop.py"))
+        .arg("--spec")
+        .arg(&spec)
+        .status()
+        .expect("write the shop's spec");
+    assert!(status.success());
+    let path = dir.join("codemode.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "plugins = \"plugins\"\n\n[[openapi]]\nname = \"shop\"\nspec = \"shop.json\"\nbase-url = \"http://127.0.0.1:{}\"\napi-key-header = \"X-API-Key\"\napi-key-env = \"SHOP_KEY\"\n",
+            shop.port
+        ),
+    )
+    .expect("write the config");
+    let server = HttpServer::start_with_env(
+        &["--config", path.to_str().expect("utf-8"), "--allow-all"],
+        &[("SHOP_KEY", "shop-key")],
+    );
+    wait_until(
+        "the spec to load",
+        || {
+            described(server.port, "shop.read_item")["structuredContent"]["summary"]
+                == "Read one item by its ID"
+        },
+        || server.log(),
+    );
+    // The spec file changes: one summary, and one operation fewer. A new
+    // version is written beside it and renamed over it, as editors do.
+    let text = std::fs::read_to_string(&spec).expect("read the spec");
+    let mut document: Value = serde_json::from_str(&text).expect("the spec is JSON");
+    document["paths"]["/items/{item_id}"]["get"]["summary"] = json!("Fetch one item");
+    document["paths"]
+        .as_object_mut()
+        .expect("paths")
+        .remove("/health");
+    let next = dir.join("shop.json.new");
+    std::fs::write(&next, document.to_string()).expect("write the new spec");
+    std::fs::rename(&next, &spec).expect("replace the spec");
+    server.signal("HUP");
+    wait_until(
+        "the new spec to serve",
+        || {
+            described(server.port, "shop.read_item")["structuredContent"]["summary"]
+                == "Fetch one item"
+        },
+        || server.log(),
+    );
+    let gone = described(server.port, "shop.health");
+    assert_eq!(gone["isError"], json!(true), "{gone}");
+    assert_eq!(
+        execute_on(
+            server.port,
+            "def main():\n    return shop.read_item(item_id=3)[\"name\"]"
+        ),
+        Ok(json!("glue"))
+    );
+    // A spec that no longer parses: the last version serves on, with a WARN.
+    std::fs::write(&next, "{").expect("write a broken spec");
+    std::fs::rename(&next, &spec).expect("replace the spec");
+    server.signal("HUP");
+    wait_for_log(&server, "spec not reloaded: the last version serves on", 1);
+    assert_eq!(
+        described(server.port, "shop.read_item")["structuredContent"]["summary"],
+        "Fetch one item"
+    );
+}
+
+/// `execute` of `source` over raw HTTP.
+fn execute_on(port: u16, source: &str) -> Result<Value, String> {
+    crate::support::execute_http(port, source)
+}
+
+#[test]
+fn a_service_named_like_a_plugin_keeps_its_root_and_the_plugin_is_refused() {
+    let shop = Shop::start();
+    let dir = root().join("target/e2e-openapi/collision");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the folder");
+    let path = dir.join("codemode.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[openapi]]\nname = \"records\"\nspec = \"{}\"\napi-key-header = \"X-API-Key\"\napi-key-env = \"SHOP_KEY\"\n",
+            shop.spec_url()
+        ),
+    )
+    .expect("write the config");
+    let examples = example_plugins();
+    let server = HttpServer::start_with_env(
+        &[
+            "--config",
+            path.to_str().expect("utf-8"),
+            "--plugins",
+            examples.to_str().expect("utf-8"),
+            "--allow-all",
+        ],
+        &[("SHOP_KEY", "shop-key")],
+    );
+    wait_until(
+        "the spec to load",
+        || {
+            described(server.port, "records.read_item")["structuredContent"]["name"]
+                == "records.read_item"
+        },
+        || server.log(),
+    );
+    let readyz = raw_request(server.port, "GET", "/readyz", &[], "");
+    assert_eq!(
+        (readyz.status, readyz.body.as_str()),
+        (
+            200,
+            "ready\nplugins left out:\n  records.wasm: capability name `records.lookup` is under `records`, the root of the configured openapi records\n"
+        )
     );
 }

@@ -3,14 +3,16 @@
 
 Every route needs the API key `X-API-Key: shop-key` (a security scheme, so the
 spec lists it under `securitySchemes`, not as a parameter). It listens on a
-free loopback port and prints `listening <port>` once it accepts connections.
+free loopback port and prints `listening <port>` once it accepts connections;
+`shop.py --spec FILE` writes its OpenAPI description to FILE and exits.
 """
 
+import json
 import socket
 import sys
 
 import uvicorn
-from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import PlainTextResponse
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel
@@ -83,7 +85,16 @@ def health() -> str:
     return "ok"
 
 
+@app.get("/trace", operation_id="seenTrace", summary="Say which trace context the request carried")
+def seen_trace(request: Request) -> dict[str, str]:
+    return {"traceparent": request.headers.get("traceparent", "<none>")}
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--spec"]:
+        with open(sys.argv[2], "w", encoding="utf-8") as out:
+            json.dump(app.openapi(), out)
+        return
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))

@@ -22,11 +22,11 @@ pub(super) struct Candidate<'a> {
 }
 
 /// Why each refused candidate (by index into `candidates`) may not serve. `reserved`
-/// holds each provider's reservation, by provider index; `incumbents` the labels of
-/// the sources serving now.
+/// holds each provider's name and reservation, by provider index; `incumbents` the
+/// labels of the sources serving now.
 pub(super) fn refused(
     candidates: &[Candidate<'_>],
-    reserved: &[&Reserved],
+    reserved: &[(&str, &Reserved)],
     incumbents: &HashSet<String>,
 ) -> BTreeMap<usize, String> {
     let mut refused = BTreeMap::new();
@@ -40,7 +40,7 @@ pub(super) fn refused(
 }
 
 /// Why `candidate` claims what another provider reserves; `None` when it does not.
-fn reserved_claim(candidate: &Candidate<'_>, reserved: &[&Reserved]) -> Option<String> {
+fn reserved_claim(candidate: &Candidate<'_>, reserved: &[(&str, &Reserved)]) -> Option<String> {
     let others = || {
         reserved
             .iter()
@@ -54,21 +54,23 @@ fn reserved_claim(candidate: &Candidate<'_>, reserved: &[&Reserved]) -> Option<S
         .iter()
         .find_map(|capability| {
             let id = capability.id.as_str();
-            if let Some(prefix) = others()
-                .flat_map(|r| &r.id_prefixes)
-                .find(|prefix| id.starts_with(prefix.as_str()))
+            if let Some((holder, prefix)) = others()
+                .flat_map(|(holder, r)| r.id_prefixes.iter().map(move |p| (holder, p)))
+                .find(|(_, prefix)| id.starts_with(prefix.as_str()))
             {
                 return Some(format!(
-                    "capability ID `{id}` is under `{prefix}`, which only its upstream's tools use"
+                    "capability ID `{id}` is under `{prefix}`, which only the configured {holder} uses"
                 ));
             }
             let name = capability.name.as_str();
             let root = name.split('.').next().unwrap_or_default();
-            others().flat_map(|r| &r.roots).find(|r| *r == root).map(|_| {
-                format!(
-                    "capability name `{name}` is under `{root}`, the root of the configured upstream {root}"
-                )
-            })
+            others()
+                .find(|(_, r)| r.roots.iter().any(|r| r == root))
+                .map(|(holder, _)| {
+                    format!(
+                        "capability name `{name}` is under `{root}`, the root of the configured {holder}"
+                    )
+                })
         })
 }
 

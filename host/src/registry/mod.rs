@@ -570,7 +570,10 @@ fn assemble(
                 .map(move |source| Candidate { provider, source })
         })
         .collect();
-    let reserved: Vec<&Reserved> = slots.iter().map(|slot| &slot.reserved).collect();
+    let reserved: Vec<(&str, &Reserved)> = slots
+        .iter()
+        .map(|slot| (slot.name.as_str(), &slot.reserved))
+        .collect();
     let mut refused = claims::refused(&candidates, &reserved, incumbents);
     let mut builder = CatalogBuilder::new();
     let mut serving: Vec<Arc<dyn CapabilitySource>> = Vec::new();
@@ -892,7 +895,7 @@ mod tests {
                 ),
                 (
                     "d.wasm".to_owned(),
-                    "capability ID `mcp:git/status` is under `mcp:git/`, which only its upstream's tools use".to_owned()
+                    "capability ID `mcp:git/status` is under `mcp:git/`, which only the configured upstream git uses".to_owned()
                 ),
             ]
         );
