@@ -1025,3 +1025,74 @@ fn the_readme_try_it_runs_with_the_issuer_in_the_background() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// An OpenAPI service acting for its callers: `auth = "forward"` sends each
+/// caller's access token, `auth = "token-exchange"` one the issuer made for
+/// the service's audience; the FastAPI shop's `/whoami` says whose token came
+/// (subject and audience). A `--tokens` caller has no access token to send.
+#[test]
+fn an_openapi_service_gets_each_callers_token_or_one_exchanged_for_it() {
+    let mut issuer = Issuer::start_exchanging(RESOURCE, &[CRM]);
+    let shop = crate::openapi::Shop::start();
+    let dir = root().join("target/e2e-oauth/openapi");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("plugins")).expect("create the folders");
+    let secret = dir.join("client-secret");
+    std::fs::write(&secret, "codemode-secret\n").expect("write the client secret");
+    let config = dir.join("codemode.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[openapi]]\nname = \"me\"\nspec = \"{spec}\"\nauth = \"forward\"\ninclude = [\"whoAmI\"]\n\n[[openapi]]\nname = \"crm\"\nspec = \"{spec}\"\nauth = \"token-exchange\"\naudience = \"{CRM}\"\ninclude = [\"whoAmI\"]\n",
+            spec = shop.spec_url()
+        ),
+    )
+    .expect("write the config");
+    let tokens = tokens_file(&dir, "outer.tokens", "carol", "carol-secret");
+    let server = HttpServer::start_listening(
+        "127.0.0.1:0",
+        &[
+            "--config",
+            config.to_str().expect("utf-8 path"),
+            "--plugins",
+            dir.join("plugins").to_str().expect("utf-8 path"),
+            "--allow-all",
+            "--tokens",
+            &tokens,
+            "--oauth-issuer",
+            &issuer.url,
+            "--resource-url",
+            RESOURCE,
+            "--oauth-client-id",
+            "codemode",
+            "--oauth-client-secret-file",
+            secret.to_str().expect("utf-8 path"),
+        ],
+        &[],
+    );
+    let alice = issuer.token("alice", "mcp:execute", RESOURCE);
+    let who = |token: &str, service: &str| {
+        execute_as(
+            server.port,
+            token,
+            &format!("def main():\n    return {service}.who_am_i()"),
+        )
+    };
+    assert_eq!(
+        who(&alice, "me"),
+        Ok(json!({"sub": "alice", "aud": RESOURCE}))
+    );
+    assert_eq!(who(&alice, "crm"), Ok(json!({"sub": "alice", "aud": CRM})));
+    assert_eq!(issuer.exchanges(), 1);
+    assert_eq!(
+        who("carol-secret", "me"),
+        Err(
+            "capability failed: openapi me acts for its caller, who has no access token".to_owned()
+        )
+    );
+    // No token, and not the client secret, reaches the log.
+    let log = server.log();
+    for secret in [&alice, &"codemode-secret".to_owned()] {
+        assert!(!log.contains(secret.as_str()), "{log}");
+    }
+}

@@ -19,13 +19,13 @@ use crate::support::{
 use crate::upstream::upstream_bin;
 
 /// The FastAPI shop on a free loopback port, ended (by its PID) when dropped.
-struct Shop {
+pub(crate) struct Shop {
     child: Child,
     port: u16,
 }
 
 impl Shop {
-    fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let mut child = Command::new(upstream_bin().join("python"))
             .arg(root().join("tests/services/shop.py"))
             .stdout(Stdio::piped())
@@ -47,7 +47,7 @@ impl Shop {
         Self { child, port }
     }
 
-    fn spec_url(&self) -> String {
+    pub(crate) fn spec_url(&self) -> String {
         format!("http://127.0.0.1:{}/openapi.json", self.port)
     }
 }

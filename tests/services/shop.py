@@ -1,18 +1,21 @@
 """A small FastAPI application for the OpenAPI tests: its generated
 /openapi.json is the spec the server reads, its routes what capabilities call.
 
-Every route needs the API key `X-API-Key: shop-key` (a security scheme, so the
-spec lists it under `securitySchemes`, not as a parameter). It listens on a
+Every route of the shop needs the API key `X-API-Key: shop-key` (a security
+scheme, so the spec lists it under `securitySchemes`, not as a parameter);
+`/whoami` needs none and says whose bearer token it got (the subject and
+audience of the JWT, read, not verified: the OAuth tests check who is sent). It listens on a
 free loopback port and prints `listening <port>` once it accepts connections;
 `shop.py --spec FILE` writes its OpenAPI description to FILE and exits.
 """
 
+import base64
 import json
 import socket
 import sys
 
 import uvicorn
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import PlainTextResponse
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel
@@ -25,7 +28,8 @@ def checked(key: str = Depends(KEY)) -> None:
         raise HTTPException(status_code=401, detail="wrong API key")
 
 
-app = FastAPI(title="Shop", version="1.0.0", dependencies=[Depends(checked)])
+app = FastAPI(title="Shop", version="1.0.0")
+shop = APIRouter(dependencies=[Depends(checked)])
 
 
 class NewItem(BaseModel):
@@ -49,7 +53,7 @@ ITEMS: dict[int, Item] = {
 }
 
 
-@app.get("/items", tags=["items"], operation_id="listItems", summary="List the items of the shop")
+@shop.get("/items", tags=["items"], operation_id="listItems", summary="List the items of the shop")
 def list_items(
     max_price: float | None = Query(default=None, description="Only items at most this price."),
     tag: list[str] = Query(default=[], description="Only items with all these tags."),
@@ -61,33 +65,57 @@ def list_items(
     ]
 
 
-@app.get("/items/{item_id}", tags=["items"], operation_id="readItem", summary="Read one item by its ID")
+@shop.get("/items/{item_id}", tags=["items"], operation_id="readItem", summary="Read one item by its ID")
 def read_item(item_id: int) -> Item:
     if item_id not in ITEMS:
         raise HTTPException(status_code=404, detail="Item not found")
     return ITEMS[item_id]
 
 
-@app.post("/items", tags=["admin"], operation_id="createItem", summary="Create an item", status_code=201)
+@shop.post("/items", tags=["admin"], operation_id="createItem", summary="Create an item", status_code=201)
 def create_item(item: NewItem) -> Item:
     created = Item(id=max(ITEMS) + 1, **item.model_dump())
     ITEMS[created.id] = created
     return created
 
 
-@app.delete("/items/{item_id}", tags=["admin"], summary="Delete an item", status_code=204)
+@shop.delete("/items/{item_id}", tags=["admin"], summary="Delete an item", status_code=204)
 def delete_item(item_id: int) -> None:
     ITEMS.pop(item_id, None)
 
 
-@app.get("/health", operation_id="health", summary="Say whether the shop is up", response_class=PlainTextResponse)
+@shop.get("/health", operation_id="health", summary="Say whether the shop is up", response_class=PlainTextResponse)
 def health() -> str:
     return "ok"
 
 
-@app.get("/trace", operation_id="seenTrace", summary="Say which trace context the request carried")
+@shop.get("/trace", operation_id="seenTrace", summary="Say which trace context the request carried")
 def seen_trace(request: Request) -> dict[str, str]:
     return {"traceparent": request.headers.get("traceparent", "<none>")}
+
+
+class Caller(BaseModel):
+    """Whose token a request carried."""
+
+    sub: str
+    aud: str
+
+
+@app.get("/whoami", operation_id="whoAmI", summary="Say whose bearer token the request carried")
+def who_am_i(request: Request) -> Caller:
+    token = request.headers.get("authorization", "").removeprefix("Bearer ")
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (IndexError, ValueError):
+        raise HTTPException(status_code=401, detail="no bearer token")
+    audience = claims.get("aud", "")
+    if isinstance(audience, list):
+        audience = " ".join(audience)
+    return Caller(sub=claims.get("sub", ""), aud=audience)
+
+
+app.include_router(shop)
 
 
 def main() -> None:

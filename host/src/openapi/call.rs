@@ -109,6 +109,11 @@ impl OpenApi {
         })
     }
 
+    /// Where its requests go.
+    pub(crate) fn base(&self) -> &url::Url {
+        &self.base
+    }
+
     /// How many operations it serves.
     pub(crate) fn operation_count(&self) -> usize {
         self.operations.len()

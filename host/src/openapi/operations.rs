@@ -1144,7 +1144,7 @@ mod tests {
             ]
         );
         let mut paths = Map::new();
-        for n in 0..=MAX_OPERATIONS {
+        for n in 0..100_000 {
             paths.insert(format!("/p{n}"), json!({"get": {"responses": {}}}));
         }
         let Json::Object(document) = json!({"openapi": "3.0.0", "paths": paths}) else {
@@ -1155,7 +1155,7 @@ mod tests {
                 .err()
                 .as_deref(),
             Some(
-                "it describes 4097 operations, more than the 4096 a spec may have (serve a part of it with `include` or `exclude`)"
+                "it describes 100000 operations, more than the 4096 a spec may have (serve a part of it with `include` or `exclude`)"
             )
         );
     }

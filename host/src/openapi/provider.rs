@@ -133,6 +133,7 @@ impl OpenApiProvider {
                     tracing::info!(
                         openapi = %config.name,
                         operations = service.operation_count(),
+                        base = %service.base(),
                         load_ms = started.elapsed().as_millis() as u64,
                         "spec loaded"
                     );
@@ -329,5 +330,78 @@ impl Provider for OpenApiProvider {
         if let Some(task) = task {
             let _ = wait::until(deadline, None, task);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::openapi::{OpenApiAuth, SpecLocation};
+    use crate::secret::Secret;
+
+    fn config(base_url: Option<&str>, auth: OpenApiAuth) -> OpenApiConfig {
+        OpenApiConfig {
+            name: "shop".to_owned(),
+            spec: SpecLocation::Url("https://specs.example.com/shop.json".to_owned()),
+            base_url: base_url.map(str::to_owned),
+            include: Vec::new(),
+            exclude: Vec::new(),
+            timeout: None,
+            auth,
+            headers: Default::default(),
+        }
+    }
+
+    fn read(servers: &str) -> Read {
+        Read {
+            text: format!(r#"{{"openapi": "3.1.0", {servers} "paths": {{}}}}"#),
+            url: url::Url::parse("https://specs.example.com/shop.json").ok(),
+        }
+    }
+
+    fn base_of(config: &OpenApiConfig, read: &Read) -> Result<String, String> {
+        build(config, read, &Stop::default()).map(|service| service.base().to_string())
+    }
+
+    #[test]
+    fn the_spec_chooses_where_requests_go_only_without_a_credential_or_on_its_own_origin() {
+        let bearer = OpenApiAuth::Bearer(Secret::new("t"));
+        let elsewhere = r#""servers": [{"url": "https://collector.example.net/v1"}],"#;
+        // Without a credential the spec's server is where requests go.
+        assert_eq!(
+            base_of(&config(None, OpenApiAuth::None), &read(elsewhere)),
+            Ok("https://collector.example.net/v1".to_owned())
+        );
+        // With one, a server elsewhere than the spec's origin is refused.
+        assert_eq!(
+            base_of(&config(None, bearer.clone()), &read(elsewhere)),
+            Err("its server https://collector.example.net/v1 is not where the spec came from, and it would carry a credential: give `base-url`".to_owned())
+        );
+        assert_eq!(
+            base_of(&config(None, bearer.clone()), &read(r#""servers": [{"url": "http://specs.example.com/"}],"#)),
+            Err("the spec's server http://specs.example.com/: must be https (http only on a loopback host); it would carry a credential: give `base-url`".to_owned())
+        );
+        // A relative server, and none at all, are the spec's own origin.
+        assert_eq!(
+            base_of(
+                &config(None, bearer.clone()),
+                &read(
+                    r#""servers": [{"url": "/api/{v}", "variables": {"v": {"default": "v2"}}}],"#
+                )
+            ),
+            Ok("https://specs.example.com/api/v2".to_owned())
+        );
+        assert_eq!(
+            base_of(&config(None, bearer.clone()), &read("")),
+            Ok("https://specs.example.com/".to_owned())
+        );
+        // `base-url` wins over any server the spec names.
+        assert_eq!(
+            base_of(
+                &config(Some("https://api.example.com/v3"), bearer),
+                &read(elsewhere)
+            ),
+            Ok("https://api.example.com/v3".to_owned())
+        );
     }
 }

@@ -207,6 +207,24 @@ mod tests {
     }
 
     #[test]
+    fn a_spec_over_64_mib_is_refused_before_it_is_read() {
+        let dir = std::env::temp_dir().join(format!("codemode-spec-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create the folder");
+        let path = dir.join("huge.json");
+        // 100 MB, sparse: nothing is written, and nothing must be read.
+        let file = std::fs::File::create(&path).expect("create the file");
+        file.set_len(100_000_000).expect("size the file");
+        assert_eq!(
+            read_file(&path),
+            Err(
+                "100000000 bytes, more than the 67108864 allowed (the largest spec read, 64 MiB)"
+                    .to_owned()
+            )
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn a_yaml_alias_bomb_is_refused_not_expanded() {
         // Nine levels of nine aliases each: 387 million nodes expanded.
         let mut text = String::from("openapi: 3.0.0\na0: &a0 [x,x,x,x,x,x,x,x,x]\n");
