@@ -592,3 +592,73 @@ fn a_service_named_like_a_plugin_keeps_its_root_and_the_plugin_is_refused() {
         )
     );
 }
+
+#[test]
+fn a_slow_or_huge_answer_and_a_spec_that_does_not_load_stay_contained() {
+    let shop = Shop::start();
+    let dir = root().join("target/e2e-openapi/contained");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("plugins")).expect("create the folders");
+    std::fs::write(dir.join("old.json"), r#"{"swagger": "2.0", "paths": {}}"#)
+        .expect("write the old spec");
+    let path = dir.join("codemode.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"plugins = "plugins"
+
+[[openapi]]
+name = "shop"
+spec = "{spec}"
+api-key-header = "X-API-Key"
+api-key-env = "SHOP_KEY"
+include = ["big", "readItem"]
+
+[[openapi]]
+name = "slowshop"
+spec = "{spec}"
+api-key-header = "X-API-Key"
+api-key-env = "SHOP_KEY"
+include = ["slow"]
+timeout = "1s"
+
+[[openapi]]
+name = "old"
+spec = "old.json"
+base-url = "http://127.0.0.1:1"
+"#,
+            spec = shop.spec_url()
+        ),
+    )
+    .expect("write the config");
+    let server = HttpServer::start_with_env(
+        &["--config", path.to_str().expect("utf-8"), "--allow-all"],
+        &[("SHOP_KEY", "shop-key")],
+    );
+    wait_for_log(&server, "spec not loaded: the service serves nothing", 1);
+    let readyz = raw_request(server.port, "GET", "/readyz", &[], "");
+    assert_eq!(
+        (readyz.status, readyz.body.as_str()),
+        (
+            200,
+            // Host folders are never shown: the file's name is.
+            "ready\nplugins left out:\n  openapi old: spec old.json: Swagger 2.0 is not supported: convert it to OpenAPI 3 (e.g. with swagger2openapi)\n"
+        )
+    );
+    assert_eq!(
+        execute_on(server.port, "def main():\n    return slowshop.slow()"),
+        Err("capability failed: slowshop.slow timed out".to_owned())
+    );
+    assert_eq!(
+        execute_on(server.port, "def main():\n    return shop.big()"),
+        Err("capability failed: openapi shop sent an answer over 16 MiB".to_owned())
+    );
+    // The server, and the service, serve on.
+    assert_eq!(
+        execute_on(
+            server.port,
+            "def main():\n    return shop.read_item(item_id=1)[\"name\"]"
+        ),
+        Ok(json!("hammer"))
+    );
+}

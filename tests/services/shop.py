@@ -9,6 +9,7 @@ free loopback port and prints `listening <port>` once it accepts connections;
 `shop.py --spec FILE` writes its OpenAPI description to FILE and exits.
 """
 
+import asyncio
 import base64
 import json
 import socket
@@ -92,6 +93,17 @@ def health() -> str:
 @shop.get("/trace", operation_id="seenTrace", summary="Say which trace context the request carried")
 def seen_trace(request: Request) -> dict[str, str]:
     return {"traceparent": request.headers.get("traceparent", "<none>")}
+
+
+@shop.get("/slow", operation_id="slow", summary="Answer after five seconds")
+async def slow() -> dict[str, str]:
+    await asyncio.sleep(5)
+    return {"late": "yes"}
+
+
+@shop.get("/big", operation_id="big", summary="Answer 17 MiB of JSON")
+def big() -> PlainTextResponse:
+    return PlainTextResponse('["' + "x" * (17 << 20) + '"]', media_type="application/json")
 
 
 class Caller(BaseModel):
