@@ -26,8 +26,14 @@ pub(crate) struct Shop {
 
 impl Shop {
     pub(crate) fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// The shop, its script given `args` (`--tls CERT KEY`).
+    fn start_with(args: &[&std::path::Path]) -> Self {
         let mut child = Command::new(upstream_bin().join("python"))
             .arg(root().join("tests/services/shop.py"))
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -601,6 +607,25 @@ fn a_slow_or_huge_answer_and_a_spec_that_does_not_load_stay_contained() {
     std::fs::create_dir_all(dir.join("plugins")).expect("create the folders");
     std::fs::write(dir.join("old.json"), r#"{"swagger": "2.0", "paths": {}}"#)
         .expect("write the old spec");
+    // The shop's spec as a YAML file (PyYAML, in the client's venv).
+    let json_spec = dir.join("shop.json");
+    let written = Command::new(upstream_bin().join("python"))
+        .arg(root().join("tests/services/shop.py"))
+        .arg("--spec")
+        .arg(&json_spec)
+        .status()
+        .expect("write the shop's spec");
+    assert!(written.success());
+    let converted = Command::new(crate::support::python())
+        .args([
+            "-c",
+            "import json, sys, yaml; yaml.safe_dump(json.load(open(sys.argv[1])), open(sys.argv[2], 'w'), sort_keys=False)",
+        ])
+        .arg(&json_spec)
+        .arg(dir.join("shop.yaml"))
+        .status()
+        .expect("convert the spec to YAML");
+    assert!(converted.success());
     let path = dir.join("codemode.toml");
     std::fs::write(
         &path,
@@ -626,8 +651,17 @@ timeout = "1s"
 name = "old"
 spec = "old.json"
 base-url = "http://127.0.0.1:1"
+
+[[openapi]]
+name = "yamlshop"
+spec = "shop.yaml"
+base-url = "http://127.0.0.1:{port}"
+api-key-header = "X-API-Key"
+api-key-env = "SHOP_KEY"
+include = ["readItem"]
 "#,
-            spec = shop.spec_url()
+            spec = shop.spec_url(),
+            port = shop.port
         ),
     )
     .expect("write the config");
@@ -653,12 +687,98 @@ base-url = "http://127.0.0.1:1"
         execute_on(server.port, "def main():\n    return shop.big()"),
         Err("capability failed: openapi shop sent an answer over 16 MiB".to_owned())
     );
-    // The server, and the service, serve on.
+    // The server, and the service, serve on; so does the YAML spec's.
     assert_eq!(
         execute_on(
             server.port,
+            "def main():\n    return [shop.read_item(item_id=1)[\"name\"], yamlshop.read_item(item_id=2)[\"name\"]]"
+        ),
+        Ok(json!(["hammer", "nails"]))
+    );
+}
+
+#[test]
+fn a_spec_and_a_service_over_https_are_trusted_through_the_system_roots() {
+    let dir = root().join("target/e2e-openapi/https");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("plugins")).expect("create the folders");
+    // A certificate for 127.0.0.1, self-signed by openssl: an organization's
+    // own CA, as far as the server knows.
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-addext",
+            "basicConstraints=critical,CA:FALSE",
+            "-keyout",
+        ])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run openssl");
+    assert!(made.success());
+    let shop = Shop::start_with(&[std::path::Path::new("--tls"), &cert, &key]);
+    let spec = format!("https://127.0.0.1:{}/openapi.json", shop.port);
+    let path = dir.join("codemode.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "plugins = \"plugins\"\n\n[[openapi]]\nname = \"shop\"\nspec = \"{spec}\"\napi-key-header = \"X-API-Key\"\napi-key-env = \"SHOP_KEY\"\ninclude = [\"readItem\"]\n"
+        ),
+    )
+    .expect("write the config");
+    let args = ["--config", path.to_str().expect("utf-8"), "--allow-all"];
+    // The system's roots, as rustls-native-certs reads them: SSL_CERT_FILE.
+    let trusting = HttpServer::start_with_env(
+        &args,
+        &[
+            ("SHOP_KEY", "shop-key"),
+            ("SSL_CERT_FILE", cert.to_str().expect("utf-8")),
+        ],
+    );
+    assert_eq!(
+        execute_on(
+            trusting.port,
             "def main():\n    return shop.read_item(item_id=1)[\"name\"]"
         ),
         Ok(json!("hammer"))
+    );
+    drop(trusting);
+    let doubting = HttpServer::start_with_env(
+        &args,
+        &[
+            ("SHOP_KEY", "shop-key"),
+            (
+                "SSL_CERT_FILE",
+                root().join("Cargo.toml").to_str().expect("utf-8"),
+            ),
+        ],
+    );
+    wait_for_log(&doubting, "spec not loaded", 1);
+    let readyz = raw_request(doubting.port, "GET", "/readyz", &[], "");
+    assert_eq!(
+        (readyz.status, readyz.body.as_str()),
+        (
+            200,
+            format!(
+                "ready\nplugins left out:\n  openapi shop: spec {spec}: GET failed: error sending request for url ({spec}): client error (Connect): invalid peer certificate: UnknownIssuer\n"
+            )
+            .as_str()
+        )
     );
 }

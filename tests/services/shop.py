@@ -6,7 +6,8 @@ scheme, so the spec lists it under `securitySchemes`, not as a parameter);
 `/whoami` needs none and says whose bearer token it got (the subject and
 audience of the JWT, read, not verified: the OAuth tests check who is sent). It listens on a
 free loopback port and prints `listening <port>` once it accepts connections;
-`shop.py --spec FILE` writes its OpenAPI description to FILE and exits.
+`shop.py --spec FILE` writes its OpenAPI description to FILE and exits;
+`shop.py --tls CERT KEY` serves HTTPS with that certificate.
 """
 
 import asyncio
@@ -139,7 +140,10 @@ def main() -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning")
+    tls = {}
+    if sys.argv[1:2] == ["--tls"]:
+        tls = {"ssl_certfile": sys.argv[2], "ssl_keyfile": sys.argv[3]}
+    config = uvicorn.Config(app, log_level="warning", **tls)
     server = uvicorn.Server(config)
 
     async def started() -> None:

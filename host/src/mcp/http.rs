@@ -464,9 +464,12 @@ fn without_host_paths(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find('/') {
+        // The character before the `/`, in what was already passed over too
+        // (the second `/` of `https://` follows the first, not a space).
         let starts_path = rest[..at]
             .chars()
             .next_back()
+            .or_else(|| out.chars().next_back())
             .is_none_or(|c| c.is_whitespace() || matches!(c, '`' | '\'' | '"' | '(' | '='));
         if !starts_path {
             out.push_str(&rest[..=at]);
@@ -696,6 +699,10 @@ mod tests {
                 "capability name `a.b` (a/b and 1/2 stay)",
             ),
             ("root is / here", "root is  here"),
+            (
+                "spec https://127.0.0.1:8443/openapi.json: GET failed (https://a/b)",
+                "spec https://127.0.0.1:8443/openapi.json: GET failed (https://a/b)",
+            ),
         ] {
             assert_eq!(without_host_paths(reason), shown, "{reason}");
         }

@@ -92,7 +92,7 @@ impl OpenApi {
             }
         });
         let client = reqwest::Client::builder()
-            .tls_backend_preconfigured(crate::tls::client_config()?)
+            .tls_backend_preconfigured(crate::tls::client_config_with_system_roots()?)
             .redirect(policy)
             .build()
             .map_err(|error| format!("HTTP client: {error}"))?;
@@ -136,7 +136,8 @@ impl OpenApi {
                 .request(operation, arguments, credential.as_ref(), &budget)
                 .map_err(|detail| CallFailure::Failed(Some(detail)))?;
             let response = request.send().await.map_err(|error| {
-                tracing::warn!(openapi = %self.name, capability, reason = %error, "request failed");
+                let reason = super::spec::causes(&error);
+                tracing::warn!(openapi = %self.name, capability, %reason, "request failed");
                 CallFailure::Failed(Some(source_unavailable_detail(&self.label)))
             })?;
             self.answer(operation, response, credential.is_some(), &budget)

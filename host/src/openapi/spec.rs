@@ -78,7 +78,7 @@ async fn fetch(url: &url::Url) -> Result<String, String> {
         }
     });
     let client = reqwest::Client::builder()
-        .tls_backend_preconfigured(crate::tls::client_config()?)
+        .tls_backend_preconfigured(crate::tls::client_config_with_system_roots()?)
         .redirect(policy)
         .build()
         .map_err(|error| format!("HTTP client: {error}"))?;
@@ -90,7 +90,7 @@ async fn fetch(url: &url::Url) -> Result<String, String> {
         )
         .send()
         .await
-        .map_err(|error| format!("GET failed: {error}"))?;
+        .map_err(|error| format!("GET failed: {}", causes(&error)))?;
     let status = response.status();
     if !status.is_success() {
         return Err(format!("GET answered HTTP {status}"));
@@ -113,6 +113,24 @@ async fn fetch(url: &url::Url) -> Result<String, String> {
         body.extend_from_slice(&chunk);
     }
     String::from_utf8(body).map_err(|_| "it is not UTF-8 text".to_owned())
+}
+
+/// `error` and its causes, joined with `: ` (reqwest's own text names only the
+/// first: the certificate that did not verify is at the end of the chain).
+pub(crate) fn causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    // Bounded: a chain is a few levels deep.
+    for _ in 0..8 {
+        let Some(cause) = next else { break };
+        let line = cause.to_string();
+        if !text.contains(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
+        next = cause.source();
+    }
+    text
 }
 
 fn too_large() -> String {
