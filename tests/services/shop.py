@@ -18,7 +18,7 @@ import sys
 
 import uvicorn
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import PlainTextResponse, StreamingResponse
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel
 
@@ -105,6 +105,22 @@ async def slow() -> dict[str, str]:
 @shop.get("/big", operation_id="big", summary="Answer 17 MiB of JSON")
 def big() -> PlainTextResponse:
     return PlainTextResponse('["' + "x" * (17 << 20) + '"]', media_type="application/json")
+
+
+@shop.get("/big-stream", operation_id="bigStream", summary="Stream 17 MiB of JSON, its length untold")
+def big_stream() -> StreamingResponse:
+    def chunks():
+        yield b'["'
+        for _ in range(17):
+            yield b"x" * (1 << 20)
+        yield b'"]'
+
+    return StreamingResponse(chunks(), media_type="application/json")
+
+
+@shop.get("/many", operation_id="many", summary="Answer 1,100,000 empty lists")
+def many() -> PlainTextResponse:
+    return PlainTextResponse("[" + "[]," * 1_099_999 + "[]]", media_type="application/json")
 
 
 class Caller(BaseModel):

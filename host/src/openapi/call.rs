@@ -220,7 +220,7 @@ impl OpenApi {
                         let name = HeaderName::from_bytes(param.name.as_bytes()).map_err(|_| {
                             format!("header parameter `{}` cannot be sent", param.name)
                         })?;
-                        let value = HeaderValue::from_str(&plain(value)).map_err(|_| {
+                        let value = HeaderValue::from_str(&simple(value, param.explode)).map_err(|_| {
                             format!(
                                 "the value of `{}` cannot be sent in a header (a line break or a control character)",
                                 param.argument
@@ -373,14 +373,13 @@ impl OpenApi {
                 let json: Json = if body.iter().all(u8::is_ascii_whitespace) {
                     Json::Null
                 } else {
-                    // Known before parsing: what parsing would build (a
-                    // 16 MiB `[[],[],...]` is 5 million values).
-                    let (depth, values) = crate::upstream::lines::depth_and_values(&body);
-                    if depth > budget.max_depth {
-                        return Err(CallFailure::Exhausted(Budget::ValueDepth));
-                    }
-                    if values > budget.max_nodes {
-                        return Err(CallFailure::Exhausted(Budget::ValueBytes));
+                    // Counted before it is built: a 16 MiB `[[],[],...]` is
+                    // 5 million values, several hundred MB parsed.
+                    match count(&body, budget.max_nodes, budget.max_depth) {
+                        Ok(()) => {}
+                        Err(Some(exhausted)) => return Err(CallFailure::Exhausted(exhausted)),
+                        // Not JSON: said below, by the parse.
+                        Err(None) => {}
                     }
                     serde_json::from_slice(&body).map_err(|_| {
                         let shown = if media.is_empty() {
@@ -452,7 +451,9 @@ fn path_url(
             {
                 let placeholder = format!("{{{}}}", param.name);
                 if segment.contains(&placeholder) {
-                    let value = arguments.get(&param.argument).map_or(String::new(), plain);
+                    let value = arguments
+                        .get(&param.argument)
+                        .map_or(String::new(), |value| simple(value, param.explode));
                     // A value stays inside its segment: never empty, a
                     // dot segment, or a control character (which the
                     // URL parser drops, making `..` of `.\t.`).
@@ -486,6 +487,121 @@ fn path_url(
         ));
     }
     Ok(url)
+}
+
+/// Checks that the JSON `text` holds at most `max_nodes` values (each scalar
+/// and each container, as the result's node budget charges them; object keys
+/// are not values) nested at most `max_depth` deep, without building it.
+///
+/// # Errors
+///
+/// The budget it would exceed; `None` when it is not JSON.
+fn count(text: &[u8], max_nodes: usize, max_depth: usize) -> Result<(), Option<Budget>> {
+    use serde::de::DeserializeSeed;
+    let exceeded = std::cell::Cell::new(None);
+    let nodes = std::cell::Cell::new(0usize);
+    let seed = Count {
+        nodes: &nodes,
+        exceeded: &exceeded,
+        max_nodes,
+        depth: 1,
+        max_depth,
+    };
+    let mut deserializer = serde_json::Deserializer::from_slice(text);
+    let counted = seed
+        .deserialize(&mut deserializer)
+        .and_then(|()| deserializer.end());
+    match (counted, exceeded.get()) {
+        (Ok(()), _) => Ok(()),
+        (Err(_), Some(budget)) => Err(Some(budget)),
+        // serde_json's own nesting limit (128) is past any depth we count to
+        // below it.
+        (Err(error), None) if error.to_string().contains("recursion limit") => {
+            Err(Some(Budget::ValueDepth))
+        }
+        (Err(_), None) => Err(None),
+    }
+}
+
+/// One value of [`count`]'s walk, at `depth`.
+#[derive(Clone, Copy)]
+struct Count<'c> {
+    nodes: &'c std::cell::Cell<usize>,
+    exceeded: &'c std::cell::Cell<Option<Budget>>,
+    max_nodes: usize,
+    depth: usize,
+    max_depth: usize,
+}
+
+impl Count<'_> {
+    /// Charges one value.
+    fn charge<E: serde::de::Error>(self) -> Result<(), E> {
+        let nodes = self.nodes.get() + 1;
+        self.nodes.set(nodes);
+        if nodes > self.max_nodes {
+            self.exceeded.set(Some(Budget::ValueBytes));
+            return Err(E::custom("too many values"));
+        }
+        if self.depth > self.max_depth {
+            self.exceeded.set(Some(Budget::ValueDepth));
+            return Err(E::custom("too deep"));
+        }
+        Ok(())
+    }
+
+    /// The walk one level down.
+    fn deeper(self) -> Self {
+        Self {
+            depth: self.depth + 1,
+            ..self
+        }
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Count<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Count<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
+        self.charge()
+    }
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
+        self.charge()
+    }
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
+        self.charge()
+    }
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
+        self.charge()
+    }
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<(), E> {
+        self.charge()
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.charge()
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut items: A) -> Result<(), A::Error> {
+        self.charge()?;
+        while items.next_element_seed(self.deeper())?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut members: A) -> Result<(), A::Error> {
+        self.charge()?;
+        while members.next_key::<serde::de::IgnoredAny>()?.is_some() {
+            members.next_value_seed(self.deeper())?;
+        }
+        Ok(())
+    }
 }
 
 /// An `{status, headers, text}` result.
@@ -584,6 +700,20 @@ fn query_pairs(param: &super::operations::Param, value: &Json) -> Vec<(String, S
             .map(|(key, member)| (key.clone(), plain(member)))
             .collect(),
         (_, value) => one(plain(value)),
+    }
+}
+
+/// A path or header value in the `simple` style: as [`plain`], but an object
+/// exploded is `key=value` pairs joined with commas.
+fn simple(value: &Json, explode: bool) -> String {
+    match value {
+        Json::Object(members) if explode => members
+            .iter()
+            .filter(|(_, member)| !member.is_null())
+            .map(|(key, member)| format!("{key}={}", plain(member)))
+            .collect::<Vec<_>>()
+            .join(","),
+        _ => plain(value),
     }
 }
 
@@ -694,6 +824,34 @@ mod tests {
                 "{category:?}"
             );
         }
+    }
+
+    #[test]
+    fn answers_are_counted_as_the_result_budget_charges_them_before_they_are_built() {
+        assert_eq!(count(br#"{"a":[],"b":[],"c":[]}"#, 4, 2), Ok(()));
+        assert_eq!(
+            count(br#"{"a":[],"b":[],"c":[]}"#, 3, 2),
+            Err(Some(Budget::ValueBytes))
+        );
+        assert_eq!(count(br#"[1, 2]"#, 3, 2), Ok(()));
+        assert_eq!(count(br#"[[[1]]]"#, 10, 3), Err(Some(Budget::ValueDepth)));
+        assert_eq!(count(br#"[[[1]]]"#, 10, 4), Ok(()));
+        // 300,000 empty lists: refused at the first past the budget.
+        let many = format!("[{}[]]", "[],".repeat(300_000));
+        assert_eq!(
+            count(many.as_bytes(), 250_000, 32),
+            Err(Some(Budget::ValueBytes))
+        );
+        assert_eq!(count(b"<html>{[,,,]}</html>", 3, 2), Err(None));
+        assert_eq!(count(b"[1] trailing", 10, 2), Err(None));
+        assert_eq!(
+            simple(&serde_json::json!({"a": 1, "b": "x"}), true),
+            "a=1,b=x"
+        );
+        assert_eq!(
+            simple(&serde_json::json!({"a": 1, "b": "x"}), false),
+            "a,1,b,x"
+        );
     }
 
     #[test]

@@ -452,7 +452,16 @@ impl Converter<'_> {
         let Some(Json::Object(content)) = body.get("content") else {
             return Ok(None);
         };
-        let json = content.iter().find(|(media, _)| is_json(media));
+        let json = content
+            .iter()
+            .find(|(media, _)| is_json(media))
+            .or_else(|| {
+                // `*/*` (springdoc's default) with a schema that is not a string:
+                // JSON is what the service takes.
+                content
+                    .get_key_value("*/*")
+                    .filter(|(_, media)| !schema_is_string(document, media))
+            });
         let text = content.iter().find(|(media, _)| media.starts_with("text/"));
         let Some((media_type, media)) = json.or(text) else {
             if body_required {
@@ -521,7 +530,11 @@ impl Converter<'_> {
             }
         };
         Ok(Some(Body {
-            media_type: media_type.clone(),
+            media_type: if media_type == "*/*" {
+                "application/json".to_owned()
+            } else {
+                media_type.clone()
+            },
             required: body_required,
             kind,
         }))
@@ -549,7 +562,14 @@ impl Converter<'_> {
             return Ok((Output::Text, text_fields()));
         };
         let json = match response.get("content") {
-            Some(Json::Object(content)) => content.iter().find(|(media, _)| is_json(media)),
+            Some(Json::Object(content)) => content
+                .iter()
+                .find(|(media, _)| is_json(media))
+                .or_else(|| {
+                    content
+                        .get_key_value("*/*")
+                        .filter(|(_, media)| !schema_is_string(document, media))
+                }),
             _ => None,
         };
         let Some((_, media)) = json else {
@@ -753,19 +773,33 @@ fn union_properties<'a>(document: &'a Map<String, Json>, schema: &'a Json) -> Op
     let branches = ["oneOf", "anyOf"]
         .iter()
         .find_map(|key| schema.get(*key).and_then(Json::as_array))?;
+    if branches.len() > 64 {
+        return None;
+    }
     let mut names: Vec<&str> = Vec::new();
-    for branch in branches.iter().take(64) {
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
+    for branch in branches {
         if resolve(document, branch).get("type").and_then(Json::as_str) == Some("null") {
             continue;
         }
         let (members, _) = object_properties(document, branch)?;
         for (name, _) in members {
-            if !names.contains(&name) {
+            if seen.insert(name) {
+                if names.len() >= MAX_PROPERTIES {
+                    return None;
+                }
                 names.push(name);
             }
         }
     }
-    (!names.is_empty() && branches.len() <= 64).then_some(names)
+    (!names.is_empty()).then_some(names)
+}
+
+/// Whether a media type object's schema is a string (text or bytes, not
+/// JSON), through its `$ref`s; no schema is not one.
+fn schema_is_string(document: &Map<String, Json>, media: &Json) -> bool {
+    let schema = media.get("schema").unwrap_or(&Json::Null);
+    resolve(document, schema).get("type").and_then(Json::as_str) == Some("string")
 }
 
 /// Whether `media` is a JSON media type (`application/json`,

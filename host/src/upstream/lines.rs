@@ -451,14 +451,6 @@ fn depth_values_and_id(line: &[u8]) -> (usize, usize, Option<String>) {
     (scan.deepest, scan.values, scan.id())
 }
 
-/// The deepest nesting of the JSON text `text` (strings skipped) and how many
-/// values it holds at most: what parsing it would build, known before it is
-/// parsed (an OpenAPI service's answer).
-pub(crate) fn depth_and_values(text: &[u8]) -> (usize, usize) {
-    let (depth, values, _) = depth_values_and_id(text);
-    (depth, values)
-}
-
 /// `line` with every value that starts deeper than `max` made `null`.
 fn prune(line: &[u8], max: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(line.len());

@@ -13,7 +13,7 @@ mod credentials;
 mod gate;
 mod http;
 pub(crate) mod json;
-pub(crate) mod lines;
+mod lines;
 pub(crate) mod names;
 mod provider;
 pub(crate) mod schema;

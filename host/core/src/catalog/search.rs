@@ -10,9 +10,10 @@
 //! thousand operations named alike (GitHub's API), where the operation a plain
 //! task phrase describes otherwise loses to every longer name holding the same
 //! words:
-//! - a query token also matches, as a prefix match does, the words [`SYNONYMS`]
-//!   gives for it (`open` → `create`, `read` → `get`, `repository` → `repo`)
-//!   and its singular (`contents` → `content`);
+//! - a query token also matches, with the prefix quality, a whole word that
+//!   [`SYNONYMS`] gives for it (`open` → `create`, `read` → `get`) and its
+//!   singular (`contents` → `content`, `branches` → `branch`, `policies` →
+//!   `policy`);
 //! - a capability whose whole summary the query says (every summary token
 //!   matched by a query token or one of its alternatives: "get a repository"
 //!   and `Get a repository`) scores half again as much.
@@ -45,27 +46,41 @@ const SYNONYMS: &[(&str, &[&str])] = &[
     ("show", &["get"]),
     ("view", &["get"]),
     ("retrieve", &["get"]),
-    ("remove", &["delete"]),
     ("edit", &["update"]),
     ("change", &["update"]),
     ("modify", &["update"]),
     ("find", &["search"]),
-    ("repository", &["repo"]),
-    ("repositories", &["repo"]),
 ];
 
-/// What else a query `token` matches, as a prefix match does: its synonyms,
-/// and its singular (a final `s` dropped from a word of 4 or more characters).
-fn alternatives(token: &str) -> Vec<&str> {
-    let mut out: Vec<&str> = SYNONYMS
-        .iter()
-        .filter(|(word, _)| *word == token)
-        .flat_map(|(_, words)| words.iter().copied())
-        .collect();
-    if token.chars().count() >= 4
-        && let Some(singular) = token.strip_suffix('s')
-    {
-        out.push(singular);
+/// The whole words a query `token` also matches: its [`SYNONYMS`] (each also
+/// with a final `s`), and its singular when it reads as an English plural of 4
+/// or more characters (`-ies` → `-y`, `-ches`/`-shes`/`-sses`/`-xes`/`-zes` →
+/// without `-es`, else without `-s`; not `-ss`, `-us` or `-is`).
+fn alternatives(token: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (_, words) in SYNONYMS.iter().filter(|(word, _)| *word == token) {
+        for word in *words {
+            out.push((*word).to_owned());
+            out.push(format!("{word}s"));
+        }
+    }
+    if token.chars().count() >= 4 {
+        let singular = if let Some(stem) = token.strip_suffix("ies") {
+            Some(format!("{stem}y"))
+        } else if ["ches", "shes", "sses", "xes", "zes"]
+            .iter()
+            .any(|ending| token.ends_with(ending))
+        {
+            token.strip_suffix("es").map(str::to_owned)
+        } else if ["ss", "us", "is"]
+            .iter()
+            .any(|ending| token.ends_with(ending))
+        {
+            None
+        } else {
+            token.strip_suffix('s').map(str::to_owned)
+        };
+        out.extend(singular);
     }
     out
 }
@@ -201,12 +216,14 @@ impl SearchIndex {
         let q = tokens.len() as u64;
         let required = if q <= 2 { q } else { (2 * q).div_ceil(3) };
 
+        // Once per query, not per capability.
+        let others: Vec<Vec<String>> = tokens.iter().map(|t| alternatives(t)).collect();
         let mut ranked: Vec<(bool, u64, &IndexedDoc)> = Vec::new();
         for doc in &self.docs {
             let mut raw = 0;
             let mut matched = 0;
-            for token in &tokens {
-                let best = self.best_contribution(token, doc);
+            for (token, others) in tokens.iter().zip(&others) {
+                let best = self.best_contribution(token, others, doc);
                 if best > 0 {
                     raw += best;
                     matched += 1;
@@ -214,7 +231,7 @@ impl SearchIndex {
             }
             if matched >= required {
                 let mut score = raw * matched / q;
-                if summary_said(&tokens, &doc.fields[2]) {
+                if summary_said(&tokens, &others, &doc.fields[2]) {
                     score = score * SUMMARY_SAID / 2;
                 }
                 ranked.push((doc.lowercase_name == exact_query, score, doc));
@@ -246,9 +263,8 @@ impl SearchIndex {
     }
 
     /// The strongest contribution of one query token across the four fields.
-    fn best_contribution(&self, token: &str, doc: &IndexedDoc) -> u64 {
+    fn best_contribution(&self, token: &str, others: &[String], doc: &IndexedDoc) -> u64 {
         let prefix_ok = token.chars().count() >= 3;
-        let others = alternatives(token);
         let mut best = 0;
         for (field, weight) in doc.fields.iter().zip(WEIGHTS) {
             // Within a field: highest quality first, then the rarest token.
@@ -256,8 +272,7 @@ impl SearchIndex {
             for candidate in field {
                 let quality = if candidate == token {
                     EXACT
-                } else if (prefix_ok && candidate.starts_with(token))
-                    || others.iter().any(|other| candidate.starts_with(other))
+                } else if (prefix_ok && candidate.starts_with(token)) || others.contains(candidate)
                 {
                     PREFIX
                 } else {
@@ -277,17 +292,15 @@ impl SearchIndex {
 }
 
 /// Whether the query `tokens` say every token of a `summary` (equal, a query
-/// token of at least 3 characters it starts with, or one of a query token's
-/// [`alternatives`] it starts with), and it has one.
-fn summary_said(tokens: &[String], summary: &[String]) -> bool {
+/// token of at least 3 characters it starts with, or one of the token's
+/// [`alternatives`], `others`), and it has one.
+fn summary_said(tokens: &[String], others: &[Vec<String>], summary: &[String]) -> bool {
     !summary.is_empty()
         && summary.iter().all(|word| {
-            tokens.iter().any(|token| {
+            tokens.iter().zip(others).any(|(token, others)| {
                 word == token
                     || (token.chars().count() >= 3 && word.starts_with(token.as_str()))
-                    || alternatives(token)
-                        .iter()
-                        .any(|other| word.starts_with(other))
+                    || others.contains(word)
             })
         })
 }
@@ -362,14 +375,13 @@ mod tests {
             cap("gh.repos_get_content", "Get repository content", "", &[]),
         ];
         let index = index(&caps);
-        // Without the bonus the longer name holding both words came first;
-        // `repos` matches `repository` through `repo`.
+        // Without the bonus the longer name holding both words came first.
         assert_eq!(
             names(&index, "get a repository"),
             [
                 "gh.repos_get",
-                "gh.repos_get_content",
-                "gh.actions_get_cache_limit_for_repository"
+                "gh.actions_get_cache_limit_for_repository",
+                "gh.repos_get_content"
             ]
         );
         // `open` also matches `create`, `read` `get`, `contents` `content`.
@@ -381,12 +393,16 @@ mod tests {
             names(&index, "read the repository contents"),
             [
                 "gh.repos_get_content",
-                "gh.repos_get",
-                "gh.actions_get_cache_limit_for_repository"
+                "gh.actions_get_cache_limit_for_repository",
+                "gh.repos_get"
             ]
         );
-        assert_eq!(alternatives("repositories"), ["repo", "repositorie"]);
-        assert_eq!(alternatives("gas"), Vec::<&str>::new());
+        assert_eq!(alternatives("repositories"), ["repository"]);
+        assert_eq!(alternatives("branches"), ["branch"]);
+        assert_eq!(alternatives("open"), ["create", "creates"]);
+        for none in ["gas", "status", "class", "analysis"] {
+            assert_eq!(alternatives(none), Vec::<String>::new(), "{none}");
+        }
     }
 
     fn catalog() -> Vec<Cap> {
@@ -548,9 +564,9 @@ mod tests {
         let idx = index(&caps);
         let doc = &idx.docs[0];
         // Single document: every rarity is 1; summary weight 5, exact 100.
-        assert_eq!(idx.best_contribution("alpha", doc), 500);
-        assert_eq!(idx.best_contribution("alp", doc), 360);
-        assert_eq!(idx.best_contribution("zeta", doc), 1200);
+        assert_eq!(idx.best_contribution("alpha", &[], doc), 500);
+        assert_eq!(idx.best_contribution("alp", &[], doc), 360);
+        assert_eq!(idx.best_contribution("zeta", &[], doc), 1200);
     }
 
     #[test]
