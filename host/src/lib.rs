@@ -37,6 +37,7 @@ pub mod files;
 #[doc(hidden)]
 pub mod fuzzing;
 mod hidden;
+mod json;
 pub mod mcp;
 pub mod memory;
 mod metrics;

@@ -23,12 +23,12 @@ use crate::error::{
     source_no_credentials_detail, source_refused_credentials_detail, source_unavailable_detail,
     timed_out_detail,
 };
+use crate::json::values as json;
 use crate::secret::Secret;
 use crate::source::{
     Arguments, CallBudget, CallFailure, CallFuture, CallOutcome, Caller, CapabilitySource, Session,
     sanitize_message,
 };
-use crate::upstream::json;
 
 /// Largest answer read, in bytes: as an upstream MCP server's largest message.
 pub(crate) const MAX_RESPONSE_BYTES: usize = 16 << 20;
@@ -798,12 +798,8 @@ mod tests {
             auth: OpenApiAuth::None,
             headers: Default::default(),
         };
-        let built = operations(
-            &config,
-            &document,
-            &crate::upstream::schema::Stop::default(),
-        )
-        .expect("built");
+        let built =
+            operations(&config, &document, &crate::json::schema::Stop::default()).expect("built");
         let base = url::Url::parse("https://gw.example.com/shop").expect("a URL");
         let url = |category: &str, item: &str| {
             let arguments = serde_json::json!({"category": category, "item": item});

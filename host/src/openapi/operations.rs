@@ -29,8 +29,8 @@ use crate::catalog::{
     Annotations, Capability, CapabilitySpec, Field, IntKind, Shape, check_parameter_name,
     validate_spec, with_arguments,
 };
+use crate::json::schema::{self, Budget, SchemaError, Stop, local_target};
 use crate::upstream::names;
-use crate::upstream::schema::{self, Budget, SchemaError, Stop, local_target};
 
 /// Most operations a spec may describe: as many as a catalog may hold. GitHub's
 /// API has about 1,200; a larger spec serves a part (`include`/`exclude`).

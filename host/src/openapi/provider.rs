@@ -15,8 +15,8 @@ use super::call::OpenApi;
 use super::operations::operations;
 use super::spec::{self, Read};
 use super::{ID_PREFIX, OpenApiConfig};
+use crate::json::schema::Stop;
 use crate::source::{CapabilitySource, Offer, Provider, Publisher, Reserved, Skipped};
-use crate::upstream::schema::Stop;
 use crate::wait;
 
 /// One configured OpenAPI service, as [`Provider`].

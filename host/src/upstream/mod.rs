@@ -9,14 +9,13 @@
 //! upstream's answer, so the executor abandons it at the execution's deadline (and
 //! dropping it sends `notifications/cancelled` upstream); no fuel burns meanwhile.
 
+mod content;
 mod credentials;
 mod gate;
 mod http;
-pub(crate) mod json;
 mod lines;
 pub(crate) mod names;
 mod provider;
-pub(crate) mod schema;
 mod supervise;
 
 pub use gate::UpstreamGate;
@@ -44,7 +43,6 @@ use self::lines::{
     ChildLines, MAX_MESSAGE_DEPTH, MAX_MESSAGE_TEXT, MAX_MESSAGE_VALUES, OVERSIZED_CODE,
     TOO_DEEP_CODE, made_up_marker,
 };
-use self::schema::{SchemaError, Stop};
 use crate::catalog::{
     Annotations, BindError, BindLimits, Bound, Capability, CapabilitySpec, DottedName, Field,
     validate_spec,
@@ -52,6 +50,8 @@ use crate::catalog::{
 use crate::error::{
     no_credentials_detail, refused_credentials_detail, timed_out_detail, unavailable_detail,
 };
+use crate::json::schema::{self, SchemaError, Stop};
+use crate::json::values as json;
 pub use crate::secret::Secret;
 use crate::source::{
     Arguments, CallBudget, CallFailure, CallFuture, CallOutcome, Caller, CapabilitySource, Session,
@@ -584,7 +584,9 @@ impl Upstream {
                 tracing::warn!(upstream = %self.name, tool = %tool.tool, "the tool declared structured output but its result has no object in structuredContent");
                 return Err(CallFailure::Failed(None));
             }
-            (None, _) => json::content_result(result.content, budget.max_depth, budget.max_nodes),
+            (None, _) => {
+                content::content_result(result.content, budget.max_depth, budget.max_nodes)
+            }
         };
         projected.map_err(CallFailure::Exhausted)
     }
@@ -770,7 +772,7 @@ fn capabilities(config: &UpstreamConfig, listed: Vec<Tool>, stop: &Stop) -> Vec<
                 continue;
             }
         };
-        let output = structured.clone().unwrap_or_else(json::content_fields);
+        let output = structured.clone().unwrap_or_else(content::content_fields);
         // What the schema says of the parameters beyond their types: the model
         // reads formats and defaults instead of learning them by failing.
         let description = match schema::argument_docs(&tool.input_schema) {
