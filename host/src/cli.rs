@@ -50,12 +50,16 @@ pub struct Cli {
     /// Read settings from FILE (TOML); its keys are the long flag names
     ///
     /// For example `max-execution-time = "10s"`, `policy = ["authz.rego"]`,
-    /// `allow-all = true`. A flag on the command line wins over its environment
-    /// variable, which wins over the file, which wins over the default. Relative
-    /// paths in the file are relative to the file's folder. An unknown key or a
-    /// bad value stops startup, naming the key's line. Read again when it changes
-    /// and on SIGHUP: upstreams and the budgets of one execution change while
-    /// serving; other settings are logged as needing a restart.
+    /// `allow-all = true`. Its tables add capability sources: `[[upstream]]`
+    /// (MCP servers), `[[openapi]]` (services described by OpenAPI) and
+    /// `[[plugin]]` (plugins pulled from OCI registries); the README shows each.
+    /// A flag on the command line wins over its environment variable, which wins
+    /// over the file, which wins over the default. Relative paths in the file are
+    /// relative to the file's folder. An unknown key or a bad value stops
+    /// startup, naming the key's line. Read again when it changes and on SIGHUP:
+    /// the tables (every OpenAPI spec read again) and the budgets of one
+    /// execution change while serving; other settings are logged as needing a
+    /// restart.
     #[arg(long, value_name = "FILE", global = true)]
     pub config: Option<PathBuf>,
 
@@ -67,7 +71,8 @@ pub struct Cli {
     /// README). A file that fails to load is logged with the reason and skipped; the
     /// others are served. The folder is watched: adding, replacing or removing a
     /// plugin or sidecar reloads the catalog while serving. Defaults to `./plugins`,
-    /// which may then be missing when --config names upstream MCP servers.
+    /// which may then be missing when --config names upstream MCP servers or
+    /// OpenAPI services.
     #[arg(long, value_name = "DIR", default_value = "plugins", global = true)]
     pub plugins: PathBuf,
 
