@@ -22,7 +22,7 @@ pub type Target = (&'static str, fn(&[u8]));
 
 /// The fuzz targets, by name: what `cargo xtask fuzz` runs and the corpus folders
 /// the tests replay.
-pub const TARGETS: [Target; 7] = [
+pub const TARGETS: [Target; 8] = [
     ("value_decode", value_decode),
     ("bind", bind_arguments),
     ("catalog", catalog),
@@ -30,7 +30,26 @@ pub const TARGETS: [Target; 7] = [
     ("host_pattern", host_pattern),
     ("tokens", tokens),
     ("plugin_docs", plugin_docs),
+    ("openapi_spec", openapi_spec),
 ];
+
+/// An OpenAPI spec (JSON or YAML text, untrusted: a service's or a registry's)
+/// turned into capabilities: it is refused or converted, within its bounds,
+/// and every capability it becomes is a valid one of the service `fz`.
+pub fn openapi_spec(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(signatures) = crate::openapi::signatures_of(text) {
+        assert!(
+            signatures.len() <= crate::catalog::MAX_CAPABILITIES,
+            "no more operations than a catalog holds"
+        );
+        for signature in signatures {
+            assert!(signature.starts_with("fz."), "{signature}");
+        }
+    }
+}
 
 /// Depth allowed when decoding and binding.
 const MAX_DEPTH: usize = 16;

@@ -142,6 +142,7 @@ const FUZZ_TARGETS: &[(&str, &str)] = &[
     ("host_pattern", "fuzz"),
     ("tokens", "fuzz"),
     ("plugin_docs", "fuzz"),
+    ("openapi_spec", "fuzz"),
     ("source_checks", "fuzz/runner"),
     ("json_decode", "fuzz/runner"),
 ];

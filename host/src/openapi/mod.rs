@@ -33,6 +33,34 @@ use crate::secret::Secret;
 /// operation without one).
 pub(crate) const ID_PREFIX: &str = "openapi:";
 
+/// The signatures of the capabilities a spec's `text` becomes (as a service
+/// named `fz` at `https://fuzz.example`): the fuzz target's entry
+/// (`fuzzing::openapi_spec`).
+///
+/// # Errors
+///
+/// Why the spec serves nothing.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn signatures_of(text: &str) -> Result<Vec<String>, String> {
+    let document = spec::parse(text)?;
+    let config = OpenApiConfig {
+        name: "fz".to_owned(),
+        spec: SpecLocation::File("fuzz.json".into()),
+        base_url: Some("https://fuzz.example".to_owned()),
+        include: Vec::new(),
+        exclude: Vec::new(),
+        timeout: None,
+        auth: OpenApiAuth::None,
+        headers: BTreeMap::new(),
+    };
+    let built = operations::operations(&config, &document, &crate::json::schema::Stop::default())?;
+    Ok(built
+        .operations
+        .iter()
+        .map(|operation| operation.capability.signature.clone())
+        .collect())
+}
+
 /// One OpenAPI-described service as the operator configured it (`[[openapi]]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenApiConfig {
