@@ -293,53 +293,278 @@ fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
     found
 }
 
-/// For each folder module, the files of it each file imports (`super::x`,
-/// `self::x` in `mod.rs`, `crate::folder::x`).
-fn folder_imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let src = src.to_owned();
-    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for file in rust_files(&src) {
-        let Ok(relative) = file.strip_prefix(&src) else {
-            continue;
-        };
-        let parts: Vec<String> = relative
-            .components()
-            .map(|c| {
-                c.as_os_str()
-                    .to_string_lossy()
-                    .trim_end_matches(".rs")
-                    .to_owned()
-            })
-            .collect();
-        let [folder, me] = parts.as_slice() else {
-            continue;
-        };
-        let siblings: BTreeSet<String> = rust_files(&src.join(folder))
-            .iter()
-            .filter_map(|f| Some(f.file_stem()?.to_string_lossy().into_owned()))
-            .collect();
-        let code = code_of(&file);
-        // A name the folder's `mod.rs` re-exports stands for the file it is from.
-        let renamed = reexports(&code_of(&src.join(folder).join("mod.rs")));
-        let mut found = roots_under(&code, &format!("crate::{folder}::"));
-        if me == "mod" {
-            found.extend(roots_under(&code, "self::"));
-        } else {
-            found.extend(roots_under(&code, "super::"));
-        }
-        let found: BTreeSet<String> = found
-            .into_iter()
-            .map(|name| renamed.get(&name).cloned().unwrap_or(name))
-            .collect();
-        let node = format!("{folder}/{me}");
-        let entry = graph.entry(node).or_default();
-        for name in found {
-            if siblings.contains(&name) && name != *me && name != "mod" {
-                entry.insert(format!("{folder}/{name}"));
+/// The paths a `use` tree starting at `text` names, each as its segments
+/// (`a::{b, c::{d, e}}` gives `a::b`, `a::c::d`, `a::c::e`), and how many bytes of
+/// `text` it took.
+fn use_tree(text: &str) -> (Vec<Vec<String>>, usize) {
+    let skip = |text: &str, at: usize| at + text[at..].len() - text[at..].trim_start().len();
+    let mut at = skip(text, 0);
+    if text[at..].starts_with('{') {
+        at += 1;
+        let mut paths = Vec::new();
+        loop {
+            at = skip(text, at);
+            if text[at..].starts_with('}') || at >= text.len() {
+                return (paths, (at + 1).min(text.len()));
+            }
+            let (inner, used) = use_tree(&text[at..]);
+            paths.extend(inner);
+            at = skip(text, at + used);
+            // An alias (`x as y`) names nothing more.
+            if let Some(rest) = text[at..].strip_prefix("as ") {
+                let alias = rest.trim_start();
+                let name = alias
+                    .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .unwrap_or(alias.len());
+                at = skip(text, text.len() - alias.len() + name);
+            }
+            match text[at..].chars().next() {
+                Some(',') => at += 1,
+                Some('}') => return (paths, at + 1),
+                _ => return (paths, at),
             }
         }
     }
+    let name: String = text[at..]
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    if name.is_empty() {
+        return (Vec::new(), at);
+    }
+    at += name.len();
+    match text[at..].strip_prefix("::") {
+        Some(rest) => {
+            let (inner, used) = use_tree(rest);
+            let inner = if inner.is_empty() {
+                vec![Vec::new()]
+            } else {
+                inner
+            };
+            let paths = inner
+                .into_iter()
+                .map(|path| std::iter::once(name.clone()).chain(path).collect())
+                .collect();
+            (paths, at + 2 + used)
+        }
+        None => (vec![vec![name]], at),
+    }
+}
+
+/// Every path under `prefix` (`crate::`, `super::`) in `code`, as its segments
+/// after the prefix, a group giving each of its items.
+fn paths_under(code: &str, prefix: &str) -> Vec<Vec<String>> {
+    paths_at(code, prefix)
+        .into_iter()
+        .map(|(_, path)| path)
+        .collect()
+}
+
+/// [`paths_under`], each path with the byte offset where it is written.
+fn paths_at(code: &str, prefix: &str) -> Vec<(usize, Vec<String>)> {
+    let mut paths = Vec::new();
+    for (at, _) in code.match_indices(prefix) {
+        let before = code[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue; // `my_crate::` or `a::super::`, not `crate::` / `super::`
+        }
+        let found = use_tree(&code[at + prefix.len()..]).0;
+        paths.extend(found.into_iter().map(|path| (at, path)));
+    }
+    paths
+}
+
+/// The byte ranges of the inline modules of `code` (`mod linux { ... }`), where
+/// `super::` is the file's own module.
+fn inline_modules(code: &str) -> Vec<std::ops::Range<usize>> {
+    let mut ranges = Vec::new();
+    for (at, _) in code.match_indices("mod ") {
+        if code[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+        {
+            continue;
+        }
+        let rest = &code[at + 4..];
+        let name_end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        if !rest[name_end..].trim_start().starts_with('{') {
+            continue; // `mod x;`
+        }
+        let open = at + 4 + name_end + rest[name_end..].find('{').unwrap_or(0);
+        let mut depth = 0;
+        for (i, c) in code[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        ranges.push(open..open + i);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    ranges
+}
+
+/// A file's module path from the crate root: `execute/dispatch.rs` is
+/// `["execute", "dispatch"]`, `execute/mod.rs` is `["execute"]`.
+fn module_path(relative: &Path) -> Vec<String> {
+    let mut path: Vec<String> = relative
+        .components()
+        .map(|c| {
+            c.as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_owned()
+        })
+        .collect();
+    if path.last().is_some_and(|last| last == "mod") {
+        path.pop();
+    }
+    path
+}
+
+/// The module graph inside the crate at `src`, file by file: for each module path
+/// (a file, or a folder standing for its `mod.rs`), the module paths it imports
+/// (`crate::a::b`, `super::x`, `self::x`, a folder's `mod.rs` naming a child
+/// `child::x`); a name a folder's `mod.rs` re-exports stands for the file it is from.
+fn file_imports(src: &Path) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+    let files = rust_files(src);
+    let known: BTreeSet<Vec<String>> = files
+        .iter()
+        .filter_map(|file| Some(module_path(file.strip_prefix(src).ok()?)))
+        .collect();
+    let folders: BTreeMap<Vec<String>, BTreeMap<String, String>> = files
+        .iter()
+        .filter(|file| file.file_name().is_some_and(|n| n == "mod.rs"))
+        .filter_map(|file| {
+            let module = module_path(file.strip_prefix(src).ok()?);
+            Some((module, reexports(&code_of(file))))
+        })
+        .collect();
+    // The longest known module a path starts with, a folder's re-export followed.
+    let resolve = |path: &[String]| -> Option<Vec<String>> {
+        let length = (1..=path.len())
+            .rev()
+            .find(|n| known.contains(&path[..*n]))?;
+        let mut module = path[..length].to_vec();
+        if let (Some(renamed), Some(next)) = (folders.get(&module), path.get(length))
+            && let Some(child) = renamed.get(next)
+            && known.contains(&[module.clone(), vec![child.clone()]].concat())
+        {
+            module.push(child.clone());
+        }
+        Some(module)
+    };
+    let mut graph: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for file in &files {
+        let Ok(relative) = file.strip_prefix(src) else {
+            continue;
+        };
+        let me = module_path(relative);
+        let is_folder = relative.file_name().is_some_and(|n| n == "mod.rs");
+        let code = code_of(file);
+        let mut found: Vec<Vec<String>> = paths_under(&code, "crate::");
+        let parent: Vec<String> = if is_folder {
+            me.clone()
+        } else {
+            me[..me.len().saturating_sub(1)].to_vec()
+        };
+        let above = parent[..parent.len().saturating_sub(1)].to_vec();
+        let inline = inline_modules(&code);
+        for (at, path) in paths_at(&code, "super::") {
+            // `super::super::x`: one folder up for each further `super`; in an
+            // inline module, the first `super` is the file itself.
+            let mut base = if inline.iter().any(|range| range.contains(&at)) {
+                [me.clone(), vec![String::new()]].concat()
+            } else if is_folder {
+                above.clone()
+            } else {
+                parent.clone()
+            };
+            let ups = path.iter().take_while(|s| *s == "super").count();
+            base.truncate(base.len().saturating_sub(ups));
+            found.push([base, path[ups..].to_vec()].concat());
+        }
+        for path in paths_under(&code, "self::") {
+            found.push([me.clone(), path].concat());
+        }
+        if is_folder {
+            for module in &known {
+                if module.len() == me.len() + 1 && module.starts_with(&me) {
+                    let child = &module[me.len()];
+                    for path in paths_under(&code, &format!("{child}::")) {
+                        found.push([module.clone(), path].concat());
+                    }
+                }
+            }
+        }
+        let entry = graph.entry(me.clone()).or_default();
+        for path in found {
+            if let Some(target) = resolve(&path)
+                && target != me
+            {
+                entry.insert(target);
+            }
+        }
+        // A folder's `mod.rs` does not import its own files by declaring them.
+    }
     graph
+}
+
+/// For each folder of the crate at `src`, the graph between its files and
+/// subfolders (`folder/mod` for its `mod.rs`): an arrow from one to another when a
+/// module in the first imports one in the second.
+fn folder_graphs(src: &Path) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+    let graph = file_imports(src);
+    let node = |folder: &[String], module: &[String]| -> Option<String> {
+        if !module.starts_with(folder) {
+            return None;
+        }
+        Some(match module.get(folder.len()) {
+            Some(child) => format!("{}/{child}", folder.join("/")),
+            None => format!("{}/mod", folder.join("/")),
+        })
+    };
+    let mut folders: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for file in rust_files(src) {
+        let Ok(relative) = file.strip_prefix(src) else {
+            continue;
+        };
+        // Each folder once: from its `mod.rs`, or its first file when the folder
+        // is the companion of a file (`authz/oauth.rs` and `authz/oauth/`).
+        let folder = module_path(
+            relative
+                .parent()
+                .unwrap_or(Path::new(""))
+                .join("mod.rs")
+                .as_path(),
+        );
+        if !folder.is_empty() && !folders.contains_key(&folder.join("/")) {
+            let mut inner: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            for (from, targets) in &graph {
+                let Some(from) = node(&folder, from) else {
+                    continue;
+                };
+                let entry = inner.entry(from.clone()).or_default();
+                for target in targets {
+                    if let Some(to) = node(&folder, target)
+                        && to != from
+                    {
+                        entry.insert(to);
+                    }
+                }
+            }
+            folders.insert(folder.join("/"), inner);
+        }
+    }
+    folders
 }
 
 #[test]
@@ -392,15 +617,22 @@ fn no_module_imports_one_that_imports_it_back() {
 
 #[test]
 fn no_two_files_of_one_folder_import_each_other() {
-    // This crate's folders, and the core crate's (`catalog/`).
+    // This crate's folders at every depth, `mod.rs` included (a file importing
+    // what its folder's `mod.rs` defines while `mod.rs` imports it is a cycle),
+    // and the core crate's (`catalog/`).
+    let mut found = Vec::new();
     for src in [source_dir(), source_dir().join("../core/src")] {
-        let found = cycles(&folder_imports(&src));
-        assert!(
-            found.is_empty(),
-            "cycles between the files of a folder of {}: {found:?}",
-            src.display()
-        );
+        for (folder, graph) in folder_graphs(&src) {
+            for cycle in cycles(&graph) {
+                found.push(format!("{}: {}", folder, cycle.join(" -> ")));
+            }
+        }
     }
+    assert!(
+        found.is_empty(),
+        "cycles between the files of a folder:\n{}",
+        found.join("\n")
+    );
 }
 
 /// The workspace crates (`codemode-*`) each crate under `host/` depends on, from
@@ -496,4 +728,53 @@ fn imports_are_read_from_paths_groups_and_reexports() {
     ]
     .into();
     assert_eq!(cycles(&graph), vec![vec!["a", "b", "a"]]);
+}
+
+#[test]
+fn a_file_importing_what_its_folder_s_mod_rs_defines_is_a_cycle() {
+    let src = std::env::temp_dir().join(format!("codemode-architecture-{}", std::process::id()));
+    let folder = src.join("execute");
+    std::fs::create_dir_all(folder.join("deep")).expect("temporary folder");
+    let files = [
+        // mod.rs uses its child; the child uses what mod.rs defines.
+        (
+            "execute/mod.rs",
+            "mod dispatch;\nmod deep;\nuse dispatch::call;\npub struct ExecState;\n",
+        ),
+        (
+            "execute/dispatch.rs",
+            "use super::ExecState;\npub fn call() {}\n",
+        ),
+        // Two levels down, `super::super::` reaches the same `mod.rs`; an inline
+        // module's `super::` stays in its file.
+        ("execute/deep/mod.rs", "mod leaf;\npub use leaf::Leaf;\n"),
+        (
+            "execute/deep/leaf.rs",
+            "use super::super::ExecState;\npub struct Leaf;\nmod inner {\n    use super::Leaf;\n}\n",
+        ),
+    ];
+    for (path, text) in files {
+        std::fs::write(src.join(path), text).expect("temporary file");
+    }
+    let graphs = folder_graphs(&src);
+    std::fs::remove_dir_all(&src).expect("temporary folder removed");
+    assert_eq!(
+        cycles(&graphs["execute"]),
+        vec![vec!["execute/mod", "execute/dispatch", "execute/mod"]]
+    );
+    assert_eq!(
+        graphs["execute"]["execute/deep"],
+        ["execute/mod".to_owned()].into()
+    );
+    // The inline module's `super::Leaf` is the file it is in, not `deep/mod.rs`.
+    assert!(graphs["execute/deep"]["execute/deep/leaf"].is_empty());
+    assert_eq!(
+        use_tree("a::{b, c::{d, e as f}, self}").0,
+        vec![
+            vec!["a", "b"],
+            vec!["a", "c", "d"],
+            vec!["a", "c", "e"],
+            vec!["a", "self"]
+        ]
+    );
 }

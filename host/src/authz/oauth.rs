@@ -22,7 +22,7 @@ use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, KeyAlgorithm, P
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Map, Value};
 
-use super::Subject;
+use super::subject::Subject;
 use crate::secret::Secret;
 
 /// How long a metadata or JWKS fetch may take.

@@ -22,7 +22,8 @@ use codemode_value::Value;
 use regorus::unstable::{Lexer, TokenKind};
 use regorus::utils::limits::ExecutionTimerConfig;
 
-use super::{AuthorizationInput, Authorizer, AuthzError, MAX_QUESTION_BYTES, Verdict, bounded};
+use super::bounded;
+use super::port::{AuthorizationInput, Authorizer, AuthzError, MAX_QUESTION_BYTES, Verdict};
 
 /// The decision evaluated when `--policy-decision` is not given.
 pub const DEFAULT_DECISION: &str = "data.codemode.authz.allow";

@@ -9,7 +9,7 @@
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::Subject;
+use super::subject::Subject;
 
 /// Why a tokens file was refused; `line` is 1-based.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

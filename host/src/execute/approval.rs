@@ -26,17 +26,14 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use codemode_value::Value;
 use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 
-use super::ExecState;
 use crate::audit::Approval;
-use crate::error::ToolError;
 use crate::hidden::escape_hidden;
-use crate::wait::{self, Abandoned};
 
 /// Most bytes of a call's arguments shown to the human (as JSON): past it,
 /// long strings are cut (each saying so) so that every argument stays in
@@ -227,49 +224,11 @@ pub(crate) fn digest(arguments: &Value) -> String {
     hex::encode(sha2::Sha256::digest(&bytes))
 }
 
-/// What a native call does in an execution that replays or records.
-pub(crate) enum Step {
-    /// It was made before: its recorded result, encoded.
-    Replayed(Vec<u8>),
-    /// It runs (when recording, with this digest).
-    Live(Option<String>),
-}
-
-/// The next native call, of `capability_id` with `arguments`: replayed from
-/// the record while there is one, else live. A call that differs from the
-/// record at its position (or a record that does not decode) fails the
-/// execution with [`DIVERGED`].
-pub(crate) fn next_call(
-    state: &mut ExecState,
-    capability_id: &str,
-    arguments: &Value,
-) -> Result<Step, ToolError> {
-    let position = state.approvals.position;
-    state.approvals.position += 1;
-    let recording = state.approvals.recorded.is_some();
-    let Some(replay) = &state.approvals.replay else {
-        return Ok(Step::Live(recording.then(|| digest(arguments))));
-    };
-    let digest = digest(arguments);
-    let diverged = || ToolError::CapabilityFailed(Some(DIVERGED.to_owned()));
-    match replayed(replay, position, capability_id, &digest).map_err(|()| diverged())? {
-        Some(recorded) => {
-            let bytes = hex::decode(&recorded.result).map_err(|_| diverged())?;
-            let recorded = recorded.clone();
-            if let Some(calls) = &mut state.approvals.recorded {
-                calls.push(recorded);
-            }
-            Ok(Step::Replayed(bytes))
-        }
-        None => Ok(Step::Live(Some(digest))),
-    }
-}
-
 /// What `replay` says of the call at `position` of `capability_id` whose
 /// arguments have `digest`: its record (`Some`), live (`None`: past the
 /// record, the pending call first), or `Err` when it differs from what was
 /// recorded or pending there.
-fn replayed<'a>(
+pub(super) fn replayed<'a>(
     replay: &'a Replay,
     position: usize,
     capability_id: &str,
@@ -286,22 +245,6 @@ fn replayed<'a>(
             Err(())
         }
         None => Ok(None),
-    }
-}
-
-/// Records a live call's result, when the execution records.
-pub(crate) fn record(
-    state: &mut ExecState,
-    capability_id: &str,
-    digest: Option<String>,
-    bytes: &[u8],
-) {
-    if let (Some(calls), Some(digest)) = (&mut state.approvals.recorded, digest) {
-        calls.push(Recorded {
-            id: capability_id.to_owned(),
-            digest,
-            result: hex::encode(bytes),
-        });
     }
 }
 
@@ -349,13 +292,13 @@ impl Outcome {
 /// runs.
 #[derive(Debug, Default)]
 pub(crate) struct Approvals {
-    for_execution: HashSet<String>,
+    pub(super) for_execution: HashSet<String>,
     /// Its successful calls so far (recorded only when the approver suspends).
-    recorded: Option<Vec<Recorded>>,
+    pub(super) recorded: Option<Vec<Recorded>>,
     /// The record it replays.
-    replay: Option<Replay>,
+    pub(super) replay: Option<Replay>,
     /// Native calls that reached authorization so far.
-    position: usize,
+    pub(super) position: usize,
     /// Where it stopped to ask, when its approver suspends.
     pub(crate) suspended: Option<Suspended>,
 }
@@ -382,150 +325,6 @@ impl Approvals {
     }
 }
 
-/// Asks whether the call of `capability` (`name`) with `arguments` may run;
-/// `Ok` when it may. The outcome is counted and returned for the audit line.
-pub(crate) fn approve(
-    state: &mut ExecState,
-    capability_id: &str,
-    name: &str,
-    arguments: &Value,
-    question: String,
-) -> (Outcome, Result<(), ToolError>) {
-    let outcome = ask(state, capability_id, name, arguments, question);
-    state.metrics.approval(outcome.0.text());
-    outcome
-}
-
-/// What the human answered, as the outcome of the call asked about.
-fn answered(
-    state: &mut ExecState,
-    capability_id: &str,
-    name: &str,
-    answer: Answer,
-) -> (Outcome, Result<(), ToolError>) {
-    match answer {
-        Answer::Approved => (Outcome::Approved, Ok(())),
-        Answer::ApprovedForExecution => {
-            state
-                .approvals
-                .for_execution
-                .insert(capability_id.to_owned());
-            (Outcome::ApprovedForExecution, Ok(()))
-        }
-        Answer::Declined => (Outcome::Declined, Err(ToolError::PermissionDenied)),
-        Answer::TimedOut => {
-            tracing::info!(
-                subject = %state.subject.id,
-                capability = %name,
-                "call denied: no answer to its approval in time (--approval-timeout)"
-            );
-            (Outcome::TimedOut, Err(ToolError::PermissionDenied))
-        }
-        Answer::NotAsked(reason) => {
-            tracing::info!(
-                subject = %state.subject.id,
-                capability = %name,
-                reason = %reason,
-                "call denied: the policy asks a human, who cannot be asked"
-            );
-            (Outcome::NotAsked, Err(ToolError::PermissionDenied))
-        }
-    }
-}
-
-fn ask(
-    state: &mut ExecState,
-    capability_id: &str,
-    name: &str,
-    arguments: &Value,
-    question: String,
-) -> (Outcome, Result<(), ToolError>) {
-    if state.approvals.for_execution.contains(capability_id) {
-        return (Outcome::ApprovedEarlier, Ok(()));
-    }
-    // The call a replay was answered for (`next_call` checked it is the one).
-    let position = state.approvals.position.saturating_sub(1);
-    let answer = match &mut state.approvals.replay {
-        Some(replay) if position == replay.calls.len() => {
-            Some(std::mem::replace(&mut replay.answer, Answer::Declined))
-        }
-        Some(_) | None => None,
-    };
-    if let Some(answer) = answer {
-        return answered(state, capability_id, name, answer);
-    }
-    let Some(approver) = state.approver.clone() else {
-        tracing::info!(
-            subject = %state.subject.id,
-            capability = %name,
-            reason = "this execution has nobody to ask",
-            "call denied: the policy asks a human, who cannot be asked"
-        );
-        return (Outcome::NotAsked, Err(ToolError::PermissionDenied));
-    };
-    let Some((shown, cut)) = shown(arguments) else {
-        tracing::info!(
-            subject = %state.subject.id,
-            capability = %name,
-            reason = ARGUMENTS_TOO_LARGE,
-            "call denied: the policy asks a human, who cannot be asked"
-        );
-        return (Outcome::NotAsked, Err(ToolError::PermissionDenied));
-    };
-    let request = ApprovalRequest {
-        question: escape_hidden(&question),
-        capability: name.to_owned(),
-        arguments: shown,
-        cut,
-    };
-    if approver.suspends() {
-        state.approvals.suspended = Some(Suspended {
-            calls: state.approvals.recorded.clone().unwrap_or_default(),
-            pending: PendingCall {
-                id: capability_id.to_owned(),
-                digest: digest(arguments),
-            },
-            request,
-            for_execution: state.approvals.for_execution.iter().cloned().collect(),
-        });
-        return (Outcome::Awaiting, Err(ToolError::PermissionDenied));
-    }
-    // One subject's unanswered questions hold at most its share of the slots.
-    let Some(_waiting) = state.waiting.enter(&state.subject.id) else {
-        tracing::info!(
-            subject = %state.subject.id,
-            capability = %name,
-            reason = TOO_MANY_WAITING,
-            "call denied: the policy asks a human, who cannot be asked"
-        );
-        return (Outcome::NotAsked, Err(ToolError::PermissionDenied));
-    };
-    // The approver withdraws the question at its timeout (and says so); this
-    // wait ends a little later in case it cannot.
-    let asked = Instant::now();
-    let answer = wait::until(
-        asked + approver.timeout() + WITHDRAW_GRACE,
-        Some(state.stop.cancel()),
-        approver.ask(request),
-    );
-    // Waiting for the human is not the program's time.
-    state.stop.extend(asked.elapsed());
-    match answer {
-        Ok(answer) => answered(state, capability_id, name, answer),
-        Err(Abandoned::Deadline) => {
-            tracing::info!(
-                subject = %state.subject.id,
-                capability = %name,
-                waited_ms = crate::units::millis(asked.elapsed()),
-                "call denied: no answer to its approval in time (--approval-timeout)"
-            );
-            (Outcome::TimedOut, Err(ToolError::PermissionDenied))
-        }
-        Err(Abandoned::Cancelled) => (Outcome::Canceled, Err(ToolError::Canceled)),
-        Err(Abandoned::NoRuntime) => (Outcome::NotAsked, Err(ToolError::Internal)),
-    }
-}
-
 /// `arguments` as JSON for a human to read, at most [`MAX_ARGUMENTS_SHOWN`]
 /// bytes, and whether a string had to be cut: strings longer than a limit are
 /// cut (ending in `…[cut]`), the limit lowered until the whole fits, so that no
@@ -535,7 +334,7 @@ fn ask(
 pub(crate) fn shown(arguments: &Value) -> Option<(String, bool)> {
     for limit in [usize::MAX, 512, 128, 32, 8] {
         let cut = cut_strings(arguments, limit);
-        let text = super::to_json(cut)?.to_string();
+        let text = crate::json::values::to_json(cut)?.to_string();
         let text = escape_hidden(&text);
         if text.len() <= MAX_ARGUMENTS_SHOWN {
             return Some((text, limit != usize::MAX));

@@ -17,8 +17,9 @@ use wasmtime::component::{Linker, WasmList};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use super::approval::{self, Outcome};
-use super::{ExecState, Route};
+use super::approval::Outcome;
+use super::asking;
+use super::state::{ExecState, OK, Route};
 use crate::audit::{AuditRecord, Decision, rfc3339};
 use crate::authz::{AuthorizationInput, AuthzError, Verdict};
 use crate::budget::Budget;
@@ -38,8 +39,6 @@ const WIRE_CAPACITY: usize = 256;
 /// failed call and report where the call was.
 const UNWIND_FUEL: u64 = 20_000_000;
 
-/// The outcome of a successful call, in the audit log and the metrics.
-pub(super) const OK: &str = "ok";
 /// The outcome of a call stopped to ask the client's user (a 2026-07-28
 /// client's `input_required`), in the audit log and the metrics: not a denial,
 /// its answer decides. Also the label of such an execution.
@@ -315,7 +314,7 @@ fn call(
     // A replay answers the calls made before from its record (authorized again:
     // a policy reloaded since may deny them; one that asks was answered).
     let step = if state.approvals.active() {
-        Some(approval::next_call(
+        Some(asking::next_call(
             state,
             route.capability.id.as_str(),
             &canonical,
@@ -343,7 +342,7 @@ fn call(
         }
     };
     let digest = match step {
-        Some(approval::Step::Replayed(bytes)) => {
+        Some(asking::Step::Replayed(bytes)) => {
             trace.decision = Decision::Replayed;
             state.ledger.charge_result(
                 codemode_value::decode(&bytes, max_depth + 1)
@@ -352,14 +351,14 @@ fn call(
             )?;
             return Ok(bytes);
         }
-        Some(approval::Step::Live(digest)) => digest,
+        Some(asking::Step::Live(digest)) => digest,
         None => None,
     };
     match verdict {
         Verdict::Allow => trace.decision = Decision::Allow,
         Verdict::Ask(question) => {
             trace.decision = Decision::Asked;
-            let (outcome, approved) = approval::approve(
+            let (outcome, approved) = asking::approve(
                 state,
                 route.capability.id.as_str(),
                 name,
@@ -380,7 +379,7 @@ fn call(
     state
         .ledger
         .charge_result(out.json_len().unwrap_or(usize::MAX))?;
-    approval::record(state, route.capability.id.as_str(), digest, &bytes);
+    asking::record(state, route.capability.id.as_str(), digest, &bytes);
     Ok(bytes)
 }
 

@@ -10,10 +10,12 @@
 //! what it burns is taken from the interpreter's store.
 
 mod approval;
+mod asking;
 mod dispatch;
 mod ledger;
 mod limits;
 mod runner;
+mod state;
 mod teardown;
 
 use std::collections::HashMap;
@@ -23,10 +25,9 @@ use arc_swap::ArcSwap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use codemode_value::Value;
 use wasmtime::component::{Linker, ResourceTable};
 use wasmtime::{Engine, Store};
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::WasiCtx;
 
 pub(crate) use approval::{
     Answer, ApprovalRequest, Approver, Asking, PendingCall, Recorded, Replay, Suspended,
@@ -34,17 +35,19 @@ pub(crate) use approval::{
 };
 pub use limits::{LimitError, Limits, Retuned};
 pub use runner::RunnerError;
+use state::ExecState;
+pub use state::Progress;
+pub(crate) use state::{Dispatch, Route};
 
 use crate::audit::AuditLog;
 use crate::authz::exchange::TokenExchange;
 use crate::authz::{Authorizer, Subject};
 use crate::budget::Budget;
 use crate::cache::ArtifactCache;
-use crate::catalog::Capability;
 use crate::error::ToolError;
 use crate::metrics::Metrics;
 use crate::plugins::{MemoryCap, MemoryHit};
-use crate::source::{CapabilitySource, Session, TraceContext};
+use crate::source::TraceContext;
 use crate::telemetry::{CallTracer, ExecutionSummary, Telemetry};
 use crate::wait::{Cancel, Interrupted, Stop};
 use ledger::Ledger;
@@ -57,49 +60,6 @@ pub const MAX_PROGRAM_DETAIL_BYTES: usize = 4096;
 /// How often the epoch advances: the resolution of the time budget and of noticing a
 /// cancelled request.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
-
-/// Where each enabled capability is served.
-#[derive(Clone)]
-pub(crate) struct Route {
-    /// Index into [`Dispatch::sources`].
-    pub source: usize,
-    /// The capability's index among its source's capabilities.
-    pub index: usize,
-    /// The capability, as its source and the catalog hold it: its stable ID (for
-    /// authorization) and the parameters binding checks arguments against.
-    pub capability: Arc<Capability>,
-}
-
-/// The catalog as the executor sees it: names, routes and the sources behind them.
-#[derive(Default)]
-pub(crate) struct Dispatch {
-    /// Every enabled capability name, sorted.
-    pub names: Vec<String>,
-    /// The route of each name in [`Dispatch::names`], at the same position.
-    pub routes: Vec<Route>,
-    /// The capability sources (shared with the next catalog when unchanged).
-    pub sources: Vec<Arc<dyn CapabilitySource>>,
-}
-
-impl Dispatch {
-    /// Only the capabilities `keep` says yes to, served by the same sources:
-    /// for an execution, the others are as if disabled (not listed, never
-    /// suggested, never called).
-    pub(crate) fn subset(&self, keep: impl Fn(&Capability) -> bool) -> Dispatch {
-        let (names, routes) = self
-            .names
-            .iter()
-            .zip(&self.routes)
-            .filter(|(_, route)| keep(&route.capability))
-            .map(|(name, route)| (name.clone(), route.clone()))
-            .unzip();
-        Dispatch {
-            names,
-            routes,
-            sources: self.sources.clone(),
-        }
-    }
-}
 
 /// What an execution cost, reported in the tool result's `_meta`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -211,15 +171,6 @@ impl Drop for Executor {
     }
 }
 
-/// Told as an execution advances, for a client that asked for progress: after
-/// each successful native call, how many succeeded so far and the capability's
-/// name (never arguments or results). Called on the execution's thread, between
-/// calls: it must not block.
-pub trait Progress: Send + Sync {
-    /// `calls` native calls succeeded so far, the latest one of `capability`.
-    fn call_done(&self, calls: u64, capability: &str);
-}
-
 /// How one execution runs beyond its program: who hears of its progress, the
 /// trace context its request carried (W3C; its span's parent when tracing,
 /// passed on to upstreams either way), and a time budget of its own.
@@ -241,88 +192,6 @@ pub(crate) struct RunOptions {
     /// the execution fails at once with `capability failed: <source> is still
     /// starting`, logged, counted and traced as any failed execution.
     pub not_started: Option<String>,
-}
-
-/// The data of one execution's interpreter store.
-pub(crate) struct ExecState {
-    wasi: WasiCtx,
-    table: ResourceTable,
-    memory: MemoryCap,
-    dispatch: Arc<Dispatch>,
-    /// Every budget this execution has charged.
-    ledger: Ledger,
-    subject: Subject,
-    authorizer: Arc<dyn Authorizer>,
-    /// Trades a caller's access token for an upstream's (`--oauth-client-id`).
-    token_exchange: Option<Arc<dyn TokenExchange>>,
-    audit: Option<Arc<AuditLog>>,
-    metrics: Arc<Metrics>,
-    /// This execution's number, for the audit log.
-    execution: u64,
-    stop: Stop,
-    /// The capabilities the interpreter was told of, as positions in
-    /// [`Dispatch::names`]: a call names one by its position in this list.
-    listed: Vec<usize>,
-    /// Successful calls of each capability in `listed`, at the same position: added
-    /// to the metrics once, when the execution ends, instead of a locked update per
-    /// call. (A failed call ends the execution and is counted at once.)
-    ok_calls: Vec<u64>,
-    /// Successful native calls so far, and who hears of each.
-    calls_done: u64,
-    progress: Option<Arc<dyn Progress>>,
-    /// Who is asked when the policy says to ask, and what was approved.
-    approver: Option<Arc<dyn Approver>>,
-    approvals: approval::Approvals,
-    /// Executions waiting for a human, per subject (shared by all).
-    waiting: Arc<approval::Waiting>,
-    /// How calls join the execution's trace, when it is traced or its request
-    /// carried a trace context.
-    calls: Option<CallTracer>,
-    /// The trace context of the call being made, for its source.
-    call_trace: Option<TraceContext>,
-    /// One session per source used (index into [`Dispatch::sources`]), opened on
-    /// first use.
-    sessions: HashMap<usize, Box<dyn Session>>,
-    /// The failure of a native call: it decides the execution's error.
-    retained: Option<ToolError>,
-    /// The capability whose call failed, when one did.
-    failed_capability: Option<String>,
-    /// Fuel granted past the budget to unwind after a failed call (not counted).
-    unwind_fuel: u64,
-    /// The interpreter reported a value too large to hold; its abort follows.
-    too_large: bool,
-}
-
-/// Counts what was not counted yet, whatever ended the execution (a panic that
-/// unwinds its thread included).
-impl Drop for ExecState {
-    fn drop(&mut self) {
-        self.count_ok_calls();
-    }
-}
-
-impl ExecState {
-    /// Adds this execution's successful native calls to the metrics (and zeroes
-    /// them, so a second count adds nothing).
-    fn count_ok_calls(&mut self) {
-        for (&position, count) in self.listed.iter().zip(&mut self.ok_calls) {
-            if *count > 0
-                && let Some(name) = self.dispatch.names.get(position)
-            {
-                self.metrics.native_calls(name, dispatch::OK, *count);
-            }
-            *count = 0;
-        }
-    }
-}
-
-impl WasiView for ExecState {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
-    }
 }
 
 /// What the executor is built from.
@@ -853,7 +722,7 @@ impl Job {
             .map_err(|_| state.ledger.exhaust(Budget::ValueDepth))?;
         stats.result_bytes = codemode_value::json_len(&value);
         state.ledger.check_final_value(stats.result_bytes)?;
-        to_json(value).ok_or(ToolError::InvalidProgram(None))
+        crate::json::values::to_json(value).ok_or(ToolError::InvalidProgram(None))
     }
 }
 
@@ -897,33 +766,6 @@ pub(crate) fn classify_trap(
         }
     }
 }
-/// The final value as JSON (object keys sorted). `None` for what JSON cannot carry;
-/// the interpreter rejects those before, so this is a second line.
-fn to_json(value: Value) -> Option<serde_json::Value> {
-    Some(match value {
-        Value::None => serde_json::Value::Null,
-        Value::Bool(b) => serde_json::Value::Bool(b),
-        Value::Int(i) => serde_json::Value::from(i),
-        Value::Float(f) => serde_json::Value::Number(serde_json::Number::from_f64(f)?),
-        Value::Str(s) => serde_json::Value::String(s),
-        Value::List(items) => {
-            serde_json::Value::Array(items.into_iter().map(to_json).collect::<Option<_>>()?)
-        }
-        Value::Dict(mut entries) => {
-            // JSON objects keep their order here (`preserve_order`, for upstream
-            // schemas): the answer's keys are sorted by hand.
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
-            serde_json::Value::Object(
-                entries
-                    .into_iter()
-                    .map(|(k, v)| Some((k, to_json(v)?)))
-                    .collect::<Option<_>>()?,
-            )
-        }
-        Value::BigInt { .. } | Value::NonStringKeys | Value::Unsupported(_) => return None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -132,6 +132,34 @@ pub(crate) fn from_json(
     })
 }
 
+/// A value as JSON (object keys sorted): a program's answer, arguments shown to
+/// a human. `None` for what JSON cannot carry;
+/// the interpreter rejects those before, so this is a second line.
+pub(crate) fn to_json(value: Value) -> Option<serde_json::Value> {
+    Some(match value {
+        Value::None => serde_json::Value::Null,
+        Value::Bool(b) => serde_json::Value::Bool(b),
+        Value::Int(i) => serde_json::Value::from(i),
+        Value::Float(f) => serde_json::Value::Number(serde_json::Number::from_f64(f)?),
+        Value::Str(s) => serde_json::Value::String(s),
+        Value::List(items) => {
+            serde_json::Value::Array(items.into_iter().map(to_json).collect::<Option<_>>()?)
+        }
+        Value::Dict(mut entries) => {
+            // JSON objects keep their order here (`preserve_order`, for upstream
+            // schemas): the answer's keys are sorted by hand.
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| Some((k, to_json(v)?)))
+                    .collect::<Option<_>>()?,
+            )
+        }
+        Value::BigInt { .. } | Value::NonStringKeys | Value::Unsupported(_) => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,7 @@ use codemode_value::Value;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value as Json};
 
-use super::OpenApiAuth;
+use super::config::OpenApiAuth;
 use super::operations::{BodyKind, Location, Operation, Output, RESULT_FIELD, Style};
 use crate::budget::{Budget, Nodes, OutOfNodes};
 use crate::catalog::{BindError, BindLimits, Bound, Capability};

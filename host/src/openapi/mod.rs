@@ -10,28 +10,22 @@
 //! they describe are bounded, and a spec that does not load is named in
 //! `/readyz` while the rest serves.
 //!
-//! `spec.rs` reads a spec (a file or an HTTPS URL, JSON or YAML, OpenAPI 3.x);
+//! `config.rs` holds a service's settings (`[[openapi]]`); `spec.rs` reads a spec (a file or an HTTPS URL, JSON or YAML, OpenAPI 3.x);
 //! `operations.rs` turns its operations into capabilities; `call.rs` makes a
 //! call's request and reads its answer; `provider.rs` loads a spec in the
 //! background and offers what it became.
 
 mod call;
+mod config;
 mod operations;
 mod provider;
 mod spec;
 
+pub use config::{OpenApiAuth, OpenApiConfig, SpecLocation};
 pub(crate) use provider::OpenApiProvider;
 
+#[cfg(any(test, feature = "fuzzing"))]
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::time::Duration;
-
-use crate::secret::Secret;
-
-/// The prefix of every OpenAPI capability's stable ID:
-/// `openapi:<name>/<operationId>` (or `openapi:<name>/<METHOD> <path>` for an
-/// operation without one).
-pub(crate) const ID_PREFIX: &str = "openapi:";
 
 /// The signatures of the capabilities a spec's `text` becomes (as a service
 /// named `fz` at `https://fuzz.example`): the fuzz target's entry
@@ -59,74 +53,4 @@ pub(crate) fn signatures_of(text: &str) -> Result<Vec<String>, String> {
         .iter()
         .map(|operation| operation.capability.signature.clone())
         .collect())
-}
-
-/// One OpenAPI-described service as the operator configured it (`[[openapi]]`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OpenApiConfig {
-    /// The root of its capability names (`github` → `github.repos_get`), and its
-    /// name in logs and messages.
-    pub name: String,
-    /// Where its description is read from.
-    pub spec: SpecLocation,
-    /// Where its requests go; `None`: the spec's first server. Requests never go
-    /// to another origin, whatever the spec's operations name.
-    pub base_url: Option<String>,
-    /// The operations served, by tag or `operationId`; empty serves all.
-    pub include: Vec<String>,
-    /// Operations left out, by tag or `operationId`.
-    pub exclude: Vec<String>,
-    /// Wall time one call may take (also capped by the execution's remaining
-    /// time); `None` is the execution's remaining time.
-    pub timeout: Option<Duration>,
-    /// Whose credential its requests carry.
-    pub auth: OpenApiAuth,
-    /// Sent with every request.
-    pub headers: BTreeMap<String, String>,
-}
-
-/// Where a spec is read from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SpecLocation {
-    /// A file on this machine, read again at each reload.
-    File(PathBuf),
-    /// An `https://` URL (`http://` on a loopback host), fetched at each reload.
-    Url(String),
-}
-
-impl std::fmt::Display for SpecLocation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::File(path) => write!(f, "{}", path.display()),
-            Self::Url(url) => f.write_str(url),
-        }
-    }
-}
-
-/// Whose credential an OpenAPI service's requests carry.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum OpenApiAuth {
-    /// None.
-    #[default]
-    None,
-    /// The operator's token, as `Authorization: Bearer …`.
-    Bearer(Secret),
-    /// The operator's key, in the header named.
-    ApiKey {
-        /// The header's name (`X-API-Key`).
-        header: String,
-        /// Its value.
-        key: Secret,
-    },
-    /// Each call carries its caller's access token, unchanged (`auth =
-    /// "forward"`); a caller without one cannot call it.
-    Forward,
-    /// Each call carries a token the issuer made for `audience` in exchange for
-    /// its caller's (`auth = "token-exchange"`, RFC 8693).
-    TokenExchange {
-        /// The audience asked for: the service's resource identifier.
-        audience: String,
-    },
 }

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value as Json};
 
-use super::{ID_PREFIX, OpenApiConfig};
+use super::config::{ID_PREFIX, OpenApiConfig};
 use crate::catalog::{
     Annotations, Capability, CapabilitySpec, Field, IntKind, Shape, check_parameter_name,
     validate_spec, with_arguments,

@@ -12,9 +12,9 @@ use std::time::Instant;
 use tokio::task::JoinHandle;
 
 use super::call::OpenApi;
+use super::config::{ID_PREFIX, OpenApiConfig};
 use super::operations::operations;
 use super::spec::{self, Read};
-use super::{ID_PREFIX, OpenApiConfig};
 use crate::json::schema::Stop;
 use crate::source::{CapabilitySource, Offer, Provider, Publisher, Reserved, Skipped};
 use crate::wait;
@@ -194,7 +194,7 @@ impl OpenApiProvider {
 fn build(config: &OpenApiConfig, read: &Read, stop: &Stop) -> Result<OpenApi, String> {
     let document = spec::parse(&read.text)?;
     let base = base_url(config, &document, read.url.as_ref())?;
-    if config.base_url.is_none() && !matches!(config.auth, super::OpenApiAuth::None) {
+    if config.base_url.is_none() && !matches!(config.auth, super::config::OpenApiAuth::None) {
         // The spec chose where the credential goes: only encrypted, and only
         // to where the spec itself came from.
         crate::authz::oauth::check_url("the spec's server", base.as_str())

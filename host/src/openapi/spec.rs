@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value as Json};
 
-use super::SpecLocation;
+use super::config::SpecLocation;
 use crate::files::read_text;
 
 /// Largest spec read, in bytes. GitHub's description of its whole API (about

@@ -16,8 +16,8 @@ use std::time::SystemTime;
 
 use wasmtime::Engine;
 
-use super::file_label;
 use super::grants::{GlobalCaps, Grants, SIDECAR_EXTENSION};
+use super::listing::file_label;
 use super::load::{LoadLimits, LoadedPlugin, load_file};
 use crate::cache::ArtifactCache;
 use crate::source::Skipped;
@@ -148,7 +148,7 @@ impl PluginFolder {
         engine: &Engine,
         cache: Option<&ArtifactCache>,
     ) -> std::io::Result<ScanReport> {
-        let paths = match super::plugin_files(&self.dir) {
+        let paths = match super::listing::plugin_files(&self.dir) {
             Ok(paths) => paths,
             Err(error) if self.optional && error.kind() == std::io::ErrorKind::NotFound => {
                 Vec::new()

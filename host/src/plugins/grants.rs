@@ -148,7 +148,7 @@ impl Grants {
     /// A message naming the sidecar and what is wrong in it.
     pub(crate) fn for_plugin(wasm: &Path) -> Result<Self, String> {
         let path = Self::sidecar_path(wasm);
-        let label = super::file_label(&path);
+        let label = super::listing::file_label(&path);
         let bytes = match read_regular(&path, MAX_SIDECAR_BYTES, "the size of any sidecar") {
             Ok(bytes) => bytes,
             Err(FileError::Io(error)) if error.kind() == std::io::ErrorKind::NotFound => {

@@ -12,9 +12,9 @@ use wasmtime::Engine;
 use wasmtime::component::{Component, InstancePre};
 
 use super::compile::{self, CompileError, Compiler};
-use super::file_label;
 use super::grants::Grants;
 use super::invoke::CallTarget;
+use super::listing::file_label;
 use super::metadata::{self, ANNOTATIONS_INTERFACE, Annotated, METADATA_INTERFACE, MetadataEntry};
 use super::reflect::{self, ExportedFunc, TypeError};
 use super::sandbox::{self, PluginState};

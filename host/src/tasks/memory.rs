@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::oneshot;
 
-use super::{Answer, Question, TaskLimits, TaskRefused, TaskState, TaskView, new_id};
+use super::task::{Answer, Question, TaskLimits, TaskRefused, TaskState, TaskView, new_id};
 
 /// One task on the board.
 struct Entry {
@@ -144,7 +144,7 @@ impl TaskBoard {
             inner: Mutex::new(Board::default()),
             claims: Mutex::default(),
             // Without random bytes, the process and the time tell boards apart.
-            id: super::new_id().unwrap_or_else(|_| {
+            id: super::task::new_id().unwrap_or_else(|_| {
                 let nanos = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |since| since.as_nanos());

@@ -25,9 +25,9 @@ use rmcp::transport::streamable_http_client::{
 };
 use sse_stream::Sse;
 
-use super::Secret;
 use super::credentials::{Credentials, REFUSED_CODE};
 use super::lines::{MAX_MESSAGE_BYTES, MAX_MESSAGE_TEXT, OVERSIZED_CODE, made_up_error};
+use crate::secret::Secret;
 
 /// How rmcp's error for an SSE event over its limit begins (its error type is
 /// private, so the text is all there is to tell it by; the end-to-end test of an

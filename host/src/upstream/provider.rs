@@ -10,9 +10,11 @@ use std::time::Instant;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::client::Upstream;
+use super::config::UpstreamConfig;
+use super::gate::UpstreamGate;
 use super::names::ID_PREFIX;
 use super::supervise::{Publish, run};
-use super::{Upstream, UpstreamConfig, UpstreamGate};
 use crate::metrics::Metrics;
 use crate::source::{Accepted, CapabilitySource, Offer, Provider, Publisher, Reserved};
 use crate::wait;
@@ -138,7 +140,7 @@ impl Provider for UpstreamProvider {
                 Err(_) => true,
             }
         };
-        let publish: Publish = Arc::new(offer.clone());
+        let publish: Publish<Upstream> = Arc::new(offer.clone());
         let (config, gate, mut stop) = (
             self.config.clone(),
             self.gate.clone(),

@@ -13,7 +13,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use tokio::sync::{Notify, oneshot, watch};
 
-use super::{CONNECT_TIMEOUT, Upstream, UpstreamConfig};
+use super::config::{CONNECT_TIMEOUT, UpstreamConfig};
 
 /// How long the first reconnection waits; each failure doubles it, up to
 /// [`MAX_RETRY`].
@@ -32,7 +32,7 @@ const RELIST_INTERVAL: Duration = Duration::from_secs(1);
 /// SIGKILL needs a moment to land.
 pub(crate) const STOP_GRACE: Duration = Duration::from_secs(8);
 
-/// What a supervisor keeps serving: an [`Upstream`] (or, in the tests, a fake
+/// What a supervisor keeps serving: an [`Upstream`](super::Upstream) (or, in the tests, a fake
 /// whose sessions end, fail and change tools when the test says).
 pub(crate) trait Supervised: Send + Sync + Sized + 'static {
     /// Connects as `config` says (the supervisor bounds it by [`CONNECT_TIMEOUT`]).
@@ -57,39 +57,8 @@ pub(crate) trait Supervised: Send + Sync + Sized + 'static {
     fn capability_count(&self) -> usize;
 }
 
-impl Supervised for Upstream {
-    fn connect(
-        config: &UpstreamConfig,
-    ) -> impl Future<Output = Result<Connected<Self>, String>> + Send {
-        Upstream::connect(config)
-    }
-
-    fn relisted(
-        &self,
-        config: &UpstreamConfig,
-    ) -> impl Future<Output = Result<Self, String>> + Send {
-        Upstream::relisted(self, config)
-    }
-
-    fn stop(
-        &self,
-        closed: &mut oneshot::Receiver<()>,
-        grace: Duration,
-    ) -> impl Future<Output = ()> + Send {
-        Upstream::stop(self, closed, grace)
-    }
-
-    fn end_leftovers(&self) {
-        Upstream::end_leftovers(self);
-    }
-
-    fn capability_count(&self) -> usize {
-        Upstream::capability_count(self)
-    }
-}
-
 /// An upstream that just connected, with what its supervisor watches.
-pub(crate) struct Connected<S = Upstream> {
+pub(crate) struct Connected<S> {
     /// The upstream.
     pub upstream: Arc<S>,
     /// Fires when the session ends (the child exited, the protocol broke, or the
@@ -100,7 +69,7 @@ pub(crate) struct Connected<S = Upstream> {
 }
 
 /// One configured upstream and its first connection, if it succeeded.
-pub(crate) struct Slot<S = Upstream> {
+pub(crate) struct Slot<S> {
     /// As configured.
     pub config: UpstreamConfig,
     /// The first attempt's upstream; `None` when it failed (logged).
@@ -111,10 +80,10 @@ pub(crate) struct Slot<S = Upstream> {
 /// Returns `false` once nobody is listening (the service is gone): the supervisor
 /// then stops. It may block (it rebuilds the catalog), so it is called on a blocking
 /// thread.
-pub(crate) type Publish<S = Upstream> = Arc<dyn Fn(Option<Arc<S>>) -> bool + Send + Sync>;
+pub(crate) type Publish<S> = Arc<dyn Fn(Option<Arc<S>>) -> bool + Send + Sync>;
 
 /// One connection attempt: the upstream, or why it cannot serve.
-type Attempt<S = Upstream> = Result<Connected<S>, String>;
+type Attempt<S> = Result<Connected<S>, String>;
 
 /// Connects `config` within [`CONNECT_TIMEOUT`].
 async fn attempt<S: Supervised>(config: &UpstreamConfig) -> Attempt<S> {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 
-use super::super::Unavailable;
+use super::super::task::Unavailable;
 use super::connection::ask;
 use super::keys::CLAIM_KEY;
 use super::time::millis;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::super::Unavailable;
+use super::super::task::Unavailable;
 
 /// How long connecting to Redis may take.
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 
-use super::super::TaskLimits;
+use super::super::task::TaskLimits;
 use super::connection::{MAX_RETRY_DELAY, RESPONSE_TIMEOUT};
 use super::keys::{BYTES_KEY, ORDER_KEY, SIZES_KEY, TASK_KEY};
 use super::scripts::scripts;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::super::Question;
+use super::super::task::Question;
 
 /// A task running on this replica.
 pub(super) struct Running {

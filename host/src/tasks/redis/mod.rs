@@ -47,7 +47,7 @@ use redis::aio::ConnectionManager;
 use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 
-use super::{
+use super::task::{
     Answer, MAX_RESPONSES, Question, TaskLimits, TaskRefused, TaskState, TaskView, Unavailable,
     new_id,
 };

@@ -71,7 +71,7 @@ pub(super) const READ: &str = include_str!("scripts/read.lua");
 pub(super) const MAX_FIELD_BYTES: usize = 4096;
 
 /// The most bytes of a task's `input` (its questions) or `answer` read from
-/// the store: a server writes at most [`MAX_RESPONSES`](super::super::MAX_RESPONSES) questions of a few
+/// the store: a server writes at most [`MAX_RESPONSES`](super::super::task::MAX_RESPONSES) questions of a few
 /// kilobytes, and answers reduced to their action and two fields.
 pub(super) const MAX_INPUT_BYTES: usize = 1024 * 1024;
 

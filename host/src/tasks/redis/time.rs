@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::super::TaskLimits;
+use super::super::task::TaskLimits;
 
 /// How long past its time budget a task still working is taken for lost.
 pub const STALE_AFTER: Duration = Duration::from_secs(30);

@@ -1,0 +1,160 @@
+//! What one execution's interpreter store holds ([`ExecState`]) and the catalog
+//! as the executor sees it ([`Dispatch`], its [`Route`]s): the data the
+//! executor, the dispatcher and the approval steps share, so this file imports
+//! none of them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::approval::{Approvals, Approver, Waiting};
+use super::ledger::Ledger;
+use crate::audit::AuditLog;
+use crate::authz::exchange::TokenExchange;
+use crate::authz::{Authorizer, Subject};
+use crate::catalog::Capability;
+use crate::error::ToolError;
+use crate::metrics::Metrics;
+use crate::plugins::MemoryCap;
+use crate::source::{CapabilitySource, Session, TraceContext};
+use crate::telemetry::CallTracer;
+use crate::wait::Stop;
+
+/// The outcome of a successful call, in the audit log and the metrics.
+pub(super) const OK: &str = "ok";
+
+/// Where each enabled capability is served.
+#[derive(Clone)]
+pub(crate) struct Route {
+    /// Index into [`Dispatch::sources`].
+    pub source: usize,
+    /// The capability's index among its source's capabilities.
+    pub index: usize,
+    /// The capability, as its source and the catalog hold it: its stable ID (for
+    /// authorization) and the parameters binding checks arguments against.
+    pub capability: Arc<Capability>,
+}
+
+/// The catalog as the executor sees it: names, routes and the sources behind them.
+#[derive(Default)]
+pub(crate) struct Dispatch {
+    /// Every enabled capability name, sorted.
+    pub names: Vec<String>,
+    /// The route of each name in [`Dispatch::names`], at the same position.
+    pub routes: Vec<Route>,
+    /// The capability sources (shared with the next catalog when unchanged).
+    pub sources: Vec<Arc<dyn CapabilitySource>>,
+}
+
+impl Dispatch {
+    /// Only the capabilities `keep` says yes to, served by the same sources:
+    /// for an execution, the others are as if disabled (not listed, never
+    /// suggested, never called).
+    pub(crate) fn subset(&self, keep: impl Fn(&Capability) -> bool) -> Dispatch {
+        let (names, routes) = self
+            .names
+            .iter()
+            .zip(&self.routes)
+            .filter(|(_, route)| keep(&route.capability))
+            .map(|(name, route)| (name.clone(), route.clone()))
+            .unzip();
+        Dispatch {
+            names,
+            routes,
+            sources: self.sources.clone(),
+        }
+    }
+}
+
+/// The data of one execution's interpreter store.
+pub(crate) struct ExecState {
+    pub(super) wasi: WasiCtx,
+    pub(super) table: ResourceTable,
+    pub(super) memory: MemoryCap,
+    pub(super) dispatch: Arc<Dispatch>,
+    /// Every budget this execution has charged.
+    pub(super) ledger: Ledger,
+    pub(super) subject: Subject,
+    pub(super) authorizer: Arc<dyn Authorizer>,
+    /// Trades a caller's access token for an upstream's (`--oauth-client-id`).
+    pub(super) token_exchange: Option<Arc<dyn TokenExchange>>,
+    pub(super) audit: Option<Arc<AuditLog>>,
+    pub(super) metrics: Arc<Metrics>,
+    /// This execution's number, for the audit log.
+    pub(super) execution: u64,
+    pub(super) stop: Stop,
+    /// The capabilities the interpreter was told of, as positions in
+    /// [`Dispatch::names`]: a call names one by its position in this list.
+    pub(super) listed: Vec<usize>,
+    /// Successful calls of each capability in `listed`, at the same position: added
+    /// to the metrics once, when the execution ends, instead of a locked update per
+    /// call. (A failed call ends the execution and is counted at once.)
+    pub(super) ok_calls: Vec<u64>,
+    /// Successful native calls so far, and who hears of each.
+    pub(super) calls_done: u64,
+    pub(super) progress: Option<Arc<dyn Progress>>,
+    /// Who is asked when the policy says to ask, and what was approved.
+    pub(super) approver: Option<Arc<dyn Approver>>,
+    pub(super) approvals: Approvals,
+    /// Executions waiting for a human, per subject (shared by all).
+    pub(super) waiting: Arc<Waiting>,
+    /// How calls join the execution's trace, when it is traced or its request
+    /// carried a trace context.
+    pub(super) calls: Option<CallTracer>,
+    /// The trace context of the call being made, for its source.
+    pub(super) call_trace: Option<TraceContext>,
+    /// One session per source used (index into [`Dispatch::sources`]), opened on
+    /// first use.
+    pub(super) sessions: HashMap<usize, Box<dyn Session>>,
+    /// The failure of a native call: it decides the execution's error.
+    pub(super) retained: Option<ToolError>,
+    /// The capability whose call failed, when one did.
+    pub(super) failed_capability: Option<String>,
+    /// Fuel granted past the budget to unwind after a failed call (not counted).
+    pub(super) unwind_fuel: u64,
+    /// The interpreter reported a value too large to hold; its abort follows.
+    pub(super) too_large: bool,
+}
+
+/// Counts what was not counted yet, whatever ended the execution (a panic that
+/// unwinds its thread included).
+impl Drop for ExecState {
+    fn drop(&mut self) {
+        self.count_ok_calls();
+    }
+}
+
+impl ExecState {
+    /// Adds this execution's successful native calls to the metrics (and zeroes
+    /// them, so a second count adds nothing).
+    pub(super) fn count_ok_calls(&mut self) {
+        for (&position, count) in self.listed.iter().zip(&mut self.ok_calls) {
+            if *count > 0
+                && let Some(name) = self.dispatch.names.get(position)
+            {
+                self.metrics.native_calls(name, OK, *count);
+            }
+            *count = 0;
+        }
+    }
+}
+
+impl WasiView for ExecState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Told as an execution advances, for a client that asked for progress: after
+/// each successful native call, how many succeeded so far and the capability's
+/// name (never arguments or results). Called on the execution's thread, between
+/// calls: it must not block.
+pub trait Progress: Send + Sync {
+    /// `calls` native calls succeeded so far, the latest one of `capability`.
+    fn call_done(&self, calls: u64, capability: &str);
+}
