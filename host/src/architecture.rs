@@ -4,7 +4,8 @@
 //! no cycle between the crate's modules, and no two files of one folder importing
 //! each other.
 //!
-//! The imports are read from the source text (comments and `mod tests` left out):
+//! The imports are read from the source text (comments and `mod tests`, inline
+//! or in a `tests.rs`, left out):
 //! `crate::x` in the library and in the binary's modules, `codemode_host::x` (the
 //! library, from the binary), and the names the library's root re-exports
 //! (`crate::Service` is `service`).
@@ -150,7 +151,8 @@ fn mentions(code: &str, path: &str) -> bool {
     })
 }
 
-/// Every `.rs` file under `dir`.
+/// Every `.rs` file under `dir` but the tests' (`tests.rs`, a `mod tests` of
+/// its own file: left out as an inline `mod tests` is).
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     let mut pending = vec![dir.to_owned()];
@@ -159,7 +161,9 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
             let path = entry.path();
             if path.is_dir() {
                 pending.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
+            } else if path.extension().is_some_and(|e| e == "rs")
+                && path.file_name().is_none_or(|name| name != "tests.rs")
+            {
                 files.push(path);
             }
         }

@@ -5,7 +5,7 @@
 //! the config file, then its default. The file's keys are the long flag names. It is
 //! applied by turning each key that neither the command line nor the environment set
 //! into a `--key=value` argument ahead of the real ones, so every value goes through
-//! the flag's own parser and checks, and the flag list in `cli.rs` stays the one
+//! the flag's own parser and checks, and the flag list in `cli/` stays the one
 //! definition of what can be set.
 
 use std::collections::BTreeMap;
@@ -699,13 +699,13 @@ impl PluginSettings {
     /// what the table left out.
     fn entry(self, cli: &Cli) -> codemode_host::oci::PullEntry {
         let mut source = self.source;
-        source.policy = self.verify.unwrap_or(cli.verify);
-        source.keys = self.keys.unwrap_or_else(|| cli.verify_keys.clone());
+        source.policy = self.verify.unwrap_or(cli.pull.verify);
+        source.keys = self.keys.unwrap_or_else(|| cli.pull.verify_keys.clone());
         codemode_host::oci::PullEntry {
             source,
             interval: self
                 .poll
-                .or(cli.pull_interval)
+                .or(cli.pull.pull_interval)
                 .unwrap_or(codemode_host::oci::DEFAULT_PULL_INTERVAL),
         }
     }
@@ -1024,22 +1024,25 @@ log = "debug"
         let config = path.display().to_string();
         let cli = parse(args(&["--config", &config, "--max-fuel", "5"]))?;
         assert_eq!(cli.plugins, dir.join("my-plugins"));
-        assert_eq!(cli.max_execution_time, Some(Duration::from_millis(250)));
-        assert_eq!(cli.max_fuel, Some(5));
-        assert_eq!(cli.max_native_calls, Some(16));
         assert_eq!(
-            cli.policy,
+            cli.budgets.max_execution_time,
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(cli.budgets.max_fuel, Some(5));
+        assert_eq!(cli.budgets.max_native_calls, Some(16));
+        assert_eq!(
+            cli.access.policy,
             vec![
                 dir.join("authz.rego"),
                 PathBuf::from("/etc/codemode/extra.rego")
             ]
         );
         assert!(cli.no_watch);
-        assert!(!cli.allow_all);
+        assert!(!cli.access.allow_all);
         assert_eq!(cli.log, "debug");
         // A repeatable flag given on the command line replaces the file's list.
         let cli = parse(args(&["--policy", "p.rego", "--config", &config]))?;
-        assert_eq!(cli.policy, vec![PathBuf::from("p.rego")]);
+        assert_eq!(cli.access.policy, vec![PathBuf::from("p.rego")]);
         Ok(())
     }
 
@@ -1048,8 +1051,8 @@ log = "debug"
         let (_, path) = config_file("pair", "listen = \"127.0.0.1:0\"\n")?;
         let config = path.display().to_string();
         let cli = parse(args(&["--tokens", "tokens.txt", "--config", &config]))?;
-        assert_eq!(cli.tokens, Some(PathBuf::from("tokens.txt")));
-        assert!(cli.listen.is_some());
+        assert_eq!(cli.net.tokens, Some(PathBuf::from("tokens.txt")));
+        assert!(cli.net.listen.is_some());
         // The subcommand and its global flags still work with a file.
         let cli = parse(args(&["--config", &config, "precompile", "--plugins", "p"]))?;
         assert_eq!(cli.command, Some(crate::cli::Command::Precompile));

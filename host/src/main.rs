@@ -18,6 +18,7 @@ use tracing_subscriber::layer::{self, Filter, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, filter::FilterExt};
 
+mod assemble;
 mod cli;
 mod config;
 mod reconfig;
@@ -226,7 +227,10 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
     // The service, once loaded: what a reloaded config file is applied to.
     let loaded: Arc<OnceLock<Arc<Service>>> = Arc::default();
     let reloadable = secrets::Reloadable {
-        tokens: match (&cli.tokens, http.as_ref().map(|(_, h)| &h.authentication)) {
+        tokens: match (
+            &cli.net.tokens,
+            http.as_ref().map(|(_, h)| &h.authentication),
+        ) {
             (
                 Some(path),
                 Some(Authentication::Bearer {
@@ -240,9 +244,9 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
             .policy
             .clone()
             .map(|policy| secrets::PolicyFiles {
-                paths: cli.policy.clone(),
-                decision: cli.policy_decision.clone(),
-                visibility: cli.visibility_decision.clone(),
+                paths: cli.access.policy.clone(),
+                decision: cli.access.policy_decision.clone(),
+                visibility: cli.access.visibility_decision.clone(),
                 policy,
             }),
         config: cli
@@ -259,7 +263,7 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
     if telemetry.is_some() {
         tracing::info!("traces are exported over OTLP");
     }
-    if cli.oauth_issuer.is_none() {
+    if cli.net.oauth_issuer.is_none() {
         for upstream in &cli.upstreams {
             if let codemode_host::UpstreamTransport::Http {
                 auth: codemode_host::UpstreamAuth::Forward(_),
@@ -299,7 +303,7 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
             && (!cli.upstreams.is_empty() || !cli.openapi.is_empty()),
         providers: Vec::new(),
         token_exchange,
-        startup_wait: cli.startup_wait.unwrap_or(DEFAULT_STARTUP_WAIT),
+        startup_wait: cli.budgets.startup_wait.unwrap_or(DEFAULT_STARTUP_WAIT),
         upstreams_gate: None,
         // Started once the folder is watched (`start_watch`): a pull that ends
         // before the watch would be seen by nothing.
@@ -370,7 +374,7 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
 /// it cannot use stops the start; a Redis that does not answer does not).
 async fn task_store(cli: &Cli) -> anyhow::Result<Arc<TaskStore>> {
     let limits = cli.task_limits();
-    let Some(url) = &cli.task_store else {
+    let Some(url) = &cli.budgets.task_store else {
         return Ok(Arc::new(TaskStore::Memory(TaskBoard::new(limits))));
     };
     let redis = RedisTasks::connect(url, limits).await?;
@@ -387,12 +391,13 @@ type Approvals = (
 
 fn approvals(cli: &Cli, cache_dir: Option<&std::path::Path>) -> anyhow::Result<Approvals> {
     let timeout = cli
+        .access
         .approval_timeout
         .unwrap_or(codemode_host::mcp::DEFAULT_APPROVAL_TIMEOUT);
-    if cli.policy.is_empty() && cli.approval_key.is_none() {
+    if cli.access.policy.is_empty() && cli.access.approval_key.is_none() {
         return Ok((timeout, None));
     }
-    let key = codemode_host::mcp::load_key(cli.approval_key.as_deref(), cache_dir)?;
+    let key = codemode_host::mcp::load_key(cli.access.approval_key.as_deref(), cache_dir)?;
     Ok((timeout, Some(Arc::new(key))))
 }
 
@@ -517,7 +522,7 @@ async fn serve_stdio_while_loading(
     approvals: Approvals,
 ) -> anyhow::Result<()> {
     let (publish, loaded) = tokio::sync::watch::channel(None);
-    let subjects = SubjectSource::Fixed(Subject::new(cli.subject.clone()));
+    let subjects = SubjectSource::Fixed(Subject::new(cli.access.subject.clone()));
     let server = McpServer::loading(loaded, config.startup_wait, subjects, tasks.clone())
         .with_approvals(approvals.0, approvals.1);
     // The upstreams start once a client speaks: a start without one (stdin at
@@ -658,8 +663,8 @@ fn pull(cli: &Cli) -> anyhow::Result<()> {
         reference: reference.clone(),
         name: name.clone().unwrap_or_else(|| reference.name().to_owned()),
         pinned: digest.clone(),
-        policy: cli.verify,
-        keys: cli.verify_keys.clone(),
+        policy: cli.pull.verify,
+        keys: cli.pull.verify_keys.clone(),
         auth: self::registry_auth(registry_auth.as_ref(), registry_token.as_ref()),
         insecure: *insecure,
     };

@@ -86,7 +86,7 @@ impl Settings {
             limits: cli.limits(),
             disabled: cli.disable.clone(),
             plugins: cli.plugin_entries.clone(),
-            pull_limits: (cli.max_pull_bytes, cli.pull_timeout),
+            pull_limits: (cli.pull.max_pull_bytes, cli.pull.pull_timeout),
             key_contents: cli
                 .plugin_entries
                 .iter()

@@ -27,7 +27,8 @@ use codemode_host::{ConfigFile, Service};
 use notify::event::{AccessKind, AccessMode};
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 
-use crate::cli::{Cli, ConfigError, compile_policy, read_tokens};
+use crate::assemble::{ConfigError, compile_policy, read_tokens};
+use crate::cli::Cli;
 use crate::reconfig::ConfigReload;
 
 /// What can be reloaded: the tokens file and the policy modules, each with where the
