@@ -676,7 +676,8 @@ include = ["readItem"]
         &[("SHOP_KEY", "shop-key")],
     );
     wait_for_log(&server, "spec not loaded: the service serves nothing", 1);
-    let readyz = raw_request(server.port, "GET", "/readyz", &[], "");
+    // The log line comes before the offer reaches /readyz.
+    let readyz = readyz_naming(server.port, "openapi old");
     assert_eq!(
         (readyz.status, readyz.body.as_str()),
         (
@@ -789,7 +790,7 @@ fn a_spec_and_a_service_over_https_are_trusted_through_the_system_roots() {
         ],
     );
     wait_for_log(&doubting, "spec not loaded", 1);
-    let readyz = raw_request(doubting.port, "GET", "/readyz", &[], "");
+    let readyz = readyz_naming(doubting.port, "openapi shop");
     assert_eq!(
         (readyz.status, readyz.body.as_str()),
         (
@@ -800,4 +801,19 @@ fn a_spec_and_a_service_over_https_are_trusted_through_the_system_roots() {
             .as_str()
         )
     );
+}
+
+/// `/readyz` of the server on `port` once it names `needle` (a source left out
+/// is offered after its failure is logged), within the tests' deadline.
+fn readyz_naming(port: u16, needle: &str) -> crate::support::RawResponse {
+    let mut last = raw_request(port, "GET", "/readyz", &[], "");
+    wait_until(
+        &format!("/readyz to name {needle}"),
+        || {
+            last = raw_request(port, "GET", "/readyz", &[], "");
+            last.body.contains(needle)
+        },
+        String::new,
+    );
+    last
 }
