@@ -163,6 +163,13 @@ fn a_bad_setting_stops_startup_naming_its_source() {
         ),
         "{log}"
     );
+    // A switch's variable takes a boolean, and says so in the same words.
+    let (code, log) = run(&[], &[("CODEMODE_ALLOW_ALL", "maybe")]);
+    assert_eq!(code, Some(2), "{log}");
+    assert_eq!(
+        log,
+        "error: invalid value 'maybe' for CODEMODE_ALLOW_ALL (the variable of --allow-all): value was not a boolean\n"
+    );
     // Typed on the command line, the flag is named as ever.
     let (code, log) = run(&["--max-execution-time", "5"], &[]);
     assert_eq!(code, Some(2), "{log}");

@@ -172,6 +172,15 @@ fn one(arg: &Arg, name: &str, value: &DeValue, base: &Path) -> Result<OsString, 
 /// Runs `value` through the value parser of `arg` alone, for an error that names the
 /// key instead of the flag.
 fn check(arg: &Arg, name: &str, value: &OsStr) -> Result<(), String> {
+    match rejection(arg, value) {
+        None => Ok(()),
+        Some(reason) => Err(format!("`{name}`: {reason}")),
+    }
+}
+
+/// Why the flag `arg`'s own parser refuses `value` (its reason as the parser
+/// words it), or `None` when it takes it.
+pub(super) fn rejection(arg: &Arg, value: &OsStr) -> Option<String> {
     let probe = Arg::new("value")
         .long("value")
         .action(ArgAction::Set)
@@ -184,14 +193,11 @@ fn check(arg: &Arg, name: &str, value: &OsStr) -> Result<(), String> {
         .arg(probe)
         .try_get_matches_from([argument])
     {
-        Ok(_) => Ok(()),
-        Err(error) => match std::error::Error::source(&error) {
-            Some(reason) => Err(format!("`{name}`: {reason}")),
-            None => Err(format!(
-                "`{name}`: invalid value {:?}",
-                value.to_string_lossy()
-            )),
-        },
+        Ok(_) => None,
+        Err(error) => Some(match std::error::Error::source(&error) {
+            Some(reason) => reason.to_string(),
+            None => format!("invalid value {:?}", value.to_string_lossy()),
+        }),
     }
 }
 

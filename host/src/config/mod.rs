@@ -19,14 +19,14 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use clap::builder::BoolishValueParser;
-use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, Command, CommandFactory, FromArgMatches};
 use codemode_host::files::{FileError, read_text};
 use codemode_host::{OpenApiConfig, UpstreamConfig};
 
 use crate::cli::Cli;
-use keys::{CONFIG_FLAG, file_args};
+use keys::{CONFIG_FLAG, file_args, rejection};
 use openapi::openapi;
 use plugin::{PluginSettings, plugins};
 use upstream::upstreams;
@@ -81,6 +81,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, clap::Error> {
         .clone()
         .ignore_errors(true)
         .try_get_matches_from(&args)?;
+    check_variables(&command, &first)?;
     let Some(path) = first.get_one::<PathBuf>(CONFIG_FLAG) else {
         return finish(&mut command, args);
     };
@@ -159,10 +160,7 @@ fn read_file(path: &Path, command: &Command, given: &ArgMatches) -> Result<FileS
 
 /// Parses `args` in full, with every check.
 fn finish(command: &mut Command, args: Vec<OsString>) -> Result<Cli, clap::Error> {
-    let matches = match command.try_get_matches_from_mut(&args) {
-        Ok(matches) => matches,
-        Err(error) => return Err(name_variable(error, &args)),
-    };
+    let matches = command.try_get_matches_from_mut(&args)?;
     let mut cli = Cli::from_arg_matches(&matches).map_err(|error| error.format(command))?;
     // The file's keys are command-line arguments by now.
     cli.plugins_given = !matches!(
@@ -172,41 +170,37 @@ fn finish(command: &mut Command, args: Vec<OsString>) -> Result<Cli, clap::Error
     Ok(cli)
 }
 
-/// `error`, naming the `CODEMODE_<FLAG>` variable when the bad value came from it
-/// (the flag is in none of `args`, which hold the config file's keys too): the
-/// operator never typed the flag.
-fn name_variable(error: clap::Error, args: &[OsString]) -> clap::Error {
-    if !matches!(
-        error.kind(),
-        ErrorKind::InvalidValue | ErrorKind::ValueValidation
-    ) {
-        return error;
+/// Each flag's variable that is set while the command line leaves the flag out,
+/// checked by the flag's own parser before clap reads it: a bad value is refused
+/// naming the variable (the operator never typed the flag), in this server's
+/// words rather than clap's message about an argument.
+///
+/// # Errors
+///
+/// The first bad variable, its value and why.
+fn check_variables(command: &Command, given: &ArgMatches) -> Result<(), clap::Error> {
+    for arg in command.get_arguments() {
+        let (Some(long), Some(variable)) = (arg.get_long(), arg.get_env()) else {
+            continue;
+        };
+        let Some(value) = std::env::var_os(variable) else {
+            continue;
+        };
+        if given.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine) {
+            continue;
+        }
+        if let Some(reason) = rejection(arg, &value) {
+            return Err(clap::Error::raw(
+                ErrorKind::InvalidValue,
+                format!(
+                    "invalid value '{}' for {} (the variable of --{long}): {reason}\n",
+                    value.to_string_lossy(),
+                    variable.to_string_lossy()
+                ),
+            ));
+        }
     }
-    let Some(ContextValue::String(arg)) = error.get(ContextKind::InvalidArg) else {
-        return error;
-    };
-    let flag = arg.split(' ').next().unwrap_or(arg);
-    let Some(long) = flag.strip_prefix("--") else {
-        return error;
-    };
-    let typed = args.iter().any(|given| {
-        let given = given.to_string_lossy();
-        given == flag || given.starts_with(&format!("{flag}="))
-    });
-    let variable = env_name(long);
-    if typed || std::env::var_os(&variable).is_none() {
-        return error;
-    }
-    let rendered = error.render().to_string();
-    let message = rendered
-        .strip_prefix("error: ")
-        .unwrap_or(&rendered)
-        .replacen(
-            &format!("'{arg}'"),
-            &format!("{variable} (the variable of {flag})"),
-            1,
-        );
-    clap::Error::raw(error.kind(), message)
+    Ok(())
 }
 
 /// The file's text: a regular file (a FIFO is refused at once, never waited on) of
