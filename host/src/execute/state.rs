@@ -25,30 +25,75 @@ use crate::wait::Stop;
 /// The outcome of a successful call, in the audit log and the metrics.
 pub(super) const OK: &str = "ok";
 
-/// Where each enabled capability is served.
+/// Where each enabled capability is served. Built by the registry with
+/// [`Route::new`]; only the executor reads its parts.
 #[derive(Clone)]
 pub(crate) struct Route {
     /// Index into [`Dispatch::sources`].
-    pub source: usize,
+    pub(super) source: usize,
     /// The capability's index among its source's capabilities.
-    pub index: usize,
+    pub(super) index: usize,
     /// The capability, as its source and the catalog hold it: its stable ID (for
     /// authorization) and the parameters binding checks arguments against.
-    pub capability: Arc<Capability>,
+    pub(super) capability: Arc<Capability>,
+}
+
+impl Route {
+    /// The capability `capability`, the `index`-th of the `source`-th source of
+    /// its [`Dispatch`].
+    pub(crate) fn new(source: usize, index: usize, capability: Arc<Capability>) -> Self {
+        Self {
+            source,
+            index,
+            capability,
+        }
+    }
 }
 
 /// The catalog as the executor sees it: names, routes and the sources behind them.
+/// Built with [`Dispatch::new`]; only the executor reads its parts.
 #[derive(Default)]
 pub(crate) struct Dispatch {
     /// Every enabled capability name, sorted.
-    pub names: Vec<String>,
+    pub(super) names: Vec<String>,
     /// The route of each name in [`Dispatch::names`], at the same position.
-    pub routes: Vec<Route>,
+    pub(super) routes: Vec<Route>,
     /// The capability sources (shared with the next catalog when unchanged).
-    pub sources: Vec<Arc<dyn CapabilitySource>>,
+    pub(super) sources: Vec<Arc<dyn CapabilitySource>>,
 }
 
 impl Dispatch {
+    /// The capabilities `names` (sorted, each once), served as `routes` says
+    /// (one per name, at the same position) by `sources`.
+    pub(crate) fn new(
+        names: Vec<String>,
+        routes: Vec<Route>,
+        sources: Vec<Arc<dyn CapabilitySource>>,
+    ) -> Self {
+        debug_assert_eq!(names.len(), routes.len());
+        Self {
+            names,
+            routes,
+            sources,
+        }
+    }
+
+    /// Every enabled capability name, sorted (what the tests compare).
+    #[cfg(test)]
+    pub(crate) fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The capability of each name, in the order of [`Dispatch::names`].
+    pub(crate) fn capabilities(&self) -> impl Iterator<Item = &Arc<Capability>> {
+        self.routes.iter().map(|route| &route.capability)
+    }
+
+    /// The sources serving them.
+    pub(crate) fn sources(&self) -> &[Arc<dyn CapabilitySource>] {
+        &self.sources
+    }
+
     /// Only the capabilities `keep` says yes to, served by the same sources:
     /// for an execution, the others are as if disabled (not listed, never
     /// suggested, never called).

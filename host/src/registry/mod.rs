@@ -12,7 +12,10 @@
 //! serving (a reloaded config file's upstreams): a removed one's sources leave the
 //! next catalog, an added one's enter with its first offer.
 
+mod assemble;
 mod claims;
+mod slot;
+mod snapshot;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -20,14 +23,14 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
-use crate::catalog::{Catalog, CatalogBuilder, SpecError};
-use crate::execute::{Dispatch, Route};
+use crate::catalog::{CatalogBuilder, SpecError};
+use crate::execute::Dispatch;
 use crate::metrics::Metrics;
-use crate::source::{
-    Accepted, Assembly, CapabilitySource, Offer, Provider, Publisher, Reserved, Skipped,
-};
+use crate::source::{Accepted, Assembly, Offer, Provider, Publisher};
 
-use self::claims::Candidate;
+use assemble::assemble;
+use slot::Slot;
+pub(crate) use snapshot::Snapshot;
 
 /// How long the first catalog waits for a provider's first offer; a provider
 /// bounds its own start (an upstream's connection within 30 s), so this only
@@ -65,100 +68,6 @@ struct State {
     next_key: u64,
     /// Capability IDs left out of the catalog (`--disable`), sorted, each once.
     disabled: Vec<String>,
-}
-
-/// One provider's place in the registry.
-struct Slot {
-    /// What its publisher names it by: a slot's position changes when another is
-    /// removed, its key never.
-    key: u64,
-    provider: Arc<dyn Provider>,
-    name: String,
-    reserved: Reserved,
-    /// Its latest offer; `None` until its first.
-    offer: Option<Offer>,
-    /// Whether it offered a source yet: the disabled IDs under its reserved
-    /// prefixes are checked against its first list.
-    listed: bool,
-}
-
-impl Slot {
-    /// Warns about each of `disabled` under this slot's reserved ID prefixes that
-    /// none of its sources has, the first time it offers a source.
-    fn warn_disabled(&mut self, disabled: &[String]) {
-        let Some(offer) = self
-            .offer
-            .as_ref()
-            .filter(|offer| !offer.sources.is_empty())
-        else {
-            return;
-        };
-        if std::mem::replace(&mut self.listed, true) {
-            return;
-        }
-        for id in disabled.iter().filter(|id| {
-            self.reserved
-                .id_prefixes
-                .iter()
-                .any(|prefix| id.starts_with(prefix.as_str()))
-        }) {
-            let known = offer.sources.iter().any(|source| {
-                source
-                    .capabilities()
-                    .iter()
-                    .any(|capability| capability.id.as_str() == id.as_str())
-            });
-            if !known {
-                tracing::warn!(provider = %self.name, id = %id, "a disabled capability ID names none of its tools");
-            }
-        }
-    }
-}
-
-/// One set of sources as it serves.
-pub(crate) struct Snapshot {
-    /// What searches and describes read.
-    pub catalog: Arc<Catalog>,
-    /// What executions call.
-    pub dispatch: Arc<Dispatch>,
-    /// Sources offered but left out, and sources their providers could not serve,
-    /// by label.
-    skipped: Vec<Skipped>,
-    /// The name roots of providers still starting ([`Offer::starting`]).
-    starting: Vec<Starting>,
-}
-
-/// A name root whose provider is still starting.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Starting {
-    /// The root (`git` of `git.git_log`).
-    pub root: String,
-    /// Its provider's name (`upstream git`).
-    pub provider: String,
-}
-
-impl Snapshot {
-    /// A snapshot serving `catalog` and `dispatch` (the same capabilities), with
-    /// nothing skipped: for the tests of what reads one.
-    #[cfg(test)]
-    pub(crate) fn of(catalog: Catalog, dispatch: Dispatch) -> Self {
-        Self {
-            catalog: Arc::new(catalog),
-            dispatch: Arc::new(dispatch),
-            skipped: Vec::new(),
-            starting: Vec::new(),
-        }
-    }
-
-    /// The name roots whose providers are still starting.
-    pub(crate) fn starting(&self) -> &[Starting] {
-        &self.starting
-    }
-
-    /// Every source left out, by label.
-    pub(crate) fn skipped(&self) -> &[Skipped] {
-        &self.skipped
-    }
 }
 
 impl Registry {
@@ -440,20 +349,6 @@ impl Registry {
     }
 }
 
-impl Slot {
-    /// The slot of `provider`, under `key`, before its first offer.
-    fn new(key: u64, provider: Arc<dyn Provider>) -> Self {
-        Self {
-            key,
-            name: provider.name().to_owned(),
-            reserved: provider.reserved(),
-            provider,
-            offer: None,
-            listed: false,
-        }
-    }
-}
-
 impl Drop for Registry {
     /// Asks every provider to stop; [`Registry::stop`] also waits.
     fn drop(&mut self) {
@@ -515,7 +410,7 @@ impl Inner {
             .snapshot
             .load()
             .dispatch
-            .sources
+            .sources()
             .iter()
             .map(|source| source.label().to_owned())
             .collect();
@@ -546,157 +441,17 @@ impl Inner {
     }
 }
 
-/// Builds the snapshot from the latest offer of every slot: the claim policy
-/// ([`claims`]) with `incumbents` keeping what they serve, then each source's
-/// capabilities added to the catalog as a group (a source that does not fit is
-/// refused), then the routes of every enabled capability. With `strict`, a
-/// `disabled` ID that names no capability is an error (start), unless it is under
-/// an ID prefix a provider reserves (an upstream's `mcp:<name>/`: it may not be
-/// up yet); otherwise it is ignored (later: the source that had it may be gone). Also returns what became
-/// of each slot's sources.
-fn assemble(
-    slots: &[Slot],
-    incumbents: &HashSet<String>,
-    disabled: &[String],
-    strict: bool,
-) -> Result<(Snapshot, Vec<Assembly>), SpecError> {
-    let candidates: Vec<Candidate<'_>> = slots
-        .iter()
-        .enumerate()
-        .flat_map(|(provider, slot)| {
-            slot.offer
-                .iter()
-                .flat_map(|offer| &offer.sources)
-                .map(move |source| Candidate { provider, source })
-        })
-        .collect();
-    let reserved: Vec<(&str, &Reserved)> = slots
-        .iter()
-        .map(|slot| (slot.name.as_str(), &slot.reserved))
-        .collect();
-    let mut refused = claims::refused(&candidates, &reserved, incumbents);
-    let mut builder = CatalogBuilder::new();
-    let mut serving: Vec<Arc<dyn CapabilitySource>> = Vec::new();
-    let mut refusals = Vec::new();
-    let mut assemblies = vec![Assembly::default(); slots.len()];
-    for (c, candidate) in candidates.iter().enumerate() {
-        let source = candidate.source;
-        let reason = match refused.remove(&c) {
-            Some(reason) => Some(reason),
-            None => {
-                let capabilities = source.capabilities();
-                builder.add(capabilities).err().map(|(index, error)| {
-                    let name = capabilities.get(index).map_or("", |c| c.name.as_str());
-                    let reason = format!("`{name}`: {error}");
-                    tracing::error!(source = %source.label(), reason = %reason, "source refused: it does not fit the catalog");
-                    reason
-                })
-            }
-        };
-        let assembly = &mut assemblies[candidate.provider];
-        match reason {
-            Some(reason) => {
-                assembly.refused.push(source.label().to_owned());
-                refusals.push(Skipped {
-                    plugin: source.label().to_owned(),
-                    reason,
-                    earlier_serves: false,
-                });
-            }
-            None => {
-                assembly.serving += 1;
-                serving.push(source.clone());
-            }
-        }
-    }
-    // An ID under a prefix a provider reserves (`mcp:git/`) is that provider's to
-    // list, whether it serves now or not: checked when it lists (`warn_disabled`),
-    // never against whether it is up.
-    let reserved_id = |id: &str| {
-        slots
-            .iter()
-            .flat_map(|slot| &slot.reserved.id_prefixes)
-            .any(|prefix| id.starts_with(prefix.as_str()))
-    };
-    let disabled: Vec<String> = if strict {
-        disabled
-            .iter()
-            .filter(|id| builder.has_id(id) || !reserved_id(id))
-            .cloned()
-            .collect()
-    } else {
-        disabled
-            .iter()
-            .filter(|id| builder.has_id(id))
-            .cloned()
-            .collect()
-    };
-    let catalog = builder.build(&disabled)?;
-    let mut routes = Vec::new();
-    for (s, source) in serving.iter().enumerate() {
-        for (index, capability) in source.capabilities().iter().enumerate() {
-            if catalog.get(capability.name.as_str()).is_some() {
-                routes.push((
-                    capability.name.to_string(),
-                    Route {
-                        source: s,
-                        index,
-                        capability: capability.clone(),
-                    },
-                ));
-            }
-        }
-    }
-    // The catalog holds each name once, so sorting by name alone is a total order.
-    routes.sort_by(|(a, _), (b, _)| a.cmp(b));
-    let (names, routes): (Vec<String>, Vec<Route>) = routes.into_iter().unzip();
-    let mut skipped: Vec<Skipped> = slots
-        .iter()
-        .flat_map(|slot| {
-            slot.offer
-                .iter()
-                .flat_map(|offer| offer.failures.iter().cloned())
-        })
-        .chain(refusals)
-        .collect();
-    skipped.sort_by(|a, b| a.plugin.cmp(&b.plugin));
-    let starting = slots
-        .iter()
-        .filter(|slot| slot.offer.as_ref().is_some_and(|offer| offer.starting))
-        .flat_map(|slot| {
-            slot.reserved.roots.iter().map(|root| Starting {
-                root: root.clone(),
-                provider: slot.name.clone(),
-            })
-        })
-        .collect();
-    let capabilities = catalog.len();
-    for assembly in &mut assemblies {
-        assembly.capabilities = capabilities;
-    }
-    Ok((
-        Snapshot {
-            catalog: Arc::new(catalog),
-            dispatch: Arc::new(Dispatch {
-                names,
-                routes,
-                sources: serving,
-            }),
-            skipped,
-            starting,
-        },
-        assemblies,
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    use super::snapshot::Starting;
     use crate::catalog::{Capability, CapabilitySpec, validate_spec};
-    use crate::source::{Arguments, CallBudget, CallFailure, CallFuture, Session};
+    use crate::source::{
+        Arguments, CallBudget, CallFailure, CallFuture, CapabilitySource, Reserved, Session,
+    };
 
     /// A source serving `specs` under `label`; never called.
     struct FakeSource {
@@ -845,7 +600,7 @@ mod tests {
     }
 
     fn names(registry: &Registry) -> Vec<String> {
-        registry.snapshot().dispatch.names.clone()
+        registry.snapshot().dispatch.names().to_vec()
     }
 
     fn skipped(registry: &Registry) -> Vec<(String, String)> {

@@ -185,9 +185,8 @@ fn decide(
     let mut whole = true;
     let keep = snapshot
         .dispatch
-        .routes
-        .iter()
-        .map(|route| {
+        .capabilities()
+        .map(|capability| {
             if whole && started.elapsed() >= deadline {
                 whole = false;
                 tracing::warn!(
@@ -199,7 +198,6 @@ fn decide(
             if !whole {
                 return false;
             }
-            let capability = &route.capability;
             let input = AuthorizationInput {
                 subject,
                 capability_id: capability.id.as_str(),
@@ -236,11 +234,10 @@ fn decide(
 fn build(snapshot: &Snapshot, keep: &[bool]) -> View {
     let kept: std::collections::HashSet<&str> = snapshot
         .dispatch
-        .routes
-        .iter()
+        .capabilities()
         .zip(keep)
         .filter(|(_, keep)| **keep)
-        .map(|(route, _)| route.capability.id.as_str())
+        .map(|(capability, _)| capability.id.as_str())
         .collect();
     let keeps = |capability: &Capability| kept.contains(capability.id.as_str());
     View {
@@ -314,17 +311,15 @@ mod tests {
         let routes: Vec<Route> = names
             .iter()
             .enumerate()
-            .map(|(index, name)| Route {
-                source: 0,
-                index,
-                capability: catalog.get(name).expect("in the catalog").clone(),
+            .map(|(index, name)| {
+                Route::new(0, index, catalog.get(name).expect("in the catalog").clone())
             })
             .collect();
-        let dispatch = Dispatch {
-            names: names.iter().map(|name| (*name).to_owned()).collect(),
+        let dispatch = Dispatch::new(
+            names.iter().map(|name| (*name).to_owned()).collect(),
             routes,
-            sources: Vec::new(),
-        };
+            Vec::new(),
+        );
         Arc::new(Snapshot::of(catalog, dispatch))
     }
 
@@ -342,7 +337,7 @@ mod tests {
         let views = Views::default();
         let snapshot = snapshot(&NAMES);
         let bob = views.view(&fake, &snapshot, &Subject::new("bob"));
-        assert_eq!(bob.dispatch.names, ["public.read"]);
+        assert_eq!(bob.dispatch.names(), ["public.read"]);
         assert_eq!(bob.catalog.len(), 1);
         assert!(bob.catalog.describe("secret.write").is_none());
         assert!(bob.catalog.describe("public.read").is_some());
@@ -357,7 +352,7 @@ mod tests {
         assert_eq!(found, ["public.read"]);
         // A failed decision hides its capability, from the admin too.
         let admin = views.view(&fake, &snapshot, &Subject::new("admin"));
-        assert_eq!(admin.dispatch.names, ["public.read", "secret.write"]);
+        assert_eq!(admin.dispatch.names(), ["public.read", "secret.write"]);
         assert_eq!(fake.decided(), 6);
     }
 
@@ -409,7 +404,7 @@ mod tests {
         assert_eq!(fake.decided(), 6);
         let second = snapshot(&["public.read", "public.write"]);
         let bob = views.view(&fake, &second, &Subject::new("bob"));
-        assert_eq!(bob.dispatch.names, ["public.read", "public.write"]);
+        assert_eq!(bob.dispatch.names(), ["public.read", "public.write"]);
         assert_eq!(fake.decided(), 8);
         // The old snapshot's view is gone too.
         assert!(
