@@ -834,7 +834,7 @@ fn disabling_an_upstream_id_needs_it_configured_not_up_and_readyz_names_it_down(
     ]);
     wait_for_log(
         &server,
-        "WARN codemode_host::registry: a disabled capability ID names none of its tools provider=upstream time id=mcp:time/no_such_tool",
+        "WARN codemode_host::registry::slot: a disabled capability ID names none of its tools provider=upstream time id=mcp:time/no_such_tool",
         1,
     );
     let log = server.log();

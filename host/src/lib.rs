@@ -46,9 +46,7 @@ mod openapi;
 mod plugins;
 mod precompile;
 mod registry;
-mod secret;
 mod service;
-pub mod source;
 pub mod tasks;
 pub mod telemetry;
 mod tls;
@@ -60,7 +58,10 @@ mod worker;
 
 // The catalog and the budgets are the core crate's (docs/architecture.md): used
 // here under their old paths, `crate::catalog` and `crate::budget`.
-pub(crate) use codemode_core::{budget, catalog};
+/// The capability-source port (the core crate's): what a source of capabilities
+/// implements to serve the executor.
+pub use codemode_core::source;
+pub(crate) use codemode_core::{budget, catalog, secret};
 
 pub use cache::default_cache_dir;
 pub use catalog::{Description, FieldShape, SearchResponse, SearchResult};

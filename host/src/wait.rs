@@ -31,7 +31,8 @@ use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use std::time::Instant;
 
-use tokio::sync::Notify;
+pub use codemode_core::cancel::Cancel;
+
 use wasmtime::{Store, UpdateDeadline};
 
 /// Why [`until`] gave up on a future.
@@ -44,39 +45,6 @@ pub(crate) enum Abandoned {
     /// The runtime for host waits could not be started (no thread could be
     /// spawned); nothing was run.
     NoRuntime,
-}
-
-/// A cancellation flag that a waiting [`until`] notices at once (and code in a
-/// sandbox at its next epoch tick, by reading [`Cancel::is_cancelled`]).
-#[derive(Debug, Default)]
-pub struct Cancel {
-    flag: AtomicBool,
-    notify: Notify,
-}
-
-impl Cancel {
-    /// Sets the flag and wakes every wait on it.
-    pub(crate) fn cancel(&self) {
-        self.flag.store(true, Ordering::Relaxed);
-        self.notify.notify_waiters();
-    }
-
-    /// Whether the request was cancelled.
-    pub fn is_cancelled(&self) -> bool {
-        self.flag.load(Ordering::Relaxed)
-    }
-
-    /// Completes once cancelled (at once if already).
-    async fn cancelled(&self) {
-        let notified = self.notify.notified();
-        tokio::pin!(notified);
-        // Registered before the flag is read, so a cancel in between is not missed.
-        notified.as_mut().enable();
-        if self.is_cancelled() {
-            return;
-        }
-        notified.await;
-    }
 }
 
 /// The runtime that drives the timers, sockets and blocking file operations of

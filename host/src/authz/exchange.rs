@@ -10,8 +10,6 @@
 //! times exchanges once.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -41,15 +39,7 @@ pub const MAX_LIFETIME: Duration = Duration::from_secs(24 * 60 * 60);
 /// one that expires first.
 pub const MAX_REMEMBERED: usize = 4096;
 
-/// What an exchange gives: a token for another audience, or why not (for the
-/// log only; the caller is told the upstream refused its credentials).
-pub type Exchanged<'a> = Pin<Box<dyn Future<Output = Result<Secret, String>> + Send + 'a>>;
-
-/// Trades a caller's access token for one meant for `audience`.
-pub trait TokenExchange: Send + Sync {
-    /// A token for `audience` acting for the holder of `token`.
-    fn exchange<'a>(&'a self, token: &'a Secret, audience: &'a str) -> Exchanged<'a>;
-}
+pub use codemode_core::exchange::{Exchanged, TokenExchange};
 
 /// The host's own client at the issuer, for token exchange.
 #[derive(Clone)]

@@ -1,6 +1,6 @@
 //! The capability-source port: what the executor needs from whatever serves
 //! capabilities (WebAssembly plugins, upstream MCP servers, or a source of a
-//! library user's own, given to [`ServiceConfig::providers`](crate::ServiceConfig::providers)).
+//! library user's own, given to the host's `ServiceConfig::providers`).
 //!
 //! A source offers capabilities (validated [`Capability`]s: names, IDs, texts,
 //! shapes, each one `Arc` that the catalog and the routes share) and opens a
@@ -28,16 +28,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 pub use crate::budget::Budget;
+pub use crate::cancel::Cancel;
 pub use crate::catalog::{
     BindError, BindLimits, Binder, Bound, Capability, CapabilityId, CapabilitySpec, DottedName,
     Field, FloatKind, IntKind, Lowering, Member, NameError, Shape, SpecError, Values,
     validate_spec,
 };
-pub use crate::wait::Cancel;
 pub use codemode_value::Value;
 
-use crate::authz::exchange::TokenExchange;
 use crate::catalog::is_printable;
+use crate::exchange::TokenExchange;
 use crate::secret::Secret;
 
 /// Where a source's code was pulled from (a plugin from an OCI registry): named
@@ -129,7 +129,7 @@ pub trait Provider: Send + Sync + 'static {
 /// The namespace of the stable IDs of upstream MCP servers' tools
 /// (`mcp:<upstream>/<tool>`): a plugin's ID may not start with it, so that a
 /// policy naming an upstream tool's ID never allows a plugin.
-pub(crate) const UPSTREAM_ID_PREFIX: &str = "mcp:";
+pub const UPSTREAM_ID_PREFIX: &str = "mcp:";
 
 /// Capability names and IDs a provider keeps for its own sources.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
