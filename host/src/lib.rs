@@ -29,29 +29,20 @@ pub mod audit;
 pub mod authz;
 mod cache;
 mod check;
-pub mod children;
-mod error;
 mod execute;
-pub mod files;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 mod hidden;
-mod json;
 pub mod mcp;
-pub mod memory;
-mod metrics;
 pub mod oci;
-mod openapi;
 mod plugins;
 mod precompile;
 mod registry;
 mod service;
 pub mod tasks;
 pub mod telemetry;
-mod tls;
 pub mod units;
-mod upstream;
 mod wait;
 pub mod watch;
 mod worker;
@@ -61,7 +52,13 @@ mod worker;
 /// The capability-source port (the core crate's): what a source of capabilities
 /// implements to serve the executor.
 pub use codemode_core::source;
-pub(crate) use codemode_core::{budget, catalog, secret};
+pub(crate) use codemode_core::{budget, catalog, error, secret};
+// Processes, files, TLS, waits, memory and metrics are the runtime crate's:
+// used here under their old paths.
+pub use codemode_runtime::{children, files, memory};
+pub(crate) use codemode_runtime::{metrics, tls};
+// The sources that speak to other servers are the gateway crate's.
+pub(crate) use codemode_gateway::{json, openapi, upstream};
 
 pub use cache::default_cache_dir;
 pub use catalog::{Description, FieldShape, SearchResponse, SearchResult};

@@ -23,10 +23,7 @@ use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, Span};
 
 use crate::source::TraceContext;
 
-/// The W3C header and `_meta` key of the trace's position.
-pub const TRACEPARENT: &str = "traceparent";
-/// The W3C header and `_meta` key of vendors' trace data.
-pub const TRACESTATE: &str = "tracestate";
+pub use codemode_core::source::{TRACEPARENT, TRACESTATE};
 /// Most bytes of a `tracestate` passed on; a longer one is dropped (W3C: 512).
 const MAX_TRACESTATE: usize = 512;
 /// Most bytes of a `traceparent` read: version 00 is exactly 55; a later

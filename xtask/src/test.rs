@@ -169,6 +169,8 @@ const NATIVE_PACKAGES: &[&str] = &[
     "codemode-host",
     "codemode-core",
     "codemode-oci",
+    "codemode-runtime",
+    "codemode-gateway",
     "codemode-value",
     "codemode-sdk",
     "codemode-sdk-macros",

@@ -3,7 +3,8 @@
 //! What it owns: the [`catalog`] (a capability as its source declares it, checked
 //! into a `Capability`; names and stable IDs; shapes and their notation; binding a
 //! program's arguments with the contract's diagnostics; search, describe and the
-//! suggestions for an unknown name), the [`budget`]s one value may spend, and the
+//! suggestions for an unknown name), the [`budget`]s one value may spend, every
+//! [`error`] a model can see with its fixed texts, and the
 //! capability-source port ([`source`]: what serves capabilities to the executor,
 //! with what it deals in: a [`secret`] credential, the [`cancel`] flag of a
 //! request, the [`exchange`] of a caller's token). Pure data, functions and
@@ -18,6 +19,7 @@
 pub mod budget;
 pub mod cancel;
 pub mod catalog;
+pub mod error;
 pub mod exchange;
 pub mod secret;
 pub mod source;

@@ -392,6 +392,11 @@ pub fn sanitize_message(message: &str) -> Option<String> {
     Some(format!("{}...", &clean[..end]))
 }
 
+/// The W3C header and `_meta` key of the trace's position.
+pub const TRACEPARENT: &str = "traceparent";
+/// The W3C header and `_meta` key of vendors' trace data.
+pub const TRACESTATE: &str = "tracestate";
+
 #[cfg(test)]
 mod tests {
     use super::*;
