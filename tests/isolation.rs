@@ -23,7 +23,7 @@ fn start(dir: &std::path::Path) -> HttpServer {
         dir.to_str().expect("utf-8 path"),
         "--allow-all",
         "--log",
-        "info,codemode_host::plugins=debug",
+        "info,codemode_sandbox::plugins=debug",
     ])
 }
 
@@ -147,7 +147,7 @@ fn leak_server(dir: &std::path::Path, label: &str) -> HttpServer {
         "--max-memory",
         "128MiB",
         "--log",
-        "info,codemode_host::plugins=debug",
+        "info,codemode_sandbox::plugins=debug",
     ])
 }
 

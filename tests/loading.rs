@@ -265,7 +265,7 @@ fn a_folder_that_serves_nothing_says_why_and_what_to_do() {
         let d = dir.to_str().expect("utf-8");
         let (log, _) = startup_log(&["--plugins", d]);
         let want = format!(
-            "WARN codemode_host::plugins::provider: no plugin loaded; serving no capabilities folder={d} reason={reason}"
+            "WARN codemode_sandbox::plugins::provider: no plugin loaded; serving no capabilities folder={d} reason={reason}"
         );
         assert!(
             log.iter().any(|line| line.ends_with(&want)),
@@ -299,12 +299,12 @@ fn a_sidecar_no_plugin_reads_or_a_limit_above_the_global_one_is_warned_about() {
     let (log, _) = startup_log(&["--plugins", d, "--max-memory", "64MiB"]);
     let log = log.join("\n");
     for want in [
-        "WARN codemode_host::plugins::folder: sidecar matches no plugin; its grants are not given sidecar=Records.toml reason=the sidecar of records.wasm is records.toml",
-        "WARN codemode_host::plugins::folder: sidecar matches no plugin; its grants are not given sidecar=orphan.toml reason=there is no orphan.wasm; the sidecar of a plugin NAME.wasm is NAME.toml",
-        "WARN codemode_host::plugins::folder: sidecar matches no plugin; its grants are not given sidecar=stats.wasm.toml reason=the sidecar of stats.wasm is stats.toml",
-        "WARN codemode_host::plugins::folder: sidecar limit capped by the global budget plugin=records.wasm reason=max_memory = 1073741824 bytes is above --max-memory (67108864 bytes)",
-        "WARN codemode_host::plugins::folder: sidecar limit capped by the global budget plugin=records.wasm reason=max_fuel_per_call = 9000000000 is above --max-fuel (8000000000)",
-        "WARN codemode_host::plugins::folder: sidecar limit capped by the global budget plugin=records.wasm reason=timeout = 1m is above --max-execution-time (5s)",
+        "WARN codemode_sandbox::plugins::folder: sidecar matches no plugin; its grants are not given sidecar=Records.toml reason=the sidecar of records.wasm is records.toml",
+        "WARN codemode_sandbox::plugins::folder: sidecar matches no plugin; its grants are not given sidecar=orphan.toml reason=there is no orphan.wasm; the sidecar of a plugin NAME.wasm is NAME.toml",
+        "WARN codemode_sandbox::plugins::folder: sidecar matches no plugin; its grants are not given sidecar=stats.wasm.toml reason=the sidecar of stats.wasm is stats.toml",
+        "WARN codemode_sandbox::plugins::folder: sidecar limit capped by the global budget plugin=records.wasm reason=max_memory = 1073741824 bytes is above --max-memory (67108864 bytes)",
+        "WARN codemode_sandbox::plugins::folder: sidecar limit capped by the global budget plugin=records.wasm reason=max_fuel_per_call = 9000000000 is above --max-fuel (8000000000)",
+        "WARN codemode_sandbox::plugins::folder: sidecar limit capped by the global budget plugin=records.wasm reason=timeout = 1m is above --max-execution-time (5s)",
         "catalog ready plugins=2",
     ] {
         assert!(log.contains(want), "missing {want:?} in:\n{log}");
@@ -380,7 +380,7 @@ fn with_log_format_json_every_log_line_is_an_object_and_audit_lines_have_no_leve
                 "message": "plugin skipped",
                 "plugin": "notes.wasm",
                 "reason": "not a WebAssembly file (no `\\0asm` header); only components are loaded",
-                "target": "codemode_host::plugins::folder",
+                "target": "codemode_sandbox::plugins::folder",
             })),
         "{stderr}"
     );

@@ -27,7 +27,6 @@
 mod architecture;
 pub mod audit;
 pub mod authz;
-mod cache;
 mod check;
 mod execute;
 #[cfg(any(test, feature = "fuzzing"))]
@@ -35,17 +34,12 @@ mod execute;
 pub mod fuzzing;
 mod hidden;
 pub mod mcp;
-pub mod oci;
-mod plugins;
 mod precompile;
 mod registry;
 mod service;
 pub mod tasks;
 pub mod telemetry;
-pub mod units;
-mod wait;
 pub mod watch;
-mod worker;
 
 // The catalog and the budgets are the core crate's (docs/architecture.md): used
 // here under their old paths, `crate::catalog` and `crate::budget`.
@@ -55,8 +49,11 @@ pub use codemode_core::source;
 pub(crate) use codemode_core::{budget, catalog, error, secret};
 // Processes, files, TLS, waits, memory and metrics are the runtime crate's:
 // used here under their old paths.
-pub use codemode_runtime::{children, files, memory};
-pub(crate) use codemode_runtime::{metrics, tls};
+pub use codemode_runtime::{children, files, memory, units};
+pub(crate) use codemode_runtime::{metrics, tls, worker};
+// The WebAssembly sandboxes, the plugins and their cache are the sandbox crate's.
+pub use codemode_sandbox::oci;
+pub(crate) use codemode_sandbox::{cache, plugins, wait};
 // The sources that speak to other servers are the gateway crate's.
 pub(crate) use codemode_gateway::{json, openapi, upstream};
 

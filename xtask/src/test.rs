@@ -171,6 +171,7 @@ const NATIVE_PACKAGES: &[&str] = &[
     "codemode-oci",
     "codemode-runtime",
     "codemode-gateway",
+    "codemode-sandbox",
     "codemode-value",
     "codemode-sdk",
     "codemode-sdk-macros",

@@ -54,7 +54,7 @@ pub enum Compiler {
 
 /// Why a compilation failed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum CompileError {
+pub enum CompileError {
     /// wasmtime refused the component (its message).
     #[error("{0:#}")]
     Invalid(wasmtime::Error),
@@ -67,7 +67,7 @@ pub(crate) enum CompileError {
 }
 
 /// Compiles `bytes` for `engine` with `compiler`, within `timeout`.
-pub(crate) fn compile(
+pub fn compile(
     engine: &Engine,
     bytes: &[u8],
     compiler: &Compiler,

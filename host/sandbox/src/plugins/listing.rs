@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 /// # Errors
 ///
 /// When `dir` cannot be listed.
-pub(crate) fn plugin_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
@@ -25,7 +25,7 @@ pub(crate) fn plugin_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 
 /// The name a plugin is known by in messages: its file name. Here, in a leaf of
 /// the folder, because loading, grants and the folder all name plugins.
-pub(crate) fn file_label(path: &std::path::Path) -> String {
+pub fn file_label(path: &std::path::Path) -> String {
     path.file_name().map_or_else(
         || path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),

@@ -13,11 +13,11 @@ use super::sandbox::PluginState;
 use crate::wait::{self, Abandoned};
 
 /// The metadata interface every plugin exports (DESIGN §3; the ABI).
-pub(crate) const METADATA_INTERFACE: &str = "codemode:plugin/metadata@0.1.0";
+pub const METADATA_INTERFACE: &str = "codemode:plugin/metadata@0.1.0";
 /// Its one function.
 const DESCRIBE: &str = "describe";
 /// The optional interface of the capabilities' effect hints.
-pub(crate) const ANNOTATIONS_INTERFACE: &str = "codemode:plugin/annotations@0.1.0";
+pub const ANNOTATIONS_INTERFACE: &str = "codemode:plugin/annotations@0.1.0";
 /// Its one function.
 const ANNOTATE: &str = "annotate";
 /// Fuel for instantiating the plugin and running `describe()`: generous for an
@@ -30,7 +30,7 @@ const DESCRIBE_MEMORY: usize = 512 * 1024 * 1024;
 /// One entry of `describe()`, as the WIT record `capability` defines it.
 #[derive(ComponentType, Lift, Debug, Clone, PartialEq)]
 #[component(record)]
-pub(crate) struct MetadataEntry {
+pub struct MetadataEntry {
     #[component(name = "export-name")]
     pub export_name: String,
     pub name: Option<String>,
@@ -44,7 +44,7 @@ pub(crate) struct MetadataEntry {
 /// The WIT record `hints`: what a capability says of its effects.
 #[derive(ComponentType, Lift, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[component(record)]
-pub(crate) struct Hints {
+pub struct Hints {
     #[component(name = "read-only")]
     pub read_only: Option<bool>,
     pub destructive: Option<bool>,
@@ -56,7 +56,7 @@ pub(crate) struct Hints {
 /// One entry of `annotate()`, the WIT record `annotated`.
 #[derive(ComponentType, Lift, Debug, Clone, PartialEq)]
 #[component(record)]
-pub(crate) struct Annotated {
+pub struct Annotated {
     #[component(name = "export-name")]
     pub export_name: String,
     pub hints: Hints,
@@ -66,7 +66,7 @@ pub(crate) struct Annotated {
 /// it does not export the interface; an error when its export is mistyped or
 /// the call failed).
 #[derive(Debug)]
-pub(crate) struct Described {
+pub struct Described {
     pub entries: Vec<MetadataEntry>,
     pub annotations: wasmtime::Result<Vec<Annotated>>,
 }
@@ -80,7 +80,7 @@ pub(crate) struct Described {
 ///
 /// Instantiation failures, a missing or mistyped `describe` export, traps (including
 /// running out of fuel or memory), running past `timeout`.
-pub(crate) fn describe(
+pub fn describe(
     plugin: &str,
     engine: &Engine,
     pre: &InstancePre<PluginState>,

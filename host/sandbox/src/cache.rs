@@ -379,7 +379,7 @@ fn read_named_key(path: &Path, what: &str) -> std::io::Result<Option<[u8; 32]>> 
 /// # Errors
 ///
 /// When it cannot be read or made, or is not private to this user.
-pub(crate) fn private_key(dir: &Path, file: &str, what: &str) -> std::io::Result<[u8; 32]> {
+pub fn private_key(dir: &Path, file: &str, what: &str) -> std::io::Result<[u8; 32]> {
     create_private_dir(dir)?;
     let path = dir.join(file);
     if let Some(key) = read_named_key(&path, what)? {
@@ -446,7 +446,7 @@ pub fn default_cache_dir() -> Option<PathBuf> {
 
 /// Opens the artifact cache in `dir`; one that cannot be opened is logged and
 /// bypassed (everything is compiled).
-pub(crate) fn open_cache(dir: Option<&Path>) -> Option<ArtifactCache> {
+pub fn open_cache(dir: Option<&Path>) -> Option<ArtifactCache> {
     let dir = dir?;
     match ArtifactCache::open(dir) {
         Ok(cache) => Some(cache),

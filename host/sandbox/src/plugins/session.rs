@@ -407,10 +407,6 @@ mod tests {
             ),
             CallFailure::Exhausted(Budget::Capacity)
         );
-        assert_eq!(
-            crate::execute::classify_trap(&error, None),
-            Ok(Budget::Capacity)
-        );
     }
 
     #[test]

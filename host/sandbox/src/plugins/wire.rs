@@ -15,7 +15,7 @@ use crate::catalog::{Field, FloatKind, IntKind, Lowering, Member, Shape};
 
 /// How a capability's failure is reported by its result type.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ErrorKind {
+pub enum ErrorKind {
     /// The result is a bare record: the capability cannot report a failure.
     None,
     /// `result<record>`: a failure without a message.
@@ -29,7 +29,7 @@ pub(crate) enum ErrorKind {
 /// The plugin source's lowering: bound arguments as component values, one per
 /// parameter. Binding checked every range, so the integer casts are exact.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Wit;
+pub struct Wit;
 
 /// The WIT name of a member or parameter named `name` (as programs write it).
 fn wit_name(name: &str) -> String {
@@ -119,7 +119,7 @@ impl Lowering for Wit {
 
 /// Why a result could not become a value.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum LiftError {
+pub enum LiftError {
     /// The value is outside what a program can hold (a `u64` above `i64::MAX`, a
     /// non-finite float) or not of its shape: the capability failed.
     Failed,
@@ -133,12 +133,7 @@ pub(crate) enum LiftError {
 /// order, a dict keeps the last of duplicate keys, in key order. Every value takes
 /// one node of `nodes` and a container's length is charged before its items; each
 /// container is one level of `depth` (options add none).
-pub(crate) fn lift(
-    shape: &Shape,
-    val: Val,
-    depth: usize,
-    nodes: &mut Nodes,
-) -> Result<Value, LiftError> {
+pub fn lift(shape: &Shape, val: Val, depth: usize, nodes: &mut Nodes) -> Result<Value, LiftError> {
     if let Shape::Option(inner) = shape {
         return match val {
             Val::Option(None) => Ok(Value::None),
@@ -230,7 +225,7 @@ pub(crate) fn lift(
 
 /// Lifts a result record whose fields are `fields` (the capability's output) at
 /// depth 1.
-pub(crate) fn lift_record(
+pub fn lift_record(
     fields: &[Field],
     val: Val,
     depth: usize,

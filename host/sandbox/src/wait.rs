@@ -13,7 +13,7 @@ pub use codemode_runtime::wait::{Abandoned, Cancel, until};
 
 /// Why the interrupt callback stopped a store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Interrupted {
+pub enum Interrupted {
     /// The request was cancelled.
     Cancelled,
     /// The time budget ran out.
@@ -37,7 +37,7 @@ impl std::error::Error for Interrupted {}
 /// When an execution must stop: its deadline and its request's cancellation; for a
 /// plugin call, also the call's own deadline (its plugin's `timeout`).
 #[derive(Debug, Clone)]
-pub(crate) struct Stop {
+pub struct Stop {
     deadline: Instant,
     /// Nanoseconds added to `deadline` (time spent waiting for a human, which
     /// the time budget does not count); shared by every clone, so that the
@@ -49,7 +49,7 @@ pub(crate) struct Stop {
 
 impl Stop {
     /// A new execution's stop.
-    pub(crate) fn new(deadline: Instant, cancel: Arc<Cancel>) -> Self {
+    pub fn new(deadline: Instant, cancel: Arc<Cancel>) -> Self {
         Self {
             deadline,
             extended: Arc::default(),
@@ -60,7 +60,7 @@ impl Stop {
 
     /// Moves the execution's deadline `by` later (for this stop and every
     /// clone of it).
-    pub(crate) fn extend(&self, by: std::time::Duration) {
+    pub fn extend(&self, by: std::time::Duration) {
         let nanos = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
         let _ = self.extended.fetch_update(
             std::sync::atomic::Ordering::Relaxed,
@@ -70,7 +70,7 @@ impl Stop {
     }
 
     /// The stop of one plugin call that must also end by `call_deadline`.
-    pub(crate) fn for_call(self, call_deadline: Option<Instant>) -> Self {
+    pub fn for_call(self, call_deadline: Option<Instant>) -> Self {
         Self {
             call_deadline,
             ..self
@@ -78,7 +78,7 @@ impl Stop {
     }
 
     /// When the execution's time budget runs out.
-    pub(crate) fn deadline(&self) -> Instant {
+    pub fn deadline(&self) -> Instant {
         let extended = self.extended.load(std::sync::atomic::Ordering::Relaxed);
         if extended == 0 {
             return self.deadline;
@@ -89,23 +89,23 @@ impl Stop {
 
     /// When the current wait must end: the call's own deadline if it has one (it is
     /// never later than the execution's), else the execution's.
-    pub(crate) fn wait_deadline(&self) -> Instant {
+    pub fn wait_deadline(&self) -> Instant {
         self.call_deadline.unwrap_or_else(|| self.deadline())
     }
 
     /// The request's cancellation.
-    pub(crate) fn cancel(&self) -> &Arc<Cancel> {
+    pub fn cancel(&self) -> &Arc<Cancel> {
         &self.cancel
     }
 
     /// Arms the next epoch tick of a store this stop (or an equal one) is already
     /// installed in: the callback stays, only the deadline moves.
-    pub(crate) fn renew<T: 'static>(&self, store: &mut Store<T>) {
+    pub fn renew<T: 'static>(&self, store: &mut Store<T>) {
         store.set_epoch_deadline(1);
     }
 
     /// Installs the check on `store`: at every epoch tick, stop if cancelled or late.
-    pub(crate) fn install<T: 'static>(&self, store: &mut Store<T>) {
+    pub fn install<T: 'static>(&self, store: &mut Store<T>) {
         let stop = self.clone();
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(move |_| {

@@ -29,7 +29,7 @@ use crate::files::{FileError, read_regular};
 use crate::source::UPSTREAM_ID_PREFIX;
 
 /// The name of plugins' cache entries.
-pub(crate) const PLUGIN_PREFIX: &str = "plugin";
+pub const PLUGIN_PREFIX: &str = "plugin";
 
 /// `\0asm`: every WebAssembly binary starts with it.
 const WASM_MAGIC: [u8; 4] = *b"\0asm";
@@ -159,7 +159,7 @@ pub enum LoadError {
 impl LoadError {
     /// Whether loading may succeed if simply tried again: the process or the system
     /// ran out of file descriptors or memory, or a thread could not be started.
-    pub(crate) fn is_transient(&self) -> bool {
+    pub fn is_transient(&self) -> bool {
         match self {
             LoadError::Read(FileError::Io(error)) => transient_io(error),
             _ => false,
@@ -193,9 +193,7 @@ impl LoadError {
 /// # Errors
 ///
 /// Every problem, each naming its export.
-pub(crate) fn check_specs(
-    capabilities: &[PluginCapability],
-) -> Result<Vec<Arc<Capability>>, LoadError> {
+pub fn check_specs(capabilities: &[PluginCapability]) -> Result<Vec<Arc<Capability>>, LoadError> {
     let mut errors = Vec::new();
     let mut valid = Vec::with_capacity(capabilities.len());
     for capability in capabilities {
@@ -257,7 +255,7 @@ fn transient_io(error: &std::io::Error) -> bool {
 /// A capability as one plugin declares it, while it loads: its metadata (not yet
 /// validated) plus where to call it.
 #[derive(Debug, Clone)]
-pub(crate) struct PluginCapability {
+pub struct PluginCapability {
     /// What the catalog needs, as declared.
     pub spec: CapabilitySpec,
     /// The export, `<interface>.<function>` in WIT names.
@@ -273,7 +271,7 @@ pub(crate) struct PluginCapability {
 }
 
 /// A plugin file that compiled, linked and described itself.
-pub(crate) struct LoadedPlugin {
+pub struct LoadedPlugin {
     /// The file name, e.g. `records.wasm`, used in every message about it.
     pub file: String,
     /// Ready to instantiate: imports resolved once.
@@ -327,7 +325,7 @@ impl Template for LoadedPlugin {
 /// # Errors
 ///
 /// Any [`LoadError`]; the file is then skipped by the caller.
-pub(crate) fn load_file(
+pub fn load_file(
     engine: &Engine,
     path: &Path,
     cache: Option<&ArtifactCache>,
@@ -478,7 +476,7 @@ fn is_annotations(instance: &str) -> bool {
 ///
 /// [`LoadError::UnknownAnnotated`] or [`LoadError::DuplicateAnnotated`], all
 /// of them at once.
-pub(crate) fn annotate(
+pub fn annotate(
     capabilities: &mut [PluginCapability],
     annotations: Vec<Annotated>,
 ) -> Result<(), LoadError> {
@@ -525,7 +523,7 @@ pub(crate) fn annotate(
 ///
 /// [`LoadError::UnknownExport`], [`LoadError::DuplicateEntry`],
 /// [`LoadError::AmbiguousExport`] or [`LoadError::Type`].
-pub(crate) fn assemble(
+pub fn assemble(
     funcs: Vec<ExportedFunc>,
     entries: Vec<MetadataEntry>,
     docs: Option<&PackageDocs>,

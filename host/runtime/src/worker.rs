@@ -4,7 +4,7 @@
 use std::sync::mpsc::{Sender, channel};
 
 /// The sending end of one worker thread.
-pub(crate) struct Worker<T> {
+pub struct Worker<T> {
     sender: Sender<T>,
 }
 
@@ -12,7 +12,7 @@ impl<T: Send + 'static> Worker<T> {
     /// Starts the thread `name`: it runs `setup`, then `handle` on every item sent
     /// until the last [`Worker`] is gone. `None`, logged, when no thread can be
     /// spawned (the callers then do the work themselves).
-    pub(crate) fn start(
+    pub fn start(
         name: &str,
         setup: impl FnOnce() + Send + 'static,
         mut handle: impl FnMut(T) + Send + 'static,
@@ -35,7 +35,7 @@ impl<T: Send + 'static> Worker<T> {
 
     /// Hands `item` to the thread; gives it back when the thread is gone (a
     /// handler panicked).
-    pub(crate) fn send(&self, item: T) -> Result<(), T> {
+    pub fn send(&self, item: T) -> Result<(), T> {
         self.sender.send(item).map_err(|returned| returned.0)
     }
 }

@@ -16,7 +16,7 @@ use crate::metrics::{Metrics, RELOAD_ERROR, RELOAD_FAILED, RELOAD_OK};
 use crate::source::{Accepted, Assembly, CapabilitySource, Offer, Provider, Publisher};
 
 /// The plugins folder, as [`Provider`].
-pub(crate) struct PluginsProvider {
+pub struct PluginsProvider {
     folder: Mutex<PluginFolder>,
     engine: Engine,
     cache: Option<ArtifactCache>,
@@ -54,7 +54,7 @@ pub struct Reloaded {
 
 /// Why a reload changed nothing.
 #[derive(Debug)]
-pub(crate) enum ReloadError {
+pub enum ReloadError {
     /// The folder could not be listed.
     Folder(std::io::Error),
     /// The catalog could not be rebuilt.
@@ -64,7 +64,7 @@ pub(crate) enum ReloadError {
 impl PluginsProvider {
     /// The plugins of `folder`, loaded with `engine` through `cache`; `others`
     /// says whether other sources serve beside them.
-    pub(crate) fn new(
+    pub fn new(
         folder: PluginFolder,
         engine: Engine,
         cache: Option<ArtifactCache>,
@@ -90,12 +90,12 @@ impl PluginsProvider {
     }
 
     /// The folder.
-    pub(crate) fn dir(&self) -> PathBuf {
+    pub fn dir(&self) -> PathBuf {
         self.folder().dir().to_owned()
     }
 
     /// Why the first scan could not list the folder, once.
-    pub(crate) fn take_first_error(&self) -> Option<std::io::Error> {
+    pub fn take_first_error(&self) -> Option<std::io::Error> {
         self.first_error
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -131,7 +131,7 @@ impl PluginsProvider {
     ///
     /// When the folder cannot be listed or the catalog not rebuilt (the current
     /// one keeps serving).
-    pub(crate) fn reload(&self) -> Result<Reloaded, ReloadError> {
+    pub fn reload(&self) -> Result<Reloaded, ReloadError> {
         let started = Instant::now();
         let mut folder = self.folder();
         let report = folder

@@ -16,7 +16,7 @@ use crate::catalog::{Field, FloatKind, IntKind, Shape, snake_case};
 
 /// One function exported from an interface of the component.
 #[derive(Debug, Clone)]
-pub(crate) struct ExportedFunc {
+pub struct ExportedFunc {
     /// Full name of the exported instance, e.g. `example:records/records@0.1.0`.
     pub instance: String,
     /// The interface's short name, e.g. `records`.
@@ -41,7 +41,7 @@ impl ExportedFunc {
 /// A function's parameters and result, mapped to the catalog's shapes, and how
 /// its result reports a failure.
 #[derive(Debug, Clone)]
-pub(crate) struct Signature {
+pub struct Signature {
     /// Parameters in order.
     pub params: Vec<Field>,
     /// Fields of the result record.
@@ -82,7 +82,7 @@ pub enum TypeError {
 
 /// The interface name inside an instance export name: `ns:pkg/iface@1.0` → `iface`;
 /// a plain name is itself.
-pub(crate) fn interface_name(instance: &str) -> &str {
+pub fn interface_name(instance: &str) -> &str {
     let after_slash = instance.rsplit_once('/').map_or(instance, |(_, rest)| rest);
     after_slash
         .split_once('@')
@@ -93,7 +93,7 @@ pub(crate) fn interface_name(instance: &str) -> &str {
 /// exports that are not instances (world-level functions, types), which can never be
 /// capabilities. With `record_names`, a parameter's record gets the name its
 /// interface exports it under (for its docs).
-pub(crate) fn exported_functions(
+pub fn exported_functions(
     engine: &Engine,
     component: &Component,
     record_names: bool,

@@ -23,12 +23,12 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
 /// Bytes of one stream kept per call; the rest is counted and dropped.
-pub(crate) const OUTPUT_PER_CALL: usize = 64 * 1024;
+pub const OUTPUT_PER_CALL: usize = 64 * 1024;
 
 /// The two output streams of one plugin instance (shared by the instances an
 /// execution makes of one plugin, so nothing is lost when one is replaced).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Output {
+pub struct Output {
     /// What the plugin wrote to stdout.
     pub stdout: Capture,
     /// What the plugin wrote to stderr.
@@ -38,7 +38,7 @@ pub(crate) struct Output {
 impl Output {
     /// Logs what both streams captured since the last call of this (one event per
     /// stream that has anything), then starts them afresh.
-    pub(crate) fn emit(&self, plugin: &str, capability: &str, execution: Option<u64>) {
+    pub fn emit(&self, plugin: &str, capability: &str, execution: Option<u64>) {
         for (stream, capture) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
             let Some(captured) = capture.take() else {
                 continue;
@@ -62,7 +62,7 @@ impl Output {
 /// One output stream of a plugin: the first [`OUTPUT_PER_CALL`] bytes since it was
 /// last taken, and how many more were written.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Capture(Arc<Shared>);
+pub struct Capture(Arc<Shared>);
 
 /// A [`Capture`]'s state, shared by its clones.
 #[derive(Debug, Default)]
@@ -75,7 +75,7 @@ struct Shared {
 
 /// What a [`Capture`] holds.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct Captured {
+pub struct Captured {
     /// The bytes kept, at most [`OUTPUT_PER_CALL`].
     pub bytes: Vec<u8>,
     /// The bytes written past that and dropped.
@@ -98,7 +98,7 @@ impl Capture {
     }
 
     /// What was captured since the last take, or `None` when nothing was written.
-    pub(crate) fn take(&self) -> Option<Captured> {
+    pub fn take(&self) -> Option<Captured> {
         if !self.0.written.swap(false, Ordering::Acquire) {
             return None;
         }

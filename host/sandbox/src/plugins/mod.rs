@@ -28,14 +28,14 @@ pub use compile::{
 pub use load::{LoadError, LoadLimits};
 pub use reflect::TypeError;
 
-#[cfg(any(test, feature = "fuzzing"))]
-pub(crate) use docs::{probe as docs_probe, read as docs_read};
-pub(crate) use folder::PluginFolder;
-pub(crate) use grants::{GlobalCaps, SIDECAR_EXTENSION};
-#[cfg(any(test, feature = "fuzzing"))]
-pub(crate) use grants::{Grants, HostPattern};
-pub(crate) use listing::{file_label, plugin_files};
-pub(crate) use load::{PLUGIN_PREFIX, load_file};
+// The fuzz targets' entries (the host's `fuzzing`), always built: one feature set.
+#[doc(hidden)]
+pub use docs::{probe as docs_probe, read as docs_read};
+pub use folder::PluginFolder;
+pub use grants::{GlobalCaps, SIDECAR_EXTENSION};
+pub use grants::{Grants, HostPattern};
+pub use listing::{file_label, plugin_files};
+pub use load::{PLUGIN_PREFIX, load_file};
 pub use provider::Reloaded;
-pub(crate) use provider::{PluginsProvider, ReloadError};
-pub(crate) use sandbox::{MemoryCap, MemoryHit, engine, pool_instances};
+pub use provider::{PluginsProvider, ReloadError};
+pub use sandbox::{MemoryCap, MemoryHit, engine, pool_instances};

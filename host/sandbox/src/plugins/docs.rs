@@ -17,7 +17,7 @@ use crate::catalog::{Field, MAX_ARGUMENT_DOCS, Shape, argument_block, one_line};
 /// The docs of the component `bytes`: the first `codemode-docs` section that
 /// decodes. When none does, one WARN naming the plugin and the first reason,
 /// and the plugin loads without them.
-pub(crate) fn read(plugin: &str, bytes: &[u8]) -> Option<PackageDocs> {
+pub fn read(plugin: &str, bytes: &[u8]) -> Option<PackageDocs> {
     let mut failed = Vec::new();
     for payload in codemode_wit_docs::find(bytes) {
         match codemode_wit_docs::decode(payload) {
@@ -38,11 +38,7 @@ pub(crate) fn read(plugin: &str, bytes: &[u8]) -> Option<PackageDocs> {
 
 /// The `Arguments:` block of `func` (whose parameters map to `params`), from
 /// `docs`; `None` when no parameter is documented.
-pub(crate) fn argument_docs(
-    docs: &PackageDocs,
-    func: &ExportedFunc,
-    params: &[Field],
-) -> Option<String> {
+pub fn argument_docs(docs: &PackageDocs, func: &ExportedFunc, params: &[Field]) -> Option<String> {
     // Looked up once: every field below reads the same interface.
     let interface = docs.interface(&func.interface)?;
     let function_docs = interface.function(&func.function).unwrap_or("");
@@ -75,8 +71,7 @@ pub(crate) fn argument_docs(
 
 /// The block `docs` give a fixed function `i.f(a: r, b-c: list<r>, d: string)`
 /// with `r { x, y-z }`: what the `plugin_docs` fuzz target checks.
-#[cfg(any(test, feature = "fuzzing"))]
-pub(crate) fn probe(docs: &PackageDocs) -> Option<String> {
+pub fn probe(docs: &PackageDocs) -> Option<String> {
     let record = Shape::Record(vec![
         Field::new("x", Shape::Str),
         Field::new("y_z", Shape::Str),

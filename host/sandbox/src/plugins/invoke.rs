@@ -15,7 +15,7 @@ use crate::source::sanitize_message;
 
 /// Where and how to call one capability's export.
 #[derive(Debug, Clone)]
-pub(crate) struct CallTarget {
+pub struct CallTarget {
     /// The export, resolvable on any instance of the component.
     pub index: ComponentExportIndex,
     /// How the result reports a failure.
@@ -25,7 +25,7 @@ pub(crate) struct CallTarget {
 impl CallTarget {
     /// Resolves `instance`#`function` of `component`, whose signature the loader has
     /// already accepted.
-    pub(crate) fn resolve(
+    pub fn resolve(
         component: &Component,
         instance: &str,
         function: &str,
@@ -45,14 +45,14 @@ impl CallTarget {
     }
 
     /// A placeholder for the result slot of a call.
-    pub(crate) fn result_slot() -> Val {
+    pub fn result_slot() -> Val {
         Val::Bool(false)
     }
 }
 
 /// Why a result could not become a value.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum OutputError {
+pub enum OutputError {
     /// `capability failed`, with the capability's own sanitized message if it gave one.
     Failed(Option<String>),
     /// A budget ran out: the result's depth or its size.
@@ -62,7 +62,7 @@ pub(crate) enum OutputError {
 /// Converts the export's result: a record becomes a dict with keys in sorted order;
 /// `result::err` becomes [`OutputError::Failed`]; a `u64` above `i64::MAX` or a
 /// non-finite float is a failure without detail. The record is depth 1.
-pub(crate) fn output(
+pub fn output(
     target: &CallTarget,
     fields: &[Field],
     result: Val,

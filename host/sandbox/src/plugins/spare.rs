@@ -39,7 +39,7 @@ use wasmtime::component::InstancePre;
 const SPARE_START_TIME: Duration = Duration::from_secs(10);
 
 /// A fresh instance, made ahead of time.
-pub(crate) struct Spare {
+pub struct Spare {
     /// Its store, with the memory cap it was made with and its own stop installed.
     pub store: Store<PluginState>,
     /// The instance, never called.
@@ -52,7 +52,7 @@ pub(crate) struct Spare {
 
 /// What an execution asks a spare to be made with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct SpareTerms {
+pub struct SpareTerms {
     /// The cap on each of its linear memories, in bytes.
     pub max_memory: usize,
     /// Fuel its start code may burn.
@@ -61,13 +61,13 @@ pub(crate) struct SpareTerms {
 
 /// A plugin's spare, and whether one should be made.
 #[derive(Default)]
-pub(crate) struct Spares {
+pub struct Spares {
     slot: Mutex<Slot>,
 }
 
 /// What a spare is made from: a loaded plugin (`load.rs` implements it, so that
 /// spares need nothing of loading).
-pub(crate) trait Template: Send + Sync + 'static {
+pub trait Template: Send + Sync + 'static {
     /// The plugin's file name, for the log.
     fn file(&self) -> &str;
     /// Its component, ready to instantiate.
@@ -94,7 +94,7 @@ enum Slot {
 
 impl Spares {
     /// Takes the spare if there is one made with `max_memory` as its memory cap.
-    pub(crate) fn take(&self, max_memory: usize) -> Option<Spare> {
+    pub fn take(&self, max_memory: usize) -> Option<Spare> {
         let mut slot = self.lock();
         let taken = match std::mem::take(&mut *slot) {
             Slot::Ready(spare, terms) => (spare, terms),
@@ -114,7 +114,7 @@ impl Spares {
 
     /// Has a spare made with `terms` in the background, unless one is ready or
     /// being made, or making one failed before.
-    pub(crate) fn replenish(plugin: Arc<dyn Template>, terms: SpareTerms) {
+    pub fn replenish(plugin: Arc<dyn Template>, terms: SpareTerms) {
         {
             let mut slot = plugin.spares().lock();
             match &*slot {

@@ -24,7 +24,7 @@ use std::sync::OnceLock;
 
 /// What the self-check concluded about `PAGEMAP_SCAN`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Verdict {
+pub enum Verdict {
     /// Every written page was reported: the scan may decide which pages to reset.
     Trusted,
     /// The ioctl is missing or failed: wasmtime cannot use the scan.
@@ -59,7 +59,7 @@ impl fmt::Display for Verdict {
 
 /// What the kernel answered for one scratch mapping.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Answer {
+pub struct Answer {
     /// The indexes of the pages the check wrote.
     pub written: Vec<usize>,
     /// What the scans reported, or why they failed.
@@ -68,7 +68,7 @@ pub(crate) struct Answer {
 
 /// What the scans of one mapping reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Scanned {
+pub struct Scanned {
     /// The page ranges reported as written.
     pub ranges: Vec<Range<usize>>,
     /// The page where the last scan stopped: wasmtime returns every page from here
@@ -81,7 +81,7 @@ pub(crate) struct Scanned {
 /// page of every mapping must lie in a reported range, or past where the scans
 /// stopped (which wasmtime returns to the kernel). Reporting more than was written
 /// only costs time (a page copied back needlessly), never isolation.
-pub(crate) fn verdict(answers: &[Answer]) -> Verdict {
+pub fn verdict(answers: &[Answer]) -> Verdict {
     let mut written = 0;
     let mut missed = 0;
     for answer in answers {
@@ -112,7 +112,7 @@ pub(crate) fn verdict(answers: &[Answer]) -> Verdict {
 /// The self-check's verdict for this process, worked out once: the engine is built
 /// once per start, but the check must not run again for each `check` or reload.
 /// Logs one WARN when the scan is not trusted.
-pub(crate) fn checked() -> &'static Verdict {
+pub fn checked() -> &'static Verdict {
     static VERDICT: OnceLock<Verdict> = OnceLock::new();
     VERDICT.get_or_init(|| {
         let verdict = verdict(&probe());
@@ -129,7 +129,7 @@ pub(crate) fn checked() -> &'static Verdict {
 /// Runs the scan over scratch mappings shaped like pooled slots, after writing
 /// scattered pages of each.
 #[cfg(target_os = "linux")]
-pub(crate) fn probe() -> Vec<Answer> {
+pub fn probe() -> Vec<Answer> {
     match linux::Scratch::pagemap() {
         Ok(pagemap) => vec![
             linux::probe_anonymous(&pagemap),
@@ -144,7 +144,7 @@ pub(crate) fn probe() -> Vec<Answer> {
 
 /// Off Linux there is no `PAGEMAP_SCAN`, and wasmtime does not use it.
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn probe() -> Vec<Answer> {
+pub fn probe() -> Vec<Answer> {
     vec![Answer {
         written: Vec::new(),
         reported: Err("not Linux".to_owned()),

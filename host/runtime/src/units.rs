@@ -11,10 +11,10 @@
 use std::time::Duration;
 
 /// The largest linear memory a 32-bit WebAssembly module can address.
-pub(crate) const MAX_MEMORY_BYTES: usize = 4 << 30;
+pub const MAX_MEMORY_BYTES: usize = 4 << 30;
 
 /// `--max-memory` when not given: 256 MiB per linear memory.
-pub(crate) const DEFAULT_MAX_MEMORY_BYTES: usize = 256 << 20;
+pub const DEFAULT_MAX_MEMORY_BYTES: usize = 256 << 20;
 
 /// The longest duration a flag or setting takes unless its own help says
 /// otherwise: one day. Past it a deadline (`now + duration`) could overflow the

@@ -46,7 +46,7 @@ const LOADING_INSTANCES: usize = 8;
 /// and [`MAX_POOL_INSTANCES`]. (A fixed 1,000 ran out at 250 executions touching 4
 /// plugins.) Plugins added by a reload may need more; an execution that finds the
 /// pool full then fails with a resource limit, never as its capability's fault.
-pub(crate) fn pool_instances(concurrent: usize, plugins: usize) -> u32 {
+pub fn pool_instances(concurrent: usize, plugins: usize) -> u32 {
     let needed = concurrent
         .saturating_mul(plugins.max(1).saturating_add(1))
         .saturating_add(plugins)
@@ -76,7 +76,7 @@ const SCANNED_KEEP_RESIDENT_BYTES: usize = 16 << 20;
 /// # Errors
 ///
 /// When wasmtime rejects the configuration (not expected on supported hosts).
-pub(crate) fn engine(instances: u32) -> wasmtime::Result<Engine> {
+pub fn engine(instances: u32) -> wasmtime::Result<Engine> {
     // The self-check says the scan reports what an instance wrote (reset_check.rs;
     // it logs the WARN when not, a missing ioctl included); wasmtime's own probe
     // says the ioctl exists. Both must hold to reset by the scan.
@@ -92,7 +92,7 @@ pub(crate) fn engine(instances: u32) -> wasmtime::Result<Engine> {
 /// # Errors
 ///
 /// When wasmtime rejects the configuration.
-pub(crate) fn compiling_engine() -> wasmtime::Result<Engine> {
+pub fn compiling_engine() -> wasmtime::Result<Engine> {
     Engine::new(&config(1, false))
 }
 
@@ -137,7 +137,7 @@ fn config(instances: u32, scan: bool) -> Config {
 /// cap, so that the trap that follows (an allocation failure aborts) is reported as
 /// a resource limit.
 #[derive(Debug)]
-pub(crate) struct MemoryCap {
+pub struct MemoryCap {
     max: usize,
     /// Bytes this store reserved in the total, given back when it is dropped.
     reserved: usize,
@@ -150,7 +150,7 @@ pub(crate) struct MemoryCap {
 
 /// The memory cap a store hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum MemoryHit {
+pub enum MemoryHit {
     /// Its own: `--max-memory` (or its plugin's `max_memory`).
     Own,
     /// The total of every sandbox: `--max-total-memory`.
@@ -159,7 +159,7 @@ pub(crate) enum MemoryHit {
 
 impl MemoryCap {
     /// A cap of `max` bytes per linear memory.
-    pub(crate) fn new(max: usize) -> Self {
+    pub fn new(max: usize) -> Self {
         Self {
             max,
             reserved: 0,
@@ -222,7 +222,7 @@ impl ResourceLimiter for MemoryCap {
 }
 
 /// The data of one plugin store.
-pub(crate) struct PluginState {
+pub struct PluginState {
     wasi: WasiCtx,
     table: ResourceTable,
     http: WasiHttpCtx,
@@ -243,7 +243,7 @@ impl PluginState {
     ///
     /// When a granted directory cannot be opened any more (it was removed after the
     /// plugin loaded).
-    pub(crate) fn new(
+    pub fn new(
         plugin: &str,
         grants: &Arc<Grants>,
         max_memory: usize,
@@ -307,7 +307,7 @@ impl WasiHttpView for PluginState {
 /// The outbound HTTP gate of one plugin instance: `allowed_outbound_hosts`, checked
 /// per request, and timeouts capped by the call's deadline (a request blocks in the
 /// host, where the epoch deadline cannot interrupt it).
-pub(crate) struct Outbound {
+pub struct Outbound {
     plugin: String,
     grants: Arc<Grants>,
     /// When the current call must end; set by the dispatcher before each call.
@@ -387,7 +387,7 @@ type SendFuture = dyn Future<
 ///
 /// When an import cannot be satisfied even by a trap (e.g. a WASI 0.2 interface
 /// with a type this host does not know).
-pub(crate) fn pre_instantiate(
+pub fn pre_instantiate(
     engine: &Engine,
     component: &Component,
 ) -> wasmtime::Result<InstancePre<PluginState>> {
@@ -429,7 +429,7 @@ fn provided(name: &str) -> bool {
 /// The trap of a call to an import this host does not provide; the agent is told
 /// which one.
 #[derive(Debug)]
-pub(crate) struct Unprovided(pub String);
+pub struct Unprovided(pub String);
 
 impl std::fmt::Display for Unprovided {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

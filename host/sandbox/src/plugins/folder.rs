@@ -28,7 +28,7 @@ use crate::source::Skipped;
 const TOOLCHAIN_EXPORTS: [&str; 1] = ["exports.init"];
 
 /// The files of one folder and the version of each that serves.
-pub(crate) struct PluginFolder {
+pub struct PluginFolder {
     dir: PathBuf,
     limits: LoadLimits,
     files: BTreeMap<PathBuf, Tracked>,
@@ -89,7 +89,7 @@ fn inode(_meta: &std::fs::Metadata) -> u64 {
 
 /// What a scan found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) struct ScanReport {
+pub struct ScanReport {
     /// Files loaded for the first time or again after a change.
     pub loaded: usize,
     /// Changed files that failed to load (their last good version, if any, serves).
@@ -105,7 +105,7 @@ pub(crate) struct ScanReport {
 
 impl ScanReport {
     /// Whether the set of served plugins may differ from the previous scan's.
-    pub(crate) fn changed(&self) -> bool {
+    pub fn changed(&self) -> bool {
         self.loaded > 0 || self.removed > 0
     }
 }
@@ -113,7 +113,7 @@ impl ScanReport {
 impl PluginFolder {
     /// A folder nothing has been scanned from yet, whose sidecars' limits `caps`
     /// caps.
-    pub(crate) fn new(dir: PathBuf, limits: LoadLimits, caps: GlobalCaps) -> Self {
+    pub fn new(dir: PathBuf, limits: LoadLimits, caps: GlobalCaps) -> Self {
         Self {
             dir,
             limits,
@@ -127,13 +127,13 @@ impl PluginFolder {
 
     /// Makes a missing folder hold no plugins instead of an error, when
     /// `optional` (a gateway of upstreams only).
-    pub(crate) fn optional(mut self, optional: bool) -> Self {
+    pub fn optional(mut self, optional: bool) -> Self {
         self.optional = optional;
         self
     }
 
     /// The folder.
-    pub(crate) fn dir(&self) -> &Path {
+    pub fn dir(&self) -> &Path {
         &self.dir
     }
 
@@ -143,7 +143,7 @@ impl PluginFolder {
     /// # Errors
     ///
     /// When the folder cannot be listed; nothing changes then.
-    pub(crate) fn scan(
+    pub fn scan(
         &mut self,
         engine: &Engine,
         cache: Option<&ArtifactCache>,
@@ -288,7 +288,7 @@ impl PluginFolder {
     }
 
     /// The files whose latest version failed to load, in file-name order.
-    pub(crate) fn failures(&self) -> Vec<Skipped> {
+    pub fn failures(&self) -> Vec<Skipped> {
         self.failures
             .iter()
             .map(|(path, reason)| Skipped {
@@ -300,7 +300,7 @@ impl PluginFolder {
     }
 
     /// The plugins to serve, in file-name order.
-    pub(crate) fn serving(&self) -> Vec<Arc<LoadedPlugin>> {
+    pub fn serving(&self) -> Vec<Arc<LoadedPlugin>> {
         self.files
             .values()
             .filter_map(|t| t.serving.clone())

@@ -17,7 +17,7 @@ use crate::files::{FileError, read_regular};
 use crate::units::{parse_bytes, parse_duration};
 
 /// The sidecar's file extension.
-pub(crate) const SIDECAR_EXTENSION: &str = "toml";
+pub const SIDECAR_EXTENSION: &str = "toml";
 
 /// Largest sidecar read: grants are a few lines; this only stops a huge file.
 const MAX_SIDECAR_BYTES: u64 = 1 << 20;
@@ -94,7 +94,7 @@ enum SizeOrText {
 /// The global budgets a sidecar's own limits are capped by (what `--max-memory`,
 /// `--max-fuel` and `--max-execution-time` set).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct GlobalCaps {
+pub struct GlobalCaps {
     /// `--max-memory`, in bytes.
     pub max_memory: usize,
     /// `--max-fuel`.
@@ -107,7 +107,7 @@ impl Grants {
     /// The sidecar limits above the global budget that caps them, each as
     /// `(setting, what it asks, the flag and its value)`: they have no effect
     /// beyond the global value, which an operator should know.
-    pub(crate) fn above(&self, caps: &GlobalCaps) -> Vec<(&'static str, String, String)> {
+    pub fn above(&self, caps: &GlobalCaps) -> Vec<(&'static str, String, String)> {
         let mut above = Vec::new();
         if let Some(memory) = self.max_memory.filter(|&m| m > caps.max_memory) {
             above.push((
@@ -137,7 +137,7 @@ impl Grants {
     }
 
     /// The sidecar path of the plugin at `wasm`: same name, `.toml`.
-    pub(crate) fn sidecar_path(wasm: &Path) -> PathBuf {
+    pub fn sidecar_path(wasm: &Path) -> PathBuf {
         wasm.with_extension(SIDECAR_EXTENSION)
     }
 
@@ -146,7 +146,7 @@ impl Grants {
     /// # Errors
     ///
     /// A message naming the sidecar and what is wrong in it.
-    pub(crate) fn for_plugin(wasm: &Path) -> Result<Self, String> {
+    pub fn for_plugin(wasm: &Path) -> Result<Self, String> {
         let path = Self::sidecar_path(wasm);
         let label = super::listing::file_label(&path);
         let bytes = match read_regular(&path, MAX_SIDECAR_BYTES, "the size of any sidecar") {
