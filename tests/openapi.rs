@@ -724,34 +724,7 @@ fn a_spec_and_a_service_over_https_are_trusted_through_the_system_roots() {
     std::fs::create_dir_all(dir.join("plugins")).expect("create the folders");
     // A certificate for 127.0.0.1, self-signed by openssl: an organization's
     // own CA, as far as the server knows.
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let made = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-addext",
-            "basicConstraints=critical,CA:FALSE",
-            "-keyout",
-        ])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("run openssl");
-    assert!(made.success());
+    let (cert, key) = crate::support::loopback_certificate(&dir);
     let shop = Shop::start_with(&[std::path::Path::new("--tls"), &cert, &key]);
     let spec = format!("https://127.0.0.1:{}/openapi.json", shop.port);
     let path = dir.join("codemode.toml");

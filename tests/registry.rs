@@ -49,31 +49,7 @@ impl Registry {
             dir.join("data").display()
         );
         if tls {
-            let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-            openssl(
-                &[
-                    "req",
-                    "-x509",
-                    "-newkey",
-                    "ec",
-                    "-pkeyopt",
-                    "ec_paramgen_curve:P-256",
-                    "-nodes",
-                    "-days",
-                    "1",
-                    "-subj",
-                    "/CN=127.0.0.1",
-                    "-addext",
-                    "subjectAltName=IP:127.0.0.1",
-                    "-addext",
-                    "basicConstraints=critical,CA:FALSE",
-                    "-keyout",
-                    path(&key),
-                    "-out",
-                    path(&cert),
-                ],
-                b"",
-            );
+            let (cert, key) = crate::support::loopback_certificate(&dir);
             config.push_str(&format!(
                 "  tls:\n    certificate: {}\n    key: {}\n",
                 cert.display(),

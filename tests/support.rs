@@ -970,3 +970,40 @@ impl Drop for StdioClient {
         }
     }
 }
+
+/// A self-signed certificate for 127.0.0.1 (P-256, a day, not a CA) and its key,
+/// made by openssl as `cert.pem` and `key.pem` in `dir`: a server's certificate
+/// that no public root vouches for, as an organization's own CA's would be.
+pub(crate) fn loopback_certificate(
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-addext",
+            "basicConstraints=critical,CA:FALSE",
+            "-keyout",
+        ])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("run openssl");
+    assert!(made.success(), "openssl made no certificate");
+    (cert, key)
+}

@@ -234,7 +234,6 @@ pub(super) fn openapi(
 
 #[cfg(test)]
 mod tests {
-
     use super::super::tests::{args, assert_file_errors, config_file, parse_error};
     use super::*;
     use crate::config::parse;

@@ -152,7 +152,6 @@ pub(super) fn plugins(
 
 #[cfg(test)]
 mod tests {
-
     use std::time::Duration;
 
     use super::super::tests::{args, assert_file_errors, config_file};

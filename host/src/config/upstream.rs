@@ -199,7 +199,6 @@ pub(super) fn upstreams(text: &str, base: &Path) -> Result<Vec<UpstreamConfig>, 
 
 #[cfg(test)]
 mod tests {
-
     use std::time::Duration;
 
     use super::super::tests::{args, assert_file_errors, config_file};

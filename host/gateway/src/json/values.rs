@@ -8,7 +8,10 @@ use codemode_value::Value;
 use serde_json::{Map, Value as Json};
 
 use crate::budget::{Budget, Nodes, OutOfNodes};
-use crate::catalog::{Field, FloatKind, IntKind, Lowering, Member};
+use crate::catalog::{
+    BindError, BindLimits, Bound, Capability, Field, FloatKind, IntKind, Lowering, Member,
+};
+use crate::source::Arguments;
 
 /// The lowering of the JSON sources: the `arguments` object of a tools/call (or
 /// an OpenAPI operation's arguments, before they are placed), one
@@ -16,6 +19,23 @@ use crate::catalog::{Field, FloatKind, IntKind, Lowering, Member};
 /// as `None` or not at all left out, as JSON Schema's `required` means.
 #[derive(Debug, Clone, Copy)]
 pub struct ToolArguments;
+
+/// `arguments` bound to `capability`'s parameters as a JSON object of named
+/// arguments ([`ToolArguments`]): what both JSON sources' `bind` is.
+///
+/// # Errors
+///
+/// Why the arguments do not fit the parameters, as binding words it.
+pub fn bind(
+    capability: &Capability,
+    arguments: &Value,
+    limits: BindLimits,
+) -> Result<Bound<Arguments>, BindError> {
+    let bound = capability
+        .binder()
+        .bind(arguments, &ToolArguments, limits)?;
+    Ok(bound.map(Arguments::new))
+}
 
 impl Lowering for ToolArguments {
     type Out = Json;

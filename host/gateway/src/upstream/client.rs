@@ -501,10 +501,7 @@ impl CapabilitySource for Upstream {
         arguments: &Value,
         limits: BindLimits,
     ) -> Result<Bound<Arguments>, BindError> {
-        let bound = capability
-            .binder()
-            .bind(arguments, &json::ToolArguments, limits)?;
-        Ok(bound.map(Arguments::new))
+        json::bind(capability, arguments, limits)
     }
 
     fn session(self: Arc<Self>, _execution: u64) -> Box<dyn Session> {
