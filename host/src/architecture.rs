@@ -21,10 +21,7 @@ fn source_dir() -> PathBuf {
 /// The text of `path`, without comments and without its `mod tests`.
 fn code_of(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    let text = match text.find("#[cfg(test)]\nmod tests") {
-        Some(at) => &text[..at],
-        None => &text[..],
-    };
+    let text = &text[..test_module_start(&text).unwrap_or(text.len())];
     text.lines()
         .map(|line| match line.find("//") {
             // A `//` inside a string (a URL) is rare in `use` lines; cutting there
@@ -34,6 +31,29 @@ fn code_of(path: &Path) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Where `text`'s test module begins: the `#[cfg(test)]` (or `#[cfg(all(test,
+/// ...))]`) line above a top-level `mod tests {`, other attributes and comments
+/// between them allowed.
+fn test_module_start(text: &str) -> Option<usize> {
+    let lines: Vec<(usize, &str)> = text
+        .lines()
+        .scan(0, |at, line| {
+            let start = *at;
+            *at += line.len() + 1;
+            Some((start, line))
+        })
+        .collect();
+    let index = lines
+        .iter()
+        .position(|(_, line)| line.starts_with("mod tests"))?;
+    lines[..index]
+        .iter()
+        .rev()
+        .take_while(|(_, line)| line.starts_with("#[") || line.starts_with("//"))
+        .find(|(_, line)| line.starts_with("#[cfg(") && line.contains("test"))
+        .map(|(start, _)| *start)
 }
 
 /// The module names a root file declares (`mod x;`, `pub mod x;`,
@@ -57,7 +77,13 @@ fn declared(root: &str) -> BTreeSet<String> {
 fn reexports(root: &str) -> BTreeMap<String, String> {
     let mut names = BTreeMap::new();
     for item in root.split(';') {
-        let item = item.trim();
+        let mut item = item.trim();
+        // `#[doc(hidden)] pub use ...`: the attributes are not the item.
+        while let Some(rest) = item.strip_prefix("#[") {
+            item = rest
+                .split_once(']')
+                .map_or("", |(_, after)| after.trim_start());
+        }
         let Some(rest) = item
             .strip_prefix("pub use ")
             .or_else(|| item.strip_prefix("pub(crate) use "))
@@ -181,6 +207,19 @@ fn imports() -> BTreeMap<String, BTreeSet<String>> {
     let library = declared(&lib);
     let binary = declared(&main);
     let renamed = reexports(&lib);
+    // A re-exported name's module, followed through a root's re-export of a
+    // module of another crate (`Compiler` is `plugins`'s, which is
+    // `codemode_sandbox`'s): one name per place the code lives.
+    let owner = |name: &str| -> Option<String> {
+        let mut module = renamed.get(name)?.clone();
+        while !library.contains(&module) {
+            match renamed.get(&module) {
+                Some(next) if *next != module => module = next.clone(),
+                _ => break,
+            }
+        }
+        Some(module)
+    };
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in rust_files(&src) {
         let relative = file.strip_prefix(&src).unwrap_or(&file);
@@ -202,8 +241,8 @@ fn imports() -> BTreeMap<String, BTreeSet<String>> {
         for name in roots_under(&code, "crate::") {
             if in_binary || library.contains(&name) {
                 found.insert(name);
-            } else if let Some(module) = renamed.get(&name) {
-                found.insert(module.clone());
+            } else if let Some(module) = owner(&name) {
+                found.insert(module);
             }
         }
         if module == "main" {
@@ -216,8 +255,8 @@ fn imports() -> BTreeMap<String, BTreeSet<String>> {
         }
         if in_binary {
             for name in roots_under(&code, "codemode_host::") {
-                match renamed.get(&name) {
-                    Some(module) => found.insert(module.clone()),
+                match owner(&name) {
+                    Some(module) => found.insert(module),
                     None => found.insert(name),
                 };
             }
@@ -328,6 +367,10 @@ fn use_tree(text: &str) -> (Vec<Vec<String>>, usize) {
                 _ => return (paths, at),
             }
         }
+    }
+    // A glob names every item of the module it is under: that module.
+    if text[at..].starts_with('*') {
+        return (vec![Vec::new()], at + 1);
     }
     let name: String = text[at..]
         .chars()
@@ -486,7 +529,7 @@ fn file_imports(src: &Path) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
             // `super::super::x`: one folder up for each further `super`; in an
             // inline module, the first `super` is the file itself.
             let mut base = if inline.iter().any(|range| range.contains(&at)) {
-                [me.clone(), vec![String::new()]].concat()
+                me.clone()
             } else if is_folder {
                 above.clone()
             } else {
@@ -499,7 +542,10 @@ fn file_imports(src: &Path) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
         for path in paths_under(&code, "self::") {
             found.push([me.clone(), path].concat());
         }
-        if is_folder {
+        // A folder's `mod.rs`, or a file beside a folder of its name (`oauth.rs`
+        // and `oauth/`), names its children by bare paths too.
+        let has_children = is_folder || file.with_extension("").is_dir();
+        if has_children {
             for module in &known {
                 if module.len() == me.len() + 1 && module.starts_with(&me) {
                     let child = &module[me.len()];
@@ -776,8 +822,9 @@ fn imports_are_read_from_paths_groups_and_reexports() {
         roots_under(code, "crate::"),
         ["a", "b", "e", "g"].map(str::to_owned).into()
     );
-    let root = "pub use service::{Service, ServiceConfig};\npub use error::ToolError;\npub(crate) use plan::Plan;";
+    let root = "pub use service::{Service, ServiceConfig};\npub use error::ToolError;\npub(crate) use plan::Plan;\n#[doc(hidden)]\npub use probe::Probe;";
     assert_eq!(reexports(root)["Plan"], "plan");
+    assert_eq!(reexports(root)["Probe"], "probe");
     assert_eq!(
         declared(
             "mod a;\npub mod b;\npub(crate) mod c;\n#[cfg(test)] mod d;\n#[cfg(test)]\nmod e;"
@@ -800,21 +847,26 @@ fn a_file_importing_what_its_folder_s_mod_rs_defines_is_a_cycle() {
     let folder = src.join("execute");
     std::fs::create_dir_all(folder.join("deep")).expect("temporary folder");
     let files = [
-        // mod.rs uses its child; the child uses what mod.rs defines.
+        // mod.rs uses its children; one uses what mod.rs defines, another takes
+        // all of it with a glob.
         (
             "execute/mod.rs",
-            "mod dispatch;\nmod deep;\nuse dispatch::call;\npub struct ExecState;\n",
+            "mod dispatch;\nmod deep;\nmod glob;\nuse dispatch::call;\nuse glob::g;\npub struct ExecState;\n",
         ),
         (
             "execute/dispatch.rs",
             "use super::ExecState;\npub fn call() {}\n",
         ),
+        ("execute/glob.rs", "use super::*;\npub fn g() {}\n"),
         // Two levels down, `super::super::` reaches the same `mod.rs`; an inline
-        // module's `super::` stays in its file.
-        ("execute/deep/mod.rs", "mod leaf;\npub use leaf::Leaf;\n"),
+        // module's `super::` is its own file, its `super::super::` the folder.
+        (
+            "execute/deep/mod.rs",
+            "mod leaf;\n#[doc(hidden)]\npub use leaf::Leaf;\npub struct Deep;\n",
+        ),
         (
             "execute/deep/leaf.rs",
-            "use super::super::ExecState;\npub struct Leaf;\nmod inner {\n    use super::Leaf;\n}\n",
+            "use super::super::ExecState;\npub struct Leaf;\nmod inner {\n    use super::Leaf;\n    use super::super::Deep;\n}\n",
         ),
     ];
     for (path, text) in files {
@@ -822,16 +874,28 @@ fn a_file_importing_what_its_folder_s_mod_rs_defines_is_a_cycle() {
     }
     let graphs = folder_graphs(&src);
     std::fs::remove_dir_all(&src).expect("temporary folder removed");
+    let execute = &graphs["execute"];
     assert_eq!(
-        cycles(&graphs["execute"]),
-        vec![vec!["execute/mod", "execute/dispatch", "execute/mod"]]
-    );
-    assert_eq!(
-        graphs["execute"]["execute/deep"],
+        execute["execute/dispatch"],
         ["execute/mod".to_owned()].into()
     );
-    // The inline module's `super::Leaf` is the file it is in, not `deep/mod.rs`.
-    assert!(graphs["execute/deep"]["execute/deep/leaf"].is_empty());
+    assert_eq!(execute["execute/glob"], ["execute/mod".to_owned()].into());
+    assert_eq!(execute["execute/deep"], ["execute/mod".to_owned()].into());
+    assert!(!cycles(execute).is_empty(), "{execute:?}");
+    // The inline module's `super::super::Deep` is `deep/mod.rs`, which names the
+    // file: a cycle; its `super::Leaf` is the file itself.
+    assert_eq!(
+        graphs["execute/deep"]["execute/deep/leaf"],
+        ["execute/deep/mod".to_owned()].into()
+    );
+    assert_eq!(
+        cycles(&graphs["execute/deep"]),
+        vec![vec![
+            "execute/deep/leaf",
+            "execute/deep/mod",
+            "execute/deep/leaf"
+        ]]
+    );
     assert_eq!(
         use_tree("a::{b, c::{d, e as f}, self}").0,
         vec![

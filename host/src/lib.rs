@@ -28,17 +28,21 @@ mod architecture;
 pub mod audit;
 pub mod authz;
 mod check;
+pub mod children;
 mod execute;
+pub mod files;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 mod hidden;
 pub mod mcp;
+pub mod memory;
 mod precompile;
 mod registry;
 mod service;
 pub mod tasks;
 pub mod telemetry;
+pub mod units;
 pub mod watch;
 
 // The catalog and the budgets are the core crate's (docs/architecture.md): used
@@ -49,7 +53,6 @@ pub use codemode_core::source;
 pub(crate) use codemode_core::{budget, catalog, error, secret};
 // Processes, files, TLS, waits, memory and metrics are the runtime crate's:
 // used here under their old paths.
-pub use codemode_runtime::{children, files, memory, units};
 pub(crate) use codemode_runtime::{metrics, tls, worker};
 // The WebAssembly sandboxes, the plugins and their cache are the sandbox crate's.
 pub use codemode_sandbox::oci;

@@ -18,5 +18,5 @@ pub mod openapi;
 pub mod upstream;
 
 // The core and runtime modules, under the paths the sources were written with.
-pub use codemode_core::{budget, catalog, error, secret, source};
-pub use codemode_runtime::{children, files, metrics, tls, url, wait};
+pub(crate) use codemode_core::{budget, catalog, error, secret, source};
+pub(crate) use codemode_runtime::{children, files, metrics, tls, url, wait};

@@ -266,16 +266,13 @@ mod tests {
 
     #[test]
     fn a_cancel_from_another_thread_ends_the_wait() {
-        let cancel = Arc::new(Cancel::default());
+        let (cancel, canceller) = Cancel::with_canceller();
         let (started, waiting) = std::sync::mpsc::channel();
-        let canceller = {
-            let cancel = cancel.clone();
-            std::thread::spawn(move || {
-                // Cancel only once the wait below has begun.
-                let _ = waiting.recv();
-                cancel.cancel();
-            })
-        };
+        let canceller = std::thread::spawn(move || {
+            // Cancel only once the wait below has begun.
+            let _ = waiting.recv();
+            canceller.cancel();
+        });
         let deadline = Instant::now() + Duration::from_secs(3600);
         let waited = until(deadline, Some(&cancel), async {
             let _ = started.send(());
@@ -288,8 +285,8 @@ mod tests {
 
     #[test]
     fn an_already_cancelled_wait_does_not_start_waiting() {
-        let cancel = Cancel::default();
-        cancel.cancel();
+        let (cancel, canceller) = Cancel::with_canceller();
+        canceller.cancel();
         let deadline = Instant::now() + Duration::from_secs(3600);
         let waited = until(deadline, Some(&cancel), std::future::pending::<()>());
         assert_eq!(waited, Err(Abandoned::Cancelled));

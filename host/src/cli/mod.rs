@@ -3,7 +3,7 @@
 //! concern are a group of their own (`access.rs`, `net.rs`, `budgets.rs`,
 //! `pull.rs`), flattened into it in the order `--help` shows. Turning flags into
 //! the library's settings is `assemble/`'s job; the config file and the
-//! environment are `config.rs`'s.
+//! environment are `config/`'s.
 
 mod access;
 mod budgets;

@@ -50,6 +50,7 @@ use crate::plugins::{MemoryCap, MemoryHit};
 use crate::source::TraceContext;
 use crate::telemetry::{CallTracer, ExecutionSummary, Telemetry};
 use crate::wait::{Cancel, Interrupted, Stop};
+use codemode_core::cancel::Canceller;
 use ledger::Ledger;
 use runner::{Exceeded, Failure, RunnerLimits, RunnerPre};
 use teardown::Leftovers;
@@ -209,7 +210,7 @@ pub(crate) struct ExecutorConfig<'a> {
 /// Cancels when dropped: a request future dropped before its execution ended
 /// (cancelled) stops that execution at the next epoch tick, or at once when it waits
 /// on a plugin blocked in a host call.
-struct CancelOnDrop(Arc<Cancel>);
+struct CancelOnDrop(Canceller);
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
@@ -395,8 +396,8 @@ impl Executor {
             }
         };
         let execution = self.started.fetch_add(1, Ordering::Relaxed) + 1;
-        let cancel = Arc::new(Cancel::default());
-        let _cancel_on_drop = CancelOnDrop(cancel.clone());
+        let (cancel, canceller) = Cancel::with_canceller();
+        let _cancel_on_drop = CancelOnDrop(canceller);
         let stop = Stop::new(deadline, cancel);
         let job = self.job(dispatch, &limits, subject, source, stop);
         let job = Job {
