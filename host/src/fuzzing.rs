@@ -22,7 +22,7 @@ pub type Target = (&'static str, fn(&[u8]));
 
 /// The fuzz targets, by name: what `cargo xtask fuzz` runs and the corpus folders
 /// the tests replay.
-pub const TARGETS: [Target; 8] = [
+pub const TARGETS: [Target; 9] = [
     ("value_decode", value_decode),
     ("bind", bind_arguments),
     ("catalog", catalog),
@@ -31,6 +31,7 @@ pub const TARGETS: [Target; 8] = [
     ("tokens", tokens),
     ("plugin_docs", plugin_docs),
     ("openapi_spec", openapi_spec),
+    ("upstream_line", upstream_line),
 ];
 
 /// An OpenAPI spec (JSON or YAML text, untrusted: a service's or a registry's)
@@ -49,6 +50,41 @@ pub fn openapi_spec(data: &[u8]) {
             assert!(signature.starts_with("fz."), "{signature}");
         }
     }
+}
+
+/// A line from a stdio upstream (untrusted: any child's stdout) through the
+/// framing layer under rmcp: what rmcp is handed is one JSON value, no deeper
+/// and with no more values than the bounds, and no longer than twice the limit
+/// (a pruned tool list may grow a little).
+pub fn upstream_line(data: &[u8]) {
+    use crate::upstream::{MAX_MESSAGE_BYTES, MAX_MESSAGE_DEPTH, MAX_MESSAGE_VALUES};
+    let Ok(Some(line)) = crate::upstream::framed(data) else {
+        return;
+    };
+    assert!(line.len() <= 2 * MAX_MESSAGE_BYTES);
+    assert!(!line.contains(&b'\n'), "one line");
+    let value: serde_json::Value = match serde_json::from_slice(&line) {
+        Ok(value) => value,
+        Err(error) => panic!("not one JSON value: {error}"),
+    };
+    let (depth, values) = depth_and_values(&value);
+    assert!(depth <= MAX_MESSAGE_DEPTH, "{depth} levels");
+    assert!(values <= MAX_MESSAGE_VALUES, "{values} values");
+}
+
+/// The deepest nesting of objects and arrays in `value`, and its values.
+fn depth_and_values(value: &serde_json::Value) -> (usize, usize) {
+    let children: Vec<&serde_json::Value> = match value {
+        serde_json::Value::Array(items) => items.iter().collect(),
+        serde_json::Value::Object(members) => members.values().collect(),
+        _ => return (0, 1),
+    };
+    children
+        .into_iter()
+        .map(depth_and_values)
+        .fold((1, 1), |(depth, values), (d, v)| {
+            (depth.max(d + 1), values + v)
+        })
 }
 
 /// Depth allowed when decoding and binding.

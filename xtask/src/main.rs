@@ -143,6 +143,7 @@ const FUZZ_TARGETS: &[(&str, &str)] = &[
     ("tokens", "fuzz"),
     ("plugin_docs", "fuzz"),
     ("openapi_spec", "fuzz"),
+    ("upstream_line", "fuzz"),
     ("source_checks", "fuzz/runner"),
     ("json_decode", "fuzz/runner"),
 ];

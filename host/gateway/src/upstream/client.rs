@@ -17,12 +17,13 @@ use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::io::AsyncReadExt;
 use tokio::sync::{Notify, oneshot};
 
+use super::bounds::{
+    MAX_MESSAGE_DEPTH, MAX_MESSAGE_TEXT, MAX_MESSAGE_VALUES, OVERSIZED_CODE, TOO_DEEP_CODE,
+    made_up_marker,
+};
 use super::config::{UpstreamAuth, UpstreamConfig, UpstreamTransport};
 use super::credentials::{CREDENTIAL_META, Credentials, REFUSED_CODE};
-use super::lines::{
-    ChildLines, MAX_MESSAGE_DEPTH, MAX_MESSAGE_TEXT, MAX_MESSAGE_VALUES, OVERSIZED_CODE,
-    TOO_DEEP_CODE, made_up_marker,
-};
+use super::lines::ChildLines;
 use super::supervise::{Connected, Supervised};
 use super::{content, http, names};
 use crate::catalog::{

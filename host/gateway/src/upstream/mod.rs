@@ -11,8 +11,10 @@
 //!
 //! `config.rs`: an upstream as configured; `client.rs`: [`Upstream`], the
 //! connection to one (started, listed, called); `provider.rs` and `supervise.rs`:
-//! its lifecycle; `http.rs` and `lines.rs`: the bounded transports.
+//! its lifecycle; `http.rs` and `lines/`: the bounded transports, and `bounds.rs`
+//! what they bound an answer to.
 
+mod bounds;
 mod client;
 mod config;
 mod content;
@@ -25,7 +27,10 @@ mod provider;
 mod supervise;
 
 pub use crate::secret::Secret;
+pub use bounds::{MAX_MESSAGE_BYTES, MAX_MESSAGE_DEPTH, MAX_MESSAGE_VALUES};
 pub use config::{UpstreamAuth, UpstreamConfig, UpstreamTransport, check_name};
 pub use gate::UpstreamGate;
+#[doc(hidden)]
+pub use lines::framed;
 pub use provider::UpstreamProvider;
 pub use supervise::STOP_GRACE;

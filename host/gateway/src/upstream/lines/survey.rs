@@ -1,0 +1,444 @@
+//! What one whole line from an upstream holds, read by serde before rmcp parses
+//! it: how many values, how deep, and the ID of the request it answers. Values
+//! deeper than [`MAX_MESSAGE_DEPTH`] are skipped by serde's own iterative skip, so
+//! neither serde's recursion limit nor the stack is ever reached.
+
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value as Json};
+
+use crate::upstream::bounds::MAX_MESSAGE_DEPTH;
+
+/// What a line holds (see the module's documentation).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Survey {
+    /// The top-level `id`, as JSON text, when it is a number or a string.
+    pub id: Option<String>,
+    /// Every value: each object, array, string, number, boolean and null (those
+    /// below [`MAX_MESSAGE_DEPTH`] objects and arrays are not counted; they are
+    /// never parsed as they are).
+    pub values: usize,
+    /// The deepest nesting of objects and arrays, counted up to one more than
+    /// [`MAX_MESSAGE_DEPTH`].
+    pub deepest: usize,
+}
+
+impl Survey {
+    /// The survey of `line`, one JSON value.
+    ///
+    /// # Errors
+    ///
+    /// `line` is not one JSON value.
+    pub fn of(line: &[u8]) -> Result<Self, serde_json::Error> {
+        let mut survey = Self::default();
+        let mut reader = serde_json::Deserializer::from_slice(line);
+        Count {
+            survey: &mut survey,
+            depth: 0,
+        }
+        .deserialize(&mut reader)?;
+        reader.end()?;
+        Ok(survey)
+    }
+}
+
+/// Whether `line` is one JSON value (numbers not checked for range), as opposed
+/// to a broken one or two glued together.
+pub fn one_value(line: &[u8]) -> bool {
+    serde_json::from_slice::<IgnoredAny>(line).is_ok()
+}
+
+/// `line` with every object and array nested deeper than `max` replaced by
+/// `null`, the rest as it was.
+///
+/// # Errors
+///
+/// `line` is not one JSON value.
+pub fn pruned(line: &[u8], max: usize) -> Result<Json, serde_json::Error> {
+    let mut reader = serde_json::Deserializer::from_slice(line);
+    let value = Prune { depth: 0, max }.deserialize(&mut reader)?;
+    reader.end()?;
+    Ok(value)
+}
+
+/// Counts one value, `depth` objects and arrays down.
+struct Count<'a> {
+    survey: &'a mut Survey,
+    depth: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for Count<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, reader: D) -> Result<(), D::Error> {
+        self.survey.values += 1;
+        if self.depth < MAX_MESSAGE_DEPTH {
+            return reader.deserialize_any(self);
+        }
+        // An object or array here is one level too deep: skipped, not counted.
+        if reader.deserialize_any(Nested)? {
+            self.survey.deepest = MAX_MESSAGE_DEPTH + 1;
+        }
+        Ok(())
+    }
+}
+
+impl<'de> Visitor<'de> for Count<'_> {
+    type Value = ();
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<(), A::Error> {
+        let depth = self.depth + 1;
+        self.survey.deepest = self.survey.deepest.max(depth);
+        while items
+            .next_element_seed(Count {
+                survey: self.survey,
+                depth,
+            })?
+            .is_some()
+        {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut members: A) -> Result<(), A::Error> {
+        let depth = self.depth + 1;
+        self.survey.deepest = self.survey.deepest.max(depth);
+        while let Some(is_id) = members.next_key_seed(IsId)? {
+            if is_id && depth == 1 {
+                self.survey.values += 1;
+                self.survey.id = members.next_value_seed(IdText)?;
+            } else {
+                members.next_value_seed(Count {
+                    survey: self.survey,
+                    depth,
+                })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether a value is an object or an array, skipping it.
+struct Nested;
+
+impl<'de> Visitor<'de> for Nested {
+    type Value = bool;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_unit<E>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<bool, A::Error> {
+        while items.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(true)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut members: A) -> Result<bool, A::Error> {
+        while members.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(true)
+    }
+}
+
+/// Whether a key is `id`.
+struct IsId;
+
+impl<'de> DeserializeSeed<'de> for IsId {
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, reader: D) -> Result<bool, D::Error> {
+        reader.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for IsId {
+    type Value = bool;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a key")
+    }
+
+    fn visit_str<E>(self, key: &str) -> Result<bool, E> {
+        Ok(key == "id")
+    }
+}
+
+/// A request ID as JSON text: a number or a string; anything else is skipped.
+struct IdText;
+
+impl<'de> DeserializeSeed<'de> for IdText {
+    type Value = Option<String>;
+
+    fn deserialize<D: Deserializer<'de>>(self, reader: D) -> Result<Option<String>, D::Error> {
+        reader.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for IdText {
+    type Value = Option<String>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a request ID")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E>(self, id: i64) -> Result<Self::Value, E> {
+        Ok(Some(id.to_string()))
+    }
+
+    fn visit_u64<E>(self, id: u64) -> Result<Self::Value, E> {
+        Ok(Some(id.to_string()))
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_str<E>(self, id: &str) -> Result<Self::Value, E> {
+        Ok(serde_json::to_string(id).ok())
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, items: A) -> Result<Self::Value, A::Error> {
+        Nested.visit_seq(items).map(|_| None)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, members: A) -> Result<Self::Value, A::Error> {
+        Nested.visit_map(members).map(|_| None)
+    }
+}
+
+/// One value as JSON, `depth` objects and arrays down, with those deeper than
+/// `max` made `null`.
+struct Prune {
+    depth: usize,
+    max: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for Prune {
+    type Value = Json;
+
+    fn deserialize<D: Deserializer<'de>>(self, reader: D) -> Result<Json, D::Error> {
+        reader.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Prune {
+    type Value = Json;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<Json, E> {
+        Ok(Json::Bool(value))
+    }
+
+    fn visit_i64<E>(self, value: i64) -> Result<Json, E> {
+        Ok(Json::from(value))
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<Json, E> {
+        Ok(Json::from(value))
+    }
+
+    fn visit_f64<E>(self, value: f64) -> Result<Json, E> {
+        Ok(Number::from_f64(value).map_or(Json::Null, Json::Number))
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Json, E> {
+        Ok(Json::String(value.to_owned()))
+    }
+
+    fn visit_string<E>(self, value: String) -> Result<Json, E> {
+        Ok(Json::String(value))
+    }
+
+    fn visit_unit<E>(self) -> Result<Json, E> {
+        Ok(Json::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Json, A::Error> {
+        let depth = self.depth + 1;
+        if depth > self.max {
+            Nested.visit_seq(items)?;
+            return Ok(Json::Null);
+        }
+        let mut array = Vec::new();
+        while let Some(item) = items.next_element_seed(Prune {
+            depth,
+            max: self.max,
+        })? {
+            array.push(item);
+        }
+        Ok(Json::Array(array))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut members: A) -> Result<Json, A::Error> {
+        let depth = self.depth + 1;
+        if depth > self.max {
+            Nested.visit_map(members)?;
+            return Ok(Json::Null);
+        }
+        let mut object = Map::new();
+        while let Some(key) = members.next_key::<String>()? {
+            let value = members.next_value_seed(Prune {
+                depth,
+                max: self.max,
+            })?;
+            object.insert(key, value);
+        }
+        Ok(Json::Object(object))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn survey(line: &str) -> Survey {
+        Survey::of(line.as_bytes()).unwrap_or_else(|error| panic!("{line}: {error}"))
+    }
+
+    #[test]
+    fn the_top_level_id_is_found_wherever_it_stands() {
+        let cases: [(&str, Option<&str>); 7] = [
+            (r#"{"jsonrpc":"2.0","id":7,"result":{"id":99}}"#, Some("7")),
+            (
+                r#"{"result":{"id":99,"x":[{"id":1}]},"jsonrpc":"2.0","id":"a\"b"}"#,
+                Some(r#""a\"b""#),
+            ),
+            (r#"{ "id" : 12 , "result" : {} }"#, Some("12")),
+            (r#"{"method":"notifications/x","params":{"id":3}}"#, None),
+            (r#"{"idx":1,"result":"id"}"#, None),
+            (r#"{"result":"}\"{","id":5}"#, Some("5")),
+            (r#"{"id":[1],"result":{}}"#, None),
+        ];
+        for (line, id) in cases {
+            assert_eq!(survey(line).id.as_deref(), id, "{line}");
+        }
+    }
+
+    #[test]
+    fn values_and_depth_are_counted() {
+        assert_eq!(
+            survey(r#"[{"a":0},{"a":0},{"a":"x,y"}]"#),
+            Survey {
+                id: None,
+                values: 7,
+                deepest: 2
+            }
+        );
+        assert_eq!(survey(r#"{"a":[[["x",{"b":"]}"}]]],"c":1}"#).deepest, 5);
+        assert_eq!(survey(r#""just a string""#).deepest, 0);
+    }
+
+    #[test]
+    fn nesting_past_the_limit_is_skipped_not_followed() {
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        let surveyed = survey(&deep);
+        assert_eq!(surveyed.deepest, MAX_MESSAGE_DEPTH + 1);
+        assert_eq!(surveyed.values, MAX_MESSAGE_DEPTH + 1);
+        let exactly = format!(
+            "{}{}",
+            "[".repeat(MAX_MESSAGE_DEPTH),
+            "]".repeat(MAX_MESSAGE_DEPTH)
+        );
+        assert_eq!(survey(&exactly).deepest, MAX_MESSAGE_DEPTH);
+    }
+
+    #[test]
+    fn values_too_deep_become_null_and_the_rest_stays() {
+        let line = br#"{"a":[[["x",{"b":"]}"}]]],"c":1}"#;
+        let text = |value: Json| serde_json::to_string(&value).unwrap_or_default();
+        assert_eq!(
+            pruned(line, 3).map(text).ok().as_deref(),
+            Some(r#"{"a":[[null]],"c":1}"#)
+        );
+        assert_eq!(
+            pruned(line, 5).map(text).ok().as_deref(),
+            Some(r#"{"a":[[["x",{"b":"]}"}]]],"c":1}"#),
+            "nothing deeper than 5"
+        );
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        let pruned = pruned(deep.as_bytes(), MAX_MESSAGE_DEPTH).map(text);
+        let pruned = pruned.unwrap_or_default();
+        assert_eq!(survey(&pruned).deepest, MAX_MESSAGE_DEPTH);
+    }
+
+    #[test]
+    fn a_half_line_with_an_answer_glued_to_it_is_told_from_a_bad_number() {
+        let glued = br#"{"jsonrpc": "2.0", "id": 4, "res{"jsonrpc":"2.0","id":5,"result":{}}"#;
+        assert!(!one_value(glued));
+        let after = br#"{"jsonrpc":"2.0","id":5,"result":{}} {"jsonrpc":"2.0"}"#;
+        assert!(!one_value(after));
+        let huge_number = format!(
+            r#"{{"jsonrpc":"2.0","id":6,"result":{{"n":1{}}}}}"#,
+            "0".repeat(400)
+        );
+        assert!(one_value(huge_number.as_bytes()), "{huge_number}");
+        assert!(
+            Survey::of(huge_number.as_bytes()).is_err(),
+            "out of range as a number"
+        );
+        assert!(one_value(br#" {"a":"}{"} "#));
+        assert!(!one_value(b"Starting the server"));
+    }
+}
