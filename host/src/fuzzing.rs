@@ -58,6 +58,9 @@ pub fn openapi_spec(data: &[u8]) {
 /// (a pruned tool list may grow a little).
 pub fn upstream_line(data: &[u8]) {
     use crate::upstream::{MAX_MESSAGE_BYTES, MAX_MESSAGE_DEPTH, MAX_MESSAGE_VALUES};
+    if data.contains(&b'\n') {
+        return; // never a line: the framing layer splits there
+    }
     let Ok(Some(line)) = crate::upstream::framed(data) else {
         return;
     };

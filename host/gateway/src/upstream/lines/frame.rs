@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
-use super::scan::IdScan;
-use super::survey::{Survey, one_value, pruned};
+use super::scan::{IdScan, one_value};
+use super::survey::{Survey, pruned};
 use crate::upstream::bounds::{
     MAX_MESSAGE_BYTES, MAX_MESSAGE_DEPTH, MAX_MESSAGE_TEXT, MAX_MESSAGE_VALUES, OVERSIZED_CODE,
     TOO_DEEP_CODE, made_up_answer,
@@ -23,9 +23,10 @@ pub const UNTERMINATED_LINE: Duration = Duration::from_secs(5);
 pub type Listing = Arc<Mutex<HashSet<String>>>;
 
 /// Copies the lines of `stdout` (upstream `upstream`'s) to `rmcp`, each as
-/// [`frame`] has it, until the child's stdout ends, a line is left unterminated
-/// or glued to another, or rmcp stops reading; then shuts `rmcp` down, which
-/// rmcp reads as the end of the session.
+/// [`frame`] has it, until the child's stdout ends or a line is left
+/// unterminated or glued to another; then shuts `rmcp` down, which rmcp reads as
+/// the end of the session. (A write after rmcp dropped its end waits forever:
+/// [`super::ChildLines`] aborts this task when it is closed or dropped.)
 pub async fn pump(
     upstream: String,
     stdout: impl AsyncRead + Unpin,
@@ -119,13 +120,22 @@ pub fn frame<'a>(upstream: &str, line: &'a [u8], listing: &Listing) -> Framed<'a
             return Framed::Skip;
         }
     };
-    // The answer is here: its request is no longer awaited.
-    let answers_listing = survey.id.as_ref().is_some_and(|id| {
-        listing
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(id)
-    });
+    if !survey.is_message() {
+        // rmcp would answer it, unasked, on the child's stdin.
+        let head = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
+        tracing::warn!(upstream = %upstream, line = ?head, "upstream sent a line that is not a JSON-RPC message; left out");
+        return Framed::Skip;
+    }
+    // An answer is here: its request is no longer awaited. (A request of the
+    // upstream's own, with an ID of its own numbering, answers nothing.)
+    let answer = survey.is_answer();
+    let answers_listing = answer
+        && survey.id.as_ref().is_some_and(|id| {
+            listing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(id)
+        });
     let too_deep = survey.deepest > MAX_MESSAGE_DEPTH;
     let refusal = if survey.values > MAX_MESSAGE_VALUES {
         format!("the result holds more than {MAX_MESSAGE_VALUES} values")
@@ -141,8 +151,8 @@ pub fn frame<'a>(upstream: &str, line: &'a [u8], listing: &Listing) -> Framed<'a
         return Framed::Pass(line);
     };
     match &survey.id {
-        Some(id) => made_up(id, TOO_DEEP_CODE, &refusal),
-        None => {
+        Some(id) if answer => made_up(id, TOO_DEEP_CODE, &refusal),
+        Some(_) | None => {
             tracing::warn!(upstream = %upstream, max_depth = MAX_MESSAGE_DEPTH, max_values = MAX_MESSAGE_VALUES, "upstream sent a message nested too deep or too large, answering nothing; left out");
             Framed::Skip
         }
@@ -316,6 +326,38 @@ mod tests {
     }
 
     #[test]
+    fn what_is_no_message_is_left_out_and_a_request_answers_nothing() {
+        assert_eq!(
+            framed(r#"{"level":30,"msg":"listening"}"#, &Listing::default()),
+            Framed::Skip
+        );
+        assert_eq!(framed("[1,2]", &Listing::default()), Framed::Skip);
+        let deep = format!("{}{}", "[".repeat(150), "]".repeat(150));
+        let listing = Listing::default();
+        listing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert("3".into());
+        let request = format!(
+            r#"{{"jsonrpc":"2.0","id":3,"method":"sampling/createMessage","params":{deep}}}"#
+        );
+        assert_eq!(
+            framed(&request, &listing),
+            Framed::Skip,
+            "not an answer to 3"
+        );
+        assert_eq!(
+            listing.lock().unwrap_or_else(PoisonError::into_inner).len(),
+            1
+        );
+        let many_in_id = format!(
+            r#"{{"jsonrpc":"2.0","id":[{}],"result":{{}}}}"#,
+            vec!["0"; MAX_MESSAGE_VALUES].join(",")
+        );
+        assert_eq!(framed(&many_in_id, &listing), Framed::Skip);
+    }
+
+    #[test]
     fn a_glued_line_ends_the_session_and_a_bad_one_is_skipped() {
         let glued = r#"{"jsonrpc": "2.0", "id": 4, "res{"jsonrpc":"2.0","id":5,"result":{}}"#;
         assert_eq!(framed(glued, &Listing::default()), Framed::End);
@@ -328,6 +370,8 @@ mod tests {
             "0".repeat(400)
         );
         assert_eq!(framed(&huge, &Listing::default()), Framed::Skip);
+        let tab = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"data\":\"a\tb\"}}";
+        assert_eq!(framed(tab, &Listing::default()), Framed::Skip, "not glued");
     }
 
     #[tokio::test]

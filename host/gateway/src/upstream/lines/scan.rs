@@ -1,15 +1,19 @@
-//! The ID of a line too long to keep, read as the line streams by.
+//! The two readings of a stdio upstream's line that follow only quotes, escapes
+//! and brackets, written by hand, and why they are not serde's or a crate's.
 //!
-//! A result over [`MAX_MESSAGE_BYTES`](crate::upstream::bounds::MAX_MESSAGE_BYTES)
-//! is not kept, yet the request it answers should fail at once rather than wait
-//! out its budget, so the line's top-level `"id"` (which TypeScript servers write
-//! last) is picked out of the bytes as they pass. This is the one hand-written JSON
-//! reading left in the stdio transport, and why it is not serde's or a crate's:
-//! serde needs the whole text or a blocking reader, and keeps each key and string
-//! it reads; the streaming JSON crates (actson) keep every string value, so a
-//! 100 MB text result would be held whole. Here a key is kept up to 3 bytes and
-//! the ID up to 256 (a longer one is no ID this process sent); only quotes,
-//! escapes and brackets are followed.
+//! - [`IdScan`]: the ID of a line too long to keep. A result over
+//!   [`MAX_MESSAGE_BYTES`](crate::upstream::bounds::MAX_MESSAGE_BYTES) is not
+//!   kept, yet the request it answers should fail at once rather than wait out its
+//!   budget, so the line's top-level `"id"` (which TypeScript servers write last)
+//!   is picked out of the bytes as they pass. serde needs the whole text or a
+//!   blocking reader, and keeps each key and string it reads; the streaming JSON
+//!   crates (actson) keep every string value, so a 100 MB text result would be
+//!   held whole. Here a key is kept up to 3 bytes and the ID up to 256 (a longer
+//!   one is no ID this process sent).
+//! - [`one_value`]: whether a line serde refused is still one value (a message
+//!   with a raw tab in a string, `NaN`, a bad escape: left out) or not (an
+//!   answer glued to a half line: the session ends). serde tells only that the
+//!   line is not JSON; this must be lenient where serde is strict.
 
 /// Reads a JSON text as it streams by, keeping only its top-level `"id"` (at
 /// most 256 bytes of it).
@@ -121,6 +125,43 @@ impl IdScan {
     }
 }
 
+/// Whether `line` is one object or array, its brackets balanced outside strings
+/// and nothing after it: lenient about everything else (see the module's
+/// documentation).
+pub fn one_value(line: &[u8]) -> bool {
+    let text = line.trim_ascii();
+    if !matches!(text.first(), Some(b'{' | b'[')) {
+        return false;
+    }
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for (at, &byte) in text.iter().enumerate() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return at + 1 == text.len();
+                }
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,5 +209,26 @@ mod tests {
         assert_eq!(id_of(&id(MAX_ID_BYTES - 2), 64), Some(longest));
         assert_eq!(id_of(&id(MAX_ID_BYTES - 1), 64), None);
         assert_eq!(id_of(&id(1000), 64), None);
+    }
+
+    #[test]
+    fn a_half_line_with_an_answer_glued_to_it_is_told_from_a_bad_message() {
+        let glued = br#"{"jsonrpc": "2.0", "id": 4, "res{"jsonrpc":"2.0","id":5,"result":{}}"#;
+        assert!(!one_value(glued));
+        let after = br#"{"jsonrpc":"2.0","id":5,"result":{}} {"jsonrpc":"2.0"}"#;
+        assert!(!one_value(after));
+        let huge_number = format!(
+            r#"{{"jsonrpc":"2.0","id":6,"result":{{"n":1{}}}}}"#,
+            "0".repeat(400)
+        );
+        assert!(one_value(huge_number.as_bytes()), "{huge_number}");
+        assert!(one_value(
+            b"{\"jsonrpc\":\"2.0\",\"params\":{\"data\":\"a\tb\"}}"
+        ));
+        assert!(one_value(
+            br#"{"jsonrpc":"2.0","result":{"x":NaN,"p":"C:\Users"}}"#
+        ));
+        assert!(one_value(br#" {"a":"}{"} "#));
+        assert!(!one_value(b"Starting the server"));
     }
 }

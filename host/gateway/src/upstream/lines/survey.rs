@@ -13,8 +13,12 @@ use crate::upstream::bounds::MAX_MESSAGE_DEPTH;
 /// What a line holds (see the module's documentation).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Survey {
-    /// The top-level `id`, as JSON text, when it is a number or a string.
+    /// The top-level `id`, as JSON text, when it is a number or a string (an
+    /// integral float as the integer rmcp reads it as).
     pub id: Option<String>,
+    /// The top-level members a JSON-RPC message is told by: `jsonrpc`, `method`
+    /// (a request or notification), `result` or `error` (an answer).
+    pub members: Members,
     /// Every value: each object, array, string, number, boolean and null (those
     /// below [`MAX_MESSAGE_DEPTH`] objects and arrays are not counted; they are
     /// never parsed as they are).
@@ -24,7 +28,29 @@ pub struct Survey {
     pub deepest: usize,
 }
 
+/// Which of the members a JSON-RPC message is told by a line's top-level object
+/// has.
+#[derive(Debug, Default, PartialEq, Eq, Clone, Copy)]
+pub struct Members {
+    pub jsonrpc: bool,
+    pub method: bool,
+    pub answer: bool,
+}
+
 impl Survey {
+    /// Whether the line looks like a JSON-RPC message: anything else (a JSON log
+    /// line, a bare value) rmcp would answer with an error written to the
+    /// child's stdin, unasked.
+    pub fn is_message(&self) -> bool {
+        self.members.jsonrpc && (self.members.method || self.members.answer)
+    }
+
+    /// Whether the line answers a request (rather than being one, or a
+    /// notification): only an answer's ID names a request of ours.
+    pub fn is_answer(&self) -> bool {
+        self.members.answer && !self.members.method
+    }
+
     /// The survey of `line`, one JSON value.
     ///
     /// # Errors
@@ -41,12 +67,6 @@ impl Survey {
         reader.end()?;
         Ok(survey)
     }
-}
-
-/// Whether `line` is one JSON value (numbers not checked for range), as opposed
-/// to a broken one or two glued together.
-pub fn one_value(line: &[u8]) -> bool {
-    serde_json::from_slice::<IgnoredAny>(line).is_ok()
 }
 
 /// `line` with every object and array nested deeper than `max` replaced by
@@ -131,16 +151,25 @@ impl<'de> Visitor<'de> for Count<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut members: A) -> Result<(), A::Error> {
         let depth = self.depth + 1;
         self.survey.deepest = self.survey.deepest.max(depth);
-        while let Some(is_id) = members.next_key_seed(IsId)? {
-            if is_id && depth == 1 {
-                self.survey.values += 1;
-                self.survey.id = members.next_value_seed(IdText)?;
-            } else {
-                members.next_value_seed(Count {
-                    survey: self.survey,
-                    depth,
-                })?;
+        while let Some(key) = members.next_key_seed(Key)? {
+            if depth == 1 {
+                match key {
+                    TopKey::Id => {
+                        self.survey.id = members.next_value_seed(IdText {
+                            survey: self.survey,
+                        })?;
+                        continue;
+                    }
+                    TopKey::JsonRpc => self.survey.members.jsonrpc = true,
+                    TopKey::Method => self.survey.members.method = true,
+                    TopKey::Answer => self.survey.members.answer = true,
+                    TopKey::Other => {}
+                }
             }
+            members.next_value_seed(Count {
+                survey: self.survey,
+                depth,
+            })?;
         }
         Ok(())
     }
@@ -191,41 +220,65 @@ impl<'de> Visitor<'de> for Nested {
     }
 }
 
-/// Whether a key is `id`.
-struct IsId;
+/// A top-level key, as far as telling a JSON-RPC message goes.
+enum TopKey {
+    Id,
+    JsonRpc,
+    Method,
+    /// `result` or `error`.
+    Answer,
+    Other,
+}
 
-impl<'de> DeserializeSeed<'de> for IsId {
-    type Value = bool;
+/// Reads a key as a [`TopKey`].
+struct Key;
 
-    fn deserialize<D: Deserializer<'de>>(self, reader: D) -> Result<bool, D::Error> {
+impl<'de> DeserializeSeed<'de> for Key {
+    type Value = TopKey;
+
+    fn deserialize<D: Deserializer<'de>>(self, reader: D) -> Result<TopKey, D::Error> {
         reader.deserialize_str(self)
     }
 }
 
-impl<'de> Visitor<'de> for IsId {
-    type Value = bool;
+impl<'de> Visitor<'de> for Key {
+    type Value = TopKey;
 
     fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
         formatter.write_str("a key")
     }
 
-    fn visit_str<E>(self, key: &str) -> Result<bool, E> {
-        Ok(key == "id")
+    fn visit_str<E>(self, key: &str) -> Result<TopKey, E> {
+        Ok(match key {
+            "id" => TopKey::Id,
+            "jsonrpc" => TopKey::JsonRpc,
+            "method" => TopKey::Method,
+            "result" | "error" => TopKey::Answer,
+            _ => TopKey::Other,
+        })
     }
 }
 
-/// A request ID as JSON text: a number or a string; anything else is skipped.
-struct IdText;
+/// The most an integral float ID may be to be read as the integer it equals
+/// (as rmcp reads it): 2^53, past which floats skip integers.
+const MAX_FLOAT_ID: f64 = 9_007_199_254_740_992.0;
 
-impl<'de> DeserializeSeed<'de> for IdText {
+/// A request ID as JSON text: a number or a string. Anything else is no ID, but
+/// is counted like any value (an array as ID is still 8 million values).
+struct IdText<'a> {
+    survey: &'a mut Survey,
+}
+
+impl<'de> DeserializeSeed<'de> for IdText<'_> {
     type Value = Option<String>;
 
     fn deserialize<D: Deserializer<'de>>(self, reader: D) -> Result<Option<String>, D::Error> {
+        self.survey.values += 1;
         reader.deserialize_any(self)
     }
 }
 
-impl<'de> Visitor<'de> for IdText {
+impl<'de> Visitor<'de> for IdText<'_> {
     type Value = Option<String>;
 
     fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
@@ -244,8 +297,10 @@ impl<'de> Visitor<'de> for IdText {
         Ok(Some(id.to_string()))
     }
 
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(None)
+    #[allow(clippy::cast_possible_truncation)] // integral and within 2^53
+    fn visit_f64<E>(self, id: f64) -> Result<Self::Value, E> {
+        let integral = id.fract() == 0.0 && id.abs() <= MAX_FLOAT_ID;
+        Ok(integral.then(|| (id as i64).to_string()))
     }
 
     fn visit_str<E>(self, id: &str) -> Result<Self::Value, E> {
@@ -257,11 +312,21 @@ impl<'de> Visitor<'de> for IdText {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, items: A) -> Result<Self::Value, A::Error> {
-        Nested.visit_seq(items).map(|_| None)
+        Count {
+            survey: self.survey,
+            depth: 1,
+        }
+        .visit_seq(items)
+        .map(|()| None)
     }
 
     fn visit_map<A: MapAccess<'de>>(self, members: A) -> Result<Self::Value, A::Error> {
-        Nested.visit_map(members).map(|_| None)
+        Count {
+            survey: self.survey,
+            depth: 1,
+        }
+        .visit_map(members)
+        .map(|()| None)
     }
 }
 
@@ -382,6 +447,7 @@ mod tests {
             survey(r#"[{"a":0},{"a":0},{"a":"x,y"}]"#),
             Survey {
                 id: None,
+                members: Members::default(),
                 values: 7,
                 deepest: 2
             }
@@ -424,21 +490,39 @@ mod tests {
     }
 
     #[test]
-    fn a_half_line_with_an_answer_glued_to_it_is_told_from_a_bad_number() {
-        let glued = br#"{"jsonrpc": "2.0", "id": 4, "res{"jsonrpc":"2.0","id":5,"result":{}}"#;
-        assert!(!one_value(glued));
-        let after = br#"{"jsonrpc":"2.0","id":5,"result":{}} {"jsonrpc":"2.0"}"#;
-        assert!(!one_value(after));
+    fn a_number_out_of_range_is_no_value() {
         let huge_number = format!(
             r#"{{"jsonrpc":"2.0","id":6,"result":{{"n":1{}}}}}"#,
             "0".repeat(400)
         );
-        assert!(one_value(huge_number.as_bytes()), "{huge_number}");
+        assert!(Survey::of(huge_number.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn an_id_is_a_number_or_a_string_and_counts_whatever_it_is() {
+        let id = |line: &str| survey(line).id;
+        assert_eq!(id(r#"{"id":5.0}"#).as_deref(), Some("5"));
+        assert_eq!(id(r#"{"id":5.5}"#), None);
+        assert_eq!(id(r#"{"id":1e300}"#), None);
+        let array = survey(r#"{"id":[0,0,[0]],"result":{}}"#);
+        assert_eq!((array.id, array.values, array.deepest), (None, 7, 3));
         assert!(
-            Survey::of(huge_number.as_bytes()).is_err(),
-            "out of range as a number"
+            Survey::of(br#"{"id":[1e400]}"#).is_err(),
+            "checked as any value"
         );
-        assert!(one_value(br#" {"a":"}{"} "#));
-        assert!(!one_value(b"Starting the server"));
+        let deep = format!(r#"{{"id":{}{}}}"#, "[".repeat(150), "]".repeat(150));
+        assert_eq!(survey(&deep).deepest, MAX_MESSAGE_DEPTH + 1);
+    }
+
+    #[test]
+    fn a_message_is_told_by_its_members() {
+        let answer = survey(r#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"x"}}"#);
+        assert!(answer.is_message() && answer.is_answer());
+        let request = survey(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+        assert!(request.is_message() && !request.is_answer());
+        let log = survey(r#"{"level":30,"msg":"listening","id":1}"#);
+        assert!(!log.is_message());
+        assert!(!survey("42").is_message());
+        assert!(!survey(r#"{"a":{"jsonrpc":"2.0","result":{}}}"#).is_message());
     }
 }
