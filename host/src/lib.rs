@@ -53,7 +53,10 @@ pub use codemode_core::source;
 pub(crate) use codemode_core::{budget, catalog, error, secret};
 // Processes, files, TLS, waits, memory and metrics are the runtime crate's:
 // used here under their old paths.
-pub(crate) use codemode_runtime::{metrics, tls, worker};
+pub(crate) use codemode_runtime::{metrics, worker};
+// The HTTP clients of the OAuth resource server and of the OTLP exporter.
+#[cfg(any(feature = "oauth", feature = "otel"))]
+pub(crate) use codemode_runtime::tls;
 // The WebAssembly sandboxes, the plugins and their cache are the sandbox crate's.
 pub use codemode_sandbox::oci;
 pub(crate) use codemode_sandbox::{cache, plugins, wait};

@@ -6,7 +6,8 @@
 //! HTTP, the `traceparent` header), so the upstream's work joins the trace. Spans
 //! carry what an execution cost and how it ended, never arguments or results.
 //!
-//! Exported only when an endpoint is set (`--otlp-endpoint`, or the standard
+//! The exporter is the feature `otel` (the binary has it). Exported only when an
+//! endpoint is set (`--otlp-endpoint`, or the standard
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`): otherwise
 //! no span is made, and a request's trace context is passed on to upstreams
 //! unchanged.
@@ -14,9 +15,9 @@
 use std::collections::HashMap;
 
 use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry::trace::{
-    Span as _, SpanKind, Status, TraceContextExt, Tracer as _, TracerProvider as _,
-};
+#[cfg(feature = "otel")]
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, Span};
@@ -29,17 +30,22 @@ const MAX_TRACESTATE: usize = 512;
 /// Most bytes of a `traceparent` read: version 00 is exactly 55; a later
 /// version may add fields, but not kilobytes of them.
 const MAX_TRACEPARENT: usize = 128;
+#[cfg(feature = "otel")]
 /// The path OTLP/HTTP receivers take traces at, after `--otlp-endpoint`.
 const TRACES_PATH: &str = "/v1/traces";
+#[cfg(feature = "otel")]
 /// The service name spans are reported under, unless `OTEL_SERVICE_NAME` says.
 const SERVICE_NAME: &str = "codemode-host";
+#[cfg(feature = "otel")]
 /// How long one export may take before it is given up (its spans are dropped).
 const EXPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 /// How long exiting waits for the last spans to be exported.
 const SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+#[cfg(feature = "otel")]
 /// The only OTLP protocol this build exports with.
 const PROTOCOL: &str = "http/protobuf";
 
+#[cfg(feature = "otel")]
 /// Why the exporter could not be set up.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -69,6 +75,7 @@ impl std::fmt::Debug for Telemetry {
     }
 }
 
+#[cfg(feature = "otel")]
 /// Whether the environment names an OTLP endpoint for traces.
 fn endpoint_in_environment() -> bool {
     [
@@ -80,7 +87,7 @@ fn endpoint_in_environment() -> bool {
 }
 
 impl Telemetry {
-    /// The exporter, when an endpoint is set: `endpoint` (`--otlp-endpoint`, the
+    /// The exporter (feature `otel`), when an endpoint is set: `endpoint` (`--otlp-endpoint`, the
     /// receiver's base URL) or the standard variables; `None` otherwise, or when
     /// `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none`. Spans are sent in
     /// batches from a thread of its own (`OTEL_BSP_*` tune it). Call it outside an
@@ -90,6 +97,7 @@ impl Telemetry {
     ///
     /// [`TelemetryError`]: a protocol other than http/protobuf, or an endpoint
     /// the exporter refuses.
+    #[cfg(feature = "otel")]
     pub fn start(endpoint: Option<&str>) -> Result<Option<Self>, TelemetryError> {
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         if env("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"))
@@ -399,6 +407,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "otel")]
     fn no_endpoint_is_no_exporter() {
         // The test process sets no OTEL_* variables.
         if !endpoint_in_environment() {

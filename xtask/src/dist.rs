@@ -98,16 +98,62 @@ pub(crate) fn layout_debug(binary: &Path, examples: &Path, cache: &Path) -> Resu
 /// dev-dependency or another member turning on a feature of a dependency), and
 /// every clean build compiles that unit and all that depends on it twice.
 pub(crate) fn unchanged_build(lints: &Lints, package: &str) -> Result<()> {
+    let built = build_reporting(lints, &["-p", package])?;
+    if !built.is_empty() {
+        bail!(
+            "building {package} alone compiled again what the tests' build had compiled: {}. A dev-dependency or another member turns on a feature of a dependency that {package} alone does not (compare `cargo tree -e features -i CRATE` with and without `--workspace`); turn it on for {package} too",
+            built.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Builds the host's library without its default features (what a library
+/// user who turns them off builds) and fails unless that compiled the host
+/// alone: a dependency compiled again has other features without them (an
+/// optional dependency turns them on), and every clean run would build it and
+/// all above it twice.
+pub(crate) fn library_alone(lints: &Lints) -> Result<()> {
+    let args = ["-p", "codemode-host", "--lib", "--no-default-features"];
+    let built = build_reporting(lints, &args)?;
+    let others: Vec<&String> = built
+        .iter()
+        .filter(|unit| !unit.starts_with("codemode-host@"))
+        .collect();
+    if !others.is_empty() {
+        bail!(
+            "building the host's library without its default features compiled again: {}. An optional dependency turns on features of these when it is on (compare `cargo tree -p codemode-host -e features` with and without `--no-default-features`); turn them on in host/Cargo.toml's list of pins",
+            others
+                .iter()
+                .map(|unit| unit.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// `cargo build ARGS` with `lints`: the units it compiled (not fresh), each as
+/// `name@version`.
+fn build_reporting(lints: &Lints, args: &[&str]) -> Result<Vec<String>> {
     let output = lints
-        .apply(cargo().args(["build", "--message-format", "json", "-p", package]))
+        .apply(
+            cargo()
+                .args(["build", "--message-format", "json"])
+                .args(args),
+        )
         .stderr(Stdio::inherit())
         .output()
-        .with_context(|| format!("cannot run cargo build -p {package}"))?;
+        .with_context(|| format!("cannot run cargo build {}", args.join(" ")))?;
     if !output.status.success() {
-        bail!("cargo build -p {package} failed with {}", output.status);
+        bail!(
+            "cargo build {} failed with {}",
+            args.join(" "),
+            output.status
+        );
     }
     // One JSON message per line; an artifact built now says `"fresh":false`.
-    let built: Vec<String> = String::from_utf8_lossy(&output.stdout)
+    Ok(String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter(|line| {
             line.contains("\"reason\":\"compiler-artifact\"") && line.contains("\"fresh\":false")
@@ -117,14 +163,7 @@ pub(crate) fn unchanged_build(lints: &Lints, package: &str) -> Result<()> {
             let id = line.split("\"package_id\":\"").nth(1)?.split('"').next()?;
             Some(id.rsplit('#').next().unwrap_or(id).to_owned())
         })
-        .collect();
-    if !built.is_empty() {
-        bail!(
-            "building {package} alone compiled again what the tests' build had compiled: {}. A dev-dependency or another member turns on a feature of a dependency that {package} alone does not (compare `cargo tree -e features -i CRATE` with and without `--workspace`); turn it on for {package} too",
-            built.join(", ")
-        );
-    }
-    Ok(())
+        .collect())
 }
 
 /// Puts the layout in `out`: `binary`, the plugin files of `examples`, and an

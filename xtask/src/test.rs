@@ -94,6 +94,7 @@ fn run(phases: &mut Phases) -> Result<()> {
     phases.run("same features", || {
         dist::unchanged_build(&lints, "codemode-host")
     })?;
+    phases.run("library alone", || dist::library_alone(&lints))?;
     // The interpreter is its own workspace: its checks are tested (and linted)
     // natively beside its wasm build, in target/runner (which the build above
     // wrote last), while the plugins build and precompile.

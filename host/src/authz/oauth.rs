@@ -49,9 +49,6 @@ pub const MAX_LEEWAY: Duration = Duration::from_secs(600);
 pub const MAX_KEYS: usize = 64;
 /// The longest bearer token looked at.
 pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
-/// Where protected resource metadata is served (RFC 9728), before the
-/// resource URL's path.
-pub const PROTECTED_RESOURCE_PATH: &str = "/.well-known/oauth-protected-resource";
 /// The subject claim by default.
 pub const DEFAULT_SUBJECT_CLAIM: &str = "sub";
 
@@ -76,17 +73,7 @@ pub struct OAuthConfig {
 
 pub use codemode_runtime::url::{UrlError, check_url};
 
-/// Why a bearer token was not accepted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Rejection {
-    /// Not a token of the issuer for this server (401 `invalid_token`); the
-    /// reason is for the log.
-    Invalid(String),
-    /// A valid token without every required scope (403 `insufficient_scope`).
-    InsufficientScope,
-    /// The issuer's keys could not be fetched (401; the log says why).
-    KeysUnavailable(String),
-}
+pub use super::bearer::{PROTECTED_RESOURCE_PATH, Rejection};
 
 /// The issuer's metadata and keys, as last fetched.
 #[derive(Default)]
@@ -421,6 +408,11 @@ impl Verifier {
             metadata["scopes_supported"] = serde_json::json!(self.config.required_scopes);
         }
         metadata
+    }
+
+    /// This server's canonical URI ([`OAuthConfig::resource`]).
+    pub fn resource(&self) -> &str {
+        &self.config.resource
     }
 
     /// Where [`Verifier::resource_metadata`] is served: the resource URL's

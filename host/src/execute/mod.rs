@@ -40,7 +40,6 @@ pub use state::Progress;
 pub(crate) use state::{Dispatch, Route};
 
 use crate::audit::AuditLog;
-use crate::authz::exchange::TokenExchange;
 use crate::authz::{Authorizer, Subject};
 use crate::budget::Budget;
 use crate::cache::ArtifactCache;
@@ -51,6 +50,7 @@ use crate::source::TraceContext;
 use crate::telemetry::{CallTracer, ExecutionSummary, Telemetry};
 use crate::wait::{Cancel, Interrupted, Stop};
 use codemode_core::cancel::Canceller;
+use codemode_core::exchange::TokenExchange;
 use ledger::Ledger;
 use runner::{Exceeded, Failure, RunnerLimits, RunnerPre};
 use teardown::Leftovers;

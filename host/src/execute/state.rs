@@ -12,7 +12,6 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::approval::{Approvals, Approver, Waiting};
 use super::ledger::Ledger;
 use crate::audit::AuditLog;
-use crate::authz::exchange::TokenExchange;
 use crate::authz::{Authorizer, Subject};
 use crate::catalog::Capability;
 use crate::error::ToolError;
@@ -21,6 +20,7 @@ use crate::plugins::MemoryCap;
 use crate::source::{CapabilitySource, Session, TraceContext};
 use crate::telemetry::CallTracer;
 use crate::wait::Stop;
+use codemode_core::exchange::TokenExchange;
 
 /// The outcome of a successful call, in the audit log and the metrics.
 pub(super) const OK: &str = "ok";

@@ -33,7 +33,7 @@ use super::sessions::{
     Access, SESSION_HEADER, STREAM_OPEN, Sessions, StreamRefused, TOO_MANY_SESSIONS,
     TOO_MANY_STREAMS,
 };
-use crate::authz::oauth::{PROTECTED_RESOURCE_PATH, Rejection, Verifier};
+use crate::authz::{PROTECTED_RESOURCE_PATH, Rejection, Verifier};
 use crate::authz::{Subject, Tokens};
 use crate::error::UNAUTHENTICATED;
 use crate::service::Service;
@@ -296,7 +296,7 @@ pub fn router(config: &HttpConfig, readiness: Readiness) -> Router {
                 )
             }
         };
-        let suffixed = url::Url::parse(&verifier.config().resource)
+        let suffixed = url::Url::parse(verifier.resource())
             .map(|url| url.path().trim_end_matches('/').to_owned())
             .unwrap_or_default();
         router = router.route(PROTECTED_RESOURCE_PATH, get(answer.clone()));

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use crate::audit::AuditLog;
 use crate::authz::Authorizer;
-use crate::authz::exchange::TokenExchange;
 use crate::catalog::SpecError;
 use crate::execute::{LimitError, Limits, RunnerError};
 use crate::openapi::OpenApiConfig;
@@ -15,6 +14,7 @@ use crate::source::{Provider, Skipped};
 use crate::telemetry::Telemetry;
 use crate::upstream::UpstreamConfig;
 use crate::upstream::UpstreamGate;
+use codemode_core::exchange::TokenExchange;
 
 /// What the service is built from.
 ///

@@ -18,15 +18,17 @@
 //! the longest the wait may take.
 //!
 //! Two stores: [`TaskBoard`], in this process's memory (the default), and
-//! [`RedisTasks`] (`--task-store redis://`), shared by the replicas behind a load
-//! balancer, so that any of them answers status, result, input and cancel for a
-//! task another runs.
+//! `RedisTasks` (`--task-store redis://`, feature `redis`), shared by the
+//! replicas behind a load balancer, so that any of them answers status, result,
+//! input and cancel for a task another runs.
 
 mod memory;
+#[cfg(feature = "redis")]
 mod redis;
 mod task;
 
 pub use memory::{MAX_CLAIMS, MAX_CLAIMS_PER_SUBJECT, TaskBoard};
+#[cfg(feature = "redis")]
 pub use redis::{
     ANSWER_CHANNEL, CANCEL_CHANNEL, ConnectError, RedisTasks, STALE_AFTER,
     check_url as check_redis_url, redacted,
@@ -49,6 +51,7 @@ pub enum TaskStore {
     Memory(TaskBoard),
     /// In Redis (`--task-store`): every replica reads every task; each runs
     /// its own.
+    #[cfg(feature = "redis")]
     Redis(RedisTasks),
 }
 
@@ -57,6 +60,7 @@ impl TaskStore {
     pub fn limits(&self) -> TaskLimits {
         match self {
             TaskStore::Memory(board) => board.limits(),
+            #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.limits(),
         }
     }
@@ -69,6 +73,7 @@ impl TaskStore {
     pub async fn create(&self, subject: &str) -> Result<TaskView, TaskRefused> {
         match self {
             TaskStore::Memory(board) => board.create(subject),
+            #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.create(subject).await,
         }
     }
@@ -78,6 +83,7 @@ impl TaskStore {
     pub fn attach(&self, id: &str, abort: tokio::task::AbortHandle) {
         match self {
             TaskStore::Memory(board) => board.attach(id, abort),
+            #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.attach(id, abort),
         }
     }
@@ -94,6 +100,7 @@ impl TaskStore {
         }
         match self {
             TaskStore::Memory(board) => Ok(board.get(subject, id)),
+            #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.get(subject, id).await,
         }
     }
@@ -105,6 +112,7 @@ impl TaskStore {
     pub fn finish(&self, id: &str, state: TaskState) {
         match self {
             TaskStore::Memory(board) => board.finish(id, state),
+            #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.finish(id, state),
         }
     }
@@ -122,6 +130,7 @@ impl TaskStore {
         }
         match self {
             TaskStore::Memory(board) => Ok(board.cancel(subject, id)),
+            #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.cancel(subject, id).await,
         }
     }
@@ -145,6 +154,7 @@ impl TaskStore {
     ) -> Result<Answer, Unavailable> {
         match self {
             TaskStore::Memory(board) => Ok(board.ask(id, key, requests, extend)),
+            #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.ask(id, key, requests, extend).await,
         }
     }
@@ -168,6 +178,7 @@ impl TaskStore {
         }
         match self {
             TaskStore::Memory(board) => Ok(board.answer(subject, id, responses)),
+            #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.answer(subject, id, responses).await,
         }
     }
@@ -179,6 +190,7 @@ impl TaskStore {
     pub fn resume(&self, id: &str, key: &str, waited: Duration) {
         match self {
             TaskStore::Memory(board) => board.resume(id, key, waited),
+            #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.resume(id, key, waited),
         }
     }
@@ -190,6 +202,7 @@ impl TaskStore {
     pub fn claims_here(&self) -> Option<&str> {
         match self {
             TaskStore::Memory(board) => Some(board.id()),
+            #[cfg(feature = "redis")]
             TaskStore::Redis(_) => None,
         }
     }
@@ -210,6 +223,7 @@ impl TaskStore {
     ) -> Result<bool, Unavailable> {
         match self {
             TaskStore::Memory(board) => Ok(board.claim(subject, token, ttl)),
+            #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.claim(token, ttl).await,
         }
     }
@@ -219,6 +233,7 @@ impl TaskStore {
     pub async fn cancel_all(&self) -> usize {
         match self {
             TaskStore::Memory(board) => board.cancel_all(),
+            #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.cancel_all().await,
         }
     }
