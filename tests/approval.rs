@@ -251,6 +251,16 @@ fn assert_denied(out: &Value, line: u64, column: u64) {
     );
 }
 
+/// The audit line of a call whose approval `subject` was asked for: its
+/// approval's `outcome` and the call's `result`.
+fn asked(subject: &str, outcome: &str, result: &str) -> Value {
+    json!({
+        "decision": "asked",
+        "approval": {"outcome": outcome, "subject": subject},
+        "outcome": result
+    })
+}
+
 #[test]
 fn an_approved_call_runs_once_the_human_says_yes() {
     let setup = Setup::new("approved", "");
@@ -277,14 +287,7 @@ fn an_approved_call_runs_once_the_human_says_yes() {
         }])
     );
     assert_eq!(setup.notes(), ["a"]);
-    assert_eq!(
-        setup.asked(),
-        [json!({
-            "decision": "asked",
-            "approval": {"outcome": "approved", "subject": "local"},
-            "outcome": "ok"
-        })]
-    );
+    assert_eq!(setup.asked(), [asked("local", "approved", "ok")]);
 }
 
 /// Issue 49, F4-F6: a question built from the agent's arguments cannot fake
@@ -343,14 +346,7 @@ fn a_declined_call_never_reaches_the_upstream() {
     }
     assert_eq!(
         setup.asked(),
-        vec![
-            json!({
-                "decision": "asked",
-                "approval": {"outcome": "declined", "subject": "local"},
-                "outcome": "permission denied"
-            });
-            3
-        ]
+        vec![asked("local", "declined", "permission denied"); 3]
     );
 }
 
@@ -364,11 +360,7 @@ fn an_unanswered_question_times_out_and_waiting_is_not_execution_time() {
     assert_eq!(setup.notes(), Vec::<String>::new());
     assert_eq!(
         setup.asked(),
-        [json!({
-            "decision": "asked",
-            "approval": {"outcome": "timed out", "subject": "local"},
-            "outcome": "permission denied"
-        })]
+        [asked("local", "timed out", "permission denied")]
     );
     // Answered after 2.5 s, within --approval-timeout: an execution with 2 s
     // of time runs on, the wait not counted.
@@ -396,11 +388,7 @@ fn a_client_that_cannot_be_asked_is_denied() {
     assert_eq!(setup.notes(), Vec::<String>::new());
     assert_eq!(
         setup.asked(),
-        [json!({
-            "decision": "asked",
-            "approval": {"outcome": "not asked", "subject": "local"},
-            "outcome": "permission denied"
-        })]
+        [asked("local", "not asked", "permission denied")]
     );
     // A read-only tool runs without asking; one declaring neither is denied.
     let out = setup.execute(
@@ -684,14 +672,7 @@ fn a_2026_client_answers_an_input_required_and_nothing_runs_twice() {
         .collect();
     assert_eq!(
         awaiting,
-        vec![
-            json!({
-                "decision": "asked",
-                "approval": {"outcome": "awaiting answer", "subject": "local"},
-                "outcome": "input required"
-            });
-            2
-        ]
+        vec![asked("local", "awaiting answer", "input required"); 2]
     );
     // Declined: the program ends at the call, which never ran.
     let declined = Setup::new("mrtr-declined", "");
@@ -1078,8 +1059,8 @@ fn with_http_sessions_an_older_client_is_asked_over_http() {
     assert_eq!(
         setup.asked(),
         [
-            json!({"decision": "asked", "approval": {"outcome": "approved", "subject": "local"}, "outcome": "ok"}),
-            json!({"decision": "asked", "approval": {"outcome": "declined", "subject": "local"}, "outcome": "permission denied"}),
+            asked("local", "approved", "ok"),
+            asked("local", "declined", "permission denied"),
         ]
     );
 }
@@ -1534,13 +1515,7 @@ fn a_task_asks_through_tasks_get_and_tasks_update_on_any_replica() {
         || setup.asked().len() == 5,
         || format!("{:?}", setup.asked()),
     );
-    let outcome = |outcome: &str, result: &str| {
-        json!({
-            "decision": "asked",
-            "approval": {"outcome": outcome, "subject": "ada"},
-            "outcome": result
-        })
-    };
+    let outcome = |outcome: &str, result: &str| asked("ada", outcome, result);
     assert_eq!(
         setup.asked(),
         [

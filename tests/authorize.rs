@@ -3,12 +3,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use codemode_host::authz::{AuthorizationInput, Authorizer, AuthzError, Subject, Verdict};
+use codemode_host::authz::{AuthorizationInput, Authorizer, AuthzError, Verdict};
 use codemode_host::{LOCAL_SUBJECT, Service, ServiceConfig, ToolError};
 use codemode_value::Value;
 use serde_json::json;
 
-use crate::support::{cache_dir, plugin_folder, test_plugin};
+use crate::support::{cache_dir, execute_in as execute, plugin_folder, test_plugin};
 
 /// Records every input it sees and answers with `answer`.
 #[derive(Debug)]
@@ -45,15 +45,6 @@ fn service_with(label: &str, answer: Result<(), AuthzError>) -> (Service, Arc<Re
         Service::load(&config).expect("load the service"),
         authorizer,
     )
-}
-
-fn execute(service: &Service, source: &str) -> Result<serde_json::Value, ToolError> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(service.execute(&Subject::new(LOCAL_SUBJECT), source))
-        .map(|executed| executed.value)
 }
 
 const ECHO: &str = "def main():\n    return liar.echo(name=\"n\", letter=\"a\", small=-3, count=5, ratio=2, flag=True, color=\"red\", perms=[\"read\"], tags=[\"t\"], labels={\"k\": \"v\"}, filter={\"owner\": \"o\", \"min_score\": None}, window=None)";

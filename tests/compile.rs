@@ -54,13 +54,7 @@ fn a_compile_bomb_is_stopped_at_its_memory_cap_and_the_rest_serves() {
     assert!(size < 512 << 10, "small in bytes: {size}");
     let dir = plugin_folder("compile-bomb", &[bomb.clone(), test_plugin("sleepy")]);
     // Before, the server compiled it in its own process, as far as memory went.
-    let server = HttpServer::start(&[
-        "--plugins",
-        dir.to_str().expect("utf-8 path"),
-        "--allow-all",
-        "--max-compile-memory",
-        CAP,
-    ]);
+    let server = HttpServer::allowing(&dir, &["--max-compile-memory", CAP]);
     let log = server.log();
     assert!(
         log.contains(&format!("plugin skipped plugin=bomb.wasm reason={REASON}")),

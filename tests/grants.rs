@@ -92,11 +92,7 @@ fn fetch_folder(label: &str, sidecar: Option<&str>) -> PathBuf {
 }
 
 fn start(dir: &Path) -> HttpServer {
-    HttpServer::start(&[
-        "--plugins",
-        dir.to_str().expect("utf-8 path"),
-        "--allow-all",
-    ])
+    HttpServer::allowing(dir, &[])
 }
 
 #[test]
@@ -338,13 +334,7 @@ fn outbound_http_that_drips_ends_at_the_execution_budget() {
         "grants-drip",
         Some("allowed_outbound_hosts = [\"http://127.0.0.1:*\"]\n"),
     );
-    let server = HttpServer::start(&[
-        "--plugins",
-        dir.to_str().expect("utf-8 path"),
-        "--allow-all",
-        "--max-execution-time",
-        "2s",
-    ]);
+    let server = HttpServer::allowing(&dir, &["--max-execution-time", "2s"]);
     let started = Instant::now();
     let got = execute_http(
         server.port,

@@ -322,15 +322,15 @@ fn replicas_serve_alternating_requests_without_affinity() {
 #[test]
 fn sigterm_lets_the_execution_in_flight_finish() {
     let plugins = plugin_folder("http-sigterm", &example_plugin_files());
-    let server = HttpServer::start(&[
-        "--plugins",
-        plugins.to_str().expect("utf-8 path"),
-        "--allow-all",
-        "--max-execution-steps",
-        "100000000",
-        "--max-execution-time",
-        "20s",
-    ]);
+    let server = HttpServer::allowing(
+        &plugins,
+        &[
+            "--max-execution-steps",
+            "100000000",
+            "--max-execution-time",
+            "20s",
+        ],
+    );
     let port = server.port;
     // About a second of work, after a call that tells the test it is running.
     let slow = "def main():\n    records.lookup(key=\"bk-0001\")\n    n = 0\n    for i in range(12000000):\n        n += 1\n    return n";
@@ -432,13 +432,7 @@ fn slow_clients_are_cut_off_and_connections_are_capped() {
     use std::net::TcpStream;
     use std::time::Duration;
     let dir = plugin_folder("http-limits", &example_plugin_files());
-    let server = HttpServer::start(&[
-        "--plugins",
-        dir.to_str().expect("utf-8 path"),
-        "--allow-all",
-        "--max-connections",
-        "4",
-    ]);
+    let server = HttpServer::allowing(&dir, &["--max-connections", "4"]);
     let connect = || TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
 
     // Headers that never end: closed after 10 s (they stayed open for good).
@@ -514,13 +508,7 @@ fn metrics_listen_port(server: &HttpServer) -> u16 {
 #[test]
 fn probes_and_metrics_check_the_host_unless_served_on_metrics_listen() {
     let dir = plugin_folder("http-probe-hosts", &example_plugin_files());
-    let server = HttpServer::start(&[
-        "--plugins",
-        dir.to_str().expect("utf-8 path"),
-        "--allow-all",
-        "--metrics-listen",
-        "127.0.0.1:0",
-    ]);
+    let server = HttpServer::allowing(&dir, &["--metrics-listen", "127.0.0.1:0"]);
     let metrics_port = metrics_listen_port(&server);
     let foreign = [("Host", "rebound.evil.example:80")];
     for path in ["/healthz", "/readyz", "/metrics"] {
@@ -726,15 +714,15 @@ fn with_tokens_readyz_and_metrics_need_one_but_healthz_and_metrics_listen_do_not
         "[[dirs]]\nhost = \"/nonexistent-codemode/secret/cache\"\nguest = \"/cache\"\n",
     )
     .expect("write the sidecar");
-    let server = HttpServer::start(&[
-        "--plugins",
-        plugins.to_str().expect("utf-8 path"),
-        "--allow-all",
-        "--tokens",
-        &tokens_file("http-probes-tokens"),
-        "--metrics-listen",
-        "127.0.0.1:0",
-    ]);
+    let server = HttpServer::allowing(
+        &plugins,
+        &[
+            "--tokens",
+            &tokens_file("http-probes-tokens"),
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+    );
     let metrics_port = metrics_listen_port(&server);
     let auth = format!("Bearer {GUEST_TOKEN}");
     let with_token = [("Authorization", auth.as_str())];

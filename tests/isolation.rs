@@ -18,13 +18,7 @@ fn remember(secret: &str) -> String {
 
 /// A server of the plugins in `dir` whose log shows spares being made and taken.
 fn start(dir: &std::path::Path) -> HttpServer {
-    HttpServer::start(&[
-        "--plugins",
-        dir.to_str().expect("utf-8 path"),
-        "--allow-all",
-        "--log",
-        "info,codemode_sandbox::plugins=debug",
-    ])
+    HttpServer::allowing(dir, &["--log", "info,codemode_sandbox::plugins=debug"])
 }
 
 /// The fuel of each audited call of `capability`, in order.

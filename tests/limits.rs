@@ -40,29 +40,29 @@ fn server(label: &str, capped: bool) -> HttpServer {
         )
         .expect("write the sidecar");
     }
-    HttpServer::start(&[
-        "--plugins",
-        dir.to_str().expect("utf-8 path"),
-        "--allow-all",
-        "--max-source-bytes",
-        "4096",
-        "--max-execution-steps",
-        "5000",
-        "--max-execution-time",
-        "2s",
-        "--max-native-calls",
-        "3",
-        "--max-value-depth",
-        "8",
-        "--max-value-bytes",
-        "2000",
-        "--max-intermediate-value-bytes",
-        "3000",
-        "--max-fuel",
-        "300000000",
-        "--max-memory",
-        "64MiB",
-    ])
+    HttpServer::allowing(
+        &dir,
+        &[
+            "--max-source-bytes",
+            "4096",
+            "--max-execution-steps",
+            "5000",
+            "--max-execution-time",
+            "2s",
+            "--max-native-calls",
+            "3",
+            "--max-value-depth",
+            "8",
+            "--max-value-bytes",
+            "2000",
+            "--max-intermediate-value-bytes",
+            "3000",
+            "--max-fuel",
+            "300000000",
+            "--max-memory",
+            "64MiB",
+        ],
+    )
 }
 
 #[test]
@@ -247,18 +247,18 @@ fn concurrent_executions_share_max_total_memory() {
     // overlap); now the sandboxes together stop at 512 MiB, and the executions
     // that found no room end naming the total.
     let plugins = plugin_folder("total-memory", &[test_plugin("hostile")]);
-    let server = HttpServer::start(&[
-        "--plugins",
-        plugins.to_str().expect("utf-8"),
-        "--allow-all",
-        "--no-watch",
-        "--max-concurrent-executions",
-        "8",
-        "--max-execution-time",
-        "60s",
-        "--max-total-memory",
-        "512MiB",
-    ]);
+    let server = HttpServer::allowing(
+        &plugins,
+        &[
+            "--no-watch",
+            "--max-concurrent-executions",
+            "8",
+            "--max-execution-time",
+            "60s",
+            "--max-total-memory",
+            "512MiB",
+        ],
+    );
     let before = peak_resident(server.pid());
     let port = server.port;
     let limits: Vec<(Option<String>, Value)> = std::thread::scope(|scope| {

@@ -14,6 +14,16 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
     dir
 }
 
+/// A fresh folder `name` holding the example plugins `plugins` (by name).
+fn folder_with(name: &str, plugins: &[&str]) -> std::path::PathBuf {
+    let dir = temp_dir(name);
+    for plugin in plugins {
+        let file = format!("{plugin}.wasm");
+        copy(&example_plugins().join(&file), &dir.join(&file));
+    }
+    dir
+}
+
 fn copy(from: &Path, to: &Path) {
     std::fs::copy(from, to)
         .unwrap_or_else(|e| panic!("copy {} to {}: {e}", from.display(), to.display()));
@@ -21,11 +31,7 @@ fn copy(from: &Path, to: &Path) {
 
 #[test]
 fn broken_plugins_are_named_and_skipped_while_good_ones_serve() {
-    let dir = temp_dir("mixed");
-    copy(
-        &example_plugins().join("records.wasm"),
-        &dir.join("records.wasm"),
-    );
+    let dir = folder_with("mixed", &["records"]);
     copy(&test_plugin("misfit"), &dir.join("misfit.wasm"));
     copy(&test_plugin("oddtypes"), &dir.join("oddtypes.wasm"));
     std::fs::write(dir.join("notes.wasm"), "not wasm at all").expect("write");
@@ -163,11 +169,7 @@ fn doc_comments_of_a_plugin_become_its_summary_and_description() {
 fn a_plugin_whose_describe_waits_in_the_host_is_skipped_at_its_deadline() {
     // describe() sleeps an hour on a WASI clock, where fuel cannot stop it; before
     // the loading deadline startup never finished.
-    let dir = temp_dir("drowsy");
-    copy(
-        &example_plugins().join("records.wasm"),
-        &dir.join("records.wasm"),
-    );
+    let dir = folder_with("drowsy", &["records"]);
     copy(&test_plugin("drowsy"), &dir.join("drowsy.wasm"));
     let d = dir.to_str().expect("utf-8");
     let (log, _) = startup_log(&["--plugins", d, "--load-timeout", "1s"]);
@@ -193,15 +195,7 @@ fn mkfifo(path: &Path) {
 fn files_that_would_hang_or_flood_loading_are_skipped_with_the_reason() {
     // A FIFO sidecar or component hung startup forever (opening it waits for a
     // writer); a sparse 3 GiB component was read whole (3.1 GB, 15 s).
-    let dir = temp_dir("unreadable");
-    copy(
-        &example_plugins().join("records.wasm"),
-        &dir.join("records.wasm"),
-    );
-    copy(
-        &example_plugins().join("stats.wasm"),
-        &dir.join("stats.wasm"),
-    );
+    let dir = folder_with("unreadable", &["records", "stats"]);
     mkfifo(&dir.join("stats.toml"));
     mkfifo(&dir.join("pipe.wasm"));
     std::fs::File::create(dir.join("big.wasm"))
@@ -278,15 +272,7 @@ fn a_folder_that_serves_nothing_says_why_and_what_to_do() {
 
 #[test]
 fn a_sidecar_no_plugin_reads_or_a_limit_above_the_global_one_is_warned_about() {
-    let dir = temp_dir("sidecars");
-    copy(
-        &example_plugins().join("records.wasm"),
-        &dir.join("records.wasm"),
-    );
-    copy(
-        &example_plugins().join("stats.wasm"),
-        &dir.join("stats.wasm"),
-    );
+    let dir = folder_with("sidecars", &["records", "stats"]);
     std::fs::write(
         dir.join("records.toml"),
         "max_memory = \"1GiB\"\nmax_fuel_per_call = 9000000000\ntimeout = \"1m\"\n",
@@ -316,11 +302,7 @@ fn a_sidecar_no_plugin_reads_or_a_limit_above_the_global_one_is_warned_about() {
 fn with_log_format_json_every_log_line_is_an_object_and_audit_lines_have_no_level() {
     use std::io::{BufRead, BufReader, Read, Write};
 
-    let dir = temp_dir("json-logs");
-    copy(
-        &example_plugins().join("records.wasm"),
-        &dir.join("records.wasm"),
-    );
+    let dir = folder_with("json-logs", &["records"]);
     std::fs::write(dir.join("notes.wasm"), "not wasm at all").expect("write");
     let mut child = std::process::Command::new(host_bin())
         .args(["--plugins", dir.to_str().expect("utf-8")])

@@ -98,10 +98,7 @@ impl Issuer {
 
     /// How many token exchanges it made.
     fn exchanges(&mut self) -> u64 {
-        let stdin = self.stdin.as_mut().expect("stdin");
-        stdin.write_all(b"exchanges\n").expect("ask for the count");
-        stdin.flush().expect("flush");
-        read_line(&mut self.stdout)["exchanges"]
+        self.ask("exchanges")["exchanges"]
             .as_u64()
             .expect("a count")
     }
@@ -109,20 +106,22 @@ impl Issuer {
     /// How many times its keys (the JWKS) were fetched so far: counted as it
     /// serves them, so a fetch a server finished is counted.
     fn jwks_fetches(&mut self) -> u64 {
+        self.ask("jwks")["jwks"].as_u64().expect("a count")
+    }
+
+    /// The issuer's answer to `command`, one line on its stdin.
+    fn ask(&mut self, command: &str) -> Value {
         let stdin = self.stdin.as_mut().expect("stdin");
-        stdin.write_all(b"jwks\n").expect("ask for the count");
+        stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .expect("ask the issuer");
         stdin.flush().expect("flush");
-        read_line(&mut self.stdout)["jwks"]
-            .as_u64()
-            .expect("a count")
+        read_line(&mut self.stdout)
     }
 
     /// Signs with a new key from now on (the old one stays published); its ID.
     fn rotate(&mut self) -> String {
-        let stdin = self.stdin.as_mut().expect("stdin");
-        stdin.write_all(b"rotate\n").expect("ask to rotate");
-        stdin.flush().expect("flush");
-        read_line(&mut self.stdout)["rotated"]
+        self.ask("rotate")["rotated"]
             .as_str()
             .expect("the new key's ID")
             .to_owned()
@@ -472,15 +471,15 @@ fn an_issuer_that_cannot_be_reached_is_a_503_not_a_bad_token() {
     let token = issuer.token("alice", "mcp:execute", RESOURCE);
     // Nothing listens on port 9 of the loopback address.
     let plugins = plugin_folder("oauth-down", &[test_plugin("sleepy")]);
-    let server = HttpServer::start(&[
-        "--plugins",
-        plugins.to_str().expect("utf-8 path"),
-        "--allow-all",
-        "--oauth-issuer",
-        "http://127.0.0.1:9",
-        "--resource-url",
-        RESOURCE,
-    ]);
+    let server = HttpServer::allowing(
+        &plugins,
+        &[
+            "--oauth-issuer",
+            "http://127.0.0.1:9",
+            "--resource-url",
+            RESOURCE,
+        ],
+    );
     crate::support::wait_for_log(&server, "OAuth issuer keys could not be fetched", 1);
     let response = raw_request(
         server.port,

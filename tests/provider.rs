@@ -13,7 +13,7 @@ use codemode_host::source::{
 };
 use codemode_host::{LOCAL_SUBJECT, Service, ServiceConfig, ToolError};
 
-use crate::support::cache_dir;
+use crate::support::{cache_dir, execute_in as execute};
 
 /// `notes.get(key)` answers a note; `notes.fail()` fails with a message no model
 /// should see raw.
@@ -113,15 +113,6 @@ impl Authorizer for NoFailing {
             _ => Ok(Verdict::Allow),
         }
     }
-}
-
-fn execute(service: &Service, source: &str) -> Result<serde_json::Value, ToolError> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(service.execute(&Subject::new(LOCAL_SUBJECT), source))
-        .map(|executed| executed.value)
 }
 
 #[test]

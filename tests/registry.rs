@@ -75,7 +75,11 @@ impl Registry {
                 if tls {
                     std::net::TcpStream::connect(("127.0.0.1", registry.port)).is_ok()
                 } else {
-                    answers_v2(registry.port)
+                    crate::support::answers(
+                        registry.port,
+                        b"GET /v2/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                        b"HTTP/1.1 200",
+                    )
                 }
             },
             || std::fs::read_to_string(registry.dir.join("registry.log")).unwrap_or_default(),
@@ -150,21 +154,6 @@ impl Drop for Registry {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-/// Whether a registry on `port` answers `GET /v2/` with 200.
-fn answers_v2(port: u16) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(1)));
-    let mut answer = [0u8; 12];
-    stream
-        .write_all(b"GET /v2/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .is_ok()
-        && stream.read_exact(&mut answer).is_ok()
-        && &answer == b"HTTP/1.1 200"
 }
 
 fn oras_push(script: &Value) -> String {

@@ -50,6 +50,20 @@ fn status_with(port: u16, token: &str) -> u16 {
     .status
 }
 
+/// A server on the records example for the subjects of `tokens` under the
+/// policy `rego`; its plugins folder is `label`'s.
+fn records_server(label: &str, tokens: &std::path::Path, rego: &std::path::Path) -> HttpServer {
+    let plugins = plugin_folder(label, &[example_plugins().join("records.wasm")]);
+    HttpServer::start(&[
+        "--plugins",
+        plugins.to_str().expect("utf-8 path"),
+        "--tokens",
+        tokens.to_str().expect("utf-8 path"),
+        "--policy",
+        rego.to_str().expect("utf-8 path"),
+    ])
+}
+
 #[test]
 fn tokens_and_policy_reload_on_change_and_on_sighup_and_a_bad_version_changes_nothing() {
     let dir = root().join("target/e2e-secrets");
@@ -60,15 +74,7 @@ fn tokens_and_policy_reload_on_change_and_on_sighup_and_a_bad_version_changes_no
     let tokens_for = |token: &str| format!("analyst {}\n", codemode_host::authz::token_hash(token));
     std::fs::write(&tokens, tokens_for(FIRST_TOKEN)).expect("write the tokens");
     std::fs::write(&rego, policy(&["records.lookup"])).expect("write the policy");
-    let plugins = plugin_folder("secrets", &[example_plugins().join("records.wasm")]);
-    let server = HttpServer::start(&[
-        "--plugins",
-        plugins.to_str().expect("utf-8 path"),
-        "--tokens",
-        tokens.to_str().expect("utf-8 path"),
-        "--policy",
-        rego.to_str().expect("utf-8 path"),
-    ]);
+    let server = records_server("secrets", &tokens, &rego);
     let port = server.port;
     assert_eq!(
         execute_as(port, FIRST_TOKEN, LOOKUP),
@@ -195,15 +201,7 @@ fn a_fifo_or_a_huge_file_in_place_of_a_secrets_file_keeps_the_set_and_the_next_g
     );
     std::fs::write(&tokens, &both).expect("write the tokens");
     std::fs::write(&rego, policy(&["records.lookup"])).expect("write the policy");
-    let plugins = plugin_folder("secrets-hostile", &[example_plugins().join("records.wasm")]);
-    let server = HttpServer::start(&[
-        "--plugins",
-        plugins.to_str().expect("utf-8 path"),
-        "--tokens",
-        tokens.to_str().expect("utf-8 path"),
-        "--policy",
-        rego.to_str().expect("utf-8 path"),
-    ]);
+    let server = records_server("secrets-hostile", &tokens, &rego);
     let port = server.port;
     assert_eq!(status_with(port, FIRST_TOKEN), 200);
 

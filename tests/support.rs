@@ -277,6 +277,18 @@ impl HttpServer {
     }
 
     /// [`HttpServer::start`] with the environment variables `env` set too.
+    /// A server on the plugins in `plugins` that allows every call
+    /// (`--allow-all`), with `args` besides.
+    pub(crate) fn allowing(plugins: &Path, args: &[&str]) -> Self {
+        let mut all = vec![
+            "--plugins",
+            plugins.to_str().expect("utf-8 path"),
+            "--allow-all",
+        ];
+        all.extend_from_slice(args);
+        Self::start(&all)
+    }
+
     pub(crate) fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         Self::start_listening("127.0.0.1:0", args, env)
     }
@@ -740,6 +752,21 @@ pub(crate) fn library_service(
     std::sync::Arc::new(codemode_host::Service::load(&config).expect("load the service"))
 }
 
+/// What `service` answers `source` run as the local subject, on a
+/// current-thread runtime of its own.
+pub(crate) fn execute_in(
+    service: &codemode_host::Service,
+    source: &str,
+) -> Result<Value, codemode_host::ToolError> {
+    let subject = codemode_host::authz::Subject::new(codemode_host::LOCAL_SUBJECT);
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(service.execute(&subject, source))
+        .map(|executed| executed.value)
+}
+
 /// A multi-threaded runtime for driving a [`library_service`].
 pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -841,7 +868,7 @@ impl RedisServer {
         self.child = Some(child);
         wait_until(
             "redis-server to answer PING",
-            || redis_ping(self.port),
+            || answers(self.port, b"PING\r\n", b"+PONG\r\n"),
             || format!("redis-server on port {}", self.port),
         );
     }
@@ -854,17 +881,18 @@ impl Drop for RedisServer {
     }
 }
 
-/// Whether a Redis answers PING on `port`.
-fn redis_ping(port: u16) -> bool {
+/// Whether a server on loopback `port` answers `request` with `expected` (its
+/// first bytes), within a second.
+pub(crate) fn answers(port: u16, request: &[u8], expected: &[u8]) -> bool {
     use std::io::{Read, Write};
     let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };
     let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(1)));
-    let mut answer = [0u8; 7];
-    stream.write_all(b"PING\r\n").is_ok()
+    let mut answer = vec![0u8; expected.len()];
+    stream.write_all(request).is_ok()
         && stream.read_exact(&mut answer).is_ok()
-        && &answer == b"+PONG\r\n"
+        && answer == expected
 }
 
 /// A raw JSON-RPC client of a `codemode-host` child over stdio, a line each

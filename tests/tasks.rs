@@ -125,6 +125,24 @@ fn assert_refused(answer: &Value, flag: &str) {
     assert_eq!(result["_meta"]["codemode/stats"]["limit"], flag, "{answer}");
 }
 
+/// A direct `execute` of a 1 ms nap is served (not refused for a slot).
+fn assert_a_direct_call_is_served(server: &HttpServer) {
+    let direct = execute(server, None, &nap(1), false);
+    assert_eq!(
+        direct["result"]["structuredContent"],
+        json!({"result": {"ms": 1}}),
+        "{direct}"
+    );
+}
+
+/// `tasks/cancel` of `id` as `token` is acknowledged.
+fn assert_cancel_acknowledged(server: &HttpServer, token: Option<&str>, id: &str) {
+    assert_eq!(
+        cancel(server, token, id)["result"],
+        json!({"resultType": "complete"})
+    );
+}
+
 fn not_found() -> Value {
     json!({"code": -32602, "message": "Failed to retrieve task: Task not found"})
 }
@@ -222,23 +240,12 @@ fn cancelling_a_task_stops_its_execution_and_an_ended_one_stays() {
     assert!(task["result"].get("result").is_none(), "{task}");
     // The nap was abandoned: the one execution slot is free for a direct call
     // long before the nap would have ended (else it would wait out its 5 s).
-    let direct = execute(&server, None, &nap(1), false);
-    assert_eq!(
-        direct["result"]["structuredContent"],
-        json!({"result": {"ms": 1}}),
-        "{direct}"
-    );
+    assert_a_direct_call_is_served(&server);
     // Cancelling again, or an ended task, only acknowledges.
-    assert_eq!(
-        cancel(&server, None, &id)["result"],
-        json!({"resultType": "complete"})
-    );
+    assert_cancel_acknowledged(&server, None, &id);
     let done = task_id(&execute(&server, None, &nap(1), true));
     until_ended(&server, None, &done);
-    assert_eq!(
-        cancel(&server, None, &done)["result"],
-        json!({"resultType": "complete"})
-    );
+    assert_cancel_acknowledged(&server, None, &done);
     assert_eq!(get(&server, None, &done)["result"]["status"], "completed");
     assert_eq!(cancel(&server, None, "nope")["error"], not_found());
 }
@@ -336,10 +343,7 @@ fn subjects_and_eviction(label: &str, extra: &[&str]) {
     // Two running tasks fill it: a third is refused, at once.
     assert_refused(&execute(&server, bob, &nap(1), true), "--max-tasks");
     for id in [&long, &second_long] {
-        assert_eq!(
-            cancel(&server, ada, id)["result"],
-            json!({"resultType": "complete"})
-        );
+        assert_cancel_acknowledged(&server, ada, id);
     }
 }
 
@@ -351,16 +355,8 @@ fn tasks_run_in_half_the_slots_and_direct_calls_keep_the_rest() {
         &execute(&server, None, &nap(1), true),
         "--max-concurrent-executions",
     );
-    let direct = execute(&server, None, &nap(1), false);
-    assert_eq!(
-        direct["result"]["structuredContent"],
-        json!({"result": {"ms": 1}}),
-        "{direct}"
-    );
-    assert_eq!(
-        cancel(&server, None, &long)["result"],
-        json!({"resultType": "complete"})
-    );
+    assert_a_direct_call_is_served(&server);
+    assert_cancel_acknowledged(&server, None, &long);
     // Its slot is free again.
     let next = task_id(&execute(&server, None, &nap(1), true));
     assert_eq!(
@@ -462,10 +458,7 @@ fn replicas_behind_a_balancer_share_tasks_through_redis() {
         "--max-concurrent-executions",
     );
     assert_eq!(cancel(&b, bob, &long)["error"], not_found());
-    assert_eq!(
-        cancel(&b, ada, &long)["result"],
-        json!({"resultType": "complete"})
-    );
+    assert_cancel_acknowledged(&b, ada, &long);
     assert_eq!(get(&a, ada, &long)["result"]["status"], "cancelled");
     // A heard of it and stopped the execution: its one task slot is free long
     // before the nap would end.
@@ -499,12 +492,7 @@ fn redis_going_away_mid_task_loses_no_result() {
         unavailable()
     );
     // A client that did not ask for a task is not affected.
-    let direct = execute(&server, None, &nap(1), false);
-    assert_eq!(
-        direct["result"]["structuredContent"],
-        json!({"result": {"ms": 1}}),
-        "{direct}"
-    );
+    assert_a_direct_call_is_served(&server);
     // The running task ends while Redis is away: its result waits.
     wait_for_log(
         &server,
@@ -561,12 +549,7 @@ fn a_task_store_that_does_not_answer_leaves_direct_calls_served() {
         "{}",
         server.log()
     );
-    let direct = execute(&server, None, &nap(1), false);
-    assert_eq!(
-        direct["result"]["structuredContent"],
-        json!({"result": {"ms": 1}}),
-        "{direct}"
-    );
+    assert_a_direct_call_is_served(&server);
     assert_eq!(
         execute(&server, None, &nap(1), true)["error"],
         unavailable()

@@ -72,20 +72,24 @@ impl Receiver {
 
     /// Waits until a span named `name` of `service` arrived, and returns it.
     fn span(&self, service: &str, name: &str) -> Value {
-        let find = || {
-            self.spans
-                .lock()
-                .expect("spans")
-                .iter()
-                .find(|s| s["name"] == name && s["service"] == service)
-                .cloned()
+        let named = |s: &Value| s["name"] == name && s["service"] == service;
+        let spans = self.spans_once(&format!("the span {name:?} of {service}"), 1, named);
+        spans.into_iter().find(named).expect("the span")
+    }
+
+    /// Waits until `count` of the spans match `matches` (`what` names them),
+    /// and returns every span received by then.
+    fn spans_once(&self, what: &str, count: usize, matches: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let matching = || {
+            let spans = self.spans.lock().expect("spans");
+            spans.iter().filter(|s| matches(s)).count()
         };
         wait_until(
-            &format!("the span {name:?} of {service}"),
-            || find().is_some(),
+            what,
+            || matching() >= count,
             || format!("{:#?}", self.spans.lock().expect("spans")),
         );
-        find().expect("the span")
+        self.spans.lock().expect("spans").clone()
     }
 }
 
@@ -203,21 +207,7 @@ fn an_execute_span_parents_its_calls_and_the_upstream_continues_the_trace() {
     );
     // A failed execution: its span says how, and so does its call's.
     let failed = |s: &Value| s["attributes"]["codemode.outcome"] == "capability failed";
-    wait_until(
-        "the failed execution's spans",
-        || {
-            receiver
-                .spans
-                .lock()
-                .expect("spans")
-                .iter()
-                .filter(|s| failed(s))
-                .count()
-                == 2
-        },
-        || format!("{:#?}", receiver.spans.lock().expect("spans")),
-    );
-    let spans = receiver.spans.lock().expect("spans").clone();
+    let spans = receiver.spans_once("the failed execution's spans", 2, failed);
     let failed_execute = spans
         .iter()
         .find(|s| failed(s) && s["name"] == "execute")
@@ -232,19 +222,9 @@ fn an_execute_span_parents_its_calls_and_the_upstream_continues_the_trace() {
     );
     // The limit that fired, on the execute span; the call it stopped says so.
     let limited = |s: &Value| s["attributes"]["codemode.outcome"] == "resource limit exceeded";
-    wait_until(
-        "the limited execution's span",
-        || {
-            receiver
-                .spans
-                .lock()
-                .expect("spans")
-                .iter()
-                .any(|s| limited(s) && s["name"] == "execute")
-        },
-        || format!("{:#?}", receiver.spans.lock().expect("spans")),
-    );
-    let spans = receiver.spans.lock().expect("spans").clone();
+    let spans = receiver.spans_once("the limited execution's span", 1, |s| {
+        limited(s) && s["name"] == "execute"
+    });
     let limited_execute = spans
         .iter()
         .find(|s| limited(s) && s["name"] == "execute")

@@ -32,6 +32,30 @@ fn config(label: &str, text: &str) -> PathBuf {
     path
 }
 
+/// A config `label` serving an empty plugins folder and the test upstream
+/// `double` alone, and the file `double` logs to.
+fn double_alone(label: &str) -> (PathBuf, PathBuf) {
+    let log = root()
+        .join("target/e2e-upstream")
+        .join(label)
+        .join("double.log");
+    let path = config(
+        label,
+        &format!(
+            "plugins = \"plugins\"\nallow-all = true\n\n[[upstream]]\nname = \"double\"\ncommand = [{:?}, {:?}]\nenv = {{ DOUBLE_LOG = {:?} }}\n",
+            python().display().to_string(),
+            root()
+                .join("tests/upstreams/double.py")
+                .display()
+                .to_string(),
+            log.display().to_string(),
+        ),
+    );
+    let plugins = path.with_file_name("plugins");
+    std::fs::create_dir_all(plugins).expect("create the plugins folder");
+    (path, log)
+}
+
 /// The examples plus the time server as upstream `time`.
 fn time_config(label: &str, extra: &str) -> PathBuf {
     config(
@@ -305,21 +329,7 @@ fn a_misbehaving_upstream_stays_contained() {
 
 #[test]
 fn no_upstream_child_outlives_the_server() {
-    let dir = root().join("target/e2e-upstream/shutdown");
-    let log = dir.join("double.log");
-    let path = config(
-        "shutdown",
-        &format!(
-            "plugins = \"plugins\"\nallow-all = true\n\n[[upstream]]\nname = \"double\"\ncommand = [{:?}, {:?}]\nenv = {{ DOUBLE_LOG = {:?} }}\n",
-            python().display().to_string(),
-            root()
-                .join("tests/upstreams/double.py")
-                .display()
-                .to_string(),
-            log.display().to_string(),
-        ),
-    );
-    std::fs::create_dir_all(dir.join("plugins")).expect("create the plugins folder");
+    let (path, log) = double_alone("shutdown");
     let server = HttpServer::start(&["--config", path.to_str().expect("utf-8")]);
     // It connects after the server is ready.
     crate::support::wait_for_log(&server, "catalog updated for an upstream", 1);
@@ -636,13 +646,7 @@ fn a_streamable_http_upstream_is_reached_with_its_bearer_token() {
     )
     .expect("write the tokens file");
     let examples = example_plugins();
-    let inner = HttpServer::start(&[
-        "--plugins",
-        examples.to_str().expect("utf-8"),
-        "--allow-all",
-        "--tokens",
-        tokens.to_str().expect("utf-8"),
-    ]);
+    let inner = HttpServer::allowing(&examples, &["--tokens", tokens.to_str().expect("utf-8")]);
     std::fs::write(
         &path,
         format!(
@@ -969,21 +973,7 @@ fn the_config_file_reloads_upstreams_and_limits_while_serving_and_a_bad_one_chan
 /// still fills the cache.
 #[test]
 fn a_stdio_server_without_a_client_starts_no_upstream() {
-    let dir = root().join("target/e2e-upstream/no-client");
-    let log = dir.join("double.log");
-    let path = config(
-        "no-client",
-        &format!(
-            "plugins = \"plugins\"\nallow-all = true\n\n[[upstream]]\nname = \"double\"\ncommand = [{:?}, {:?}]\nenv = {{ DOUBLE_LOG = {:?} }}\n",
-            python().display().to_string(),
-            root()
-                .join("tests/upstreams/double.py")
-                .display()
-                .to_string(),
-            log.display().to_string(),
-        ),
-    );
-    std::fs::create_dir_all(dir.join("plugins")).expect("create the plugins folder");
+    let (path, log) = double_alone("no-client");
     let out = std::process::Command::new(crate::support::host_bin())
         .args(crate::support::with_cache(&[
             "--config",

@@ -37,6 +37,58 @@ pub fn bind(
     Ok(bound.map(Arguments::new))
 }
 
+/// `CapabilitySource` for `$source`, a JSON source whose one connection all
+/// executions share (an upstream MCP server, an OpenAPI service): its fields
+/// `label` and `capabilities`, arguments bound by [`bind`], and a session per
+/// execution (`$session`, holding nothing of its own) whose calls are the
+/// source's `async fn call(&self, index, arguments, budget) -> CallOutcome`.
+macro_rules! shared_json_source {
+    ($source:ty, $session:ident) => {
+        impl $crate::source::CapabilitySource for $source {
+            fn label(&self) -> &str {
+                &self.label
+            }
+
+            fn capabilities(&self) -> &[::std::sync::Arc<$crate::catalog::Capability>] {
+                &self.capabilities
+            }
+
+            fn bind(
+                &self,
+                capability: &$crate::catalog::Capability,
+                arguments: &::codemode_value::Value,
+                limits: $crate::catalog::BindLimits,
+            ) -> Result<$crate::catalog::Bound<$crate::source::Arguments>, $crate::catalog::BindError>
+            {
+                $crate::json::values::bind(capability, arguments, limits)
+            }
+
+            fn session(
+                self: ::std::sync::Arc<Self>,
+                _execution: u64,
+            ) -> Box<dyn $crate::source::Session> {
+                Box::new($session(self))
+            }
+        }
+
+        /// One execution's use of the source: the shared connection, nothing of
+        /// its own.
+        struct $session(::std::sync::Arc<$source>);
+
+        impl $crate::source::Session for $session {
+            fn call(
+                &mut self,
+                index: usize,
+                arguments: $crate::source::Arguments,
+                budget: $crate::source::CallBudget,
+            ) -> $crate::source::CallFuture<'_> {
+                Box::pin(self.0.call(index, arguments, budget))
+            }
+        }
+    };
+}
+pub(crate) use shared_json_source;
+
 impl Lowering for ToolArguments {
     type Out = Json;
     type Arguments = Map<String, Json>;

@@ -18,17 +18,14 @@ use serde_json::{Map, Value as Json};
 use super::config::OpenApiAuth;
 use super::operations::{BodyKind, Location, Operation, Output, RESULT_FIELD, Style};
 use crate::budget::{Budget, Nodes, OutOfNodes};
-use crate::catalog::{BindError, BindLimits, Bound, Capability};
+use crate::catalog::Capability;
 use crate::error::{
     source_no_credentials_detail, source_refused_credentials_detail, source_unavailable_detail,
     timed_out_detail,
 };
 use crate::json::values as json;
 use crate::secret::Secret;
-use crate::source::{
-    Arguments, CallBudget, CallFailure, CallFuture, CallOutcome, Caller, CapabilitySource, Session,
-    sanitize_message,
-};
+use crate::source::{Arguments, CallBudget, CallFailure, CallOutcome, Caller, sanitize_message};
 
 /// Largest answer read, in bytes: as an upstream MCP server's largest message.
 pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
@@ -734,39 +731,7 @@ fn plain(value: &Json) -> String {
     }
 }
 
-impl CapabilitySource for OpenApi {
-    fn label(&self) -> &str {
-        &self.label
-    }
-
-    fn capabilities(&self) -> &[Arc<Capability>] {
-        &self.capabilities
-    }
-
-    fn bind(
-        &self,
-        capability: &Capability,
-        arguments: &Value,
-        limits: BindLimits,
-    ) -> Result<Bound<Arguments>, BindError> {
-        json::bind(capability, arguments, limits)
-    }
-
-    fn session(self: Arc<Self>, _execution: u64) -> Box<dyn Session> {
-        Box::new(OpenApiSession { service: self })
-    }
-}
-
-/// One execution's use of a service: the shared client, nothing of its own.
-struct OpenApiSession {
-    service: Arc<OpenApi>,
-}
-
-impl Session for OpenApiSession {
-    fn call(&mut self, index: usize, arguments: Arguments, budget: CallBudget) -> CallFuture<'_> {
-        Box::pin(self.service.call(index, arguments, budget))
-    }
-}
+json::shared_json_source!(OpenApi, OpenApiSession);
 
 #[cfg(test)]
 mod tests {

@@ -26,19 +26,14 @@ use super::credentials::{CREDENTIAL_META, Credentials, REFUSED_CODE};
 use super::lines::ChildLines;
 use super::supervise::{Connected, Supervised};
 use super::{content, http, names};
-use crate::catalog::{
-    Annotations, BindError, BindLimits, Bound, Capability, CapabilitySpec, Field, validate_spec,
-};
+use crate::catalog::{Annotations, Capability, CapabilitySpec, Field, validate_spec};
 use crate::error::{
     no_credentials_detail, refused_credentials_detail, timed_out_detail, unavailable_detail,
 };
 use crate::json::schema::{self, SchemaError, Stop};
 use crate::json::values as json;
 use crate::secret::Secret;
-use crate::source::{
-    Arguments, CallBudget, CallFailure, CallFuture, CallOutcome, Caller, CapabilitySource, Session,
-    sanitize_message,
-};
+use crate::source::{Arguments, CallBudget, CallFailure, CallOutcome, Caller, sanitize_message};
 
 /// Most types all of an upstream's tools may describe together (each at most
 /// `schema::MAX_SCHEMA_NODES`); the tools past it are skipped with a WARN.
@@ -487,39 +482,7 @@ impl Upstream {
     }
 }
 
-impl CapabilitySource for Upstream {
-    fn label(&self) -> &str {
-        &self.label
-    }
-
-    fn capabilities(&self) -> &[Arc<Capability>] {
-        &self.capabilities
-    }
-
-    fn bind(
-        &self,
-        capability: &Capability,
-        arguments: &Value,
-        limits: BindLimits,
-    ) -> Result<Bound<Arguments>, BindError> {
-        json::bind(capability, arguments, limits)
-    }
-
-    fn session(self: Arc<Self>, _execution: u64) -> Box<dyn Session> {
-        Box::new(UpstreamSession { upstream: self })
-    }
-}
-
-/// One execution's use of an upstream: the shared MCP session, nothing of its own.
-struct UpstreamSession {
-    upstream: Arc<Upstream>,
-}
-
-impl Session for UpstreamSession {
-    fn call(&mut self, index: usize, arguments: Arguments, budget: CallBudget) -> CallFuture<'_> {
-        Box::pin(self.upstream.call(index, arguments, budget))
-    }
-}
+json::shared_json_source!(Upstream, UpstreamSession);
 
 /// Whether `error` is an answer our transport made up with `code` (not an
 /// upstream's own error that happens to use the code).

@@ -91,6 +91,9 @@ pub fn transport(
     ))
 }
 
+/// rmcp's transport calls `post_message_with_response_limits` and
+/// `get_stream_with_max_sse_event_size`; the other methods are the trait's
+/// required ones, kept on the same path.
 impl StreamableHttpClient for Bounded {
     type Error = reqwest::Error;
 
@@ -105,29 +108,6 @@ impl StreamableHttpClient for Bounded {
     + Send
     + '_ {
         let limits = StreamableHttpResponseLimits::default();
-        self.post_message_with_response_limits(
-            uri,
-            message,
-            session_id,
-            auth_header,
-            custom_headers,
-            limits,
-        )
-    }
-
-    fn post_message_with_max_sse_event_size(
-        &self,
-        uri: Arc<str>,
-        message: ClientJsonRpcMessage,
-        session_id: Option<Arc<str>>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-        max_sse_event_size: usize,
-    ) -> impl Future<Output = Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>>>
-    + Send
-    + '_ {
-        let mut limits = StreamableHttpResponseLimits::default();
-        limits.max_sse_event_size = max_sse_event_size;
         self.post_message_with_response_limits(
             uri,
             message,

@@ -82,6 +82,36 @@ pub fn pruned(line: &[u8], max: usize) -> Result<Json, serde_json::Error> {
     Ok(value)
 }
 
+/// The visits of a scalar (boolean, number, string, null), each answering
+/// `$value`: what a visitor reading only the shape of a value says of them.
+macro_rules! scalars_are {
+    ($value:expr) => {
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+    };
+}
+
 /// Counts one value, `depth` objects and arrays down.
 struct Count<'a> {
     survey: &'a mut Survey,
@@ -111,29 +141,7 @@ impl<'de> Visitor<'de> for Count<'_> {
         formatter.write_str("a JSON value")
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_unit<E>(self) -> Result<(), E> {
-        Ok(())
-    }
+    scalars_are!(());
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<(), A::Error> {
         let depth = self.depth + 1;
@@ -185,29 +193,7 @@ impl<'de> Visitor<'de> for Nested {
         formatter.write_str("a JSON value")
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<bool, E> {
-        Ok(false)
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<bool, E> {
-        Ok(false)
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<bool, E> {
-        Ok(false)
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<bool, E> {
-        Ok(false)
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<bool, E> {
-        Ok(false)
-    }
-
-    fn visit_unit<E>(self) -> Result<bool, E> {
-        Ok(false)
-    }
+    scalars_are!(false);
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<bool, A::Error> {
         while items.next_element::<IgnoredAny>()?.is_some() {}
@@ -491,11 +477,7 @@ mod tests {
 
     #[test]
     fn a_number_out_of_range_is_no_value() {
-        let huge_number = format!(
-            r#"{{"jsonrpc":"2.0","id":6,"result":{{"n":1{}}}}}"#,
-            "0".repeat(400)
-        );
-        assert!(Survey::of(huge_number.as_bytes()).is_err());
+        assert!(Survey::of(br#"{"jsonrpc":"2.0","id":6,"result":{"n":1e400}}"#).is_err());
     }
 
     #[test]
