@@ -140,6 +140,18 @@ pub struct Reserved {
     pub id_prefixes: Vec<String>,
 }
 
+impl Reserved {
+    /// The reservation of a source named `name` that serves its capabilities
+    /// under the root `name` and its IDs under `<id_prefix><name>/` (an
+    /// upstream's `mcp:git/`, a service's `openapi:github/`).
+    pub fn named(name: &str, id_prefix: &str) -> Self {
+        Self {
+            roots: vec![name.to_owned()],
+            id_prefixes: vec![format!("{id_prefix}{name}/")],
+        }
+    }
+}
+
 /// What a provider offers at one moment.
 #[derive(Clone, Default)]
 pub struct Offer {

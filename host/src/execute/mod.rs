@@ -840,20 +840,10 @@ mod tests {
 
     #[test]
     fn a_full_instance_pool_is_the_server_s_capacity() {
-        // A pool of one instance, taken: the next instantiation fails the way an
+        // The next instantiation of a taken pool of one fails the way an
         // execution's does when every slot of the real pool is in use (the
         // plugin's side of it: the sandbox crate's session tests).
-        let engine = crate::plugins::engine(1).expect("engine");
-        let binary = wat::parse_str("(component)").expect("valid WAT");
-        let component = wasmtime::component::Component::new(&engine, binary).expect("component");
-        let linker = wasmtime::component::Linker::<()>::new(&engine);
-        let mut store = Store::new(&engine, ());
-        let _held = linker
-            .instantiate(&mut store, &component)
-            .expect("the pool's one instance");
-        let error = linker
-            .instantiate(&mut store, &component)
-            .expect_err("the pool is full");
+        let error = crate::plugins::full_pool_error().expect("a full pool");
         assert_eq!(classify_trap(&error, None), Ok(Budget::Capacity));
     }
 

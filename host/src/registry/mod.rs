@@ -593,10 +593,7 @@ mod tests {
     }
 
     fn upstream_reserves(name: &str) -> Reserved {
-        Reserved {
-            roots: vec![name.to_owned()],
-            id_prefixes: vec![format!("mcp:{name}/")],
-        }
+        Reserved::named(name, "mcp:")
     }
 
     fn names(registry: &Registry) -> Vec<String> {

@@ -1,6 +1,39 @@
 //! What every language's project shares: the mark of the plugin ABI's WIT, the
 //! `build.sh publish` step and the README's second half.
 
+/// The WIT interface every new project starts with (one capability, `hello`,
+/// its parameter documented), before the world that exports it: a macro, so
+/// that each language's `world.wit` is one literal (`concat!`).
+macro_rules! hello_interface {
+    () => {
+        r#"package local:{{kebab}}@0.1.0;
+
+interface {{kebab}} {
+  record greeting { text: string }
+  /// Greets someone by name. `describe_api` shows the `///` comments of the
+  /// parameters (and of a record's fields) after the description.
+  hello: func(
+    /// who to greet; must not be empty
+    name: string,
+  ) -> result<greeting, string>;
+}
+"#
+    };
+}
+pub(super) use hello_interface;
+
+/// The `world.wit` of a project in a language without codemode-sdk: the
+/// plugin ABI's metadata comes from the included world.
+pub(super) const FOREIGN_WORLD: &str = concat!(
+    hello_interface!(),
+    r#"
+world plugin {
+  include codemode:plugin/plugin@0.1.0;
+  export {{kebab}};
+}
+"#
+);
+
 /// Marks the file that gets the plugin ABI's WIT as it is.
 pub(super) const PLUGIN_WIT_MARK: &str = "<the plugin ABI>";
 

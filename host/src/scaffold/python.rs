@@ -1,29 +1,10 @@
 //! The files of a new plugin project in Python with componentize-py.
 
-use super::common::PLUGIN_WIT_MARK;
+use super::common::{FOREIGN_WORLD, PLUGIN_WIT_MARK};
 
 /// A Python project.
 pub(super) const PYTHON: &[(&str, &str)] = &[
-    (
-        "wit/world.wit",
-        r#"package local:{{kebab}}@0.1.0;
-
-interface {{kebab}} {
-  record greeting { text: string }
-  /// Greets someone by name. `describe_api` shows the `///` comments of the
-  /// parameters (and of a record's fields) after the description.
-  hello: func(
-    /// who to greet; must not be empty
-    name: string,
-  ) -> result<greeting, string>;
-}
-
-world plugin {
-  include codemode:plugin/plugin@0.1.0;
-  export {{kebab}};
-}
-"#,
-    ),
+    ("wit/world.wit", FOREIGN_WORLD),
     ("wit/deps/codemode-plugin/plugin.wit", PLUGIN_WIT_MARK),
     (
         "app.py",

@@ -1,5 +1,7 @@
 //! The files of a new plugin project in Rust with codemode-sdk.
 
+use super::common::hello_interface;
+
 /// A Rust project.
 pub(super) const RUST: &[(&str, &str)] = &[
     (
@@ -30,23 +32,15 @@ codegen-units = 1
     ),
     (
         "wit/world.wit",
-        r#"package local:{{kebab}}@0.1.0;
-
-interface {{kebab}} {
-  record greeting { text: string }
-  /// Greets someone by name. `describe_api` shows the `///` comments of the
-  /// parameters (and of a record's fields) after the description.
-  hello: func(
-    /// who to greet; must not be empty
-    name: string,
-  ) -> result<greeting, string>;
-}
-
+        concat!(
+            hello_interface!(),
+            r#"
 // codemode-sdk exports codemode:plugin/metadata for you.
 world plugin {
   export {{kebab}};
 }
-"#,
+"#
+        ),
     ),
     (
         "src/lib.rs",

@@ -59,9 +59,8 @@ mod tests {
             "stats.summary",
             "text.word_counts",
         ]
-        .into_iter()
         .map(String::from)
-        .collect()
+        .to_vec()
     }
 
     #[test]

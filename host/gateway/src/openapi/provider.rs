@@ -299,10 +299,7 @@ impl Provider for OpenApiProvider {
 
     /// Its name as the root of capability names and its `openapi:<name>/` IDs.
     fn reserved(&self) -> Reserved {
-        Reserved {
-            roots: vec![self.config.name.clone()],
-            id_prefixes: vec![format!("{ID_PREFIX}{}/", self.config.name)],
-        }
+        Reserved::named(&self.config.name, ID_PREFIX)
     }
 
     /// Offers `starting` (programs naming it wait for the spec, within the

@@ -92,8 +92,8 @@ pub fn transport(
 }
 
 /// rmcp's transport calls `post_message_with_response_limits` and
-/// `get_stream_with_max_sse_event_size`; the other methods are the trait's
-/// required ones, kept on the same path.
+/// `get_stream_with_max_sse_event_size` (whose default comes to `get_stream`);
+/// the other methods are the trait's required ones, kept on the same path.
 impl StreamableHttpClient for Bounded {
     type Error = reqwest::Error;
 
@@ -214,38 +214,16 @@ impl StreamableHttpClient for Bounded {
         >,
     > + Send
     + '_ {
-        self.get_stream_with_max_sse_event_size(
-            uri,
-            session_id,
-            last_event_id,
-            auth_header,
-            custom_headers,
-            MAX_MESSAGE_BYTES,
-        )
-    }
-
-    fn get_stream_with_max_sse_event_size(
-        &self,
-        uri: Arc<str>,
-        session_id: Option<Arc<str>>,
-        last_event_id: Option<String>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-        max_sse_event_size: usize,
-    ) -> impl Future<
-        Output = Result<
-            BoxStream<'static, Result<Sse, SseError>>,
-            StreamableHttpError<Self::Error>,
-        >,
-    > + Send
-    + '_ {
+        // The trait's `get_stream_with_max_sse_event_size`, which the transport
+        // calls, comes here: the limit is ours, the one the transport's
+        // config names too.
         self.client.get_stream_with_max_sse_event_size(
             uri,
             session_id,
             last_event_id,
             auth_header,
             custom_headers,
-            max_sse_event_size,
+            MAX_MESSAGE_BYTES,
         )
     }
 }

@@ -78,10 +78,7 @@ impl Provider for UpstreamProvider {
     /// Its name as the root of capability names and its `mcp:<name>/` IDs, so that
     /// no plugin takes them while it is down.
     fn reserved(&self) -> Reserved {
-        Reserved {
-            roots: vec![self.config.name.clone()],
-            id_prefixes: vec![format!("{ID_PREFIX}{}/", self.config.name)],
-        }
+        Reserved::named(&self.config.name, ID_PREFIX)
     }
 
     /// Connects in the background; each version the supervisor publishes is

@@ -39,3 +39,5 @@ pub use load::{PLUGIN_PREFIX, load_file};
 pub use provider::Reloaded;
 pub use provider::{PluginsProvider, ReloadError};
 pub use sandbox::{MemoryCap, MemoryHit, engine, pool_instances};
+#[doc(hidden)]
+pub use session::full_pool_error;

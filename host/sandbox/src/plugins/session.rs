@@ -371,25 +371,37 @@ fn classify_plugin_trap(
     CallFailure::Failed(explanation)
 }
 
+/// The error an instantiation gets when every instance of the pool is taken,
+/// made with a pool of one (its one instance held, an empty component asked for
+/// again): what tells a full pool as the server's capacity is tested with, here
+/// and beside the host's executor. Not an API.
+///
+/// # Errors
+///
+/// The pool or the component could not be made, or the second instantiation
+/// did not fail.
+#[doc(hidden)]
+pub fn full_pool_error() -> Result<wasmtime::Error, wasmtime::Error> {
+    // `(component)`: the magic, the component version and layer.
+    const EMPTY_COMPONENT: &[u8] = b"\0asm\x0d\x00\x01\x00";
+    let engine = crate::plugins::engine(1)?;
+    let component = wasmtime::component::Component::new(&engine, EMPTY_COMPONENT)?;
+    let linker = wasmtime::component::Linker::<()>::new(&engine);
+    let mut store = Store::new(&engine, ());
+    let _held = linker.instantiate(&mut store, &component)?;
+    match linker.instantiate(&mut store, &component) {
+        Ok(_) => Err(wasmtime::Error::msg("a pool of one gave a second instance")),
+        Err(error) => Ok(error),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_full_instance_pool_is_the_server_s_capacity_never_the_capability_s_fault() {
-        // A pool of one instance, taken: the next instantiation fails the way an
-        // execution does when every slot of the real pool is in use.
-        let engine = crate::plugins::engine(1).expect("engine");
-        let binary = wat::parse_str("(component)").expect("valid WAT");
-        let component = wasmtime::component::Component::new(&engine, binary).expect("component");
-        let linker = wasmtime::component::Linker::<()>::new(&engine);
-        let mut store = Store::new(&engine, ());
-        let _held = linker
-            .instantiate(&mut store, &component)
-            .expect("the pool's one instance");
-        let error = linker
-            .instantiate(&mut store, &component)
-            .expect_err("the pool is full");
+        let error = full_pool_error().expect("a full pool");
         assert!(
             error
                 .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()

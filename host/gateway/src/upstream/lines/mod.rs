@@ -176,3 +176,34 @@ impl Transport<RoleClient> for ChildLines {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::scan::IdScan;
+    use super::survey::Survey;
+
+    /// Both readings of a line, the streaming scan of one too long to keep and
+    /// serde's of a whole one, find its top-level ID wherever it stands, as
+    /// JSON text.
+    #[test]
+    fn the_top_level_id_is_found_wherever_it_stands() {
+        let cases: [(&str, Option<&str>); 6] = [
+            (r#"{"jsonrpc":"2.0","id":7,"result":{"id":99}}"#, Some("7")),
+            (
+                r#"{"result":{"id":99,"x":[{"id":1}]},"jsonrpc":"2.0","id":"a\"b"}"#,
+                Some(r#""a\"b""#),
+            ),
+            (r#"{ "id" : 12 , "result" : {} }"#, Some("12")),
+            (r#"{"method":"notifications/x","params":{"id":3}}"#, None),
+            (r#"{"idx":1,"result":"id"}"#, None),
+            (r#"{"result":"}\"{","id":5}"#, Some("5")),
+        ];
+        for (line, id) in cases {
+            let mut scan = IdScan::default();
+            scan.feed(line.as_bytes());
+            assert_eq!(scan.id().as_deref(), id, "scanned: {line}");
+            let survey = Survey::of(line.as_bytes()).map(|survey| survey.id);
+            assert_eq!(survey.ok().flatten().as_deref(), id, "surveyed: {line}");
+        }
+    }
+}

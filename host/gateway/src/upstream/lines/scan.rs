@@ -175,24 +175,6 @@ mod tests {
     }
 
     #[test]
-    fn the_top_level_id_is_found_wherever_it_stands() {
-        let cases: [(&str, Option<&str>); 6] = [
-            (r#"{"jsonrpc":"2.0","id":7,"result":{"id":99}}"#, Some("7")),
-            (
-                r#"{"result":{"id":99,"x":[{"id":1}]},"jsonrpc":"2.0","id":"a\"b"}"#,
-                Some(r#""a\"b""#),
-            ),
-            (r#"{ "id" : 12 , "result" : {} }"#, Some("12")),
-            (r#"{"method":"notifications/x","params":{"id":3}}"#, None),
-            (r#"{"idx":1,"result":"id"}"#, None),
-            (r#"{"result":"}\"{","id":5}"#, Some("5")),
-        ];
-        for (line, id) in cases {
-            assert_eq!(id_of(line, line.len()).as_deref(), id, "{line}");
-        }
-    }
-
-    #[test]
     fn an_id_is_found_in_a_line_read_in_pieces() {
         let line = format!(
             r#"{{"result":{{"content":[{{"type":"text","text":"{}"}}]}},"jsonrpc":"2.0","id":42}}"#,

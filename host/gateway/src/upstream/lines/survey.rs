@@ -409,25 +409,6 @@ mod tests {
     }
 
     #[test]
-    fn the_top_level_id_is_found_wherever_it_stands() {
-        let cases: [(&str, Option<&str>); 7] = [
-            (r#"{"jsonrpc":"2.0","id":7,"result":{"id":99}}"#, Some("7")),
-            (
-                r#"{"result":{"id":99,"x":[{"id":1}]},"jsonrpc":"2.0","id":"a\"b"}"#,
-                Some(r#""a\"b""#),
-            ),
-            (r#"{ "id" : 12 , "result" : {} }"#, Some("12")),
-            (r#"{"method":"notifications/x","params":{"id":3}}"#, None),
-            (r#"{"idx":1,"result":"id"}"#, None),
-            (r#"{"result":"}\"{","id":5}"#, Some("5")),
-            (r#"{"id":[1],"result":{}}"#, None),
-        ];
-        for (line, id) in cases {
-            assert_eq!(survey(line).id.as_deref(), id, "{line}");
-        }
-    }
-
-    #[test]
     fn values_and_depth_are_counted() {
         assert_eq!(
             survey(r#"[{"a":0},{"a":0},{"a":"x,y"}]"#),
