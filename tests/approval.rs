@@ -154,13 +154,20 @@ impl Setup {
             .collect()
     }
 
-    /// Every audit line as `capability decision`, the decision being the
-    /// approval's outcome when one was asked.
-    fn decisions(&self) -> Vec<String> {
+    /// The audit lines so far.
+    fn audit(&self) -> Vec<Value> {
         std::fs::read_to_string(self.dir.join("audit.jsonl"))
             .unwrap_or_default()
             .lines()
             .map(|line| serde_json::from_str::<Value>(line).expect("JSON"))
+            .collect()
+    }
+
+    /// Every audit line as `capability decision`, the decision being the
+    /// approval's outcome when one was asked.
+    fn decisions(&self) -> Vec<String> {
+        self.audit()
+            .into_iter()
             .map(|line| {
                 let decision = match &line["approval"] {
                     Value::Null => &line["decision"],
@@ -177,10 +184,8 @@ impl Setup {
 
     /// The audit lines of `double.note`: their decision and approval.
     fn asked(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.dir.join("audit.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .map(|line| serde_json::from_str::<Value>(line).expect("JSON"))
+        self.audit()
+            .into_iter()
             .filter(|line| line["capability"] == "double.note")
             .map(|line| {
                 json!({

@@ -157,27 +157,7 @@ impl Drop for Registry {
 }
 
 fn oras_push(script: &Value) -> String {
-    use std::io::Write;
-    let mut child = Command::new(python())
-        .arg(root().join("tests/clients/oras_push.py"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn oras-py");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(script.to_string().as_bytes())
-        .expect("write the script");
-    let out = child.wait_with_output().expect("wait for oras-py");
-    assert!(
-        out.status.success(),
-        "oras-py failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let answer: Value = serde_json::from_slice(&out.stdout).expect("oras_push prints JSON");
+    let answer = crate::support::run_python("oras_push.py", script);
     answer["digest"].as_str().expect("a digest").to_owned()
 }
 
@@ -288,6 +268,18 @@ impl Key {
         use base64::Engine as _;
         base64::engine::general_purpose::STANDARD.encode(signature)
     }
+}
+
+/// A server on `dir` serves the records example pulled into it.
+fn assert_serves_the_records(dir: &Path) {
+    let out = drive(
+        &["--plugins", path(dir)],
+        json!([call(
+            "execute",
+            json!({"source": "def main():\n    return records.lookup(key=\"bk-0042\")[\"key\"]"})
+        )]),
+    );
+    assert_eq!(ok(&out["results"][0])["result"], json!("bk-0042"));
 }
 
 pub(crate) fn path(path: &Path) -> &str {
@@ -454,14 +446,7 @@ fn a_plugin_oras_pushed_and_cosign_signed_is_pulled_verified_and_served() {
     );
 
     // The server serves what was pulled.
-    let out = drive(
-        &["--plugins", path(&dir)],
-        json!([call(
-            "execute",
-            json!({"source": "def main():\n    return records.lookup(key=\"bk-0042\")[\"key\"]"})
-        )]),
-    );
-    assert_eq!(ok(&out["results"][0])["result"], json!("bk-0042"));
+    assert_serves_the_records(&dir);
 }
 
 #[test]
@@ -945,14 +930,7 @@ fn wkg_reads_what_push_wrote_and_pull_reads_what_wkg_pushed() {
         std::fs::read(dir.join("records.wasm")).expect("pulled"),
         std::fs::read(&records).expect("pushed")
     );
-    let out = drive(
-        &["--plugins", path(&dir)],
-        json!([call(
-            "execute",
-            json!({"source": "def main():\n    return records.lookup(key=\"bk-0042\")[\"key\"]"})
-        )]),
-    );
-    assert_eq!(ok(&out["results"][0])["result"], json!("bk-0042"));
+    assert_serves_the_records(&dir);
 }
 
 #[test]

@@ -203,29 +203,35 @@ pub(crate) fn drive_http(url: &str, headers: Value, mode: &str, steps: Value) ->
 }
 
 pub(crate) fn run_driver(script: &Value) -> Value {
+    run_python("mcp_driver.py", script)
+}
+
+/// What the Python program `tests/clients/PROGRAM` prints (JSON) for `input`,
+/// JSON on its stdin; it must succeed.
+pub(crate) fn run_python(program: &str, input: &Value) -> Value {
     let mut child = Command::new(python())
-        .arg(root().join("tests/clients/mcp_driver.py"))
+        .arg(root().join("tests/clients").join(program))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn the Python MCP client");
+        .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
     child
         .stdin
         .take()
         .expect("stdin")
-        .write_all(script.to_string().as_bytes())
-        .expect("write the script");
+        .write_all(input.to_string().as_bytes())
+        .expect("write the input");
     let out = child
         .wait_with_output()
-        .expect("wait for the Python MCP client");
+        .unwrap_or_else(|e| panic!("wait for {program}: {e}"));
     assert!(
         out.status.success(),
-        "client failed ({}):\n{}",
+        "{program} failed ({}):\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("client prints JSON")
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{program} prints JSON: {e}"))
 }
 
 /// Starts `codemode-host ARGS` with stdin held open, reads its stderr up to the
