@@ -282,7 +282,6 @@ impl HttpServer {
         Self::start_with_env(args, &[])
     }
 
-    /// [`HttpServer::start`] with the environment variables `env` set too.
     /// A server on the plugins in `plugins` that allows every call
     /// (`--allow-all`), with `args` besides.
     pub(crate) fn allowing(plugins: &Path, args: &[&str]) -> Self {
@@ -295,6 +294,7 @@ impl HttpServer {
         Self::start(&all)
     }
 
+    /// [`HttpServer::start`] with the environment variables `env` set too.
     pub(crate) fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         Self::start_listening("127.0.0.1:0", args, env)
     }

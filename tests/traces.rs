@@ -208,6 +208,7 @@ fn an_execute_span_parents_its_calls_and_the_upstream_continues_the_trace() {
     // A failed execution: its span says how, and so does its call's.
     let failed = |s: &Value| s["attributes"]["codemode.outcome"] == "capability failed";
     let spans = receiver.spans_once("the failed execution's spans", 2, failed);
+    assert_eq!(spans.iter().filter(|s| failed(s)).count(), 2, "{spans:#?}");
     let failed_execute = spans
         .iter()
         .find(|s| failed(s) && s["name"] == "execute")

@@ -9,7 +9,9 @@ use serde_json::Value;
 use super::bearer::Rejection;
 use super::subject::Subject;
 
-/// The OAuth resource server, absent from this build.
+/// The OAuth resource server, absent from this build. Not to be matched on or
+/// named by its kind: with the feature `oauth` (which another crate of the same
+/// build may turn on) it is the real verifier, a struct.
 #[derive(Debug)]
 pub enum Verifier {}
 

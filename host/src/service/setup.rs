@@ -55,7 +55,7 @@ pub struct ServiceConfig {
     /// folder and the upstreams: their capabilities are searched, described,
     /// authorized, audited and budgeted as every other's.
     pub providers: Vec<Arc<dyn Provider>>,
-    /// Where execution spans are exported ([`Telemetry::start`]); `None` exports
+    /// Where execution spans are exported (`Telemetry::start`, feature `otel`); `None` exports
     /// none (a request's trace context still reaches upstreams).
     pub telemetry: Option<Arc<Telemetry>>,
     /// What trades a caller's access token for one of an upstream's audience

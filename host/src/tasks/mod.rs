@@ -45,7 +45,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Where tasks are kept: this process's memory, or Redis shared by replicas.
+/// Non-exhaustive: the Redis store is the feature `redis`, and a match written
+/// without it must still compile where another crate turns it on.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum TaskStore {
     /// In memory (the default): tasks live and die with this server.
     Memory(TaskBoard),

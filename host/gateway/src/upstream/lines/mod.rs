@@ -202,8 +202,9 @@ mod tests {
             let mut scan = IdScan::default();
             scan.feed(line.as_bytes());
             assert_eq!(scan.id().as_deref(), id, "scanned: {line}");
-            let survey = Survey::of(line.as_bytes()).map(|survey| survey.id);
-            assert_eq!(survey.ok().flatten().as_deref(), id, "surveyed: {line}");
+            let survey =
+                Survey::of(line.as_bytes()).unwrap_or_else(|error| panic!("{line}: {error}"));
+            assert_eq!(survey.id.as_deref(), id, "surveyed: {line}");
         }
     }
 }

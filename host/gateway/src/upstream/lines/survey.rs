@@ -459,6 +459,8 @@ mod tests {
     #[test]
     fn a_number_out_of_range_is_no_value() {
         assert!(Survey::of(br#"{"jsonrpc":"2.0","id":6,"result":{"n":1e400}}"#).is_err());
+        let long = format!(r#"{{"result":{{"n":1{}}}}}"#, "0".repeat(400));
+        assert!(Survey::of(long.as_bytes()).is_err(), "a 401-digit integer");
     }
 
     #[test]
