@@ -56,7 +56,7 @@ impl Setup {
         let text: String = subjects
             .iter()
             .map(|(subject, token)| {
-                format!("{subject} {}\n", codemode_host::authz::token_hash(token))
+                format!("{subject} {}\n", codemode_server::authz::token_hash(token))
             })
             .collect();
         std::fs::write(self.dir.join("tokens"), text).expect("write the tokens");
@@ -331,7 +331,7 @@ fn the_human_sees_through_forged_questions_and_cut_arguments() {
             "Write {}?\n\nCapability: double.note\nArguments: {{\"text\":\"ls{}…[cut]\"}}\n\n{}",
             &long[..200],
             " ".repeat(510),
-            codemode_host::mcp::ARGUMENTS_CUT
+            codemode_server::mcp::ARGUMENTS_CUT
         )
     );
     assert_eq!(setup.notes(), Vec::<String>::new());
@@ -821,7 +821,7 @@ fn with_tasks_in_memory_a_restart_never_runs_a_spent_approval_again() {
     }
     crate::support::wait_for_log(
         &again,
-        &format!("reason={}", codemode_host::mcp::ASKED_ELSEWHERE),
+        &format!("reason={}", codemode_server::mcp::ASKED_ELSEWHERE),
         2,
     );
     assert_eq!(setup.notes(), ["h"]);
@@ -1101,7 +1101,7 @@ fn a_session_is_its_subjects_alone_and_bounded() {
         (
             response.status,
             response
-                .header(codemode_host::mcp::SESSION_HEADER)
+                .header(codemode_server::mcp::SESSION_HEADER)
                 .map(str::to_owned),
             response.body,
         )
@@ -1149,21 +1149,21 @@ fn a_session_is_its_subjects_alone_and_bounded() {
     );
     assert_eq!(
         (second.status, second.body.as_str()),
-        (409, codemode_host::mcp::STREAM_OPEN)
+        (409, codemode_server::mcp::STREAM_OPEN)
     );
     drop(stream);
     let listed = post("alice-token", Some(&alices), list);
     assert_eq!(listed.status, 200, "{}", listed.body);
     assert!(listed.body.contains("\"search_api\""), "{}", listed.body);
     // Alice holds one; she may open the rest up to the limit, then no more.
-    for _ in 1..codemode_host::mcp::MAX_SESSIONS_PER_SUBJECT {
+    for _ in 1..codemode_server::mcp::MAX_SESSIONS_PER_SUBJECT {
         let (status, id, body) = open("alice-token");
         assert_eq!((status, id.is_some()), (200, true), "{body}");
     }
     let (status, id, body) = open("alice-token");
     assert_eq!(
         (status, id, body.as_str()),
-        (503, None, codemode_host::mcp::TOO_MANY_SESSIONS)
+        (503, None, codemode_server::mcp::TOO_MANY_SESSIONS)
     );
     assert_eq!(open("bob-token").0, 200);
     // One closed makes room.

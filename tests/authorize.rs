@@ -3,8 +3,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use codemode_host::authz::{AuthorizationInput, Authorizer, AuthzError, Verdict};
-use codemode_host::{LOCAL_SUBJECT, Service, ServiceConfig, ToolError};
+use codemode_server::authz::{AuthorizationInput, Authorizer, AuthzError, Verdict};
+use codemode_server::{LOCAL_SUBJECT, Service, ServiceConfig, ToolError};
 use codemode_value::Value;
 use serde_json::json;
 

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use codemode_host::authz::Subject;
-use codemode_host::{LOCAL_SUBJECT, Service, ToolError};
+use codemode_server::authz::Subject;
+use codemode_server::{LOCAL_SUBJECT, Service, ToolError};
 use serde_json::json;
 
 use crate::support::{library_service, plugin_folder, runtime, started, test_plugin};
@@ -131,5 +131,5 @@ fn a_request_cancelled_mid_run_frees_its_slot() {
 fn the_language_surface_is_exactly_the_seed_block() {
     let service = service("surface", 1, Duration::from_secs(5));
     let surface = service.surface().expect("surface");
-    assert_eq!(surface, codemode_host::mcp::LANGUAGE_SURFACE);
+    assert_eq!(surface, codemode_server::mcp::LANGUAGE_SURFACE);
 }

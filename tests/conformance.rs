@@ -104,7 +104,7 @@ fn the_inspector_lists_the_three_tools_over_stdio_and_http() {
     std::fs::create_dir_all(tokens.parent().expect("parent")).expect("create the tokens folder");
     std::fs::write(
         &tokens,
-        format!("inspector {}\n", codemode_host::authz::token_hash(token)),
+        format!("inspector {}\n", codemode_server::authz::token_hash(token)),
     )
     .expect("write the tokens file");
     let server = examples_over_http(

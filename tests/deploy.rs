@@ -7,12 +7,12 @@
 use std::path::Path;
 use std::process::Command;
 
-use codemode_host::Limits;
-use codemode_host::authz::{
+use codemode_server::Limits;
+use codemode_server::authz::{
     AuthorizationInput, Authorizer, DEFAULT_DECISION, RegoAuthorizer, Subject, Tokens,
 };
-use codemode_host::mcp::http::{HEALTHZ_PATH, READYZ_PATH};
-use codemode_host::units::parse_duration;
+use codemode_server::mcp::http::{HEALTHZ_PATH, READYZ_PATH};
+use codemode_server::units::parse_duration;
 use codemode_value::Value as Arg;
 use serde_json::Value;
 
@@ -541,7 +541,7 @@ fn the_kubernetes_manifests_agree_with_the_binary() {
             capability_id: name,
             capability_name: name,
             arguments: &Arg::Dict(Vec::new()),
-            annotations: &codemode_host::authz::Annotations::default(),
+            annotations: &codemode_server::authz::Annotations::default(),
         })
     };
     assert!(decide("analyst", "records.lookup").is_ok());

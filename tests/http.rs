@@ -41,8 +41,8 @@ fn tokens_file(label: &str) -> String {
     let file = dir.join(format!("{label}.tokens"));
     let text = format!(
         "# subject sha256(token)\nanalyst {}\nguest {}\n",
-        codemode_host::authz::token_hash(ANALYST_TOKEN),
-        codemode_host::authz::token_hash(GUEST_TOKEN)
+        codemode_server::authz::token_hash(ANALYST_TOKEN),
+        codemode_server::authz::token_hash(GUEST_TOKEN)
     );
     std::fs::write(&file, text).expect("write the tokens file");
     file.to_str().expect("utf-8 path").to_owned()

@@ -120,7 +120,9 @@ fn tokens_file(label: &str) -> std::path::PathBuf {
     let file = dir.join(format!("{label}.tokens"));
     let text: String = TOKENS
         .iter()
-        .map(|(subject, token)| format!("{subject} {}\n", codemode_host::authz::token_hash(token)))
+        .map(|(subject, token)| {
+            format!("{subject} {}\n", codemode_server::authz::token_hash(token))
+        })
         .collect();
     std::fs::write(&file, text).expect("the tokens file");
     file

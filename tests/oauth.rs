@@ -663,7 +663,7 @@ fn a_subject_cannot_find_what_its_catalog_hides() {
     let metrics = raw_request(port, "GET", "/metrics", &[("Authorization", &bearer)], "");
     assert_eq!(
         (metrics.status, metrics.body.as_str()),
-        (404, codemode_host::mcp::http::METRICS_ELSEWHERE)
+        (404, codemode_server::mcp::http::METRICS_ELSEWHERE)
     );
 
     // A reloaded policy shows everything to everyone: the views are decided anew.
@@ -694,7 +694,7 @@ fn tokens_file(dir: &std::path::Path, name: &str, subject: &str, token: &str) ->
     let path = dir.join(name);
     std::fs::write(
         &path,
-        format!("{subject} {}\n", codemode_host::authz::token_hash(token)),
+        format!("{subject} {}\n", codemode_server::authz::token_hash(token)),
     )
     .expect("write a tokens file");
     path.display().to_string()

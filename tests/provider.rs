@@ -1,17 +1,17 @@
 //! A capability source of the library user's own, through the public port
-//! (`codemode_host::source`): its capabilities are searched, described, bound,
+//! (`codemode_server::source`): its capabilities are searched, described, bound,
 //! authorized and called as a plugin's, and the service stops its provider.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use codemode_host::authz::{AuthorizationInput, Authorizer, AuthzError, Subject, Verdict};
-use codemode_host::source::{
+use codemode_server::authz::{AuthorizationInput, Authorizer, AuthzError, Subject, Verdict};
+use codemode_server::source::{
     Arguments, CallBudget, CallFailure, CallFuture, Capability, CapabilitySource, CapabilitySpec,
     Field, Offer, Provider, Publisher, Session, Shape, Value, validate_spec,
 };
-use codemode_host::{LOCAL_SUBJECT, Service, ServiceConfig, ToolError};
+use codemode_server::{LOCAL_SUBJECT, Service, ServiceConfig, ToolError};
 
 use crate::support::{cache_dir, execute_in as execute};
 
@@ -123,7 +123,7 @@ fn a_source_of_the_library_users_own_serves_as_a_plugin_does() {
     let service = Service::load(&ServiceConfig {
         cache_dir: Some(cache_dir().into()),
         providers: vec![provider.clone()],
-        ..ServiceConfig::new(&dir, Arc::new(codemode_host::authz::AllowAll))
+        ..ServiceConfig::new(&dir, Arc::new(codemode_server::authz::AllowAll))
     })
     .expect("the service starts");
 

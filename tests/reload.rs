@@ -399,7 +399,7 @@ fn a_newcomer_claiming_served_names_is_refused_and_the_serving_plugin_keeps_them
     assert_eq!(execute_http(server.port, lookup), before);
     wait_for_log(
         &server,
-        "WARN codemode_host::registry::claims: source refused source=arecords.wasm serving=records.wasm reason=capability ID `records.find` is already served by records.wasm",
+        "WARN codemode_server::registry::claims: source refused source=arecords.wasm serving=records.wasm reason=capability ID `records.find` is already served by records.wasm",
         1,
     );
     wait_for_log(&server, "catalog reloaded plugins=1 capabilities=", 1);
@@ -418,7 +418,7 @@ fn at_start_no_plugin_gets_a_contested_name() {
     for file in ["arecords.wasm", "records.wasm"] {
         assert!(
             log.contains(&format!(
-                "ERROR codemode_host::registry::claims: source refused: no source gets a contested name source={file} reason={reason}"
+                "ERROR codemode_server::registry::claims: source refused: no source gets a contested name source={file} reason={reason}"
             )),
             "{log}"
         );

@@ -71,7 +71,8 @@ fn tokens_and_policy_reload_on_change_and_on_sighup_and_a_bad_version_changes_no
     std::fs::create_dir_all(&dir).expect("create the folder");
     let tokens = dir.join("tokens");
     let rego = dir.join("authz.rego");
-    let tokens_for = |token: &str| format!("analyst {}\n", codemode_host::authz::token_hash(token));
+    let tokens_for =
+        |token: &str| format!("analyst {}\n", codemode_server::authz::token_hash(token));
     std::fs::write(&tokens, tokens_for(FIRST_TOKEN)).expect("write the tokens");
     std::fs::write(&rego, policy(&["records.lookup"])).expect("write the policy");
     let server = records_server("secrets", &tokens, &rego);
@@ -193,7 +194,7 @@ fn a_fifo_or_a_huge_file_in_place_of_a_secrets_file_keeps_the_set_and_the_next_g
     std::fs::create_dir_all(&dir).expect("create the folder");
     let tokens = dir.join("tokens");
     let rego = dir.join("authz.rego");
-    let hash = codemode_host::authz::token_hash;
+    let hash = codemode_server::authz::token_hash;
     let both = format!(
         "analyst {}\nrevoked {}\n",
         hash(SECOND_TOKEN),

@@ -43,7 +43,7 @@ fn initialize_and_tools_list_follow_the_contract() {
     let out = serve_examples(json!([{"op": "list_tools"}]));
     assert_eq!(out["server_info"]["name"], "codemode-host");
     assert_eq!(out["server_info"]["version"], env!("CARGO_PKG_VERSION"));
-    assert_eq!(out["instructions"], codemode_host::mcp::INSTRUCTIONS);
+    assert_eq!(out["instructions"], codemode_server::mcp::INSTRUCTIONS);
     let tools = out["results"][0].as_array().expect("tools");
     let names: Vec<&str> = tools
         .iter()
@@ -52,7 +52,7 @@ fn initialize_and_tools_list_follow_the_contract() {
     assert_eq!(names, vec!["search_api", "describe_api", "execute"]);
     assert_eq!(
         tools[2]["description"],
-        codemode_host::mcp::EXECUTE_DESCRIPTION
+        codemode_server::mcp::EXECUTE_DESCRIPTION
     );
     assert_eq!(
         tools[2]["inputSchema"],
@@ -64,11 +64,11 @@ fn initialize_and_tools_list_follow_the_contract() {
     );
     assert_eq!(
         tools[0]["description"],
-        codemode_host::mcp::SEARCH_API_DESCRIPTION
+        codemode_server::mcp::SEARCH_API_DESCRIPTION
     );
     assert_eq!(
         tools[1]["description"],
-        codemode_host::mcp::DESCRIBE_API_DESCRIPTION
+        codemode_server::mcp::DESCRIBE_API_DESCRIPTION
     );
     assert_eq!(
         tools[0]["inputSchema"],

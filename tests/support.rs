@@ -689,7 +689,7 @@ pub(crate) fn wait_until(
 }
 
 /// Waits until `service` has started `count` executions (they hold their slots).
-pub(crate) async fn started(service: &codemode_host::Service, count: u64) {
+pub(crate) async fn started(service: &codemode_server::Service, count: u64) {
     let deadline = tokio::time::Instant::now() + CONDITION_DEADLINE;
     while service.executions_started() < count {
         assert!(
@@ -740,9 +740,9 @@ pub(crate) fn library_service(
     dir: PathBuf,
     slots: usize,
     time: std::time::Duration,
-) -> std::sync::Arc<codemode_host::Service> {
-    use codemode_host::Limits;
-    let config = codemode_host::ServiceConfig {
+) -> std::sync::Arc<codemode_server::Service> {
+    use codemode_server::Limits;
+    let config = codemode_server::ServiceConfig {
         plugins_dir: dir,
         limits: Limits {
             max_concurrent_executions: slots,
@@ -750,21 +750,21 @@ pub(crate) fn library_service(
             ..Limits::default()
         },
         cache_dir: Some(cache_dir().into()),
-        ..codemode_host::ServiceConfig::new(
+        ..codemode_server::ServiceConfig::new(
             PathBuf::new(),
-            std::sync::Arc::new(codemode_host::authz::AllowAll),
+            std::sync::Arc::new(codemode_server::authz::AllowAll),
         )
     };
-    std::sync::Arc::new(codemode_host::Service::load(&config).expect("load the service"))
+    std::sync::Arc::new(codemode_server::Service::load(&config).expect("load the service"))
 }
 
 /// What `service` answers `source` run as the local subject, on a
 /// current-thread runtime of its own.
 pub(crate) fn execute_in(
-    service: &codemode_host::Service,
+    service: &codemode_server::Service,
     source: &str,
-) -> Result<Value, codemode_host::ToolError> {
-    let subject = codemode_host::authz::Subject::new(codemode_host::LOCAL_SUBJECT);
+) -> Result<Value, codemode_server::ToolError> {
+    let subject = codemode_server::authz::Subject::new(codemode_server::LOCAL_SUBJECT);
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

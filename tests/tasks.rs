@@ -293,8 +293,8 @@ fn tokens_file(label: &str) -> std::path::PathBuf {
         &tokens,
         format!(
             "ada {}\nbob {}\n",
-            codemode_host::authz::token_hash("ada-secret"),
-            codemode_host::authz::token_hash("bob-secret")
+            codemode_server::authz::token_hash("ada-secret"),
+            codemode_server::authz::token_hash("bob-secret")
         ),
     )
     .expect("write the tokens");
@@ -607,7 +607,7 @@ fn a_task_redis_lost_is_written_again_when_it_ends() {
 /// results; a subject's tasks only.
 #[test]
 fn the_redis_store_keeps_its_limits() {
-    use codemode_host::tasks::{RedisTasks, TaskLimits, TaskRefused, TaskState};
+    use codemode_server::tasks::{RedisTasks, TaskLimits, TaskRefused, TaskState};
     use std::sync::Arc;
     use std::time::Duration;
     let redis = RedisServer::start("limits");
@@ -716,7 +716,7 @@ fn the_redis_store_keeps_its_limits() {
 /// over the bounds a server writes are not read: such a task reads as none.
 #[test]
 fn values_planted_in_redis_over_the_bounds_are_not_read() {
-    use codemode_host::tasks::{RedisTasks, TaskLimits, TaskState};
+    use codemode_server::tasks::{RedisTasks, TaskLimits, TaskState};
     use std::sync::Arc;
     use std::time::Duration;
     let redis = RedisServer::start("planted");

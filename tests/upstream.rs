@@ -641,7 +641,7 @@ fn a_streamable_http_upstream_is_reached_with_its_bearer_token() {
         &tokens,
         format!(
             "gateway {}\n",
-            codemode_host::authz::token_hash("inner-secret")
+            codemode_server::authz::token_hash("inner-secret")
         ),
     )
     .expect("write the tokens file");
@@ -838,12 +838,12 @@ fn disabling_an_upstream_id_needs_it_configured_not_up_and_readyz_names_it_down(
     ]);
     wait_for_log(
         &server,
-        "WARN codemode_host::registry::slot: a disabled capability ID names none of its tools provider=upstream time id=mcp:time/no_such_tool",
+        "WARN codemode_server::registry::slot: a disabled capability ID names none of its tools provider=upstream time id=mcp:time/no_such_tool",
         1,
     );
     let log = server.log();
     assert!(
-        log.contains("WARN codemode_host::service: an upstream's timeout is above --max-execution-time, which ends its calls first (in a task, --max-task-time does) upstream=time timeout=20s max_execution_time=5s"),
+        log.contains("WARN codemode_server::service: an upstream's timeout is above --max-execution-time, which ends its calls first (in a task, --max-task-time does) upstream=time timeout=20s max_execution_time=5s"),
         "the time config's 20 s timeout against the default 5 s budget: {log}"
     );
 }

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use codemode_host::authz::Subject;
-use codemode_host::{LOCAL_SUBJECT, Service, ToolError};
+use codemode_server::authz::Subject;
+use codemode_server::{LOCAL_SUBJECT, Service, ToolError};
 use serde_json::json;
 
 use crate::support::{

@@ -22,11 +22,11 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
-use codemode_host::Limits;
-use codemode_host::authz::{
+use codemode_server::Limits;
+use codemode_server::authz::{
     AllowAll, AuthorizationInput, Authorizer, DEFAULT_DECISION, RegoAuthorizer, Subject,
 };
-use codemode_host::{LOCAL_SUBJECT, Service, ServiceConfig};
+use codemode_server::{LOCAL_SUBJECT, Service, ServiceConfig};
 use codemode_value::Value as Arg;
 
 /// The loop both interpreters run: small ints only, one tick per iteration.
@@ -355,7 +355,7 @@ fn in_process(root: &Path, plugins: &Path, rows: &mut Vec<Row>) {
 /// The cost of sending a 1 MiB string to `text.fill` and getting it back: the
 /// program with the call minus the same program without it (p50 of 20 each); and
 /// the bytes moved both ways.
-fn one_mib(run: &dyn Fn(&str) -> (Duration, codemode_host::Stats)) -> (usize, Duration) {
+fn one_mib(run: &dyn Fn(&str) -> (Duration, codemode_server::Stats)) -> (usize, Duration) {
     let build = "    s = \"x\" * 1048576\n";
     let with_call = format!(
         "def main():\n{build}    return len(text.fill(template=s, values={{}})[\"text\"])\n"
@@ -522,7 +522,7 @@ fn execute(
     runtime: &tokio::runtime::Runtime,
     service: &Service,
     source: &str,
-) -> (Duration, codemode_host::Stats) {
+) -> (Duration, codemode_server::Stats) {
     let started = Instant::now();
     match runtime.block_on(service.execute(&Subject::new(LOCAL_SUBJECT), source)) {
         Ok(executed) => (started.elapsed(), executed.stats),
@@ -551,7 +551,7 @@ allow if {
 /// same program making none (the first call also instantiates the plugin for the
 /// execution). The three programs run in turn, so a slow phase of the machine hits
 /// all three alike.
-fn per_call(run: &dyn Fn(&str) -> (Duration, codemode_host::Stats)) -> (Duration, Duration) {
+fn per_call(run: &dyn Fn(&str) -> (Duration, codemode_server::Stats)) -> (Duration, Duration) {
     let calls = |n: usize| {
         format!(
             "def main():\n    t = 0.0\n    for i in range({n}):\n        t += stats.summary(values=[1.0, 2.0])[\"mean\"]\n    return t\n"
@@ -584,7 +584,7 @@ const STRINGS_CALL: &str = "strings.slugify(text=\"The Lord of the Rings\")";
 /// one call into the Python or the JavaScript example, beyond a trivial execute (p50
 /// of each, the programs in turn), and an execute calling records, geo and strings
 /// once each.
-fn foreign(run: &dyn Fn(&str) -> (Duration, codemode_host::Stats), rows: &mut Vec<Row>) {
+fn foreign(run: &dyn Fn(&str) -> (Duration, codemode_server::Stats), rows: &mut Vec<Row>) {
     let programs = [
         "def main():\n    return 1\n".to_owned(),
         format!("def main():\n    return {GEO_CALL}\n"),
@@ -643,7 +643,7 @@ fn decision_cost(rego: &RegoAuthorizer) -> Duration {
         capability_id: "stats.summary",
         capability_name: "stats.summary",
         arguments: &arguments,
-        annotations: &codemode_host::authz::Annotations::default(),
+        annotations: &codemode_server::authz::Annotations::default(),
     };
     let mut times: Vec<Duration> = (0..20_000)
         .map(|_| {

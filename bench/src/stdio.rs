@@ -318,7 +318,7 @@ struct Measured {
 }
 
 fn floor_and_server(root: &Path, plugins: &Path, kinds: &[Kind]) -> Measured {
-    let service = match codemode_host::Service::load(&bench_config(root, plugins)) {
+    let service = match codemode_server::Service::load(&bench_config(root, plugins)) {
         Ok(service) => service,
         Err(error) => panic!("cannot load the service: {error}"),
     };

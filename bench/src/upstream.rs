@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use codemode_host::{Service, UpstreamConfig, UpstreamTransport};
+use codemode_server::{Service, UpstreamConfig, UpstreamTransport};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::TokioChildProcess;
@@ -74,7 +74,7 @@ fn direct(root: &Path, plugins: &Path) -> Duration {
 
 /// p50 of `ROUNDS` executes calling the tool once, and of as many trivial ones.
 fn through_execute(root: &Path, plugins: &Path) -> (Duration, Duration) {
-    let config = codemode_host::ServiceConfig {
+    let config = codemode_server::ServiceConfig {
         upstreams: vec![UpstreamConfig {
             name: "inner".to_owned(),
             transport: UpstreamTransport::Command {

@@ -1,4 +1,4 @@
-//! Fuzz target `catalog`: see `codemode_host::fuzzing::catalog`.
+//! Fuzz target `catalog`: see `codemode_server::fuzzing::catalog`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| codemode_host::fuzzing::catalog(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| codemode_server::fuzzing::catalog(data));

@@ -1,4 +1,4 @@
-//! Fuzz target `openapi_spec`: see `codemode_host::fuzzing::openapi_spec`.
+//! Fuzz target `openapi_spec`: see `codemode_server::fuzzing::openapi_spec`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| codemode_host::fuzzing::openapi_spec(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| codemode_server::fuzzing::openapi_spec(data));

@@ -1,4 +1,4 @@
-//! Fuzz target `plugin_docs`: see `codemode_host::fuzzing::plugin_docs`.
+//! Fuzz target `plugin_docs`: see `codemode_server::fuzzing::plugin_docs`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| codemode_host::fuzzing::plugin_docs(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| codemode_server::fuzzing::plugin_docs(data));

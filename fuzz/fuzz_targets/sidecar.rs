@@ -1,4 +1,4 @@
-//! Fuzz target `sidecar`: see `codemode_host::fuzzing::sidecar`.
+//! Fuzz target `sidecar`: see `codemode_server::fuzzing::sidecar`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| codemode_host::fuzzing::sidecar(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| codemode_server::fuzzing::sidecar(data));

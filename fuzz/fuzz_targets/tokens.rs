@@ -1,4 +1,4 @@
-//! Fuzz target `tokens`: see `codemode_host::fuzzing::tokens`.
+//! Fuzz target `tokens`: see `codemode_server::fuzzing::tokens`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| codemode_host::fuzzing::tokens(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| codemode_server::fuzzing::tokens(data));

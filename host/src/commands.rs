@@ -2,7 +2,7 @@
 //! (`publish`), `precompile`.
 
 use anyhow::Context;
-use codemode_host::{default_cache_dir, oci};
+use codemode_server::{default_cache_dir, oci};
 
 use crate::cli::{Cli, Command};
 
@@ -16,7 +16,7 @@ pub(crate) fn check(cli: &Cli, files: &[std::path::PathBuf]) -> anyhow::Result<(
             || file.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
         );
-        match codemode_host::check_plugin(file, &cli.offline_loading(), cache_dir.as_deref()) {
+        match codemode_server::check_plugin(file, &cli.offline_loading(), cache_dir.as_deref()) {
             Ok(capabilities) => {
                 let count = capabilities.len();
                 println!(
@@ -196,7 +196,7 @@ pub(crate) fn precompile(cli: &Cli) -> anyhow::Result<()> {
         .clone()
         .or_else(default_cache_dir)
         .context("no cache folder: pass --cache-dir DIR (HOME and XDG_CACHE_HOME are unset)")?;
-    let report = codemode_host::precompile(&cli.plugins, &cache_dir, &cli.offline_loading())?;
+    let report = codemode_server::precompile(&cli.plugins, &cache_dir, &cli.offline_loading())?;
     let mut failed = 0;
     for entry in &report {
         match &entry.outcome {

@@ -1,5 +1,10 @@
 //! The `codemode-host` binary: parse flags, set up logging, load plugins, serve MCP
 //! over stdio or Streamable HTTP.
+//!
+//! Its modules are flags (`cli/`), the config file and environment (`config/`),
+//! assembly of the server's settings (`assemble/`) and the commands beside serving;
+//! the server itself is the `codemode-server` library, used through its public API
+//! only (docs/architecture.md, the crate table).
 
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
@@ -7,9 +12,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use cli::{Cli, Command, LogFormat};
-use codemode_host::mcp::http::Authentication;
-use codemode_host::{DEFAULT_STARTUP_WAIT, Service, ServiceConfig};
-use codemode_host::{children, default_cache_dir};
+use codemode_server::mcp::http::Authentication;
+use codemode_server::{DEFAULT_STARTUP_WAIT, Service, ServiceConfig};
+use codemode_server::{children, default_cache_dir};
 use commands::{check, precompile, publish, pull};
 use logfilter::{ClientGone, NoValues, quiet_sessions};
 use serve::{approvals, serve_http, serve_stdio_while_loading, task_store};
@@ -45,7 +50,7 @@ fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args
         .get(1)
-        .is_some_and(|a| a == codemode_host::COMPILE_COMMAND)
+        .is_some_and(|a| a == codemode_server::COMPILE_COMMAND)
     {
         return compile_plugin(&args[2..]);
     }
@@ -98,7 +103,7 @@ fn main() -> ExitCode {
 /// stdin, the artifact on stdout, the reason on stderr.
 fn compile_plugin(args: &[std::ffi::OsString]) -> ExitCode {
     let max_memory = match args {
-        [flag, value] if flag == codemode_host::COMPILE_MEMORY_ARG => {
+        [flag, value] if flag == codemode_server::COMPILE_MEMORY_ARG => {
             value.to_str().and_then(|v| v.parse::<u64>().ok())
         }
         _ => None,
@@ -106,12 +111,12 @@ fn compile_plugin(args: &[std::ffi::OsString]) -> ExitCode {
     let Some(max_memory) = max_memory else {
         eprintln!(
             "usage: codemode-host {} {} BYTES (the server runs this itself)",
-            codemode_host::COMPILE_COMMAND,
-            codemode_host::COMPILE_MEMORY_ARG
+            codemode_server::COMPILE_COMMAND,
+            codemode_server::COMPILE_MEMORY_ARG
         );
         return ExitCode::from(2);
     };
-    match codemode_host::compile_child(max_memory) {
+    match codemode_server::compile_child(max_memory) {
         Ok(()) => ExitCode::SUCCESS,
         Err(reason) => {
             eprintln!("{reason}");
@@ -179,7 +184,7 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
         service: loaded.clone(),
     };
     // Before the runtime: the exporter's HTTP client has a runtime of its own.
-    let telemetry = codemode_host::telemetry::Telemetry::start(cli.otlp_endpoint.as_deref())
+    let telemetry = codemode_server::telemetry::Telemetry::start(cli.otlp_endpoint.as_deref())
         .context("cannot export traces")?
         .map(Arc::new);
     if telemetry.is_some() {
@@ -187,8 +192,8 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
     }
     if cli.net.oauth_issuer.is_none() {
         for upstream in &cli.upstreams {
-            if let codemode_host::UpstreamTransport::Http {
-                auth: codemode_host::UpstreamAuth::Forward(_),
+            if let codemode_server::UpstreamTransport::Http {
+                auth: codemode_server::UpstreamAuth::Forward(_),
                 ..
             } = &upstream.transport
             {

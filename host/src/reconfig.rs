@@ -19,7 +19,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use codemode_host::{ConfigFile, Limits, Service, UpstreamConfig};
+use codemode_server::{ConfigFile, Limits, Service, UpstreamConfig};
 
 use crate::cli::Cli;
 
@@ -59,10 +59,10 @@ struct Settings {
     /// with its values as the file gave them.
     keys: BTreeMap<String, Vec<OsString>>,
     upstreams: Vec<UpstreamConfig>,
-    openapi: Vec<codemode_host::OpenApiConfig>,
+    openapi: Vec<codemode_server::OpenApiConfig>,
     limits: Limits,
     disabled: Vec<String>,
-    plugins: Vec<codemode_host::oci::PullEntry>,
+    plugins: Vec<codemode_server::oci::PullEntry>,
     pull_limits: (u64, std::time::Duration),
     /// The digest of each key file the entries name: a key replaced in place
     /// (same path) starts the pulls again too.
@@ -240,7 +240,7 @@ impl ConfigReload {
         } else {
             // The old pulls stop (and are waited for) before the new start.
             service.set_pulls(None);
-            match codemode_host::oci::Pulls::start_all(
+            match codemode_server::oci::Pulls::start_all(
                 &cli.plugin_entries,
                 &cli.plugins,
                 cli.pull_limits(),

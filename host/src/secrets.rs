@@ -21,9 +21,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use codemode_host::authz::{RegoAuthorizer, Replaceable, Tokens};
-use codemode_host::watch::Debounce;
-use codemode_host::{ConfigFile, Service};
+use codemode_server::authz::{RegoAuthorizer, Replaceable, Tokens};
+use codemode_server::watch::Debounce;
+use codemode_server::{ConfigFile, Service};
 use notify::event::{AccessKind, AccessMode};
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 

@@ -5,12 +5,12 @@
 use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
-use codemode_host::authz::Subject;
-use codemode_host::mcp::http::{self, Authentication, HttpConfig, Readiness};
-use codemode_host::mcp::{McpServer, SubjectSource, serve_stdio};
-use codemode_host::oci;
-use codemode_host::tasks::{RedisTasks, TaskBoard, TaskStore};
-use codemode_host::{Service, ServiceConfig, StartError, watch};
+use codemode_server::authz::Subject;
+use codemode_server::mcp::http::{self, Authentication, HttpConfig, Readiness};
+use codemode_server::mcp::{McpServer, SubjectSource, serve_stdio};
+use codemode_server::oci;
+use codemode_server::tasks::{RedisTasks, TaskBoard, TaskStore};
+use codemode_server::{Service, ServiceConfig, StartError, watch};
 
 use crate::cli::Cli;
 
@@ -30,7 +30,7 @@ pub(crate) async fn task_store(cli: &Cli) -> anyhow::Result<Arc<TaskStore>> {
 /// folder's), loaded only when a policy can ask.
 type Approvals = (
     std::time::Duration,
-    Option<Arc<codemode_host::mcp::ApprovalKey>>,
+    Option<Arc<codemode_server::mcp::ApprovalKey>>,
 );
 
 pub(crate) fn approvals(
@@ -40,11 +40,11 @@ pub(crate) fn approvals(
     let timeout = cli
         .access
         .approval_timeout
-        .unwrap_or(codemode_host::mcp::DEFAULT_APPROVAL_TIMEOUT);
+        .unwrap_or(codemode_server::mcp::DEFAULT_APPROVAL_TIMEOUT);
     if cli.access.policy.is_empty() && cli.access.approval_key.is_none() {
         return Ok((timeout, None));
     }
-    let key = codemode_host::mcp::load_key(cli.access.approval_key.as_deref(), cache_dir)?;
+    let key = codemode_server::mcp::load_key(cli.access.approval_key.as_deref(), cache_dir)?;
     Ok((timeout, Some(Arc::new(key))))
 }
 
@@ -174,9 +174,9 @@ pub(crate) async fn serve_stdio_while_loading(
         .with_approvals(approvals.0, approvals.1);
     // The upstreams start once a client speaks: a start without one (stdin at
     // its end, to fill the cache) starts no child.
-    let gate = codemode_host::UpstreamGate::closed();
+    let gate = codemode_server::UpstreamGate::closed();
     config.upstreams_gate = Some(gate.clone());
-    let hook = Arc::new(move || gate.open()) as codemode_host::mcp::ClientHook;
+    let hook = Arc::new(move || gate.open()) as codemode_server::mcp::ClientHook;
     let server = server.with_client_hook(hook);
     let serving = serve_stdio(server);
     tokio::pin!(serving);

@@ -108,21 +108,21 @@ pub(crate) fn unchanged_build(lints: &Lints, package: &str) -> Result<()> {
     Ok(())
 }
 
-/// Builds the host's library without its default features (what a library
-/// user who turns them off builds) and fails unless that compiled the host
-/// alone: a dependency compiled again has other features without them (an
+/// Builds the server's library (`codemode-server`) without its default
+/// features (what a library user who turns them off builds) and fails unless
+/// that compiled the server alone: a dependency compiled again has other features without them (an
 /// optional dependency turns them on), and every clean run would build it and
 /// all above it twice.
 pub(crate) fn library_alone(lints: &Lints) -> Result<()> {
-    let args = ["-p", "codemode-host", "--lib", "--no-default-features"];
+    let args = ["-p", "codemode-server", "--lib", "--no-default-features"];
     let built = build_reporting(lints, &args)?;
     let others: Vec<&String> = built
         .iter()
-        .filter(|unit| !unit.starts_with("codemode-host@"))
+        .filter(|unit| !unit.starts_with("codemode-server@"))
         .collect();
     if !others.is_empty() {
         bail!(
-            "building the host's library without its default features compiled again: {}. An optional dependency turns on features of these when it is on (compare `cargo tree -p codemode-host -e features` with and without `--no-default-features`); turn them on in host/Cargo.toml's list of pins",
+            "building the server's library without its default features compiled again: {}. An optional dependency turns on features of these when it is on (compare `cargo tree -p codemode-server -e features` with and without `--no-default-features`); turn them on in host/server/Cargo.toml's list of pins",
             others
                 .iter()
                 .map(|unit| unit.as_str())

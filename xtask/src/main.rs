@@ -132,7 +132,7 @@ tasks:
 const FUZZ_SECONDS: u64 = 60;
 
 /// The fuzz targets and the cargo-fuzz folder of each: the host's (`fuzz/`,
-/// `codemode_host::fuzzing::TARGETS`) and the interpreter's (`fuzz/runner/`,
+/// `codemode_server::fuzzing::TARGETS`) and the interpreter's (`fuzz/runner/`,
 /// `codemode_runner::fuzzing::TARGETS`).
 const FUZZ_TARGETS: &[(&str, &str)] = &[
     ("value_decode", "fuzz"),

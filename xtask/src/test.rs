@@ -168,6 +168,7 @@ fn run(phases: &mut Phases) -> Result<()> {
 /// that the server does not have.
 const NATIVE_PACKAGES: &[&str] = &[
     "codemode-host",
+    "codemode-server",
     "codemode-core",
     "codemode-oci",
     "codemode-runtime",

@@ -4,12 +4,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use codemode_host::audit::AuditLog;
-use codemode_host::authz::exchange::{ClientCredentials, Exchanger, TokenExchange};
-use codemode_host::authz::{AllowAll, RegoAuthorizer, Replaceable, Tokens};
-use codemode_host::files::read_text;
-use codemode_host::mcp::http::{Authentication, HttpConfig};
-use codemode_host::{Secret, UpstreamAuth, UpstreamTransport};
+use codemode_server::audit::AuditLog;
+use codemode_server::authz::exchange::{ClientCredentials, Exchanger, TokenExchange};
+use codemode_server::authz::{AllowAll, RegoAuthorizer, Replaceable, Tokens};
+use codemode_server::files::read_text;
+use codemode_server::mcp::http::{Authentication, HttpConfig};
+use codemode_server::{Secret, UpstreamAuth, UpstreamTransport};
 
 use super::error::{Authorization, ConfigError};
 use crate::cli::Cli;
@@ -194,7 +194,7 @@ impl Cli {
             && let Some(service) = self.openapi.iter().find(|service| {
                 matches!(
                     service.auth,
-                    codemode_host::OpenApiAuth::TokenExchange { .. }
+                    codemode_server::OpenApiAuth::TokenExchange { .. }
                 )
             })
         {

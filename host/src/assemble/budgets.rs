@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use codemode_host::tasks::TaskLimits;
-use codemode_host::{Compiler, DEFAULT_COMPILE_MEMORY, Limits, LoadLimits};
+use codemode_server::tasks::TaskLimits;
+use codemode_server::{Compiler, DEFAULT_COMPILE_MEMORY, Limits, LoadLimits};
 
 use crate::cli::Cli;
 
@@ -70,8 +70,8 @@ impl Cli {
     }
 
     /// The bounds of one pull (`--max-pull-bytes`, `--pull-timeout`).
-    pub fn pull_limits(&self) -> codemode_host::oci::PullLimits {
-        codemode_host::oci::PullLimits {
+    pub fn pull_limits(&self) -> codemode_server::oci::PullLimits {
+        codemode_server::oci::PullLimits {
             max_bytes: self.pull.max_pull_bytes,
             timeout: self.pull.pull_timeout,
         }

@@ -5,9 +5,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use codemode_host::authz::oauth::UrlError;
-use codemode_host::authz::{Authorizer, RegoError, Replaceable, TokensError};
-use codemode_host::files::FileError;
+use codemode_server::authz::oauth::UrlError;
+use codemode_server::authz::{Authorizer, RegoError, Replaceable, TokensError};
+use codemode_server::files::FileError;
 
 /// Why the flags cannot make a server. A cause is a `reason` (part of the message),
 /// not an error `source`, so that a printer of error chains says it once.

@@ -6,13 +6,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use codemode_host::authz::Subject;
-use codemode_host::authz::oauth::{
+use codemode_server::authz::Subject;
+use codemode_server::authz::oauth::{
     DEFAULT_KEYS_REFRESH, DEFAULT_LEEWAY, DEFAULT_SUBJECT_CLAIM, OAuthConfig, Verifier, check_url,
     is_scope_token,
 };
-use codemode_host::mcp::DEFAULT_APPROVAL_TIMEOUT;
-use codemode_host::mcp::http::{Authentication, ConnectionLimits, HttpConfig, LOOPBACK_HOSTS};
+use codemode_server::mcp::DEFAULT_APPROVAL_TIMEOUT;
+use codemode_server::mcp::http::{Authentication, ConnectionLimits, HttpConfig, LOOPBACK_HOSTS};
 
 use super::access::read_tokens;
 use super::error::ConfigError;

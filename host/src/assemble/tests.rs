@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use codemode_host::mcp::http::{Authentication, HttpConfig};
-use codemode_host::{Compiler, Limits, LoadLimits, UpstreamAuth, UpstreamTransport};
+use codemode_server::mcp::http::{Authentication, HttpConfig};
+use codemode_server::{Compiler, Limits, LoadLimits, UpstreamAuth, UpstreamTransport};
 
 use super::budgets::compiler_program;
 use crate::cli::Cli;
@@ -73,7 +73,7 @@ fn limit_flags_override_defaults() -> anyhow::Result<()> {
     let limits = cli.limits();
     assert_eq!(
         limits.max_total_memory_bytes,
-        codemode_host::memory::default_total().max(4 << 30)
+        codemode_server::memory::default_total().max(4 << 30)
     );
     assert_eq!(limits.validate(), Ok(()));
     let cli = Cli::try_parse_from([
@@ -132,7 +132,7 @@ fn authorization_is_never_silent_over_http() -> anyhow::Result<()> {
 #[test]
 fn token_exchange_needs_the_client_and_its_secret() -> anyhow::Result<()> {
     let mut cli = Cli::try_parse_from(["codemode-host"])?;
-    cli.upstreams = vec![codemode_host::UpstreamConfig {
+    cli.upstreams = vec![codemode_server::UpstreamConfig {
         name: "crm".into(),
         transport: UpstreamTransport::Http {
             url: "https://crm.example.com/mcp".into(),

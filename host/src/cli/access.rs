@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use codemode_host::LOCAL_SUBJECT;
-use codemode_host::authz::DEFAULT_DECISION;
+use codemode_server::LOCAL_SUBJECT;
+use codemode_server::authz::DEFAULT_DECISION;
 
 use super::values::positive_duration;
 

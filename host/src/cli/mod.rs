@@ -160,17 +160,17 @@ pub struct Cli {
     /// The upstream MCP servers of the config file's `[[upstream]]` tables (no flag
     /// sets them).
     #[arg(skip)]
-    pub upstreams: Vec<codemode_host::UpstreamConfig>,
+    pub upstreams: Vec<codemode_server::UpstreamConfig>,
 
     /// The services of the config file's `[[openapi]]` tables (no flag sets
     /// them).
     #[arg(skip)]
-    pub openapi: Vec<codemode_host::OpenApiConfig>,
+    pub openapi: Vec<codemode_server::OpenApiConfig>,
 
     /// The plugins of the config file's `[[plugin]]` tables, pulled from
     /// registries (no flag sets them).
     #[arg(skip)]
-    pub plugin_entries: Vec<codemode_host::oci::PullEntry>,
+    pub plugin_entries: Vec<codemode_server::oci::PullEntry>,
 
     /// The `--key=value` arguments the config file gave (what a reload of it
     /// compares).

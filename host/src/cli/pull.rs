@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use codemode_host::units::parse_bytes;
+use codemode_server::units::parse_bytes;
 
 use super::values::positive_duration;
 

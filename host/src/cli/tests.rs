@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::CommandFactory;
-use codemode_host::authz::DEFAULT_DECISION;
-use codemode_host::authz::oauth::{MAX_LEEWAY, MIN_KEYS_REFRESH};
+use codemode_server::authz::DEFAULT_DECISION;
+use codemode_server::authz::oauth::{MAX_LEEWAY, MIN_KEYS_REFRESH};
 
 use super::values::{keys_refresh, leeway};
 use super::*;

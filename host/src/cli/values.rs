@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use codemode_host::authz::oauth::{MAX_LEEWAY, MIN_KEYS_REFRESH};
-use codemode_host::units::{
+use codemode_server::authz::oauth::{MAX_LEEWAY, MIN_KEYS_REFRESH};
+use codemode_server::units::{
     MAX_DURATION, MAX_DURATION_TEXT, MAX_SIZE, parse_bytes, parse_duration,
 };
 

@@ -22,8 +22,8 @@ use clap::builder::BoolishValueParser;
 use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, Command, CommandFactory, FromArgMatches};
-use codemode_host::files::{FileError, read_text};
-use codemode_host::{OpenApiConfig, UpstreamConfig};
+use codemode_server::files::{FileError, read_text};
+use codemode_server::{OpenApiConfig, UpstreamConfig};
 
 use crate::cli::Cli;
 use keys::{CONFIG_FLAG, file_args, rejection};

@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use codemode_host::files::read_text;
-use codemode_host::units::{MAX_DURATION, MAX_DURATION_TEXT, parse_duration};
-use codemode_host::{
+use codemode_server::files::read_text;
+use codemode_server::units::{MAX_DURATION, MAX_DURATION_TEXT, parse_duration};
+use codemode_server::{
     OpenApiAuth, OpenApiConfig, Secret, SpecLocation, UpstreamConfig, check_upstream_name,
 };
 use serde::Deserialize;
@@ -205,7 +205,7 @@ pub(super) fn openapi(
             // the spec's server is checked when it is loaded (https, and the
             // spec's own origin).
             if let Some(url) = &table.base_url {
-                codemode_host::authz::oauth::check_url("base-url", url)
+                codemode_server::authz::oauth::check_url("base-url", url)
                     .map_err(|error| at(format!("{error}; it would carry a credential")))?;
             }
             if let Some(name) = table.headers.iter().flatten().map(|(n, _)| n).find(|name| {

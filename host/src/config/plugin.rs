@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use codemode_host::units::{MAX_DURATION, MAX_DURATION_TEXT, parse_duration};
+use codemode_server::units::{MAX_DURATION, MAX_DURATION_TEXT, parse_duration};
 use serde::Deserialize;
 
 use crate::cli::Cli;
@@ -38,7 +38,7 @@ struct PluginTable {
 pub(super) struct PluginSettings {
     /// The table's line in the file.
     pub(super) line: usize,
-    pub(super) source: codemode_host::oci::PluginSource,
+    pub(super) source: codemode_server::oci::PluginSource,
     verify: Option<codemode_oci::Policy>,
     keys: Option<Vec<PathBuf>>,
     poll: Option<std::time::Duration>,
@@ -47,16 +47,16 @@ pub(super) struct PluginSettings {
 impl PluginSettings {
     /// The entry, `--verify`, `--verify-key` and `--pull-interval` filling in
     /// what the table left out.
-    pub(super) fn entry(self, cli: &Cli) -> codemode_host::oci::PullEntry {
+    pub(super) fn entry(self, cli: &Cli) -> codemode_server::oci::PullEntry {
         let mut source = self.source;
         source.policy = self.verify.unwrap_or(cli.pull.verify);
         source.keys = self.keys.unwrap_or_else(|| cli.pull.verify_keys.clone());
-        codemode_host::oci::PullEntry {
+        codemode_server::oci::PullEntry {
             source,
             interval: self
                 .poll
                 .or(cli.pull.pull_interval)
-                .unwrap_or(codemode_host::oci::DEFAULT_PULL_INTERVAL),
+                .unwrap_or(codemode_server::oci::DEFAULT_PULL_INTERVAL),
         }
     }
 }
@@ -71,7 +71,7 @@ pub(super) fn plugins(
     text: &str,
     base: &Path,
 ) -> Result<Vec<(usize, PluginSettings)>, (usize, String)> {
-    use codemode_host::oci::{PluginSource, RegistryAuth};
+    use codemode_server::oci::{PluginSource, RegistryAuth};
     let parsed: Plugins = toml::from_str(text).map_err(|error| {
         let offset = error.span().map_or(0, |span| span.start);
         (offset, format!("[[{PLUGIN_KEY}]]: {}", error.message()))
@@ -160,7 +160,7 @@ mod tests {
 
     #[test]
     fn plugin_tables_become_pull_entries_the_flags_filling_in() -> anyhow::Result<()> {
-        use codemode_host::oci::{PluginSource, PullEntry, RegistryAuth};
+        use codemode_server::oci::{PluginSource, PullEntry, RegistryAuth};
         let (dir, path) = config_file(
             "plugins",
             r#"

@@ -3,8 +3,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use codemode_host::units::{MAX_DURATION, MAX_DURATION_TEXT, parse_duration};
-use codemode_host::{Secret, UpstreamAuth, UpstreamConfig, UpstreamTransport, check_upstream_name};
+use codemode_server::units::{MAX_DURATION, MAX_DURATION_TEXT, parse_duration};
+use codemode_server::{
+    Secret, UpstreamAuth, UpstreamConfig, UpstreamTransport, check_upstream_name,
+};
 use serde::Deserialize;
 
 /// The key of the tables that configure upstream MCP servers (`[[upstream]]`).
@@ -125,7 +127,7 @@ impl UpstreamTable {
                     UpstreamAuth::Forward(_) | UpstreamAuth::TokenExchange { .. }
                 ) {
                     // Users' tokens cross the network only encrypted.
-                    codemode_host::authz::oauth::check_url("url", url)
+                    codemode_server::authz::oauth::check_url("url", url)
                         .map_err(|error| format!("{error}; `auth` sends users' tokens to it"))?;
                     // Nothing of the operator's rides along with a caller's token.
                     if let Some(name) =

@@ -50,7 +50,7 @@ impl Names {
     /// Checks `name` (a capability root whose `_`-separated words each start with a
     /// letter, as WIT's kebab-case needs) and spells it.
     fn new(name: &str) -> anyhow::Result<Self> {
-        codemode_host::check_upstream_name(name).map_err(anyhow::Error::msg)?;
+        codemode_server::check_upstream_name(name).map_err(anyhow::Error::msg)?;
         let words: Vec<&str> = name.split('_').collect();
         let wit_words = words.iter().all(|word| {
             word.chars().next().is_some_and(|c| c.is_ascii_lowercase())

@@ -813,7 +813,7 @@ mod tests {
     /// interpreter compiles once for all of them).
     fn service(dir: &Path) -> Service {
         Service::load(&ServiceConfig {
-            cache_dir: Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-cache")),
+            cache_dir: Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-cache")),
             ..ServiceConfig::new(dir, Arc::new(AllowAll))
         })
         .expect("the service starts")

@@ -796,7 +796,7 @@ mod tests {
                 crate::plugins::engine(crate::plugins::pool_instances(2, 0)).expect("an engine");
             let cache = crate::cache::open_cache(Some(std::path::Path::new(concat!(
                 env!("CARGO_MANIFEST_DIR"),
-                "/../target/test-cache"
+                "/../../target/test-cache"
             ))));
             Executor::new(ExecutorConfig {
                 engine: &engine,

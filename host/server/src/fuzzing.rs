@@ -295,7 +295,7 @@ mod tests {
     /// stays fixed.
     #[test]
     fn the_fuzz_corpora_replay_without_a_failure() {
-        let corpora = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
+        let corpora = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus");
         for (target, run) in TARGETS {
             let dir = corpora.join(target);
             let mut inputs: Vec<_> = std::fs::read_dir(&dir)

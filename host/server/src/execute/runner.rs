@@ -20,7 +20,7 @@ use wasmtime_wizer::Wizer;
 use crate::cache::{ArtifactCache, Origin};
 
 wasmtime::component::bindgen!({
-    path: "../wit/runner",
+    path: "../../wit/runner",
     world: "runner",
 });
 

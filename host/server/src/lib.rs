@@ -1,12 +1,14 @@
-//! codemode-host: an MCP server for "code mode".
+//! codemode-server: the codemode-host server as a library, an MCP server for
+//! "code mode".
 //!
 //! Instead of one tool per capability, an agent gets three: `search_api` (ranked
 //! discovery), `describe_api` (exact signature and field shapes) and `execute` (one
 //! Starlark program calling many capabilities). Capabilities ship as WebAssembly
 //! components dropped in a folder; their WIT types are their signatures.
 //!
-//! The library is what the `codemode-host` binary (flags, files, wiring) is built
-//! from, and what a program embedding the server uses: [`Service`] (search,
+//! It is what the `codemode-host` binary (the package `codemode-host` in `host/`:
+//! flags, files, wiring) is built from, and what a program embedding the server
+//! uses: [`Service`] (search,
 //! describe, execute, reload) with its [`ServiceConfig`] and [`Limits`];
 //! [`ToolError`], every error a model can see; the [`authz`] port ([`Authorizer`],
 //! with the Rego and allow-all adapters and bearer [`Tokens`]); the [`mcp`] adapter
@@ -15,7 +17,9 @@
 //! from OCI registries and verified; and [`units`], how sizes and durations are
 //! written.
 //!
-//! Inside, layers point one way (docs/architecture.md): the catalog (names, shapes,
+//! It imports the crates of the layers below it (core, runtime, sandbox, gateway,
+//! the registry client) and none above. Inside, layers point one way
+//! (docs/architecture.md): the catalog (names, shapes,
 //! binding, search; no wasmtime, MCP or Rego) ← capability sources (WebAssembly
 //! plugins, behind the crate's capability-source port) ← execute (the sandboxed
 //! interpreter, the ledger, dispatch) ← the service ← the adapters.

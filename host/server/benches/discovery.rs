@@ -8,8 +8,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use codemode_host::authz::{AllowAll, Subject};
-use codemode_host::{Service, ServiceConfig};
+use codemode_server::authz::{AllowAll, Subject};
+use codemode_server::{Service, ServiceConfig};
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
@@ -31,14 +31,14 @@ fn time<F: FnMut()>(name: &str, iterations: usize, mut f: F) {
 }
 
 fn main() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/plugins");
     assert!(
         dir.join("records.wasm").is_file(),
         "run `cargo xtask plugins` first"
     );
     let started = Instant::now();
     let service = match Service::load(&ServiceConfig {
-        cache_dir: codemode_host::default_cache_dir(),
+        cache_dir: codemode_server::default_cache_dir(),
         // Discovery makes no native calls: nothing to decide.
         ..ServiceConfig::new(dir, Arc::new(AllowAll))
     }) {

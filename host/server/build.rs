@@ -12,10 +12,14 @@ const TARGET: &str = "wasm32-wasip2";
 
 fn main() {
     let manifest_dir = PathBuf::from(env_var("CARGO_MANIFEST_DIR"));
-    let runner = manifest_dir.join("runner");
-    let workspace = manifest_dir
+    // This crate is `host/server`; the interpreter is its sibling `host/runner`.
+    let host = manifest_dir
         .parent()
         .map_or_else(|| manifest_dir.clone(), Path::to_path_buf);
+    let runner = host.join("runner");
+    let workspace = host
+        .parent()
+        .map_or_else(|| host.clone(), Path::to_path_buf);
     for watched in [
         runner.join("src"),
         runner.join("Cargo.toml"),

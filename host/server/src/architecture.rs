@@ -6,16 +6,27 @@
 //!
 //! The imports are read from the source text (comments and `mod tests`, inline
 //! or in a `tests.rs`, left out):
-//! `crate::x` in the library and in the binary's modules, `codemode_host::x` (the
+//! `crate::x` in the library and in the binary's modules, `codemode_server::x` (the
 //! library, from the binary), and the names the library's root re-exports
 //! (`crate::Service` is `service`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Where the crate's sources are.
+/// Where the library's sources are (`host/server/src`).
 fn source_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Where the binary's sources are (`host/src`, the `codemode-host` package).
+fn binary_dir() -> PathBuf {
+    source_dir().join("../../src")
+}
+
+/// docs/architecture.md.
+fn architecture_doc() -> String {
+    std::fs::read_to_string(source_dir().join("../../../docs/architecture.md"))
+        .expect("docs/architecture.md")
 }
 
 /// The text of `path`, without comments and without its `mod tests`.
@@ -103,7 +114,7 @@ fn reexports(root: &str) -> BTreeMap<String, String> {
     names
 }
 
-/// The first segment of every path under `prefix` (`crate::`, `codemode_host::`)
+/// The first segment of every path under `prefix` (`crate::`, `codemode_server::`)
 /// in `code`, a group `prefix{a, b::c}` giving each of its items.
 fn roots_under(code: &str, prefix: &str) -> BTreeSet<String> {
     let mut roots = BTreeSet::new();
@@ -201,9 +212,9 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 /// The crate's module graph: for each module of the library and of the binary
 /// (`main` included), the modules it imports.
 fn imports() -> BTreeMap<String, BTreeSet<String>> {
-    let src = source_dir();
+    let (src, bin) = (source_dir(), binary_dir());
     let lib = code_of(&src.join("lib.rs"));
-    let main = code_of(&src.join("main.rs"));
+    let main = code_of(&bin.join("main.rs"));
     let library = declared(&lib);
     let binary = declared(&main);
     let renamed = reexports(&lib);
@@ -221,8 +232,10 @@ fn imports() -> BTreeMap<String, BTreeSet<String>> {
         Some(module)
     };
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for file in rust_files(&src) {
-        let relative = file.strip_prefix(&src).unwrap_or(&file);
+    let files = rust_files(&src).into_iter().map(|file| (file, &src));
+    let files = files.chain(rust_files(&bin).into_iter().map(|file| (file, &bin)));
+    for (file, root) in files {
+        let relative = file.strip_prefix(root).unwrap_or(&file);
         let first = relative
             .components()
             .next()
@@ -254,7 +267,7 @@ fn imports() -> BTreeMap<String, BTreeSet<String>> {
             }
         }
         if in_binary {
-            for name in roots_under(&code, "codemode_host::") {
+            for name in roots_under(&code, "codemode_server::") {
                 match owner(&name) {
                     Some(module) => found.insert(module),
                     None => found.insert(name),
@@ -619,8 +632,7 @@ fn folder_graphs(src: &Path) -> BTreeMap<String, BTreeMap<String, BTreeSet<Strin
 
 #[test]
 fn the_module_table_names_exactly_the_crate_s_modules() {
-    let doc = std::fs::read_to_string(source_dir().join("../../docs/architecture.md"))
-        .expect("docs/architecture.md");
+    let doc = architecture_doc();
     let listed: BTreeSet<String> = table_after(&doc, "| module | its one job |")
         .into_iter()
         .map(|(module, _)| {
@@ -649,8 +661,7 @@ fn the_module_table_names_exactly_the_crate_s_modules() {
 
 #[test]
 fn who_imports_whom_is_what_the_code_says() {
-    let doc = std::fs::read_to_string(source_dir().join("../../docs/architecture.md"))
-        .expect("docs/architecture.md");
+    let doc = architecture_doc();
     let graph = imports();
     let documented: BTreeMap<String, String> = table_after(&doc, "**Who imports whom**")
         .into_iter()
@@ -668,10 +679,10 @@ fn who_imports_whom_is_what_the_code_says() {
 /// The crates under `host/` besides this one whose modules are checked, each
 /// with a module it must have (so a moved folder cannot pass unread).
 const OTHER_CRATES: [(&str, &str); 4] = [
-    ("../core/src", "source"),
-    ("../runtime/src", "wait"),
-    ("../gateway/src", "upstream"),
-    ("../sandbox/src", "plugins"),
+    ("../../core/src", "source"),
+    ("../../runtime/src", "wait"),
+    ("../../gateway/src", "upstream"),
+    ("../../sandbox/src", "plugins"),
 ];
 
 #[test]
@@ -709,7 +720,7 @@ fn no_two_files_of_one_folder_import_each_other() {
     // and the other crates' (`catalog/`, `upstream/`, `openapi/`, ...).
     let mut found = Vec::new();
     let others = OTHER_CRATES.map(|(src, _)| source_dir().join(src));
-    for src in std::iter::once(source_dir()).chain(others) {
+    for src in [source_dir(), binary_dir()].into_iter().chain(others) {
         for (folder, graph) in folder_graphs(&src) {
             for cycle in cycles(&graph) {
                 found.push(format!("{}: {}", folder, cycle.join(" -> ")));
@@ -726,10 +737,11 @@ fn no_two_files_of_one_folder_import_each_other() {
 /// The workspace crates (`codemode-*`) each crate under `host/` depends on, from
 /// its Cargo.toml's `[dependencies]`.
 fn crate_graph() -> BTreeMap<String, BTreeSet<String>> {
-    let host = source_dir().join("..");
+    let host = source_dir().join("../..");
     let mut graph = BTreeMap::new();
     for manifest in [
         host.join("Cargo.toml"),
+        host.join("server/Cargo.toml"),
         host.join("core/Cargo.toml"),
         host.join("oci/Cargo.toml"),
         host.join("runtime/Cargo.toml"),
@@ -764,8 +776,7 @@ fn crate_graph() -> BTreeMap<String, BTreeSet<String>> {
 
 #[test]
 fn the_crate_table_is_what_the_manifests_say() {
-    let doc = std::fs::read_to_string(source_dir().join("../../docs/architecture.md"))
-        .expect("docs/architecture.md");
+    let doc = architecture_doc();
     let documented: BTreeMap<String, String> = table_after(&doc, "| crate | imports |")
         .into_iter()
         .collect();
@@ -811,6 +822,25 @@ fn the_crate_table_is_what_the_manifests_say() {
             "codemode-value",
             "codemode-wit-docs",
         ],
+    );
+    // The server builds on every layer below it; the binary knows the server
+    // (and the registry client and the WIT docs, for its commands beside
+    // serving), never a layer under the server directly.
+    only(
+        "codemode-server",
+        &[
+            "codemode-core",
+            "codemode-runtime",
+            "codemode-gateway",
+            "codemode-sandbox",
+            "codemode-oci",
+            "codemode-value",
+            "codemode-wit-docs",
+        ],
+    );
+    only(
+        "codemode-host",
+        &["codemode-server", "codemode-oci", "codemode-wit-docs"],
     );
     assert!(cycles(&graph).is_empty(), "{graph:?}");
 }
