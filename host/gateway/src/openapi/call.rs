@@ -6,7 +6,8 @@
 //! deadline) into the result.
 //!
 //! Requests go to the base URL's origin alone: the URL is built from it, and a
-//! redirect is followed only within it (at most [`MAX_REDIRECTS`]).
+//! redirect is followed only within it (at most [`MAX_REDIRECTS`]:
+//! [`same_origin_client`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +18,9 @@ use serde_json::{Map, Value as Json};
 
 use super::config::OpenApiAuth;
 use super::operations::{BodyKind, Location, Operation, Output, RESULT_FIELD, Style};
+#[cfg(doc)]
+use super::spec::MAX_REDIRECTS;
+use super::spec::same_origin_client;
 use crate::budget::{Budget, Nodes, OutOfNodes};
 use crate::catalog::Capability;
 use crate::error::{
@@ -29,9 +33,6 @@ use crate::source::{Arguments, CallBudget, CallFailure, CallOutcome, Caller, san
 
 /// Largest answer read, in bytes: as an upstream MCP server's largest message.
 pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
-
-/// Most redirects followed, each within the base URL's origin.
-pub const MAX_REDIRECTS: usize = 5;
 
 /// Most bytes of a failed answer's body quoted in its failure message (the
 /// message is cut at 256 bytes anyway).
@@ -80,19 +81,7 @@ impl OpenApi {
                 .map_err(|_| format!("header `{header}` has a value that cannot be sent"))?;
             checked.insert(header, value);
         }
-        let origin = base.origin();
-        let policy = reqwest::redirect::Policy::custom(move |attempt| {
-            if attempt.previous().len() > MAX_REDIRECTS || attempt.url().origin() != origin {
-                attempt.stop()
-            } else {
-                attempt.follow()
-            }
-        });
-        let client = reqwest::Client::builder()
-            .tls_backend_preconfigured(crate::tls::client_config_with_system_roots()?)
-            .redirect(policy)
-            .build()
-            .map_err(|error| format!("HTTP client: {error}"))?;
+        let client = same_origin_client(base.origin())?;
         Ok(Self {
             label: format!("openapi {name}"),
             name: name.to_owned(),

@@ -25,6 +25,10 @@ const MAX_YAML_NODES: usize = 20_000_000;
 /// Most nesting levels a spec may have (JSON's parser stops at 128 too).
 const MAX_NESTING: usize = 128;
 
+/// Most redirects followed, each within the origin first asked (a spec's URL, a
+/// service's base URL).
+pub const MAX_REDIRECTS: usize = 5;
+
 /// A spec's text as read, and where its relative server URLs are relative to.
 pub struct Read {
     /// The text.
@@ -68,20 +72,7 @@ fn read_file(path: &Path) -> Result<String, String> {
 /// The body at `url`, at most [`MAX_SPEC_BYTES`], redirects only within its
 /// origin.
 async fn fetch(url: &url::Url) -> Result<String, String> {
-    let origin = url.origin();
-    let policy = reqwest::redirect::Policy::custom(move |attempt| {
-        if attempt.previous().len() >= 5 || attempt.url().origin() != origin {
-            attempt.stop()
-        } else {
-            attempt.follow()
-        }
-    });
-    let client = reqwest::Client::builder()
-        .tls_backend_preconfigured(crate::tls::client_config_with_system_roots()?)
-        .redirect(policy)
-        .build()
-        .map_err(|error| format!("HTTP client: {error}"))?;
-    let mut response = client
+    let mut response = same_origin_client(url.origin())?
         .get(url.clone())
         .header(
             reqwest::header::ACCEPT,
@@ -112,6 +103,29 @@ async fn fetch(url: &url::Url) -> Result<String, String> {
         body.extend_from_slice(&chunk);
     }
     String::from_utf8(body).map_err(|_| "it is not UTF-8 text".to_owned())
+}
+
+/// The HTTP client of the spec's fetch and of a service's calls: the system's
+/// roots trusted, and at most [`MAX_REDIRECTS`] redirects followed, each within
+/// `origin` (a redirect elsewhere is the answer, never followed).
+///
+/// # Errors
+///
+/// The system's roots or the client cannot be set up.
+pub fn same_origin_client(origin: url::Origin) -> Result<reqwest::Client, String> {
+    let policy = reqwest::redirect::Policy::custom(move |attempt| {
+        // `previous` holds the URL first asked too: the n-th redirect has n.
+        if attempt.previous().len() > MAX_REDIRECTS || attempt.url().origin() != origin {
+            attempt.stop()
+        } else {
+            attempt.follow()
+        }
+    });
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(crate::tls::client_config_with_system_roots()?)
+        .redirect(policy)
+        .build()
+        .map_err(|error| format!("HTTP client: {error}"))
 }
 
 /// `error` and its causes, joined with `: ` (reqwest's own text names only the
@@ -187,6 +201,71 @@ pub fn parse(text: &str) -> Result<Map<String, Json>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A loopback server answering `GET /hop/N` with a redirect to `/hop/N-1`
+    /// (`/hop/0`: `200 done`) and `GET /away` with a redirect to another origin
+    /// (another port); one connection a request, at most `MAX_CONNECTIONS`.
+    async fn redirecting_server() -> url::Url {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        const MAX_CONNECTIONS: usize = 32;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let elsewhere = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        let away = format!("http://{}/", elsewhere.local_addr().expect("address"));
+        tokio::spawn(async move {
+            let _elsewhere = elsewhere;
+            for _ in 0..MAX_CONNECTIONS {
+                let Ok((mut connection, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut request = vec![0u8; 8 * 1024];
+                let Ok(read) = connection.read(&mut request).await else {
+                    continue;
+                };
+                let head = String::from_utf8_lossy(&request[..read]);
+                let path = head.split(' ').nth(1).unwrap_or("/");
+                let answer = match path.strip_prefix("/hop/").map(str::parse::<u32>) {
+                    Some(Ok(0)) => {
+                        "HTTP/1.1 200 OK\r\ncontent-length: 4\r\nconnection: close\r\n\r\ndone"
+                            .to_owned()
+                    }
+                    Some(Ok(n)) => format!(
+                        "HTTP/1.1 302 Found\r\nlocation: /hop/{}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                        n - 1
+                    ),
+                    _ => format!(
+                        "HTTP/1.1 302 Found\r\nlocation: {away}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    ),
+                };
+                let _ = connection.write_all(answer.as_bytes()).await;
+                let _ = connection.shutdown().await;
+            }
+        });
+        url::Url::parse(&format!("http://{address}/")).expect("URL")
+    }
+
+    /// The spec's fetch and a service's calls share this client: five redirects
+    /// within the origin are followed, a sixth is the answer, and so is one to
+    /// another origin.
+    #[tokio::test]
+    async fn redirects_are_followed_five_times_within_the_origin_only() {
+        let base = redirecting_server().await;
+        let client = same_origin_client(base.origin()).expect("client");
+        let get = |path: &str| client.get(base.join(path).expect("URL")).send();
+        let followed = get("hop/5").await.expect("answer");
+        assert_eq!(followed.status(), 200);
+        assert_eq!(followed.url().path(), "/hop/0");
+        let stopped = get("hop/6").await.expect("answer");
+        assert_eq!(stopped.status(), 302);
+        assert_eq!(stopped.url().path(), "/hop/1");
+        let away = get("away").await.expect("answer");
+        assert_eq!(away.status(), 302);
+        assert_eq!(away.url().path(), "/away");
+    }
 
     #[test]
     fn json_and_yaml_specs_parse_and_other_versions_are_refused_by_name() {
