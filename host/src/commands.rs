@@ -4,7 +4,7 @@
 use anyhow::Context;
 use codemode_server::{default_cache_dir, oci};
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, RegistryAccess};
 
 /// `codemode-host check FILE..`: each file's capabilities, or every reason it cannot
 /// load, on stdout.
@@ -65,16 +65,13 @@ pub(crate) fn check(cli: &Cli, files: &[std::path::PathBuf]) -> anyhow::Result<(
     Ok(())
 }
 
-/// `codemode-host precompile`: fills the cache, one line per component on stdout.
 /// `pull`: one plugin from a registry into the plugins folder.
 pub(crate) fn pull(cli: &Cli) -> anyhow::Result<()> {
     let Some(Command::Pull {
         reference,
         name,
         digest,
-        registry_auth,
-        registry_token,
-        insecure,
+        registry,
     }) = &cli.command
     else {
         anyhow::bail!("not the pull command");
@@ -85,8 +82,8 @@ pub(crate) fn pull(cli: &Cli) -> anyhow::Result<()> {
         pinned: digest.clone(),
         policy: cli.pull.verify,
         keys: cli.pull.verify_keys.clone(),
-        auth: self::registry_auth(registry_auth.as_ref(), registry_token.as_ref()),
-        insecure: *insecure,
+        auth: registry_auth(registry),
+        insecure: registry.insecure,
     };
     let limits = cli.pull_limits();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -112,14 +109,20 @@ pub(crate) fn pull(cli: &Cli) -> anyhow::Result<()> {
 }
 
 /// The registry credentials `--registry-auth` or `--registry-token` name.
-fn registry_auth(
-    config: Option<&std::path::PathBuf>,
-    token: Option<&std::path::PathBuf>,
-) -> oci::RegistryAuth {
-    match (config, token) {
+fn registry_auth(access: &RegistryAccess) -> oci::RegistryAuth {
+    match (&access.registry_auth, &access.registry_token) {
         (_, Some(token)) => oci::RegistryAuth::TokenFile(token.clone()),
         (Some(config), None) => oci::RegistryAuth::DockerConfig(config.clone()),
         (None, None) => oci::RegistryAuth::DockerDefault,
+    }
+}
+
+/// Where `push` and `sign` publish: `reference`, reached as `access` says.
+fn destination(reference: &codemode_oci::Reference, access: &RegistryAccess) -> oci::Destination {
+    oci::Destination {
+        reference: reference.clone(),
+        auth: registry_auth(access),
+        insecure: access.insecure,
     }
 }
 
@@ -134,15 +137,9 @@ pub(crate) fn publish(cli: &Cli) -> anyhow::Result<()> {
             file,
             reference,
             key,
-            registry_auth: config,
-            registry_token,
-            insecure,
+            registry,
         }) => {
-            let destination = oci::Destination {
-                reference: reference.clone(),
-                auth: registry_auth(config.as_ref(), registry_token.as_ref()),
-                insecure: *insecure,
-            };
+            let destination = destination(reference, registry);
             let published = runtime
                 .block_on(oci::push(
                     file,
@@ -167,15 +164,9 @@ pub(crate) fn publish(cli: &Cli) -> anyhow::Result<()> {
         Some(Command::Sign {
             reference,
             key,
-            registry_auth: config,
-            registry_token,
-            insecure,
+            registry,
         }) => {
-            let destination = oci::Destination {
-                reference: reference.clone(),
-                auth: registry_auth(config.as_ref(), registry_token.as_ref()),
-                insecure: *insecure,
-            };
+            let destination = destination(reference, registry);
             let published = runtime
                 .block_on(oci::sign(&destination, key, cli.pull_limits()))
                 .map_err(anyhow::Error::msg)?;
@@ -190,6 +181,7 @@ pub(crate) fn publish(cli: &Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `codemode-host precompile`: fills the cache, one line per component on stdout.
 pub(crate) fn precompile(cli: &Cli) -> anyhow::Result<()> {
     let cache_dir = cli
         .cache_dir

@@ -67,18 +67,8 @@ pub enum Command {
         /// Refuse any digest but this one (sha256:<64 hex digits>)
         #[arg(long, value_name = "DIGEST", value_parser = oci_digest)]
         digest: Option<codemode_oci::Digest>,
-        /// A Docker config.json with the registry's credentials [default:
-        /// $DOCKER_CONFIG/config.json or ~/.docker/config.json, when there is one]
-        #[arg(long, value_name = "FILE", conflicts_with = "registry_token")]
-        registry_auth: Option<PathBuf>,
-        /// A file holding a registry token, sent as a bearer token
-        #[arg(long, value_name = "FILE")]
-        registry_token: Option<PathBuf>,
-        /// Speak plain HTTP to a registry that is not on this machine (one on
-        /// this machine is tried over HTTPS first, and spoken to in plain HTTP
-        /// only when it does not speak TLS)
-        #[arg(long)]
-        insecure: bool,
+        #[command(flatten)]
+        registry: RegistryAccess,
     },
 
     /// Push a plugin to an OCI registry, signed when a key is given
@@ -98,16 +88,8 @@ pub enum Command {
         /// pushed artifact with
         #[arg(long, value_name = "FILE")]
         key: Option<PathBuf>,
-        /// A Docker config.json with the registry's credentials [default:
-        /// $DOCKER_CONFIG/config.json or ~/.docker/config.json, when there is one]
-        #[arg(long, value_name = "FILE", conflicts_with = "registry_token")]
-        registry_auth: Option<PathBuf>,
-        /// A file holding a registry token, sent as a bearer token
-        #[arg(long, value_name = "FILE")]
-        registry_token: Option<PathBuf>,
-        /// Speak plain HTTP to a registry that is not on this machine
-        #[arg(long)]
-        insecure: bool,
+        #[command(flatten)]
+        registry: RegistryAccess,
     },
 
     /// Sign an artifact in an OCI registry with a key, as `cosign sign --key`
@@ -124,16 +106,8 @@ pub enum Command {
         /// `openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256`)
         #[arg(long, value_name = "FILE", required = true)]
         key: PathBuf,
-        /// A Docker config.json with the registry's credentials [default:
-        /// $DOCKER_CONFIG/config.json or ~/.docker/config.json, when there is one]
-        #[arg(long, value_name = "FILE", conflicts_with = "registry_token")]
-        registry_auth: Option<PathBuf>,
-        /// A file holding a registry token, sent as a bearer token
-        #[arg(long, value_name = "FILE")]
-        registry_token: Option<PathBuf>,
-        /// Speak plain HTTP to a registry that is not on this machine
-        #[arg(long)]
-        insecure: bool,
+        #[command(flatten)]
+        registry: RegistryAccess,
     },
 
     /// Write a new plugin project that builds, with one capability
@@ -154,6 +128,24 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
+}
+
+/// How `pull`, `push` and `sign` reach a registry: its credentials and whether
+/// plain HTTP is allowed.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct RegistryAccess {
+    /// A Docker config.json with the registry's credentials [default:
+    /// $DOCKER_CONFIG/config.json or ~/.docker/config.json, when there is one]
+    #[arg(long, value_name = "FILE", conflicts_with = "registry_token")]
+    pub registry_auth: Option<PathBuf>,
+    /// A file holding a registry token, sent as a bearer token
+    #[arg(long, value_name = "FILE")]
+    pub registry_token: Option<PathBuf>,
+    /// Speak plain HTTP to a registry that is not on this machine (one on this
+    /// machine is tried over HTTPS first, and spoken to in plain HTTP only when
+    /// it does not speak TLS)
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 /// The languages `new-plugin` writes projects in.

@@ -16,7 +16,7 @@ mod values;
 
 pub use access::AccessFlags;
 pub use budgets::BudgetFlags;
-pub use command::{Command, Lang};
+pub use command::{Command, Lang, RegistryAccess};
 pub use net::NetFlags;
 pub use pull::PullFlags;
 

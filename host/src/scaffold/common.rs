@@ -48,6 +48,26 @@ if [ "${1:-}" = publish ]; then
 fi
 "#;
 
+/// The end of the build of a language whose componentizer drops the WIT's doc
+/// comments (Python's, JavaScript's): `codemode-host wit-docs` writes them into
+/// the component built as `plugins/{{name}}.wasm.partial`, which only then takes
+/// its name.
+pub(super) const WIT_DOCS_STEP: &str = r#"# Keep the WIT's doc comments (what each parameter means) in the component:
+# the componentizer drops them. Needs codemode-host on PATH (or in $CODEMODE_HOST).
+host="${CODEMODE_HOST:-codemode-host}"
+if ! command -v "$host" >/dev/null; then
+  echo "$host not found: put codemode-host on PATH or name it in CODEMODE_HOST (it writes the WIT docs into the component)" >&2
+  rm -f plugins/{{name}}.wasm.partial
+  exit 1
+fi
+if ! "$host" wit-docs --wit wit plugins/{{name}}.wasm.partial >/dev/null; then
+  rm -f plugins/{{name}}.wasm.partial
+  exit 1
+fi
+mv plugins/{{name}}.wasm.partial plugins/{{name}}.wasm
+echo "built plugins/{{name}}.wasm"
+"#;
+
 /// How each project is checked and tried: the README's second half.
 pub(super) const README_TRY: &str = r#"
 Build it (the component goes to `plugins/{{name}}.wasm`), check it exactly as the

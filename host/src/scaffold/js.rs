@@ -103,21 +103,7 @@ if ! [ -f "$cli" ]; then
 fi
 mkdir -p plugins
 node "$cli" {{name}}.js --wit wit --world-name plugin --disable http fetch-event -o plugins/{{name}}.wasm.partial
-# Keep the WIT's doc comments (what each parameter means) in the component:
-# componentize-js drops them. Needs codemode-host on PATH (or in $CODEMODE_HOST).
-host="${CODEMODE_HOST:-codemode-host}"
-if ! command -v "$host" >/dev/null; then
-  echo "$host not found: put codemode-host on PATH or name it in CODEMODE_HOST (it writes the WIT docs into the component)" >&2
-  rm -f plugins/{{name}}.wasm.partial
-  exit 1
-fi
-if ! "$host" wit-docs --wit wit plugins/{{name}}.wasm.partial >/dev/null; then
-  rm -f plugins/{{name}}.wasm.partial
-  exit 1
-fi
-mv plugins/{{name}}.wasm.partial plugins/{{name}}.wasm
-echo "built plugins/{{name}}.wasm"
-{{publish}}"#,
+{{wit_docs}}{{publish}}"#,
     ),
     (".gitignore", "/node_modules\n/plugins\n/cosign.key\n"),
     (

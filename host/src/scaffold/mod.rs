@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 
 use crate::cli::Lang;
-use common::{PLUGIN_WIT_MARK, PUBLISH_STEP, README_TRY};
+use common::{PLUGIN_WIT_MARK, PUBLISH_STEP, README_TRY, WIT_DOCS_STEP};
 use js::JS;
 use python::PYTHON;
 use rust::RUST;
@@ -76,6 +76,7 @@ impl Names {
         template
             .replace("{{readme_try}}", README_TRY)
             .replace("{{publish}}", PUBLISH_STEP)
+            .replace("{{wit_docs}}", WIT_DOCS_STEP)
             .replace("{{name}}", &self.name)
             .replace("{{kebab}}", &self.kebab)
             .replace("{{pascal}}", &self.pascal)

@@ -91,21 +91,7 @@ if ! [ -x "$py" ]; then
 fi
 mkdir -p plugins
 "$py" --quiet -d wit -w local:{{kebab}}/plugin@0.1.0 componentize app -o plugins/{{name}}.wasm.partial
-# Keep the WIT's doc comments (what each parameter means) in the component:
-# componentize-py drops them. Needs codemode-host on PATH (or in $CODEMODE_HOST).
-host="${CODEMODE_HOST:-codemode-host}"
-if ! command -v "$host" >/dev/null; then
-  echo "$host not found: put codemode-host on PATH or name it in CODEMODE_HOST (it writes the WIT docs into the component)" >&2
-  rm -f plugins/{{name}}.wasm.partial
-  exit 1
-fi
-if ! "$host" wit-docs --wit wit plugins/{{name}}.wasm.partial >/dev/null; then
-  rm -f plugins/{{name}}.wasm.partial
-  exit 1
-fi
-mv plugins/{{name}}.wasm.partial plugins/{{name}}.wasm
-echo "built plugins/{{name}}.wasm"
-{{publish}}"#,
+{{wit_docs}}{{publish}}"#,
     ),
     (
         ".gitignore",
