@@ -249,6 +249,14 @@ mod tests {
     #[derive(Clone, Default)]
     struct Shared(Arc<Mutex<Vec<u8>>>);
 
+    impl Shared {
+        /// What was written, as text.
+        fn text(&self) -> anyhow::Result<String> {
+            let bytes = self.0.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+            Ok(String::from_utf8(bytes.clone())?)
+        }
+    }
+
     impl Write for Shared {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
             self.0
@@ -293,12 +301,7 @@ mod tests {
             ..record.clone()
         });
         log.close();
-        let text = String::from_utf8(
-            out.0
-                .lock()
-                .map_err(|_| anyhow::anyhow!("poisoned"))?
-                .clone(),
-        )?;
+        let text = out.text()?;
         assert_eq!(
             text,
             concat!(
@@ -366,12 +369,7 @@ mod tests {
         assert!(!log.sync(Duration::from_millis(50)));
         open.send(())?;
         assert!(log.sync(Duration::from_secs(60)));
-        let text = String::from_utf8(
-            out.0
-                .lock()
-                .map_err(|_| anyhow::anyhow!("poisoned"))?
-                .clone(),
-        )?;
+        let text = out.text()?;
         assert_eq!(text.lines().count(), 2, "{text}");
         Ok(())
     }

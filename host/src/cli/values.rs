@@ -67,22 +67,20 @@ pub(super) fn size(text: &str) -> Result<usize, String> {
 
 /// A compile memory cap: positive, at most 1 TiB.
 pub(super) fn compile_memory(text: &str) -> Result<u64, String> {
-    let size = parse_bytes(text)? as u64;
-    if size == 0 {
-        return Err("must be positive (e.g. 4GiB)".to_owned());
-    }
-    if size > 1 << 40 {
-        return Err("at most 1TiB".to_owned());
-    }
-    Ok(size)
+    memory_size(text, "4GiB").map(|size| size as u64)
 }
 
 /// A `--max-total-memory`: any size up to 1TiB (the execution limits check it
 /// against --max-memory).
 pub(super) fn total_memory(text: &str) -> Result<usize, String> {
+    memory_size(text, "8GiB")
+}
+
+/// A memory size: positive (`example` is shown when it is not), at most 1 TiB.
+fn memory_size(text: &str, example: &str) -> Result<usize, String> {
     let size = parse_bytes(text)?;
     if size == 0 {
-        return Err("must be positive (e.g. 8GiB)".to_owned());
+        return Err(format!("must be positive (e.g. {example})"));
     }
     if size > 1 << 40 {
         return Err("at most 1TiB".to_owned());

@@ -122,6 +122,18 @@ fn answered(
     }
 }
 
+/// A call the policy asks a human about, denied because nobody can be asked
+/// (`reason`, logged).
+fn not_asked(state: &ExecState, name: &str, reason: &str) -> (Outcome, Result<(), ToolError>) {
+    tracing::info!(
+        subject = %state.subject.id,
+        capability = %name,
+        reason,
+        "call denied: the policy asks a human, who cannot be asked"
+    );
+    (Outcome::NotAsked, Err(ToolError::PermissionDenied))
+}
+
 fn ask(
     state: &mut ExecState,
     capability_id: &str,
@@ -144,22 +156,10 @@ fn ask(
         return answered(state, capability_id, name, answer);
     }
     let Some(approver) = state.approver.clone() else {
-        tracing::info!(
-            subject = %state.subject.id,
-            capability = %name,
-            reason = "this execution has nobody to ask",
-            "call denied: the policy asks a human, who cannot be asked"
-        );
-        return (Outcome::NotAsked, Err(ToolError::PermissionDenied));
+        return not_asked(state, name, "this execution has nobody to ask");
     };
     let Some((shown, cut)) = shown(arguments) else {
-        tracing::info!(
-            subject = %state.subject.id,
-            capability = %name,
-            reason = ARGUMENTS_TOO_LARGE,
-            "call denied: the policy asks a human, who cannot be asked"
-        );
-        return (Outcome::NotAsked, Err(ToolError::PermissionDenied));
+        return not_asked(state, name, ARGUMENTS_TOO_LARGE);
     };
     let request = ApprovalRequest {
         question: escape_hidden(&question),
@@ -181,13 +181,7 @@ fn ask(
     }
     // One subject's unanswered questions hold at most its share of the slots.
     let Some(_waiting) = state.waiting.enter(&state.subject.id) else {
-        tracing::info!(
-            subject = %state.subject.id,
-            capability = %name,
-            reason = TOO_MANY_WAITING,
-            "call denied: the policy asks a human, who cannot be asked"
-        );
-        return (Outcome::NotAsked, Err(ToolError::PermissionDenied));
+        return not_asked(state, name, TOO_MANY_WAITING);
     };
     // The approver withdraws the question at its timeout (and says so); this
     // wait ends a little later in case it cannot.
