@@ -13,13 +13,7 @@ use codemode_server::units::{
 /// without, says so at once (rather than "needs a unit" and then "must be
 /// positive").
 pub(super) fn positive_duration(text: &str) -> Result<Duration, String> {
-    let trimmed = text.trim();
-    let zero = !trimmed.is_empty() && trimmed.chars().all(|c| c == '0' || c == '.');
-    let duration = if zero {
-        Duration::ZERO
-    } else {
-        parse_duration(text)?
-    };
+    let duration = duration_or_zero(text)?;
     if duration.is_zero() {
         return Err("must be positive (e.g. 5s, 500ms)".to_owned());
     }
@@ -27,6 +21,16 @@ pub(super) fn positive_duration(text: &str) -> Result<Duration, String> {
         return Err(MAX_DURATION_TEXT.to_owned());
     }
     Ok(duration)
+}
+
+/// A duration, where zero needs no unit (`0`, `0.0`): the flag's own check then
+/// says what zero is, rather than "needs a unit".
+fn duration_or_zero(text: &str) -> Result<Duration, String> {
+    let trimmed = text.trim();
+    if !trimmed.is_empty() && trimmed.chars().all(|c| c == '0' || c == '.') {
+        return Ok(Duration::ZERO);
+    }
+    parse_duration(text)
 }
 
 /// `--oauth-keys-refresh`: a duration of at least [`MIN_KEYS_REFRESH`].
@@ -40,13 +44,7 @@ pub(super) fn keys_refresh(text: &str) -> Result<Duration, String> {
 
 /// `--oauth-leeway`: whole seconds, from 0s to [`MAX_LEEWAY`].
 pub(super) fn leeway(text: &str) -> Result<Duration, String> {
-    let trimmed = text.trim();
-    let zero = !trimmed.is_empty() && trimmed.chars().all(|c| c == '0' || c == '.');
-    let duration = if zero {
-        Duration::ZERO
-    } else {
-        parse_duration(text)?
-    };
+    let duration = duration_or_zero(text)?;
     if duration.subsec_nanos() != 0 {
         return Err("must be whole seconds (e.g. 30s, 2m)".to_owned());
     }

@@ -112,19 +112,11 @@ fn values(arg: &Arg, name: &str, value: &DeValue, base: &Path) -> Result<Vec<OsS
                 an(value.type_str())
             )),
         },
-        ArgAction::Append => match value {
-            DeValue::Array(items) => items
+        action @ (ArgAction::Append | ArgAction::Set) => match value {
+            DeValue::Array(items) if matches!(action, ArgAction::Append) => items
                 .iter()
                 .map(|item| one(arg, name, item.get_ref(), base))
                 .collect(),
-            DeValue::String(_)
-            | DeValue::Integer(_)
-            | DeValue::Float(_)
-            | DeValue::Boolean(_)
-            | DeValue::Datetime(_)
-            | DeValue::Table(_) => Ok(vec![one(arg, name, value, base)?]),
-        },
-        ArgAction::Set => match value {
             DeValue::Array(_) => Err(format!("`{name}` takes one value, not an array")),
             DeValue::String(_)
             | DeValue::Integer(_)
