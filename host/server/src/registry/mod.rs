@@ -520,6 +520,16 @@ mod tests {
         thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     }
 
+    /// A registry over the fake `providers`, with the capability IDs `disabled`.
+    fn start(providers: &[&Arc<FakeProvider>], disabled: &[&str]) -> Result<Registry, SpecError> {
+        let providers = providers
+            .iter()
+            .map(|provider| Arc::clone(provider) as Arc<dyn Provider>)
+            .collect();
+        let disabled = disabled.iter().map(|id| (*id).to_owned()).collect();
+        Registry::start(providers, disabled, Arc::new(Metrics::default()))
+    }
+
     fn provider(
         name: &str,
         reserved: Reserved,
@@ -629,12 +639,7 @@ mod tests {
                 source("e.wasm", &["stats.mean"]),
             ],
         );
-        let registry = Registry::start(
-            vec![git.clone(), time.clone(), plugins.clone()],
-            Vec::new(),
-            Arc::new(Metrics::default()),
-        )
-        .unwrap();
+        let registry = start(&[&git, &time, &plugins], &[]).unwrap();
         assert_eq!(names(&registry), ["stats.mean", "time.now"]);
         assert_eq!(
             skipped(&registry),
@@ -690,12 +695,7 @@ mod tests {
             Reserved::default(),
             vec![source("records.wasm", &["records.find"])],
         );
-        let registry = Registry::start(
-            vec![plugins.clone(), time.clone()],
-            Vec::new(),
-            Arc::new(Metrics::default()),
-        )
-        .unwrap();
+        let registry = start(&[&plugins, &time], &[]).unwrap();
         assert_eq!(names(&registry), ["records.find", "time.now"]);
         // Added: its first offer rebuilds the catalog.
         let git = provider(
@@ -757,12 +757,7 @@ mod tests {
             Reserved::default(),
             vec![source("records.wasm", &["records.find"])],
         );
-        let registry = Registry::start(
-            vec![git.clone(), plugins.clone()],
-            Vec::new(),
-            Arc::new(Metrics::default()),
-        )
-        .unwrap();
+        let registry = start(&[&git, &plugins], &[]).unwrap();
         assert_eq!(names(&registry), ["records.find"]);
         // The upstream comes up: its names join the catalog.
         let accepted = git
@@ -834,8 +829,7 @@ mod tests {
     fn a_starting_provider_holds_its_roots_until_it_offers_and_a_replacement_keeps_the_old_sources()
     {
         let git = starting_provider("upstream git", upstream_reserves("git"));
-        let registry =
-            Registry::start(vec![git.clone()], Vec::new(), Arc::new(Metrics::default())).unwrap();
+        let registry = start(&[&git], &[]).unwrap();
         git.join();
         let starting = || registry.snapshot().starting().to_vec();
         assert_eq!(
@@ -889,12 +883,7 @@ mod tests {
             vec![source("records.wasm", &["records.find"])],
         );
         let big = provider("upstream big", upstream_reserves("big"), Vec::new());
-        let registry = Registry::start(
-            vec![plugins.clone(), big.clone()],
-            Vec::new(),
-            Arc::new(Metrics::default()),
-        )
-        .unwrap();
+        let registry = start(&[&plugins, &big], &[]).unwrap();
         let tools: Vec<String> = (0..crate::catalog::MAX_CAPABILITIES)
             .map(|i| format!("!big.t{i}"))
             .collect();
@@ -923,24 +912,14 @@ mod tests {
     fn a_disabled_id_of_an_upstream_waits_for_its_list() {
         let git = provider("upstream git", upstream_reserves("git"), Vec::new());
         // No upstream `nope`: its ID names nothing, at start already.
-        let error = Registry::start(
-            vec![git.clone()],
-            vec!["mcp:git/log".to_owned(), "mcp:nope/x".to_owned()],
-            Arc::new(Metrics::default()),
-        )
-        .err();
+        let error = start(&[&git], &["mcp:git/log", "mcp:nope/x"]).err();
         assert_eq!(
             error,
             Some(SpecError::UnknownDisabled("mcp:nope/x".to_owned()))
         );
         // `git` is down at start: its ID is no error, and applies once it lists.
         let git = provider("upstream git", upstream_reserves("git"), Vec::new());
-        let registry = Registry::start(
-            vec![git.clone()],
-            vec!["mcp:git/log".to_owned()],
-            Arc::new(Metrics::default()),
-        )
-        .unwrap();
+        let registry = start(&[&git], &["mcp:git/log"]).unwrap();
         assert_eq!(names(&registry), Vec::<String>::new());
         git.offer(vec![source("upstream git", &["!git.log", "!git.status"])])
             .unwrap();
@@ -954,12 +933,7 @@ mod tests {
             Reserved::default(),
             vec![source("records.wasm", &["records.find"])],
         );
-        let error = Registry::start(
-            vec![plugins.clone()],
-            vec!["records.nope".to_owned()],
-            Arc::new(Metrics::default()),
-        )
-        .err();
+        let error = start(&[&plugins], &["records.nope"]).err();
         assert_eq!(
             error,
             Some(SpecError::UnknownDisabled("records.nope".to_owned()))
@@ -971,12 +945,7 @@ mod tests {
             Reserved::default(),
             vec![source("records.wasm", &["records.find", "records.list"])],
         );
-        let registry = Registry::start(
-            vec![plugins.clone()],
-            vec!["records.list".to_owned()],
-            Arc::new(Metrics::default()),
-        )
-        .unwrap();
+        let registry = start(&[&plugins], &["records.list"]).unwrap();
         assert_eq!(names(&registry), ["records.find"]);
         // Later, a disabled ID that names nothing any more is no error.
         assert!(matches!(
