@@ -452,16 +452,7 @@ impl Converter<'_> {
         let Some(Json::Object(content)) = body.get("content") else {
             return Ok(None);
         };
-        let json = content
-            .iter()
-            .find(|(media, _)| is_json(media))
-            .or_else(|| {
-                // `*/*` (springdoc's default) with a schema that is not a string:
-                // JSON is what the service takes.
-                content
-                    .get_key_value("*/*")
-                    .filter(|(_, media)| !schema_is_string(document, media))
-            });
+        let json = json_media(document, content);
         let text = content.iter().find(|(media, _)| media.starts_with("text/"));
         let Some((media_type, media)) = json.or(text) else {
             if body_required {
@@ -562,14 +553,7 @@ impl Converter<'_> {
             return Ok((Output::Text, text_fields()));
         };
         let json = match response.get("content") {
-            Some(Json::Object(content)) => content
-                .iter()
-                .find(|(media, _)| is_json(media))
-                .or_else(|| {
-                    content
-                        .get_key_value("*/*")
-                        .filter(|(_, media)| !schema_is_string(document, media))
-                }),
+            Some(Json::Object(content)) => json_media(document, content),
             _ => None,
         };
         let Some((_, media)) = json else {
@@ -793,6 +777,23 @@ fn union_properties<'a>(document: &'a Map<String, Json>, schema: &'a Json) -> Op
         }
     }
     (!names.is_empty()).then_some(names)
+}
+
+/// The JSON media type of a body's or an answer's `content`: a JSON one, else
+/// `*/*` (springdoc's default) with a schema that is not a string, which is JSON
+/// to the service.
+fn json_media<'a>(
+    document: &Map<String, Json>,
+    content: &'a Map<String, Json>,
+) -> Option<(&'a String, &'a Json)> {
+    content
+        .iter()
+        .find(|(media, _)| is_json(media))
+        .or_else(|| {
+            content
+                .get_key_value("*/*")
+                .filter(|(_, media)| !schema_is_string(document, media))
+        })
 }
 
 /// Whether a media type object's schema is a string (text or bytes, not
