@@ -81,7 +81,7 @@ fn run(phases: &mut Phases) -> Result<()> {
     let lints = Lints::find()?;
     let nextest = crate::tools::nextest()?;
     // Every native target of the host's packages, benches included, so that
-    // clippy sees them all; host/build.rs builds the interpreter for wasm into
+    // clippy sees them all; host/server/build.rs builds the interpreter for wasm into
     // target/runner.
     phases.run("build", || {
         status(lints.apply(packages(cargo().args([

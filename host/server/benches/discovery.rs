@@ -1,7 +1,7 @@
 //! Discovery benchmark: load the example plugins (cold compile), then time search_api
 //! and describe_api over the resulting catalog.
 //!
-//! Run: `cargo xtask plugins && cargo bench -p codemode-host --bench discovery`.
+//! Run: `cargo xtask plugins && cargo bench -p codemode-server --bench discovery`.
 //! Prints absolute numbers (µs) per operation; nothing here is a pass/fail test.
 
 use std::path::Path;

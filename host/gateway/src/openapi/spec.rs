@@ -216,8 +216,22 @@ mod tests {
             .expect("bind");
         let address = listener.local_addr().expect("address");
         let away = format!("http://{}/", elsewhere.local_addr().expect("address"));
+        // Elsewhere answers, so that a redirect followed there fails the test
+        // at once (a `200` where the redirect was due).
         tokio::spawn(async move {
-            let _elsewhere = elsewhere;
+            for _ in 0..MAX_CONNECTIONS {
+                let Ok((mut connection, _)) = elsewhere.accept().await else {
+                    return;
+                };
+                let mut request = vec![0u8; 8 * 1024];
+                let _ = connection.read(&mut request).await;
+                let _ = connection
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\nconnection: close\r\n\r\nelsewhere")
+                    .await;
+                let _ = connection.shutdown().await;
+            }
+        });
+        tokio::spawn(async move {
             for _ in 0..MAX_CONNECTIONS {
                 let Ok((mut connection, _)) = listener.accept().await else {
                     return;
