@@ -105,7 +105,7 @@ fn a_missing_plugins_folder_says_so_once_with_a_hint() {
     assert_eq!(code, Some(0), "{log}");
     assert!(
         log.contains(
-            "WARN codemode_sandbox::plugins::provider: no plugin loaded; serving no capabilities folder=plugins reason=the folder holds sources (fetch/Cargo.toml) but no built components (*.wasm): build them and put the .wasm files here; in a checkout, `cargo xtask plugins` builds the examples into target/plugins\n"
+            "WARN codemode_sandbox::plugins::provider: no plugin loaded; serving no plugin capabilities folder=plugins reason=the folder holds sources (fetch/Cargo.toml) but no built components (*.wasm): build them and put the .wasm files here; in a checkout, `cargo xtask plugins` builds the examples into target/plugins\n"
         ),
         "{log}"
     );

@@ -36,15 +36,8 @@ fn path(relative: &str) -> String {
 
 /// A tokens file for the analyst and the guest, under `label`.
 fn tokens_file(label: &str) -> String {
-    let dir = root().join("target/test-cache/tokens");
-    std::fs::create_dir_all(&dir).expect("create the tokens folder");
-    let file = dir.join(format!("{label}.tokens"));
-    let text = format!(
-        "# subject sha256(token)\nanalyst {}\nguest {}\n",
-        codemode_server::authz::token_hash(ANALYST_TOKEN),
-        codemode_server::authz::token_hash(GUEST_TOKEN)
-    );
-    std::fs::write(&file, text).expect("write the tokens file");
+    let subjects = [("analyst", ANALYST_TOKEN), ("guest", GUEST_TOKEN)];
+    let file = crate::support::tokens_file(label, &subjects);
     file.to_str().expect("utf-8 path").to_owned()
 }
 

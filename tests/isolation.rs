@@ -115,17 +115,7 @@ fn pristine() -> Value {
 
 /// A tokens file naming both subjects.
 fn tokens_file(label: &str) -> std::path::PathBuf {
-    let dir = crate::support::root().join("target/test-cache/tokens");
-    std::fs::create_dir_all(&dir).expect("the tokens folder");
-    let file = dir.join(format!("{label}.tokens"));
-    let text: String = TOKENS
-        .iter()
-        .map(|(subject, token)| {
-            format!("{subject} {}\n", codemode_server::authz::token_hash(token))
-        })
-        .collect();
-    std::fs::write(&file, text).expect("the tokens file");
-    file
+    crate::support::tokens_file(label, &TOKENS)
 }
 
 /// A server of `dir` that runs one execution at a time (so every execution reuses

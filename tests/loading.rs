@@ -51,7 +51,7 @@ fn broken_plugins_are_named_and_skipped_while_good_ones_serve() {
         "plugin skipped plugin=oddtypes.wasm reason=export `odd.area`: parameter shape: WIT type `variant` is not supported (use an enum, or a record with option fields)",
         "plugin skipped plugin=notes.wasm reason=not a WebAssembly file (no `\\0asm` header); only components are loaded",
         "plugin loaded plugin=records.wasm capabilities=4 cached=",
-        "catalog ready plugins=1 capabilities=4",
+        "catalog ready plugins=1 capabilities=8",
     ] {
         assert!(log.contains(want), "missing {want:?} in:\n{log}");
     }
@@ -176,7 +176,7 @@ fn a_plugin_whose_describe_waits_in_the_host_is_skipped_at_its_deadline() {
     let log = log.join("\n");
     for want in [
         "plugin skipped plugin=drowsy.wasm reason=`codemode:plugin/metadata@0.1.0#describe` failed: describe() did not return within 1000 ms (--load-timeout)",
-        "catalog ready plugins=1 capabilities=4",
+        "catalog ready plugins=1 capabilities=8",
     ] {
         assert!(log.contains(want), "missing {want:?} in:\n{log}");
     }
@@ -208,7 +208,7 @@ fn files_that_would_hang_or_flood_loading_are_skipped_with_the_reason() {
         "plugin skipped plugin=big.wasm reason=3221225472 bytes, more than the 268435456 allowed (--max-plugin-bytes)",
         "plugin skipped plugin=pipe.wasm reason=not a regular file (a FIFO); only regular files are read",
         "plugin skipped plugin=stats.wasm reason=sidecar `stats.toml`: not a regular file (a FIFO); only regular files are read",
-        "catalog ready plugins=1 capabilities=4",
+        "catalog ready plugins=1 capabilities=8",
     ] {
         assert!(log.contains(want), "missing {want:?} in:\n{log}");
     }
@@ -224,7 +224,7 @@ fn files_that_would_hang_or_flood_loading_are_skipped_with_the_reason() {
         "{log}"
     );
     assert!(
-        log.contains("catalog ready plugins=0 capabilities=0"),
+        log.contains("catalog ready plugins=0 capabilities=4"),
         "{log}"
     );
     let _ = std::fs::remove_dir_all(&dir);
@@ -259,7 +259,7 @@ fn a_folder_that_serves_nothing_says_why_and_what_to_do() {
         let d = dir.to_str().expect("utf-8");
         let (log, _) = startup_log(&["--plugins", d]);
         let want = format!(
-            "WARN codemode_sandbox::plugins::provider: no plugin loaded; serving no capabilities folder={d} reason={reason}"
+            "WARN codemode_sandbox::plugins::provider: no plugin loaded; serving no plugin capabilities folder={d} reason={reason}"
         );
         assert!(
             log.iter().any(|line| line.ends_with(&want)),

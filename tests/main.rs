@@ -34,6 +34,7 @@ mod registry_hostile;
 mod reload;
 mod scaffold;
 mod secrets;
+mod state;
 mod stdio;
 mod support;
 mod tasks;

@@ -270,7 +270,10 @@ fn adding_and_removing_plugins_changes_search_describe_and_execute() {
             server.port,
             "def main():\n    return stats.summary(values=[1, 2, 3])"
         ),
-        Err("invalid program: <codemode>:2:12: Variable `stats` not found".to_owned())
+        Err(
+            "invalid program: <codemode>:2:12: Variable `stats` not found; did you mean state?"
+                .to_owned()
+        )
     );
     let log = server.log();
     assert!(log.contains("plugin removed plugin=stats.wasm"), "{log}");
@@ -281,7 +284,7 @@ fn adding_and_removing_plugins_changes_search_describe_and_execute() {
         "{log}"
     );
     assert!(
-        log.contains("catalog reloaded plugins=1 capabilities=4 failed=0 reload_ms="),
+        log.contains("catalog reloaded plugins=1 capabilities=8 failed=0 reload_ms="),
         "{log}"
     );
 }

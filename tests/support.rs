@@ -157,6 +157,23 @@ pub(crate) fn private_cache(label: &str) -> PathBuf {
     dir
 }
 
+/// A tokens file (`--tokens`) under `target/test-cache/tokens` giving each
+/// `(subject, token)` of `subjects`: its path.
+pub(crate) fn tokens_file(label: &str, subjects: &[(&str, &str)]) -> PathBuf {
+    let dir = root().join("target/test-cache/tokens");
+    std::fs::create_dir_all(&dir).expect("create the tokens folder");
+    let file = dir.join(format!("{label}.tokens"));
+    let mut text = String::from("# subject sha256(token)\n");
+    for (subject, token) in subjects {
+        text.push_str(&format!(
+            "{subject} {}\n",
+            codemode_server::authz::token_hash(token)
+        ));
+    }
+    std::fs::write(&file, text).expect("write the tokens file");
+    file
+}
+
 /// Runs the Python MCP client against `codemode-host ARGS` over stdio and returns its
 /// JSON report (see tests/clients/mcp_driver.py).
 pub(crate) fn drive(args: &[&str], steps: Value) -> Value {

@@ -13,6 +13,8 @@ use std::time::Duration;
 use anyhow::Context;
 use cli::{Cli, Command, LogFormat};
 use codemode_server::mcp::http::Authentication;
+use codemode_server::state::StateConfig;
+use codemode_server::store::Store;
 use codemode_server::{DEFAULT_STARTUP_WAIT, Service, ServiceConfig};
 use codemode_server::{children, default_cache_dir};
 use commands::{check, precompile, publish, pull};
@@ -229,6 +231,11 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
         plugins_optional: !cli.plugins_given
             && (!cli.upstreams.is_empty() || !cli.openapi.is_empty()),
         providers: Vec::new(),
+        // What agents keep between executions (`state.*`).
+        state: Some(StateConfig {
+            store: Arc::new(Store::new(cli.state.location())),
+            limits: cli.state.limits(),
+        }),
         token_exchange,
         startup_wait: cli.budgets.startup_wait.unwrap_or(DEFAULT_STARTUP_WAIT),
         upstreams_gate: None,

@@ -40,6 +40,12 @@ pub enum Budget {
     /// The interpreter's stack: a program (or a value it builds) nested too deeply
     /// for it. Fixed; no flag raises it.
     Stack,
+    /// Keys one subject keeps in the state store.
+    StateKeys,
+    /// Bytes of keys and values one subject keeps in the state store.
+    StateBytes,
+    /// Bytes of one value kept in the state store.
+    StateValueBytes,
 }
 
 /// What is left of one value's node budget, shared by everything that walks a value
@@ -100,6 +106,9 @@ impl Budget {
             Budget::PluginMemory => "max_memory",
             Budget::Capacity => "--max-concurrent-executions",
             Budget::Stack => STACK_LIMIT,
+            Budget::StateKeys => "--max-state-keys",
+            Budget::StateBytes => "--max-state-bytes",
+            Budget::StateValueBytes => "--max-state-value-bytes",
         }
     }
 }

@@ -298,6 +298,9 @@ pub struct CallBudget {
     /// request carried one): a source that calls another service passes it on, so
     /// that the other's work joins the trace.
     pub trace: Option<TraceContext>,
+    /// Whom the call is for: its subject's ID, under which a source that keeps
+    /// something per subject (the state store) files it.
+    pub subject: Arc<str>,
     /// Who the call acts for, when its request came with an access token: for
     /// a source that acts for its caller (an upstream with `auth = "forward"`
     /// or `"token-exchange"`).

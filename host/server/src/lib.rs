@@ -44,6 +44,8 @@ pub mod memory;
 mod precompile;
 mod registry;
 mod service;
+pub mod state;
+pub mod store;
 pub mod tasks;
 pub mod telemetry;
 pub mod units;

@@ -10,6 +10,7 @@ mod budgets;
 mod command;
 mod net;
 mod pull;
+mod state;
 #[cfg(test)]
 mod tests;
 mod values;
@@ -19,6 +20,7 @@ pub use budgets::BudgetFlags;
 pub use command::{Command, Lang, RegistryAccess};
 pub use net::NetFlags;
 pub use pull::PullFlags;
+pub use state::StateFlags;
 
 use std::path::PathBuf;
 
@@ -152,6 +154,10 @@ pub struct Cli {
     // BudgetFlags: their flags, in this place of the help.
     #[command(flatten)]
     pub budgets: BudgetFlags,
+
+    // StateFlags: their flags, in this place of the help.
+    #[command(flatten)]
+    pub state: StateFlags,
 
     // PullFlags: their flags, in this place of the help.
     #[command(flatten)]

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Command, ValueHint};
+use codemode_server::store::MEMORY_STORE;
 use toml::de::{DeTable, DeValue};
 
 use super::openapi::OPENAPI_KEY;
@@ -151,8 +152,14 @@ fn one(arg: &Arg, name: &str, value: &DeValue, base: &Path) -> Result<OsString, 
             ));
         }
     };
+    // An empty value is the flag's parser's to refuse, not the file's folder.
+    let relative = !text.is_empty() && Path::new(&text).is_relative();
     let value = match arg.get_value_hint() {
-        ValueHint::AnyPath if Path::new(&text).is_relative() => base.join(&text).into_os_string(),
+        ValueHint::AnyPath if relative => base.join(&text).into_os_string(),
+        // A file or a word (`--store`: `memory`).
+        ValueHint::FilePath if relative && text != MEMORY_STORE => {
+            base.join(&text).into_os_string()
+        }
         _ => OsString::from(text),
     };
     check(arg, name, &value)?;

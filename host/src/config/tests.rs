@@ -201,3 +201,33 @@ fn variable_names_follow_the_long_flag() {
     );
     assert_eq!(env_name("plugins"), "CODEMODE_PLUGINS");
 }
+
+#[test]
+fn a_store_file_is_relative_to_the_config_file_and_memory_stays_a_word() -> anyhow::Result<()> {
+    use codemode_server::store::StoreLocation;
+    let (dir, path) = config_file(
+        "store",
+        "store = \"state/store.redb\"\nmax-state-keys = 10\nmax-state-value-bytes = \"4KiB\"\n",
+    )?;
+    let config = path.display().to_string();
+    let cli = parse(args(&["--config", &config]))?;
+    assert_eq!(
+        cli.state.location(),
+        StoreLocation::File(dir.join("state/store.redb"))
+    );
+    let limits = cli.state.limits();
+    assert_eq!(
+        (limits.max_keys, limits.max_bytes, limits.max_value_bytes),
+        (10, 16 << 20, 4096)
+    );
+    let (_, path) = config_file("store-memory", "store = \"memory\"\n")?;
+    let config = path.display().to_string();
+    let cli = parse(args(&["--config", &config]))?;
+    assert_eq!(cli.state.location(), StoreLocation::Memory);
+    assert_file_errors(&[(
+        "store-empty",
+        "store = \"\"\n",
+        "line 1: `store`: must be `memory` or a file (e.g. ./state/store.redb)",
+    )])?;
+    Ok(())
+}

@@ -256,7 +256,7 @@ impl PluginsProvider {
             if self.others {
                 tracing::info!(folder = %folder.dir().display(), reason = %reason, "no plugin loaded; serving the other sources' capabilities only");
             } else {
-                tracing::warn!(folder = %folder.dir().display(), reason = %reason, "no plugin loaded; serving no capabilities");
+                tracing::warn!(folder = %folder.dir().display(), reason = %reason, "no plugin loaded; serving no plugin capabilities");
             }
         }
         drop(folder);

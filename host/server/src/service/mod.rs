@@ -6,6 +6,7 @@
 //! The MCP adapter decodes a request, calls one method here and projects the error;
 //! nothing in this module knows MCP.
 
+use crate::state::StateProvider;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -175,6 +176,14 @@ impl Service {
                 .map(|service| service.clone() as Arc<dyn Provider>),
         );
         providers.extend(config.providers.iter().cloned());
+        // Built in, last: not a source the operator configured (an empty plugins
+        // folder beside it is still worth a warning).
+        if let Some(state) = &config.state {
+            providers.push(Arc::new(StateProvider::new(
+                state.store.clone(),
+                state.limits,
+            )));
+        }
         let registry = Registry::start(providers, config.disabled.clone(), metrics.clone())
             .map_err(StartError::Catalog);
         // A start that fails ends the upstreams it started, children included.

@@ -11,6 +11,7 @@ use crate::execute::{LimitError, Limits, RunnerError};
 use crate::openapi::OpenApiConfig;
 use crate::plugins::LoadLimits;
 use crate::source::{Provider, Skipped};
+use crate::state::StateConfig;
 use crate::telemetry::Telemetry;
 use crate::upstream::UpstreamConfig;
 use crate::upstream::UpstreamGate;
@@ -55,6 +56,9 @@ pub struct ServiceConfig {
     /// folder and the upstreams: their capabilities are searched, described,
     /// authorized, audited and budgeted as every other's.
     pub providers: Vec<Arc<dyn Provider>>,
+    /// The state capabilities (`state.*`) and where their values are kept;
+    /// `None` serves none.
+    pub state: Option<StateConfig>,
     /// Where execution spans are exported (`Telemetry::start`, feature `otel`); `None` exports
     /// none (a request's trace context still reaches upstreams).
     pub telemetry: Option<Arc<Telemetry>>,
@@ -95,6 +99,7 @@ impl std::fmt::Debug for ServiceConfig {
             .field("require_all_plugins", &self.require_all_plugins)
             .field("plugins_optional", &self.plugins_optional)
             .field("providers", &providers)
+            .field("state", &self.state)
             .field("telemetry", &self.telemetry.is_some())
             .field("token_exchange", &self.token_exchange.is_some())
             .field("startup_wait", &self.startup_wait)
@@ -121,6 +126,7 @@ impl ServiceConfig {
             require_all_plugins: false,
             plugins_optional: false,
             providers: Vec::new(),
+            state: None,
             telemetry: None,
             token_exchange: None,
             startup_wait: DEFAULT_STARTUP_WAIT,

@@ -1,0 +1,174 @@
+//! The store's database: where it is, and its opening at the first use.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use redb::{Builder, ConcurrencyMode, Database};
+
+/// The name of `--store`'s default file, in the state folder.
+pub const DEFAULT_STORE_FILE: &str = "store.redb";
+
+/// What `--store` says to keep things in memory.
+pub const MEMORY_STORE: &str = "memory";
+
+/// The most memory the database caches of its file (redb's own default is
+/// 1 GiB): the state of every subject is a few MiB at the default limits.
+const CACHE_BYTES: usize = 16 << 20;
+
+/// Where the store keeps what lasts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// In this process's memory: gone at exit.
+    Memory,
+    /// A redb file (its folder is made when missing, private to its owner).
+    File(PathBuf),
+}
+
+impl StoreLocation {
+    /// `--store`'s value: [`MEMORY_STORE`], or a file.
+    ///
+    /// # Errors
+    ///
+    /// An empty value.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "" => Err(format!(
+                "must be `{MEMORY_STORE}` or a file (e.g. ./state/{DEFAULT_STORE_FILE})"
+            )),
+            MEMORY_STORE => Ok(Self::Memory),
+            path => Ok(Self::File(PathBuf::from(path))),
+        }
+    }
+
+    /// `--store`'s default: [`DEFAULT_STORE_FILE`] in `$XDG_STATE_HOME/codemode-host`,
+    /// else in `~/.local/state/codemode-host`; in memory when neither variable is
+    /// set.
+    pub fn default_location() -> Self {
+        std::env::var_os("XDG_STATE_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .filter(|v| !v.is_empty())
+                    .map(|home| PathBuf::from(home).join(".local/state"))
+            })
+            .map_or(Self::Memory, |dir| {
+                Self::File(dir.join("codemode-host").join(DEFAULT_STORE_FILE))
+            })
+    }
+}
+
+impl std::fmt::Display for StoreLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Memory => f.write_str(MEMORY_STORE),
+            Self::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// Why the store did not answer: for the log (the reason names the file), never
+/// for a model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("store {location}: {reason}")]
+pub struct StoreError {
+    /// Where the store is.
+    pub location: String,
+    /// What failed.
+    pub reason: String,
+}
+
+/// The store: opened at its first use, then shared by every execution.
+pub struct Store {
+    location: StoreLocation,
+    database: Mutex<Option<Arc<Database>>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// The store at `location`, not opened yet.
+    pub fn new(location: StoreLocation) -> Self {
+        Self {
+            location,
+            database: Mutex::new(None),
+        }
+    }
+
+    /// Where it is.
+    pub fn location(&self) -> &StoreLocation {
+        &self.location
+    }
+
+    /// Whether it is in memory: its work never waits on a disk, so it is done on
+    /// the calling thread.
+    pub(crate) fn in_memory(&self) -> bool {
+        self.location == StoreLocation::Memory
+    }
+
+    /// The database, opened (and its file created) at the first call. Blocks
+    /// while another process commits, as every use of a file store does.
+    ///
+    /// # Errors
+    ///
+    /// The folder or the file cannot be made or opened, or the file is no redb
+    /// database.
+    pub(super) fn database(&self) -> Result<Arc<Database>, StoreError> {
+        let mut open = self
+            .database
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(database) = open.as_ref() {
+            return Ok(database.clone());
+        }
+        let database = Arc::new(self.open().map_err(|reason| self.error(reason))?);
+        *open = Some(database.clone());
+        Ok(database)
+    }
+
+    fn open(&self) -> Result<Database, String> {
+        let mut builder = Builder::new();
+        builder.set_cache_size(CACHE_BYTES);
+        match &self.location {
+            StoreLocation::Memory => builder
+                .create_with_backend(redb::backends::InMemoryBackend::new())
+                .map_err(|error| error.to_string()),
+            StoreLocation::File(path) => {
+                make_folder(path)?;
+                builder.set_concurrency_mode(ConcurrencyMode::MultiWriter);
+                builder.create(path).map_err(|error| error.to_string())
+            }
+        }
+    }
+
+    /// A failure of the store at its location.
+    pub(super) fn error(&self, reason: impl std::fmt::Display) -> StoreError {
+        StoreError {
+            location: self.location.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+/// Makes the folder of the store file `path` when missing, writable by its
+/// owner only (what an agent keeps is nobody else's to read).
+fn make_folder(path: &Path) -> Result<(), String> {
+    let Some(folder) = path.parent().filter(|p| !p.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    if folder.is_dir() {
+        return Ok(());
+    }
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(folder)
+        .map_err(|error| format!("cannot make the folder {}: {error}", folder.display()))
+}

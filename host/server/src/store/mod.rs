@@ -1,0 +1,18 @@
+//! What lasts beyond one execution: the store (`--store`).
+//!
+//! An embedded database (redb) in a file, which survives a restart (a commit is
+//! on disk when it returns) and which every server process of the machine naming
+//! the same file shares (redb's multi-writer mode: any number of processes, one
+//! write transaction at a time among them), or the same database in memory
+//! (`--store memory`, and the tests). It is opened at its first use, so that a
+//! server whose agents never keep anything needs no writable folder; a failed
+//! open is tried again at the next use.
+//!
+//! It keeps the values of the state capabilities, per subject (`state.rs`).
+
+mod database;
+mod state;
+
+pub use database::{DEFAULT_STORE_FILE, MEMORY_STORE, Store, StoreError, StoreLocation};
+pub(crate) use state::{Entry, Put};
+pub use state::{StateLimits, StateRefused};
