@@ -702,6 +702,53 @@ fn a_2026_client_answers_an_input_required_and_nothing_runs_twice() {
     assert_eq!(looped.notes().len(), 50);
 }
 
+/// The state's writes under approval by replay: each round replays the calls
+/// that ran before from its record, so a kept value is written once, when
+/// approved, and never again (issue 53).
+#[test]
+fn a_state_write_approved_by_replay_is_made_once() {
+    let setup = Setup::new("state-replay", "store = \"store.redb\"");
+    let source = "def main():\n    n = (state.get(key=\"n\")[\"value\"] or 0) + 1\n    put = state.put(key=\"n\", value=n)\n    double.note(text=\"x\")\n    return [put[\"replaced\"], state.get(key=\"n\")[\"value\"]]";
+    let out = setup.execute_in(
+        "2026-07-28",
+        &[],
+        Some(json!([accept(true, false)])),
+        source,
+    );
+    assert_eq!(
+        out["results"][0]["structured"],
+        json!({"result": [false, 1]}),
+        "{out}"
+    );
+    assert_eq!(
+        setup.decisions(),
+        [
+            "state.get allow",
+            "state.put awaiting answer",
+            "state.get replayed",
+            "state.put approved",
+            "double.note awaiting answer",
+            "state.get replayed",
+            "state.put replayed",
+            "double.note approved",
+            "state.get allow",
+        ]
+    );
+    assert_eq!(setup.notes(), ["x"]);
+    // A later execution reads what the approved round wrote, once.
+    let out = setup.execute_in(
+        "2026-07-28",
+        &[],
+        None,
+        "def main():\n    return state.get(key=\"n\")",
+    );
+    assert_eq!(
+        out["results"][0]["structured"],
+        json!({"result": {"found": true, "value": 1}}),
+        "{out}"
+    );
+}
+
 /// A plugin's instance that waited while a human took longer than the
 /// execution's time left keeps running: the deadline its sandbox checks moved
 /// with the wait.
