@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use crate::support::{
-    HttpServer, drive, drive_http, example_plugins, root, tokens_file, wait_for_audit,
+    HttpServer, drive, drive_http, example_plugins, root, tokens_file, wait_for_audit, wait_until,
 };
 
 /// Two subjects of the HTTP tests.
@@ -250,6 +250,20 @@ fn the_state_limits_end_the_execution_naming_their_flag_and_keep_what_was_writte
     assert_eq!(
         result(&execute_as(&server, 0, kept)),
         &json!(["x".repeat(12), "y".repeat(12), null])
+    );
+    // A value past its ttl reads as absent (the wait has a deadline; one
+    // second of ttl is the shortest).
+    let put = "def main():\n    return state.put(key='brief', value=1, ttl=1)";
+    assert_eq!(
+        result(&execute_as(&server, 1, put)),
+        &json!({"replaced": false})
+    );
+    let token = SUBJECTS[1].1;
+    let read = "def main():\n    return state.get(key='brief')['found']";
+    wait_until(
+        "the value past its ttl to read as absent",
+        || crate::support::execute_as(server.port, token, read) == Ok(json!(false)),
+        || format!("{:?}", crate::support::execute_as(server.port, token, read)),
     );
     // A bad key or ttl is the call's failure, said plainly.
     let step = execute_as(

@@ -14,6 +14,7 @@
 // Shared with the soak (tests/soak.rs), which uses parts the bench does not.
 #[allow(dead_code)]
 mod server;
+mod state;
 mod stdio;
 mod upstream;
 
@@ -118,6 +119,12 @@ fn main() {
             print_table(&rows);
             return;
         }
+        if only == "state" {
+            // `codemode-bench state`: the state capabilities' calls alone.
+            state::measure(&root, &plugins, &mut rows);
+            print_table(&rows);
+            return;
+        }
         if only == "stdio" {
             // `codemode-bench stdio`: the stdio round trip alone.
             stdio::measure(&root, &plugins, &mut rows);
@@ -131,6 +138,7 @@ fn main() {
     }
     let before = cpu_times();
     in_process(&root, &plugins, &mut rows);
+    state::measure(&root, &plugins, &mut rows);
     let folder = ten_plugins(&target);
     start(&target, &folder, &mut rows);
     http(&target, &folder, &mut rows);

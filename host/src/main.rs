@@ -14,7 +14,7 @@ use anyhow::Context;
 use cli::{Cli, Command, LogFormat};
 use codemode_server::mcp::http::Authentication;
 use codemode_server::state::StateConfig;
-use codemode_server::store::Store;
+use codemode_server::store::{Store, StoreLocation};
 use codemode_server::{DEFAULT_STARTUP_WAIT, Service, ServiceConfig};
 use codemode_server::{children, default_cache_dir};
 use commands::{check, precompile, publish, pull};
@@ -214,6 +214,12 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
         })?;
         tracing::info!(folder = %cli.plugins.display(), "made the plugins folder for the [[plugin]] entries");
     }
+    let store = cli.state.location();
+    if cli.state.store.is_none() && store == StoreLocation::Memory {
+        tracing::warn!(
+            "neither HOME nor XDG_STATE_HOME is set: what agents keep (state.put) lasts until exit; name a file with --store"
+        );
+    }
     let config = ServiceConfig {
         telemetry: telemetry.clone(),
         limits: cli.limits(),
@@ -233,7 +239,7 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
         providers: Vec::new(),
         // What agents keep between executions (`state.*`).
         state: Some(StateConfig {
-            store: Arc::new(Store::new(cli.state.location())),
+            store: Arc::new(Store::new(store)),
             limits: cli.state.limits(),
         }),
         token_exchange,

@@ -298,8 +298,9 @@ pub struct CallBudget {
     /// request carried one): a source that calls another service passes it on, so
     /// that the other's work joins the trace.
     pub trace: Option<TraceContext>,
-    /// Whom the call is for: its subject's ID, under which a source that keeps
-    /// something per subject (the state store) files it.
+    /// Whom the call is for, as the owner of what a source keeps per subject
+    /// (the state store files it under this): the subject's ID, after its
+    /// token's issuer when the token names one.
     pub subject: Arc<str>,
     /// Who the call acts for, when its request came with an access token: for
     /// a source that acts for its caller (an upstream with `auth = "forward"`

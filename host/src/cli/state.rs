@@ -13,10 +13,12 @@ pub struct StateFlags {
     /// or ~/.local/state/codemode-host/store.redb]
     ///
     /// The file is an embedded database made at the first state call (its
-    /// folder too, private to its owner). It survives a restart, and every
-    /// server of this machine naming it shares it: stdio servers started by
-    /// several clients see the same values. Each subject (a token's subject;
-    /// over stdio the one local subject) sees only its own keys.
+    /// folder too, both private to their owner). It survives a restart, and
+    /// every server naming it shares it: the stdio servers several clients of
+    /// one user start see the same values. Each subject (a token's subject,
+    /// after its issuer; over stdio, and over HTTP without tokens, the one local
+    /// subject) sees only its own keys, so two deployments whose tokens files
+    /// name the same subjects need a store each.
     #[arg(long, value_name = "STORE", value_parser = StoreLocation::parse, value_hint = clap::ValueHint::FilePath)]
     pub store: Option<StoreLocation>,
 

@@ -76,6 +76,21 @@ impl Subject {
         self
     }
 
+    /// Whom what it keeps belongs to (the state capabilities' values): its ID,
+    /// after its token's issuer (`iss`) and a space when the token names one,
+    /// so that one name given by two issuers is two owners.
+    pub fn owner(&self) -> String {
+        let issuer = self
+            .token
+            .as_ref()
+            .and_then(|token| token.claims.get("iss"))
+            .and_then(serde_json::Value::as_str);
+        match issuer {
+            Some(issuer) => format!("{issuer} {}", self.id),
+            None => self.id.clone(),
+        }
+    }
+
     /// The access token it came with, when it came with one.
     pub fn access_token(&self) -> Option<&Secret> {
         self.token
@@ -101,5 +116,29 @@ impl Subject {
     /// Its access token's scopes (none without one).
     pub fn scopes(&self) -> &[String] {
         self.token.as_ref().map_or(&[], |token| &token.scopes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_issuer_keeps_its_subjects_apart_from_another_s() {
+        let claims = |issuer: &str| {
+            let mut claims = serde_json::Map::new();
+            claims.insert("iss".to_owned(), issuer.into());
+            claims.insert("sub".to_owned(), "admin".into());
+            claims
+        };
+        let one = Subject::with_claims("admin", claims("https://one.example"), Vec::new());
+        let two = Subject::with_claims("admin", claims("https://two.example"), Vec::new());
+        assert_eq!(one.owner(), "https://one.example admin");
+        assert_eq!(two.owner(), "https://two.example admin");
+        assert_eq!(Subject::new("admin").owner(), "admin");
+        assert_eq!(
+            Subject::with_claims("admin", serde_json::Map::new(), Vec::new()).owner(),
+            "admin"
+        );
     }
 }

@@ -405,7 +405,7 @@ fn invoke(
         max_nodes: state.ledger.result_room(),
         meter: meter.clone(),
         trace: state.call_trace.take(),
-        subject: Arc::from(state.subject.id.as_str()),
+        subject: Arc::from(state.subject.owner()),
         caller: state.subject.access_token().map(|token| Caller {
             token: token.clone(),
             exchange: state.token_exchange.clone(),

@@ -22,7 +22,7 @@ use crate::source::{
     Arguments, CallBudget, CallFailure, CallFuture, CallOutcome, CapabilitySource, Offer, Provider,
     Publisher, Reserved, Session,
 };
-use crate::store::{Entry, Put, StateLimits, StateRefused, Store};
+use crate::store::{Entry, Put, StateLimits, StateRefused, Store, Until, now_ms};
 
 pub use specs::{MAX_KEY_BYTES, MAX_TTL_SECONDS, STATE_ROOT, capabilities};
 
@@ -141,12 +141,20 @@ impl StateSource {
         let call = self.checked(index, arguments)?;
         let store = self.store.clone();
         let (subject, limits) = (budget.subject.clone(), self.limits);
+        // A write waits for the store's writer no longer than the call may
+        // last, and is not made once the call ended.
+        let until = Until {
+            deadline: budget.deadline,
+            cancel: budget.cancel.clone(),
+        };
         let run = move || match call {
             Call::Get { key } => store.state_get(&subject, &key).map(Answer::Value),
             Call::Put { key, entry } => store
-                .state_put(&subject, &key, &entry, limits)
+                .state_put(&subject, &key, &entry, limits, &until)
                 .map(Answer::Put),
-            Call::Delete { key } => store.state_delete(&subject, &key).map(Answer::Deleted),
+            Call::Delete { key } => store
+                .state_delete(&subject, &key, &until)
+                .map(Answer::Deleted),
             Call::List { prefix } => store.state_list(&subject, &prefix).map(Answer::Keys),
         };
         // A file store may wait on the disk, or on another process's commit.
@@ -225,13 +233,9 @@ fn expiry(ttl: Value) -> Result<Option<u64>, CallFailure> {
         }
         _ => return Err(CallFailure::Internal),
     };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_err(|_| CallFailure::Internal)?;
-    let at = now
-        .as_millis()
-        .saturating_add(seconds.unsigned_abs() as u128 * 1000);
-    Ok(Some(u64::try_from(at).unwrap_or(u64::MAX)))
+    Ok(Some(now_ms().saturating_add(
+        seconds.unsigned_abs().saturating_mul(1000),
+    )))
 }
 
 /// The result record of `answer`, within the call's depth and node budgets.
@@ -301,4 +305,37 @@ fn nodes(value: &Value) -> usize {
         }
     }
     count
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ttl_is_seconds_from_now_within_its_bounds() {
+        let before = now_ms();
+        let at = expiry(Value::Int(10)).ok().flatten().unwrap_or_default();
+        let after = now_ms();
+        assert!(
+            before + 10_000 <= at && at <= after + 10_000,
+            "{before} {at} {after}"
+        );
+        assert_eq!(expiry(Value::None), Ok(None));
+        let refused = Err(CallFailure::Failed(Some(format!(
+            "ttl must be 1 to {MAX_TTL_SECONDS} seconds, or None"
+        ))));
+        assert_eq!(expiry(Value::Int(0)), refused);
+        assert_eq!(expiry(Value::Int(MAX_TTL_SECONDS + 1)), refused);
+        assert!(expiry(Value::Int(MAX_TTL_SECONDS)).is_ok());
+    }
+
+    #[test]
+    fn a_key_is_one_to_256_bytes() {
+        assert_eq!(key(Value::Str("k".repeat(256))), Ok("k".repeat(256)));
+        let refused = Err(CallFailure::Failed(Some(
+            "a key must be 1 to 256 bytes".to_owned(),
+        )));
+        assert_eq!(key(Value::Str(String::new())), refused);
+        assert_eq!(key(Value::Str("k".repeat(257))), refused);
+    }
 }

@@ -44,9 +44,11 @@ impl StoreLocation {
     /// else in `~/.local/state/codemode-host`; in memory when neither variable is
     /// set.
     pub fn default_location() -> Self {
+        // A relative XDG_STATE_HOME is to be ignored (the XDG base directory
+        // specification).
         std::env::var_os("XDG_STATE_HOME")
-            .filter(|v| !v.is_empty())
             .map(PathBuf::from)
+            .filter(|dir| dir.is_absolute())
             .or_else(|| {
                 std::env::var_os("HOME")
                     .filter(|v| !v.is_empty())
@@ -141,6 +143,7 @@ impl Store {
                 .map_err(|error| error.to_string()),
             StoreLocation::File(path) => {
                 make_folder(path)?;
+                make_file(path)?;
                 builder.set_concurrency_mode(ConcurrencyMode::MultiWriter);
                 builder.create(path).map_err(|error| error.to_string())
             }
@@ -153,6 +156,22 @@ impl Store {
             location: self.location.to_string(),
             reason: reason.to_string(),
         }
+    }
+}
+
+/// Makes the store file `path` when missing, readable and writable by its owner
+/// only (redb would make it as the umask says, often readable by all).
+fn make_file(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(error) => Err(format!("cannot make the file: {error}")),
     }
 }
 

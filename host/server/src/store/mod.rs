@@ -14,5 +14,5 @@ mod database;
 mod state;
 
 pub use database::{DEFAULT_STORE_FILE, MEMORY_STORE, Store, StoreError, StoreLocation};
-pub(crate) use state::{Entry, Put};
+pub(crate) use state::{Entry, Put, Until, now_ms};
 pub use state::{StateLimits, StateRefused};

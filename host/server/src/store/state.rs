@@ -1,27 +1,38 @@
 //! The state capabilities' values in the store: for each subject, each key's
-//! value (as `codemode_value::encode` writes it) with its expiry, and the
-//! subject's count of keys and bytes, updated in the transaction that changes
-//! the values, so that the limits hold whichever process writes.
+//! value (as `codemode_value::encode` writes it), its expiry and the size it
+//! charges, and the subject's count of keys and bytes, all changed in one
+//! transaction, so that the limits hold whichever process writes.
 //!
-//! A value past its expiry reads as absent; it still counts against its
-//! subject's limits until a write of that subject that would pass them removes
-//! every expired value of the subject first.
+//! A value past its expiry reads as absent; the subject's next write removes it
+//! (and every other expired one of the subject) before anything else, so that
+//! it neither counts against the limits nor stays on disk once its owner
+//! writes again.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redb::{ReadableDatabase, ReadableTable, Table, TableDefinition, TableError};
+use redb::{
+    Database, ReadableDatabase, ReadableTable, Table, TableDefinition, TableError,
+    TransactionError, WriteTransaction,
+};
 
 use super::database::{Store, StoreError};
+use crate::source::Cancel;
 
-/// The values: (subject, key) → expiry (milliseconds since the epoch, 0 for
-/// none) and charged size, 8 bytes each, little-endian, then the encoded value.
+/// The values: (subject, key) → the value, encoded.
 const VALUES: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("state.values");
 
-/// Each subject's keys and bytes, as its values charge them.
-const USAGE: TableDefinition<&str, (u64, u64)> = TableDefinition::new("state.usage");
+/// What a value charges and when it expires: (subject, key) → (expiry in
+/// milliseconds since the epoch, 0 for none; size). Apart from the values, so
+/// that listing keys and finding expired ones never reads a value.
+const META: TableDefinition<(&str, &str), (u64, u64)> = TableDefinition::new("state.meta");
 
-/// Bytes before the encoded value in an entry: the expiry and the size.
-const HEADER_BYTES: usize = 16;
+/// Each subject's keys, bytes, and the earliest expiry among its values (0
+/// for none; it may be earlier than any left, never later).
+const USAGE: TableDefinition<&str, (u64, u64, u64)> = TableDefinition::new("state.usage");
+
+/// The longest pause between two tries for the writer's lock.
+const MAX_PAUSE: Duration = Duration::from_millis(10);
 
 /// What one subject may keep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,36 +88,42 @@ pub(crate) enum Put {
     Refused(StateRefused),
 }
 
-/// An entry's expiry and size, from its header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Header {
-    expires: u64,
-    size: u64,
+/// Until when a write may wait for the database's writer (another process's
+/// write, or another execution's), and what else ends the wait: the call's
+/// deadline and its request's cancellation. A write whose call ended is not
+/// committed.
+#[derive(Debug, Clone)]
+pub(crate) struct Until {
+    /// The call's deadline.
+    pub deadline: Instant,
+    /// The request's cancellation.
+    pub cancel: Arc<Cancel>,
 }
 
-impl Header {
-    fn read(bytes: &[u8]) -> Result<Self, String> {
-        let (Some(expires), Some(size)) = (bytes.get(..8), bytes.get(8..HEADER_BYTES)) else {
-            return Err("an entry shorter than its header".to_owned());
-        };
-        let number = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
-        Ok(Self {
-            expires: number(expires),
-            size: number(size),
-        })
+impl Until {
+    fn ended(&self) -> bool {
+        self.cancel.is_cancelled() || Instant::now() >= self.deadline
     }
+}
 
-    fn live(self, now: u64) -> bool {
-        self.expires == 0 || self.expires > now
-    }
+/// A subject's keys, bytes and earliest expiry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Usage {
+    keys: u64,
+    bytes: u64,
+    earliest: u64,
 }
 
 /// Milliseconds since the epoch: expiries outlive the process, so they are
 /// wall-clock times.
-fn now() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn live(expires: u64, now: u64) -> bool {
+    expires == 0 || expires > now
 }
 
 impl Store {
@@ -123,75 +140,108 @@ impl Store {
         let database = self.database()?;
         let read = || -> Result<Option<Vec<u8>>, String> {
             let transaction = database.begin_read().map_err(|e| e.to_string())?;
-            let values = match transaction.open_table(VALUES) {
-                Ok(values) => values,
-                Err(TableError::TableDoesNotExist(_)) => return Ok(None),
-                Err(error) => return Err(error.to_string()),
-            };
-            let Some(entry) = values.get((subject, key)).map_err(|e| e.to_string())? else {
+            let (meta, values) =
+                match (transaction.open_table(META), transaction.open_table(VALUES)) {
+                    (Ok(meta), Ok(values)) => (meta, values),
+                    (Err(TableError::TableDoesNotExist(_)), _)
+                    | (_, Err(TableError::TableDoesNotExist(_))) => {
+                        return Ok(None);
+                    }
+                    (Err(error), _) | (_, Err(error)) => return Err(error.to_string()),
+                };
+            let Some((expires, _)) = meta
+                .get((subject, key))
+                .map_err(|e| e.to_string())?
+                .map(|m| m.value())
+            else {
                 return Ok(None);
             };
-            let bytes = entry.value();
-            if !Header::read(bytes)?.live(now()) {
+            if !live(expires, now_ms()) {
                 return Ok(None);
             }
-            Ok(bytes.get(HEADER_BYTES..).map(<[u8]>::to_vec))
+            Ok(values
+                .get((subject, key))
+                .map_err(|e| e.to_string())?
+                .map(|value| value.value().to_vec()))
         };
         read().map_err(|reason| self.error(reason))
     }
 
-    /// Sets `subject`'s value of `key` to `entry`, unless that passes `limits`
-    /// (the subject's expired values are removed first when it would).
+    /// Sets `subject`'s value of `key` to `entry`, unless that grows the
+    /// subject past `limits`; the subject's expired values are removed first.
     ///
     /// # Errors
     ///
-    /// The store did not answer.
+    /// The store did not answer, or the call ended (`until`) before the write
+    /// could be made: then nothing is written.
     pub(crate) fn state_put(
         &self,
         subject: &str,
         key: &str,
         entry: &Entry,
         limits: StateLimits,
+        until: &Until,
     ) -> Result<Put, StoreError> {
         let database = self.database()?;
         let write = || -> Result<Put, String> {
-            let transaction = database.begin_write().map_err(|e| e.to_string())?;
+            let transaction = begin_write(&database, until)?;
             let put = {
                 let mut values = transaction.open_table(VALUES).map_err(|e| e.to_string())?;
+                let mut meta = transaction.open_table(META).map_err(|e| e.to_string())?;
                 let mut usage = transaction.open_table(USAGE).map_err(|e| e.to_string())?;
-                let now = now();
+                let now = now_ms();
                 let mut counted = read_usage(&usage, subject)?;
-                let mut after = with_entry(&values, subject, key, counted, entry.size)?;
-                if over(after.0, limits).is_some() {
-                    let removed = remove_expired(&mut values, subject, now)?;
-                    counted = (
-                        counted.0.saturating_sub(removed.0),
-                        counted.1.saturating_sub(removed.1),
-                    );
-                    after = with_entry(&values, subject, key, counted, entry.size)?;
+                if counted.earliest != 0 && counted.earliest <= now {
+                    counted = remove_expired(&mut values, &mut meta, subject, counted, now)?;
                 }
-                match over(after.0, limits) {
+                let old = meta
+                    .get((subject, key))
+                    .map_err(|e| e.to_string())?
+                    .map(|m| m.value());
+                let after = match old {
+                    Some((_, size)) => Usage {
+                        bytes: counted
+                            .bytes
+                            .saturating_sub(size)
+                            .saturating_add(entry.size),
+                        ..counted
+                    },
+                    None => Usage {
+                        keys: counted.keys.saturating_add(1),
+                        bytes: counted.bytes.saturating_add(entry.size),
+                        ..counted
+                    },
+                };
+                // Past a limit only if it grows: lowered limits never stop a
+                // subject from shrinking what it keeps.
+                let refused = over(after, limits)
+                    .filter(|_| after.keys > counted.keys || after.bytes > counted.bytes);
+                match refused {
                     Some(refused) => {
-                        usage.insert(subject, counted).map_err(|e| e.to_string())?;
+                        write_usage(&mut usage, subject, counted)?;
                         Put::Refused(refused)
                     }
                     None => {
-                        let mut bytes = Vec::with_capacity(HEADER_BYTES + entry.value.len());
-                        bytes.extend_from_slice(&entry.expires.unwrap_or(0).to_le_bytes());
-                        bytes.extend_from_slice(&entry.size.to_le_bytes());
-                        bytes.extend_from_slice(&entry.value);
+                        let expires = entry.expires.unwrap_or(0);
                         values
-                            .insert((subject, key), bytes.as_slice())
+                            .insert((subject, key), entry.value.as_slice())
                             .map_err(|e| e.to_string())?;
-                        usage.insert(subject, after.0).map_err(|e| e.to_string())?;
-                        match after.1 {
-                            Some(old) if old.live(now) => Put::Replaced,
-                            Some(_) | None => Put::Created,
+                        meta.insert((subject, key), (expires, entry.size))
+                            .map_err(|e| e.to_string())?;
+                        let earliest = match (after.earliest, expires) {
+                            (0, expires) | (expires, 0) => expires,
+                            (earliest, expires) => earliest.min(expires),
+                        };
+                        write_usage(&mut usage, subject, Usage { earliest, ..after })?;
+                        if old.is_some() {
+                            Put::Replaced
+                        } else {
+                            Put::Created
                         }
                     }
                 }
             };
-            transaction.commit().map_err(|e| e.to_string())?;
+            commit(transaction, until)?;
             Ok(put)
         };
         write().map_err(|reason| self.error(reason))
@@ -202,31 +252,41 @@ impl Store {
     ///
     /// # Errors
     ///
-    /// The store did not answer.
-    pub(crate) fn state_delete(&self, subject: &str, key: &str) -> Result<bool, StoreError> {
+    /// The store did not answer, or the call ended before the write.
+    pub(crate) fn state_delete(
+        &self,
+        subject: &str,
+        key: &str,
+        until: &Until,
+    ) -> Result<bool, StoreError> {
         let database = self.database()?;
         let write = || -> Result<bool, String> {
-            let transaction = database.begin_write().map_err(|e| e.to_string())?;
-            let live = {
+            let transaction = begin_write(&database, until)?;
+            let live_value = {
                 let mut values = transaction.open_table(VALUES).map_err(|e| e.to_string())?;
+                let mut meta = transaction.open_table(META).map_err(|e| e.to_string())?;
                 let mut usage = transaction.open_table(USAGE).map_err(|e| e.to_string())?;
-                let removed = values
+                let removed = meta
                     .remove((subject, key))
                     .map_err(|e| e.to_string())?
-                    .map(|entry| Header::read(entry.value()))
-                    .transpose()?;
+                    .map(|m| m.value());
+                values.remove((subject, key)).map_err(|e| e.to_string())?;
                 match removed {
-                    Some(header) => {
-                        let (keys, bytes) = read_usage(&usage, subject)?;
-                        let left = (keys.saturating_sub(1), bytes.saturating_sub(header.size));
-                        usage.insert(subject, left).map_err(|e| e.to_string())?;
-                        header.live(now())
+                    Some((expires, size)) => {
+                        let counted = read_usage(&usage, subject)?;
+                        let left = Usage {
+                            keys: counted.keys.saturating_sub(1),
+                            bytes: counted.bytes.saturating_sub(size),
+                            ..counted
+                        };
+                        write_usage(&mut usage, subject, left)?;
+                        live(expires, now_ms())
                     }
                     None => false,
                 }
             };
-            transaction.commit().map_err(|e| e.to_string())?;
-            Ok(live)
+            commit(transaction, until)?;
+            Ok(live_value)
         };
         write().map_err(|reason| self.error(reason))
     }
@@ -244,23 +304,20 @@ impl Store {
         let database = self.database()?;
         let read = || -> Result<Vec<String>, String> {
             let transaction = database.begin_read().map_err(|e| e.to_string())?;
-            let values = match transaction.open_table(VALUES) {
-                Ok(values) => values,
+            let meta = match transaction.open_table(META) {
+                Ok(meta) => meta,
                 Err(TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
                 Err(error) => return Err(error.to_string()),
             };
-            let now = now();
+            let now = now_ms();
             let mut keys = Vec::new();
-            for item in values
-                .range((subject, prefix)..)
-                .map_err(|e| e.to_string())?
-            {
+            for item in meta.range((subject, prefix)..).map_err(|e| e.to_string())? {
                 let (name, entry) = item.map_err(|e| e.to_string())?;
                 let (owner, key) = name.value();
                 if owner != subject || !key.starts_with(prefix) {
                     break;
                 }
-                if Header::read(entry.value())?.live(now) {
+                if live(entry.value().0, now) {
                     keys.push(key.to_owned());
                 }
             }
@@ -270,82 +327,127 @@ impl Store {
     }
 }
 
-/// `subject`'s keys and bytes as counted.
+/// A write transaction, waiting for another writer (of this process or
+/// another) at most `until` allows: pauses from 0.1 ms doubling to
+/// [`MAX_PAUSE`].
+fn begin_write(database: &Database, until: &Until) -> Result<WriteTransaction, String> {
+    let mut pause = Duration::from_micros(100);
+    loop {
+        match database.try_begin_write() {
+            Ok(transaction) => return Ok(transaction),
+            Err(TransactionError::WouldBlock) => {}
+            Err(error) => return Err(error.to_string()),
+        }
+        if until.ended() {
+            return Err("the call ended while another write held the store".to_owned());
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(MAX_PAUSE);
+    }
+}
+
+/// Commits `transaction` unless its call ended meanwhile (then it is dropped,
+/// which aborts it): a write the execution gave up on is not made behind its
+/// back.
+fn commit(transaction: WriteTransaction, until: &Until) -> Result<(), String> {
+    if until.ended() {
+        return Err("the call ended before its write".to_owned());
+    }
+    transaction.commit().map_err(|e| e.to_string())
+}
+
+/// `subject`'s usage as counted.
 fn read_usage(
-    usage: &Table<'_, &'static str, (u64, u64)>,
+    usage: &Table<'_, &'static str, (u64, u64, u64)>,
     subject: &str,
-) -> Result<(u64, u64), String> {
+) -> Result<Usage, String> {
     Ok(usage
         .get(subject)
         .map_err(|e| e.to_string())?
-        .map_or((0, 0), |counted| counted.value()))
+        .map_or_else(Usage::default, |counted| {
+            let (keys, bytes, earliest) = counted.value();
+            Usage {
+                keys,
+                bytes,
+                earliest,
+            }
+        }))
 }
 
-/// The subject's keys and bytes once `key` holds a value of `size`, from
-/// `counted`, and the header of the value it holds now.
-fn with_entry(
-    values: &Table<'_, (&'static str, &'static str), &'static [u8]>,
+fn write_usage(
+    usage: &mut Table<'_, &'static str, (u64, u64, u64)>,
     subject: &str,
-    key: &str,
-    counted: (u64, u64),
-    size: u64,
-) -> Result<((u64, u64), Option<Header>), String> {
-    let old = values
-        .get((subject, key))
-        .map_err(|e| e.to_string())?
-        .map(|entry| Header::read(entry.value()))
-        .transpose()?;
-    let (keys, bytes) = counted;
-    let after = match old {
-        Some(old) => (keys, bytes.saturating_sub(old.size).saturating_add(size)),
-        None => (keys.saturating_add(1), bytes.saturating_add(size)),
-    };
-    Ok((after, old))
+    counted: Usage,
+) -> Result<(), String> {
+    usage
+        .insert(subject, (counted.keys, counted.bytes, counted.earliest))
+        .map_err(|e| e.to_string())?;
+    Ok(())
 }
 
 /// The limit `counted` passes, if any.
-fn over((keys, bytes): (u64, u64), limits: StateLimits) -> Option<StateRefused> {
-    if keys > limits.max_keys {
+fn over(counted: Usage, limits: StateLimits) -> Option<StateRefused> {
+    if counted.keys > limits.max_keys {
         Some(StateRefused::Keys)
-    } else if bytes > limits.max_bytes {
+    } else if counted.bytes > limits.max_bytes {
         Some(StateRefused::Bytes)
     } else {
         None
     }
 }
 
-/// Removes `subject`'s expired values: how many, and the bytes they charged.
+/// Removes `subject`'s expired values: its usage after, the earliest expiry
+/// among those left recomputed.
 fn remove_expired(
     values: &mut Table<'_, (&'static str, &'static str), &'static [u8]>,
+    meta: &mut Table<'_, (&'static str, &'static str), (u64, u64)>,
     subject: &str,
+    counted: Usage,
     now: u64,
-) -> Result<(u64, u64), String> {
+) -> Result<Usage, String> {
     let mut expired = Vec::new();
-    for item in values.range((subject, "")..).map_err(|e| e.to_string())? {
+    let mut earliest = 0;
+    for item in meta.range((subject, "")..).map_err(|e| e.to_string())? {
         let (name, entry) = item.map_err(|e| e.to_string())?;
         let (owner, key) = name.value();
         if owner != subject {
             break;
         }
-        let header = Header::read(entry.value())?;
-        if !header.live(now) {
-            expired.push((key.to_owned(), header.size));
+        let (expires, size) = entry.value();
+        if !live(expires, now) {
+            expired.push((key.to_owned(), size));
+        } else if expires != 0 && (earliest == 0 || expires < earliest) {
+            earliest = expires;
         }
     }
-    let mut removed = (0u64, 0u64);
+    let mut left = Usage {
+        earliest,
+        ..counted
+    };
     for (key, size) in expired {
+        meta.remove((subject, key.as_str()))
+            .map_err(|e| e.to_string())?;
         values
             .remove((subject, key.as_str()))
             .map_err(|e| e.to_string())?;
-        removed = (removed.0 + 1, removed.1.saturating_add(size));
+        left.keys = left.keys.saturating_sub(1);
+        left.bytes = left.bytes.saturating_sub(size);
     }
-    Ok(removed)
+    Ok(left)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::StoreLocation;
+
+    /// A minute, not cancelled.
+    fn until() -> Until {
+        Until {
+            deadline: Instant::now() + Duration::from_secs(60),
+            cancel: Arc::new(Cancel::default()),
+        }
+    }
 
     fn entry(value: &[u8], size: u64) -> Entry {
         Entry {
@@ -368,23 +470,23 @@ mod tests {
         let store = Store::new(StoreLocation::Memory);
         let room = StateLimits::default();
         assert_eq!(
-            store.state_put("ann", "b/1", &entry(b"x", 4), room)?,
+            store.state_put("ann", "b/1", &entry(b"x", 4), room, &until())?,
             Put::Created
         );
         assert_eq!(
-            store.state_put("ann", "a/1", &entry(b"y", 4), room)?,
+            store.state_put("ann", "a/1", &entry(b"y", 4), room, &until())?,
             Put::Created
         );
         assert_eq!(
-            store.state_put("ann", "a/2", &entry(b"z", 4), room)?,
+            store.state_put("ann", "a/2", &entry(b"z", 4), room, &until())?,
             Put::Created
         );
         assert_eq!(
-            store.state_put("bob", "a/1", &entry(b"w", 4), room)?,
+            store.state_put("bob", "a/1", &entry(b"w", 4), room, &until())?,
             Put::Created
         );
         assert_eq!(
-            store.state_put("ann", "a/1", &entry(b"v", 4), room)?,
+            store.state_put("ann", "a/1", &entry(b"v", 4), room, &until())?,
             Put::Replaced
         );
         assert_eq!(store.state_get("ann", "a/1")?, Some(b"v".to_vec()));
@@ -395,8 +497,8 @@ mod tests {
         assert_eq!(store.state_list("bob", "")?, ["a/1"]);
         // A subject whose ID is a prefix of another's sees none of the other's.
         assert_eq!(store.state_list("an", "")?, Vec::<String>::new());
-        assert!(store.state_delete("ann", "a/1")?);
-        assert!(!store.state_delete("ann", "a/1")?);
+        assert!(store.state_delete("ann", "a/1", &until())?);
+        assert!(!store.state_delete("ann", "a/1", &until())?);
         assert_eq!(store.state_get("ann", "a/1")?, None);
         assert_eq!(store.state_get("bob", "a/1")?, Some(b"w".to_vec()));
         Ok(())
@@ -407,36 +509,36 @@ mod tests {
         let store = Store::new(StoreLocation::Memory);
         let two = limits(2, 10);
         assert_eq!(
-            store.state_put("s", "a", &entry(b"1", 4), two)?,
+            store.state_put("s", "a", &entry(b"1", 4), two, &until())?,
             Put::Created
         );
         assert_eq!(
-            store.state_put("s", "b", &entry(b"2", 4), two)?,
+            store.state_put("s", "b", &entry(b"2", 4), two, &until())?,
             Put::Created
         );
         assert_eq!(
-            store.state_put("s", "c", &entry(b"3", 1), two)?,
+            store.state_put("s", "c", &entry(b"3", 1), two, &until())?,
             Put::Refused(StateRefused::Keys)
         );
         // Replacing `a` with 6 bytes: 6 + 4 fits the 10; 7 + 4 does not.
         assert_eq!(
-            store.state_put("s", "a", &entry(b"4", 6), two)?,
+            store.state_put("s", "a", &entry(b"4", 6), two, &until())?,
             Put::Replaced
         );
         assert_eq!(
-            store.state_put("s", "a", &entry(b"5", 7), two)?,
+            store.state_put("s", "a", &entry(b"5", 7), two, &until())?,
             Put::Refused(StateRefused::Bytes)
         );
         assert_eq!(store.state_get("s", "a")?, Some(b"4".to_vec()));
         // Another subject has limits of its own.
         assert_eq!(
-            store.state_put("t", "c", &entry(b"6", 10), two)?,
+            store.state_put("t", "c", &entry(b"6", 10), two, &until())?,
             Put::Created
         );
         // A deletion gives its key and bytes back.
-        assert!(store.state_delete("s", "b")?);
+        assert!(store.state_delete("s", "b", &until())?);
         assert_eq!(
-            store.state_put("s", "c", &entry(b"7", 4), two)?,
+            store.state_put("s", "c", &entry(b"7", 4), two, &until())?,
             Put::Created
         );
         Ok(())
@@ -451,19 +553,133 @@ mod tests {
             ..entry(b"old", 10)
         };
         let future = Entry {
-            expires: Some(now() + 3_600_000),
+            expires: Some(now_ms() + 3_600_000),
             ..entry(b"new", 10)
         };
-        assert_eq!(store.state_put("s", "gone", &past, one)?, Put::Created);
+        assert_eq!(
+            store.state_put("s", "gone", &past, one, &until())?,
+            Put::Created
+        );
         assert_eq!(store.state_get("s", "gone")?, None);
         assert_eq!(store.state_list("s", "")?, Vec::<String>::new());
         // The expired value still held the one key: it is removed to make room.
-        assert_eq!(store.state_put("s", "kept", &future, one)?, Put::Created);
+        assert_eq!(
+            store.state_put("s", "kept", &future, one, &until())?,
+            Put::Created
+        );
         assert_eq!(store.state_get("s", "kept")?, Some(b"new".to_vec()));
         assert_eq!(store.state_list("s", "")?, ["kept"]);
         // Over an expired value, a write creates rather than replaces.
-        assert_eq!(store.state_put("s", "kept", &past, one)?, Put::Replaced);
-        assert_eq!(store.state_put("s", "kept", &future, one)?, Put::Created);
+        assert_eq!(
+            store.state_put("s", "kept", &past, one, &until())?,
+            Put::Replaced
+        );
+        assert_eq!(
+            store.state_put("s", "kept", &future, one, &until())?,
+            Put::Created
+        );
+        Ok(())
+    }
+
+    /// The subject's usage as the store counts it.
+    fn usage_of(store: &Store, subject: &str) -> (u64, u64, u64) {
+        let database = store.database().expect("the database");
+        let transaction = database.begin_read().expect("a read");
+        match transaction.open_table(USAGE) {
+            Ok(usage) => usage
+                .get(subject)
+                .expect("a read")
+                .map_or((0, 0, 0), |counted| counted.value()),
+            Err(TableError::TableDoesNotExist(_)) => (0, 0, 0),
+            Err(error) => panic!("the usage table: {error}"),
+        }
+    }
+
+    #[test]
+    fn the_next_write_removes_the_expired_values_and_their_charge() -> Result<(), StoreError> {
+        let store = Store::new(StoreLocation::Memory);
+        let room = StateLimits::default();
+        let past = Entry {
+            expires: Some(1),
+            ..entry(b"old", 10)
+        };
+        store.state_put("s", "gone", &past, room, &until())?;
+        assert_eq!(usage_of(&store, "s"), (1, 10, 1));
+        // The second write finds the first expired, and removes it first.
+        store.state_put("s", "also gone", &past, room, &until())?;
+        assert_eq!(usage_of(&store, "s"), (1, 10, 1));
+        store.state_put("s", "kept", &entry(b"new", 7), room, &until())?;
+        assert_eq!(usage_of(&store, "s"), (1, 7, 0));
+        // Deleting an expired value gives its charge back and finds nothing.
+        store.state_put("s", "gone", &past, room, &until())?;
+        assert!(!store.state_delete("s", "gone", &until())?);
+        assert_eq!(usage_of(&store, "s").0, 1);
+        Ok(())
+    }
+
+    #[test]
+    fn lowered_limits_still_let_a_subject_shrink_what_it_keeps() -> Result<(), StoreError> {
+        let store = Store::new(StoreLocation::Memory);
+        store.state_put("s", "a", &entry(b"1", 50), limits(10, 100), &until())?;
+        store.state_put("s", "b", &entry(b"2", 50), limits(10, 100), &until())?;
+        let lowered = limits(1, 20);
+        assert_eq!(
+            store.state_put("s", "a", &entry(b"3", 10), lowered, &until())?,
+            Put::Replaced
+        );
+        assert_eq!(
+            store.state_put("s", "a", &entry(b"4", 11), lowered, &until())?,
+            Put::Refused(StateRefused::Keys)
+        );
+        assert_eq!(
+            store.state_put("s", "c", &entry(b"5", 1), lowered, &until())?,
+            Put::Refused(StateRefused::Keys)
+        );
+        assert_eq!(usage_of(&store, "s"), (2, 60, 0));
+        Ok(())
+    }
+
+    #[test]
+    fn a_write_whose_call_ended_is_not_made() -> Result<(), StoreError> {
+        let store = Store::new(StoreLocation::Memory);
+        let room = StateLimits::default();
+        let ended = Until {
+            deadline: Instant::now(),
+            ..until()
+        };
+        let error = store
+            .state_put("s", "k", &entry(b"x", 4), room, &ended)
+            .err();
+        assert_eq!(
+            error.map(|e| e.reason),
+            Some("the call ended before its write".to_owned())
+        );
+        let cancelled = until();
+        let (cancel, canceller) = Cancel::with_canceller();
+        canceller.cancel();
+        let cancelled = Until {
+            cancel,
+            ..cancelled
+        };
+        assert!(store.state_delete("s", "k", &cancelled).is_err());
+        // Another write holds the store past the call's deadline: the call
+        // gives up waiting, writing nothing.
+        let database = store.database()?;
+        let held = database.begin_write().map_err(|e| store.error(e))?;
+        let soon = Until {
+            deadline: Instant::now() + Duration::from_millis(50),
+            ..until()
+        };
+        let error = store
+            .state_put("s", "k", &entry(b"x", 4), room, &soon)
+            .err();
+        assert_eq!(
+            error.map(|e| e.reason),
+            Some("the call ended while another write held the store".to_owned())
+        );
+        drop(held);
+        assert_eq!(store.state_get("s", "k")?, None);
+        assert_eq!(usage_of(&store, "s"), (0, 0, 0));
         Ok(())
     }
 
@@ -474,13 +690,21 @@ mod tests {
         let path = dir.path().join("deeper/store.redb");
         {
             let store = Store::new(StoreLocation::File(path.clone()));
-            store.state_put("s", "k", &entry(b"kept", 8), StateLimits::default())?;
+            store.state_put(
+                "s",
+                "k",
+                &entry(b"kept", 8),
+                StateLimits::default(),
+                &until(),
+            )?;
         }
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(dir.path().join("deeper"))?
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o700);
+        let mode = std::fs::metadata(&path)?.permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
         let store = Store::new(StoreLocation::File(path));
         assert_eq!(store.state_get("s", "k")?, Some(b"kept".to_vec()));
         Ok(())

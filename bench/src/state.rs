@@ -1,0 +1,92 @@
+//! The state capabilities' calls (issue 53): `state.put` and `state.get`, each
+//! the p50 of an execute making many calls less one making one, over the store
+//! in memory and in a file (the default: every put is on disk when it returns).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use codemode_server::state::StateConfig;
+use codemode_server::store::{StateLimits, Store, StoreLocation};
+use codemode_server::{Service, ServiceConfig};
+
+use super::{Row, bench_config, execute, percentiles, runtime, us};
+
+/// Measures both stores; a row per call and store.
+pub(crate) fn measure(root: &Path, plugins: &Path, rows: &mut Vec<Row>) {
+    let folder = root.join("target/bench-state");
+    let _ = std::fs::remove_dir_all(&folder);
+    let stores = [
+        ("in memory", StoreLocation::Memory, 100, 200),
+        // A commit waits for the disk: fewer calls, fewer rounds.
+        (
+            "in a file",
+            StoreLocation::File(folder.join("store.redb")),
+            10,
+            40,
+        ),
+    ];
+    for (label, location, many, rounds) in stores {
+        let config = ServiceConfig {
+            state: Some(StateConfig {
+                store: Arc::new(Store::new(location)),
+                limits: StateLimits::default(),
+            }),
+            ..bench_config(root, plugins)
+        };
+        let service = match Service::load(&config) {
+            Ok(service) => service,
+            Err(error) => panic!("cannot load the service: {error}"),
+        };
+        let runtime = runtime();
+        let run = |source: &str| execute(&runtime, &service, source);
+        let put = "state.put(key=\"k\" + str(i % 10), value={\"n\": i, \"tags\": [\"a\", \"b\"]})";
+        let get = "state.get(key=\"k\" + str(i % 10))";
+        let put_cost = per_call(&run, put, many, rounds);
+        let get_cost = per_call(&run, get, many, rounds);
+        println!(
+            "state calls, the store {label}: state.put {:.1} µs, state.get {:.1} µs per call (p50 of {rounds} executes of 1 and {many}+1 calls)",
+            us(put_cost),
+            us(get_cost)
+        );
+        let (put_row, get_row) = match label {
+            "in memory" => ("state.put, store in memory", "state.get, store in memory"),
+            _ => ("state.put, store in a file", "state.get, store in a file"),
+        };
+        for (what, cost) in [(put_row, put_cost), (get_row, get_cost)] {
+            rows.push(Row {
+                what,
+                measured: format!("{:.1} µs", us(cost)),
+                target: "—",
+                ratio: None,
+            });
+        }
+    }
+    let _ = std::fs::remove_dir_all(&folder);
+}
+
+/// The cost of one `call` (an expression of the loop's `i`): the p50 of an
+/// execute making `many + 1` calls less that of one making one, over `many`.
+fn per_call(
+    run: &dyn Fn(&str) -> (Duration, codemode_server::Stats),
+    call: &str,
+    many: usize,
+    rounds: usize,
+) -> Duration {
+    let program =
+        |n: usize| format!("def main():\n    for i in range({n}):\n        {call}\n    return 1\n");
+    let programs = [program(1), program(many + 1)];
+    for _ in 0..rounds / 10 + 1 {
+        for program in &programs {
+            run(program);
+        }
+    }
+    let mut times: [Vec<Duration>; 2] = Default::default();
+    for _ in 0..rounds {
+        for (program, times) in programs.iter().zip(times.iter_mut()) {
+            times.push(run(program).0);
+        }
+    }
+    let [one, all] = times.map(|mut times| percentiles(&mut times).0);
+    all.saturating_sub(one) / many as u32
+}
