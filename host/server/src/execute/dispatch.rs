@@ -405,7 +405,7 @@ fn invoke(
         max_nodes: state.ledger.result_room(),
         meter: meter.clone(),
         trace: state.call_trace.take(),
-        subject: Arc::from(state.subject.owner()),
+        subject: state.owner.clone(),
         caller: state.subject.access_token().map(|token| Caller {
             token: token.clone(),
             exchange: state.token_exchange.clone(),

@@ -573,6 +573,7 @@ impl Job {
             dispatch: self.dispatch.clone(),
             ledger: Ledger::new(self.limits.clone()),
             subject: self.subject.clone(),
+            owner: Arc::from(self.subject.owner()),
             authorizer: self.authorizer.clone(),
             token_exchange: self.token_exchange.clone(),
             audit: self.audit.clone(),

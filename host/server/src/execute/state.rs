@@ -122,6 +122,9 @@ pub(crate) struct ExecState {
     /// Every budget this execution has charged.
     pub(super) ledger: Ledger,
     pub(super) subject: Subject,
+    /// The subject as the owner of what sources keep for it
+    /// (`Subject::owner`), made once for every call's budget.
+    pub(super) owner: Arc<str>,
     pub(super) authorizer: Arc<dyn Authorizer>,
     /// Trades a caller's access token for an upstream's (`--oauth-client-id`).
     pub(super) token_exchange: Option<Arc<dyn TokenExchange>>,
