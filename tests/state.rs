@@ -143,12 +143,17 @@ fn readme_programs() -> [String; 2] {
 /// A server of the example plugins on the store file `store`, the two subjects'
 /// tokens, every call allowed.
 fn replica(label: &str, store: &std::path::Path, extra: &[&str]) -> HttpServer {
+    replica_at(label, store.to_str().expect("utf-8 path"), extra)
+}
+
+/// [`replica`] on the store `store` (a file, or a Redis URL).
+fn replica_at(label: &str, store: &str, extra: &[&str]) -> HttpServer {
     let tokens = tokens_file(label, &SUBJECTS);
     let mut args = vec![
         "--tokens",
         tokens.to_str().expect("utf-8 path"),
         "--store",
-        store.to_str().expect("utf-8 path"),
+        store,
     ];
     args.extend_from_slice(extra);
     HttpServer::allowing(&example_plugins(), &args)
@@ -324,4 +329,70 @@ fn the_policy_decides_state_calls_by_their_ids() {
         &json!({"keys": []})
     );
     wait_for_audit(&server, "\"capability_id\":\"state.put\"", 1);
+}
+
+#[test]
+fn replicas_share_the_state_through_redis_and_a_redis_away_fails_the_call_plainly() {
+    let mut redis = crate::support::RedisServer::start("state");
+    let url = redis.url();
+    let limits = ["--max-state-keys", "2"];
+    let one = replica_at("state-redis", &url, &limits);
+    let two = replica_at("state-redis", &url, &limits);
+    let put = |server: &HttpServer, subject: usize, key: &str, value: &str| {
+        let source =
+            format!("def main():\n    return state.put(key='{key}', value={value}, ttl=3600)");
+        execute_as(server, subject, &source)
+    };
+    let get = |key: &str| format!("def main():\n    return state.get(key='{key}')");
+    assert_eq!(
+        result(&put(&one, 0, "plan", "{'steps': [1, 2]}")),
+        &json!({"replaced": false})
+    );
+    assert_eq!(
+        result(&execute_as(&two, 0, &get("plan"))),
+        &json!({"found": true, "value": {"steps": [1, 2]}})
+    );
+    assert_eq!(
+        result(&execute_as(&two, 1, &get("plan"))),
+        &json!({"found": false, "value": null})
+    );
+    // The limit holds across the replicas: alice's second key through one, her
+    // third through the other is refused.
+    assert_eq!(
+        result(&put(&two, 0, "notes", "'n'")),
+        &json!({"replaced": false})
+    );
+    let third = put(&one, 0, "more", "1");
+    assert_eq!(third["text"][0], "resource limit exceeded", "{third}");
+    assert_eq!(third["meta"]["codemode/stats"]["limit"], "--max-state-keys");
+    assert_eq!(
+        result(&execute_as(
+            &one,
+            0,
+            "def main():\n    return [state.list(), state.delete(key='notes'), state.list(prefix='p')]"
+        )),
+        &json!([{"keys": ["notes", "plan"]}, {"deleted": true}, {"keys": ["plan"]}])
+    );
+    // Redis away: the call fails plainly (the reason in the log), the server
+    // serves on, and the state is back with Redis.
+    redis.kill();
+    let away = execute_as(&one, 0, &get("plan"));
+    assert_eq!(
+        away["text"][0], "capability failed: the state store is unavailable",
+        "{away}"
+    );
+    assert!(
+        one.log()
+            .contains("a state call failed: the store did not answer"),
+        "{}",
+        one.log()
+    );
+    redis.restart();
+    let token = SUBJECTS[0].1;
+    let read = "def main():\n    return state.get(key='plan')['value']";
+    wait_until(
+        "the state to be read again once Redis is back",
+        || crate::support::execute_as(one.port, token, read) == Ok(json!({"steps": [1, 2]})),
+        || format!("{:?}", crate::support::execute_as(one.port, token, read)),
+    );
 }

@@ -8,9 +8,10 @@ use codemode_server::units::parse_bytes;
 /// may keep.
 #[derive(Debug, clap::Args)]
 pub struct StateFlags {
-    /// Where what agents keep between executions goes (`state.put`): a file, or
-    /// `memory` (gone at exit) [default: $XDG_STATE_HOME/codemode-host/store.redb
-    /// or ~/.local/state/codemode-host/store.redb]
+    /// Where what agents keep between executions goes (`state.put`): a file,
+    /// `memory` (gone at exit), or redis://[:PASSWORD@]HOST:PORT/N for
+    /// replicas [default: $XDG_STATE_HOME/codemode-host/store.redb or
+    /// ~/.local/state/codemode-host/store.redb]
     ///
     /// The file is an embedded database made at the first state call (its
     /// folder too, both private to their owner). It survives a restart, and
@@ -18,7 +19,10 @@ pub struct StateFlags {
     /// one user start see the same values. Each subject (a token's subject,
     /// after its issuer; over stdio, and over HTTP without tokens, the one local
     /// subject) sees only its own keys, so two deployments whose tokens files
-    /// name the same subjects need a store each.
+    /// name the same subjects need a store each. In Redis (CODEMODE_STORE keeps
+    /// the password off the command line) the values and the limits are the
+    /// replicas' together, wherever they run; while Redis does not answer,
+    /// state calls fail and everything else is served.
     #[arg(long, value_name = "STORE", value_parser = StoreLocation::parse, value_hint = clap::ValueHint::FilePath)]
     pub store: Option<StoreLocation>,
 

@@ -156,8 +156,8 @@ fn one(arg: &Arg, name: &str, value: &DeValue, base: &Path) -> Result<OsString, 
     let relative = !text.is_empty() && Path::new(&text).is_relative();
     let value = match arg.get_value_hint() {
         ValueHint::AnyPath if relative => base.join(&text).into_os_string(),
-        // A file or a word (`--store`: `memory`).
-        ValueHint::FilePath if relative && text != MEMORY_STORE => {
+        // A file, a word or a URL (`--store`: `memory`, `redis://`).
+        ValueHint::FilePath if relative && text != MEMORY_STORE && !text.contains("://") => {
             base.join(&text).into_os_string()
         }
         _ => OsString::from(text),

@@ -224,10 +224,17 @@ fn a_store_file_is_relative_to_the_config_file_and_memory_stays_a_word() -> anyh
     let config = path.display().to_string();
     let cli = parse(args(&["--config", &config]))?;
     assert_eq!(cli.state.location(), StoreLocation::Memory);
+    let (_, path) = config_file("store-redis", "store = \"redis://127.0.0.1:6379/0\"\n")?;
+    let config = path.display().to_string();
+    let cli = parse(args(&["--config", &config]))?;
+    assert_eq!(
+        cli.state.location(),
+        StoreLocation::Redis("redis://127.0.0.1:6379/0".to_owned())
+    );
     assert_file_errors(&[(
         "store-empty",
         "store = \"\"\n",
-        "line 1: `store`: must be `memory` or a file (e.g. ./state/store.redb)",
+        "line 1: `store`: must be `memory`, a file (e.g. ./state/store.redb) or a redis:// URL",
     )])?;
     Ok(())
 }

@@ -139,6 +139,20 @@ impl StateSource {
             return Err(CallFailure::Internal);
         };
         let call = self.checked(index, arguments)?;
+        #[cfg(feature = "redis")]
+        if let Some(redis) = self.store.redis() {
+            let answered = match redis {
+                Ok(redis) => in_redis(redis, call, &budget, self.limits)
+                    .await
+                    .map_err(|reason| self.store.error(reason)),
+                Err(error) => Err(error),
+            };
+            let answer = answered.map_err(|error| {
+                tracing::warn!(reason = %error, "a state call failed: the store did not answer");
+                CallFailure::Failed(Some(STORE_UNAVAILABLE.to_owned()))
+            })?;
+            return result(answer, &budget);
+        }
         let store = self.store.clone();
         let (subject, limits) = (budget.subject.clone(), self.limits);
         // A write waits for the store's writer no longer than the call may
@@ -206,6 +220,26 @@ impl StateSource {
             }
             None => Err(CallFailure::Internal),
         }
+    }
+}
+
+/// `call` on the state in Redis, for the call's owner.
+#[cfg(feature = "redis")]
+async fn in_redis(
+    redis: &crate::store::RedisState,
+    call: Call,
+    budget: &CallBudget,
+    limits: StateLimits,
+) -> Result<Answer, String> {
+    let owner = &budget.subject;
+    match call {
+        Call::Get { key } => redis.get(owner, &key).await.map(Answer::Value),
+        Call::Put { key, entry } => redis
+            .put(owner, &key, &entry, limits)
+            .await
+            .map(Answer::Put),
+        Call::Delete { key } => redis.delete(owner, &key).await.map(Answer::Deleted),
+        Call::List { prefix } => redis.list(owner, &prefix).await.map(Answer::Keys),
     }
 }
 

@@ -22,6 +22,10 @@ pub enum StoreLocation {
     Memory,
     /// A redb file (its folder is made when missing, private to its owner).
     File(PathBuf),
+    /// The Redis at a `redis://` URL, shared by replicas on any machine
+    /// (feature `redis`).
+    #[cfg(feature = "redis")]
+    Redis(String),
 }
 
 impl StoreLocation {
@@ -33,11 +37,27 @@ impl StoreLocation {
     pub fn parse(text: &str) -> Result<Self, String> {
         match text {
             "" => Err(format!(
-                "must be `{MEMORY_STORE}` or a file (e.g. ./state/{DEFAULT_STORE_FILE})"
+                "must be `{MEMORY_STORE}`, a file (e.g. ./state/{DEFAULT_STORE_FILE}) or a redis:// URL"
             )),
             MEMORY_STORE => Ok(Self::Memory),
+            url if url.starts_with("redis://") || url.starts_with("rediss://") => Self::redis(url),
             path => Ok(Self::File(PathBuf::from(path))),
         }
+    }
+
+    /// The Redis at `url`, checked.
+    #[cfg(feature = "redis")]
+    fn redis(url: &str) -> Result<Self, String> {
+        match crate::tasks::check_redis_url(url) {
+            Ok(_) => Ok(Self::Redis(url.to_owned())),
+            Err(crate::tasks::ConnectError::Url { reason, .. }) => Err(reason),
+        }
+    }
+
+    /// Without the feature `redis`, no Redis.
+    #[cfg(not(feature = "redis"))]
+    fn redis(_url: &str) -> Result<Self, String> {
+        Err("this build keeps no state in Redis (the feature `redis` is off)".to_owned())
     }
 
     /// `--store`'s default: [`DEFAULT_STORE_FILE`] in `$XDG_STATE_HOME/codemode-host`,
@@ -65,6 +85,8 @@ impl std::fmt::Display for StoreLocation {
         match self {
             Self::Memory => f.write_str(MEMORY_STORE),
             Self::File(path) => write!(f, "{}", path.display()),
+            #[cfg(feature = "redis")]
+            Self::Redis(url) => f.write_str(&crate::tasks::redacted(url)),
         }
     }
 }
@@ -84,6 +106,9 @@ pub struct StoreError {
 pub struct Store {
     location: StoreLocation,
     database: Mutex<Option<Arc<Database>>>,
+    /// With a Redis location, the state there (or why its URL is no Redis's).
+    #[cfg(feature = "redis")]
+    redis: Option<Result<super::redis::RedisState, String>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -97,10 +122,33 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// The store at `location`, not opened yet.
     pub fn new(location: StoreLocation) -> Self {
+        #[cfg(feature = "redis")]
+        let redis = match &location {
+            StoreLocation::Redis(url) => Some(
+                crate::tasks::check_redis_url(url)
+                    .map(super::redis::RedisState::new)
+                    .map_err(|error| error.to_string()),
+            ),
+            StoreLocation::Memory | StoreLocation::File(_) => None,
+        };
         Self {
             location,
             database: Mutex::new(None),
+            #[cfg(feature = "redis")]
+            redis,
         }
+    }
+
+    /// The state in Redis, when the store is there.
+    ///
+    /// # Errors
+    ///
+    /// A URL that names no Redis the store can use.
+    #[cfg(feature = "redis")]
+    pub(crate) fn redis(&self) -> Option<Result<&super::redis::RedisState, StoreError>> {
+        self.redis
+            .as_ref()
+            .map(|redis| redis.as_ref().map_err(|reason| self.error(reason)))
     }
 
     /// Where it is.
@@ -147,11 +195,14 @@ impl Store {
                 builder.set_concurrency_mode(ConcurrencyMode::MultiWriter);
                 builder.create(path).map_err(|error| error.to_string())
             }
+            // Its calls go to Redis (`Store::redis`), never here.
+            #[cfg(feature = "redis")]
+            StoreLocation::Redis(_) => Err("the store is in Redis".to_owned()),
         }
     }
 
     /// A failure of the store at its location.
-    pub(super) fn error(&self, reason: impl std::fmt::Display) -> StoreError {
+    pub(crate) fn error(&self, reason: impl std::fmt::Display) -> StoreError {
         StoreError {
             location: self.location.to_string(),
             reason: reason.to_string(),
@@ -190,4 +241,41 @@ fn make_folder(path: &Path) -> Result<(), String> {
         .mode(0o700)
         .create(folder)
         .map_err(|error| format!("cannot make the folder {}: {error}", folder.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_is_memory_a_file_or_a_redis_url_never_shown_with_its_password() {
+        assert_eq!(StoreLocation::parse("memory"), Ok(StoreLocation::Memory));
+        assert_eq!(
+            StoreLocation::parse("state/store.redb"),
+            Ok(StoreLocation::File(PathBuf::from("state/store.redb")))
+        );
+        assert!(StoreLocation::parse("").is_err());
+        #[cfg(feature = "redis")]
+        {
+            let url = "redis://:secret@127.0.0.1:6379/0";
+            let location = StoreLocation::parse(url);
+            assert_eq!(location, Ok(StoreLocation::Redis(url.to_owned())));
+            assert_eq!(
+                location.map(|l| l.to_string()),
+                Ok("redis://***@127.0.0.1:6379/0".to_owned())
+            );
+            assert_eq!(
+                StoreLocation::parse("rediss://127.0.0.1:6379/0"),
+                Err(
+                    "TLS to Redis (rediss://) is not supported; reach Redis on a private network"
+                        .to_owned()
+                )
+            );
+        }
+        #[cfg(not(feature = "redis"))]
+        assert_eq!(
+            StoreLocation::parse("redis://127.0.0.1:6379/0"),
+            Err("this build keeps no state in Redis (the feature `redis` is off)".to_owned())
+        );
+    }
 }

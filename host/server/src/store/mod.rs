@@ -11,8 +11,14 @@
 //! It keeps the values of the state capabilities, per subject (`state.rs`).
 
 mod database;
+mod entry;
+#[cfg(feature = "redis")]
+mod redis;
 mod state;
 
 pub use database::{DEFAULT_STORE_FILE, MEMORY_STORE, Store, StoreError, StoreLocation};
-pub(crate) use state::{Entry, Put, Until, now_ms};
-pub use state::{StateLimits, StateRefused};
+pub(crate) use entry::{Entry, Put, now_ms};
+pub use entry::{StateLimits, StateRefused};
+#[cfg(feature = "redis")]
+pub(crate) use redis::RedisState;
+pub(crate) use state::Until;

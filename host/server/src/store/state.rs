@@ -9,7 +9,7 @@
 //! writes again.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use redb::{
     Database, ReadableDatabase, ReadableTable, Table, TableDefinition, TableError,
@@ -17,6 +17,7 @@ use redb::{
 };
 
 use super::database::{Store, StoreError};
+use super::entry::{Entry, Put, StateLimits, StateRefused, now_ms};
 use crate::source::Cancel;
 
 /// The values: (subject, key) → the value, encoded.
@@ -33,60 +34,6 @@ const USAGE: TableDefinition<&str, (u64, u64, u64)> = TableDefinition::new("stat
 
 /// The longest pause between two tries for the writer's lock.
 const MAX_PAUSE: Duration = Duration::from_millis(10);
-
-/// What one subject may keep.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StateLimits {
-    /// Keys (`--max-state-keys`).
-    pub max_keys: u64,
-    /// Bytes of keys and values together, a value counted as its JSON text
-    /// (`--max-state-bytes`).
-    pub max_bytes: u64,
-    /// Bytes of one value as JSON text (`--max-state-value-bytes`).
-    pub max_value_bytes: u64,
-}
-
-impl Default for StateLimits {
-    fn default() -> Self {
-        Self {
-            max_keys: 1000,
-            max_bytes: 16 << 20,
-            max_value_bytes: 1 << 20,
-        }
-    }
-}
-
-/// Which limit a write would pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StateRefused {
-    /// The subject's keys.
-    Keys,
-    /// The subject's bytes.
-    Bytes,
-}
-
-/// A value as a write gives it to the store.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Entry {
-    /// The value, encoded.
-    pub value: Vec<u8>,
-    /// What it charges against its subject's bytes: its key's length and the
-    /// value's JSON text.
-    pub size: u64,
-    /// When it expires, in milliseconds since the epoch; `None` never.
-    pub expires: Option<u64>,
-}
-
-/// What a write did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Put {
-    /// The key had no value (or an expired one).
-    Created,
-    /// The key's value was replaced.
-    Replaced,
-    /// Nothing changed: the write would pass a limit.
-    Refused(StateRefused),
-}
 
 /// Until when a write may wait for the database's writer (another process's
 /// write, or another execution's), and what else ends the wait: the call's
@@ -112,14 +59,6 @@ struct Usage {
     keys: u64,
     bytes: u64,
     earliest: u64,
-}
-
-/// Milliseconds since the epoch: expiries outlive the process, so they are
-/// wall-clock times.
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn live(expires: u64, now: u64) -> bool {
