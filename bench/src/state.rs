@@ -1,6 +1,7 @@
 //! The state capabilities' calls (issue 53): `state.put` and `state.get`, each
 //! the p50 of an execute making many calls less one making one, over the store
-//! in memory and in a file (the default: every put is on disk when it returns).
+//! in memory, in a file (the default: every put is on disk when it returns) and
+//! in Redis (a `redis-server` of its own on loopback, when one is installed).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -16,7 +17,8 @@ use super::{Row, bench_config, execute, percentiles, runtime, us};
 pub(crate) fn measure(root: &Path, plugins: &Path, rows: &mut Vec<Row>) {
     let folder = root.join("target/bench-state");
     let _ = std::fs::remove_dir_all(&folder);
-    let stores = [
+    let redis = Redis::start();
+    let mut stores = vec![
         ("in memory", StoreLocation::Memory, 100, 200),
         // A commit waits for the disk: fewer calls, fewer rounds.
         (
@@ -26,6 +28,10 @@ pub(crate) fn measure(root: &Path, plugins: &Path, rows: &mut Vec<Row>) {
             40,
         ),
     ];
+    match &redis {
+        Some(redis) => stores.push(("in Redis", StoreLocation::Redis(redis.url()), 100, 100)),
+        None => println!("state calls in Redis: not measured (no redis-server on PATH)"),
+    }
     for (label, location, many, rounds) in stores {
         let config = ServiceConfig {
             state: Some(StateConfig {
@@ -51,7 +57,8 @@ pub(crate) fn measure(root: &Path, plugins: &Path, rows: &mut Vec<Row>) {
         );
         let (put_row, get_row) = match label {
             "in memory" => ("state.put, store in memory", "state.get, store in memory"),
-            _ => ("state.put, store in a file", "state.get, store in a file"),
+            "in a file" => ("state.put, store in a file", "state.get, store in a file"),
+            _ => ("state.put, store in Redis", "state.get, store in Redis"),
         };
         for (what, cost) in [(put_row, put_cost), (get_row, get_cost)] {
             rows.push(Row {
@@ -63,6 +70,55 @@ pub(crate) fn measure(root: &Path, plugins: &Path, rows: &mut Vec<Row>) {
         }
     }
     let _ = std::fs::remove_dir_all(&folder);
+}
+
+/// A `redis-server` on a loopback port, without persistence; killed when
+/// dropped.
+struct Redis {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Redis {
+    /// One on a free port, once it answers; `None` without `redis-server`.
+    fn start() -> Option<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .ok()?
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        let redis = Self { child, port };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if std::time::Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(redis)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// The cost of one `call` (an expression of the loop's `i`): the p50 of an
