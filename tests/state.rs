@@ -335,7 +335,7 @@ fn the_policy_decides_state_calls_by_their_ids() {
 fn replicas_share_the_state_through_redis_and_a_redis_away_fails_the_call_plainly() {
     let mut redis = crate::support::RedisServer::start("state");
     let url = redis.url();
-    let limits = ["--max-state-keys", "2"];
+    let limits = ["--max-state-keys", "2", "--max-state-bytes", "4KiB"];
     let one = replica_at("state-redis", &url, &limits);
     let two = replica_at("state-redis", &url, &limits);
     let put = |server: &HttpServer, subject: usize, key: &str, value: &str| {
@@ -373,6 +373,45 @@ fn replicas_share_the_state_through_redis_and_a_redis_away_fails_the_call_plainl
         )),
         &json!([{"keys": ["notes", "plan"]}, {"deleted": true}, {"keys": ["plan"]}])
     );
+    // The scripts' other rules, as the embedded store's: a replacement, the
+    // bytes limit, an expired value read as absent and removed (with its
+    // charge) by the owner's next write, and the usage made again from the
+    // values when its hash is gone.
+    assert_eq!(
+        result(&put(&two, 1, "b", "'x' * 10")),
+        &json!({"replaced": false})
+    );
+    assert_eq!(
+        result(&put(&one, 1, "b", "'y'")),
+        &json!({"replaced": true})
+    );
+    let usage = format!("codemode:state:{}:usage", hex::encode("bob"));
+    let keys_of_bob = || redis.command(&["HINCRBY", &usage, "keys", "0"]);
+    let brief = "def main():\n    return state.put(key='brief', value=1, ttl=1)";
+    assert_eq!(
+        result(&execute_as(&one, 1, brief)),
+        &json!({"replaced": false})
+    );
+    assert_eq!(keys_of_bob(), ":2");
+    let bob = SUBJECTS[1].1;
+    let found = "def main():\n    return state.get(key='brief')['found']";
+    wait_until(
+        "bob's brief value to read as absent",
+        || crate::support::execute_as(two.port, bob, found) == Ok(json!(false)),
+        || format!("{:?}", crate::support::execute_as(two.port, bob, found)),
+    );
+    assert_eq!(redis.command(&["DEL", &usage]), ":1");
+    assert_eq!(result(&put(&two, 1, "c", "2")), &json!({"replaced": false}));
+    assert_eq!(keys_of_bob(), ":2");
+    let over = execute_as(
+        &one,
+        1,
+        "def main():\n    return state.put(key='c', value='z' * 5000)",
+    );
+    assert_eq!(
+        over["meta"]["codemode/stats"]["limit"], "--max-state-bytes",
+        "{over}"
+    );
     // Redis away: the call fails plainly (the reason in the log), the server
     // serves on, and the state is back with Redis.
     redis.kill();
@@ -387,12 +426,11 @@ fn replicas_share_the_state_through_redis_and_a_redis_away_fails_the_call_plainl
         "{}",
         one.log()
     );
+    // Back: the first call already reads it (the broken connection is found
+    // and the request sent again on a new one).
     redis.restart();
-    let token = SUBJECTS[0].1;
-    let read = "def main():\n    return state.get(key='plan')['value']";
-    wait_until(
-        "the state to be read again once Redis is back",
-        || crate::support::execute_as(one.port, token, read) == Ok(json!({"steps": [1, 2]})),
-        || format!("{:?}", crate::support::execute_as(one.port, token, read)),
+    assert_eq!(
+        result(&execute_as(&one, 0, &get("plan"))),
+        &json!({"found": true, "value": {"steps": [1, 2]}})
     );
 }

@@ -22,7 +22,7 @@ use crate::source::{
     Arguments, CallBudget, CallFailure, CallFuture, CallOutcome, CapabilitySource, Offer, Provider,
     Publisher, Reserved, Session,
 };
-use crate::store::{Entry, Put, StateLimits, StateRefused, Store, Until, now_ms};
+use crate::store::{Entry, Put, StateLimits, StateRefused, Store, Until};
 
 pub use specs::{MAX_KEY_BYTES, MAX_TTL_SECONDS, STATE_ROOT, capabilities};
 
@@ -205,7 +205,7 @@ impl StateSource {
                 let entry = Entry {
                     value: encoded,
                     size: (key.len() + size) as u64,
-                    expires: expiry(ttl)?,
+                    ttl_ms: ttl_ms(ttl)?,
                 };
                 Ok(Call::Put { key, entry })
             }
@@ -254,9 +254,8 @@ fn key(value: Value) -> Result<String, CallFailure> {
     }
 }
 
-/// When a value given `ttl` (seconds, or `None`) expires, in milliseconds since
-/// the epoch.
-fn expiry(ttl: Value) -> Result<Option<u64>, CallFailure> {
+/// How long a value given `ttl` (seconds, or `None`) lives, in milliseconds.
+fn ttl_ms(ttl: Value) -> Result<Option<u64>, CallFailure> {
     let seconds = match ttl {
         Value::None => return Ok(None),
         Value::Int(seconds) if (1..=MAX_TTL_SECONDS).contains(&seconds) => seconds,
@@ -267,9 +266,7 @@ fn expiry(ttl: Value) -> Result<Option<u64>, CallFailure> {
         }
         _ => return Err(CallFailure::Internal),
     };
-    Ok(Some(now_ms().saturating_add(
-        seconds.unsigned_abs().saturating_mul(1000),
-    )))
+    Ok(Some(seconds.unsigned_abs().saturating_mul(1000)))
 }
 
 /// The result record of `answer`, within the call's depth and node budgets.
@@ -346,21 +343,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_ttl_is_seconds_from_now_within_its_bounds() {
-        let before = now_ms();
-        let at = expiry(Value::Int(10)).ok().flatten().unwrap_or_default();
-        let after = now_ms();
-        assert!(
-            before + 10_000 <= at && at <= after + 10_000,
-            "{before} {at} {after}"
-        );
-        assert_eq!(expiry(Value::None), Ok(None));
+    fn a_ttl_is_seconds_within_its_bounds() {
+        assert_eq!(ttl_ms(Value::Int(10)), Ok(Some(10_000)));
+        assert_eq!(ttl_ms(Value::None), Ok(None));
         let refused = Err(CallFailure::Failed(Some(format!(
             "ttl must be 1 to {MAX_TTL_SECONDS} seconds, or None"
         ))));
-        assert_eq!(expiry(Value::Int(0)), refused);
-        assert_eq!(expiry(Value::Int(MAX_TTL_SECONDS + 1)), refused);
-        assert!(expiry(Value::Int(MAX_TTL_SECONDS)).is_ok());
+        assert_eq!(ttl_ms(Value::Int(0)), refused);
+        assert_eq!(ttl_ms(Value::Int(MAX_TTL_SECONDS + 1)), refused);
+        assert_eq!(
+            ttl_ms(Value::Int(MAX_TTL_SECONDS)),
+            Ok(Some(MAX_TTL_SECONDS as u64 * 1000))
+        );
     }
 
     #[test]

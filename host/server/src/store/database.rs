@@ -15,8 +15,9 @@ pub const MEMORY_STORE: &str = "memory";
 /// 1 GiB): the state of every subject is a few MiB at the default limits.
 const CACHE_BYTES: usize = 16 << 20;
 
-/// Where the store keeps what lasts.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where the store keeps what lasts. Its `Debug` and `Display` forms never
+/// show a Redis password.
+#[derive(Clone, PartialEq, Eq)]
 pub enum StoreLocation {
     /// In this process's memory: gone at exit.
     Memory,
@@ -80,6 +81,20 @@ impl StoreLocation {
     }
 }
 
+impl std::fmt::Debug for StoreLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Memory => f.write_str("Memory"),
+            Self::File(path) => f.debug_tuple("File").field(path).finish(),
+            #[cfg(feature = "redis")]
+            Self::Redis(url) => f
+                .debug_tuple("Redis")
+                .field(&crate::tasks::redacted(url))
+                .finish(),
+        }
+    }
+}
+
 impl std::fmt::Display for StoreLocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -124,11 +139,10 @@ impl Store {
     pub fn new(location: StoreLocation) -> Self {
         #[cfg(feature = "redis")]
         let redis = match &location {
-            StoreLocation::Redis(url) => Some(
-                crate::tasks::check_redis_url(url)
-                    .map(super::redis::RedisState::new)
-                    .map_err(|error| error.to_string()),
-            ),
+            StoreLocation::Redis(url) => Some(match crate::tasks::check_redis_url(url) {
+                Ok(client) => Ok(super::redis::RedisState::new(client)),
+                Err(crate::tasks::ConnectError::Url { reason, .. }) => Err(reason),
+            }),
             StoreLocation::Memory | StoreLocation::File(_) => None,
         };
         Self {
@@ -261,8 +275,12 @@ mod tests {
             let location = StoreLocation::parse(url);
             assert_eq!(location, Ok(StoreLocation::Redis(url.to_owned())));
             assert_eq!(
-                location.map(|l| l.to_string()),
+                location.as_ref().map(ToString::to_string),
                 Ok("redis://***@127.0.0.1:6379/0".to_owned())
+            );
+            assert_eq!(
+                location.map(|l| format!("{l:?}")),
+                Ok("Redis(\"redis://***@127.0.0.1:6379/0\")".to_owned())
             );
             assert_eq!(
                 StoreLocation::parse("rediss://127.0.0.1:6379/0"),

@@ -42,8 +42,10 @@ pub(crate) struct Entry {
     /// What it charges against its subject's bytes: its key's length and the
     /// value's JSON text.
     pub size: u64,
-    /// When it expires, in milliseconds since the epoch; `None` never.
-    pub expires: Option<u64>,
+    /// How long it lives, in milliseconds from the write, by the clock of
+    /// whatever holds it (this process for the file, Redis for Redis, so that
+    /// replicas with skewed clocks agree); `None` until deleted.
+    pub ttl_ms: Option<u64>,
 }
 
 /// What a write did.
@@ -59,7 +61,7 @@ pub(crate) enum Put {
 
 /// Milliseconds since the epoch: expiries outlive the process, so they are
 /// wall-clock times.
-pub(crate) fn now_ms() -> u64 {
+pub(super) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))

@@ -17,7 +17,7 @@ mod redis;
 mod state;
 
 pub use database::{DEFAULT_STORE_FILE, MEMORY_STORE, Store, StoreError, StoreLocation};
-pub(crate) use entry::{Entry, Put, now_ms};
+pub(crate) use entry::{Entry, Put};
 pub use entry::{StateLimits, StateRefused};
 #[cfg(feature = "redis")]
 pub(crate) use redis::RedisState;

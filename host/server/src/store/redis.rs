@@ -2,18 +2,23 @@
 //! replicas on any machine: per owner, a hash of values, a hash of each key's
 //! expiry and size, and a hash of its usage, each step one Lua script
 //! (`scripts/*.lua`), so that two replicas never interleave inside one and the
-//! limits hold across them.
+//! limits hold across them. Expiries are by Redis's clock, so replicas whose
+//! clocks differ agree.
 //!
 //! The connection is made at the first state call, on the runtime that call
-//! runs on; every request has the task store's timeouts.
+//! runs on, with the task store's timeouts (3 s to connect, 2 s for an
+//! answer). A request that meets a connection found broken (Redis restarted)
+//! is sent once more on the new one; any other failure drops the connection,
+//! so the next call makes a new one (a password changed back, say).
 
-use std::sync::Mutex;
+use std::future::Future;
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use redis::Script;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use super::entry::{Entry, Put, StateLimits, StateRefused, now_ms};
+use super::entry::{Entry, Put, StateLimits, StateRefused};
 
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -21,11 +26,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long one request may wait for its answer.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The scripts, read at build time.
-const PUT: &str = include_str!("scripts/put.lua");
-const GET: &str = include_str!("scripts/get.lua");
-const DELETE: &str = include_str!("scripts/delete.lua");
-const LIST: &str = include_str!("scripts/list.lua");
+/// The scripts, read at build time, hashed once.
+static PUT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/put.lua")));
+static GET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/get.lua")));
+static DELETE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/delete.lua")));
+static LIST: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/list.lua")));
 
 /// The state in the Redis at a URL.
 pub(crate) struct RedisState {
@@ -61,13 +66,9 @@ impl RedisState {
         }
     }
 
-    /// The connection, made at the first call (a failed one is made again at
-    /// the next).
+    /// The connection, made when there is none.
     fn connection(&self) -> Result<ConnectionManager, String> {
-        let mut made = self
-            .connection
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut made = self.lock();
         if let Some(connection) = made.as_ref() {
             return Ok(connection.clone());
         }
@@ -77,22 +78,51 @@ impl RedisState {
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_secs(1));
         let connection = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-            .map_err(|error| format!("cannot connect ({:?})", error.kind()))?;
+            .map_err(|error| format!("a connection cannot be set up ({:?})", error.kind()))?;
         *made = Some(connection.clone());
         Ok(connection)
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<ConnectionManager>> {
+        self.connection
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Runs `request` on the connection: once more on a connection found
+    /// broken; any other failure drops the connection.
+    async fn ask<T, F, R>(&self, request: F) -> Result<T, String>
+    where
+        F: Fn(ConnectionManager) -> R,
+        R: Future<Output = redis::RedisResult<T>>,
+    {
+        let mut retried = false;
+        loop {
+            match request(self.connection()?).await {
+                Ok(value) => return Ok(value),
+                Err(error)
+                    if !retried && (error.is_io_error() || error.is_connection_dropped()) =>
+                {
+                    retried = true;
+                }
+                Err(error) => {
+                    *self.lock() = None;
+                    return Err(error.to_string());
+                }
+            }
+        }
+    }
+
     pub(crate) async fn get(&self, owner: &str, key: &str) -> Result<Option<Vec<u8>>, String> {
-        let names = Names::of(owner);
-        let mut connection = self.connection()?;
-        Script::new(GET)
-            .key(&names.values)
-            .key(&names.meta)
-            .arg(key)
-            .arg(now_ms())
-            .invoke_async(&mut connection)
-            .await
-            .map_err(|error| error.to_string())
+        let names = &Names::of(owner);
+        self.ask(|mut connection| async move {
+            GET.key(&names.values)
+                .key(&names.meta)
+                .arg(key)
+                .invoke_async(&mut connection)
+                .await
+        })
+        .await
     }
 
     pub(crate) async fn put(
@@ -102,22 +132,22 @@ impl RedisState {
         entry: &Entry,
         limits: StateLimits,
     ) -> Result<Put, String> {
-        let names = Names::of(owner);
-        let mut connection = self.connection()?;
-        let put: String = Script::new(PUT)
-            .key(&names.values)
-            .key(&names.meta)
-            .key(&names.usage)
-            .arg(key)
-            .arg(entry.value.as_slice())
-            .arg(entry.expires.unwrap_or(0))
-            .arg(entry.size)
-            .arg(limits.max_keys)
-            .arg(limits.max_bytes)
-            .arg(now_ms())
-            .invoke_async(&mut connection)
-            .await
-            .map_err(|error| error.to_string())?;
+        let names = &Names::of(owner);
+        let put: String = self
+            .ask(|mut connection| async move {
+                PUT.key(&names.values)
+                    .key(&names.meta)
+                    .key(&names.usage)
+                    .arg(key)
+                    .arg(entry.value.as_slice())
+                    .arg(entry.ttl_ms.unwrap_or(0))
+                    .arg(entry.size)
+                    .arg(limits.max_keys)
+                    .arg(limits.max_bytes)
+                    .invoke_async(&mut connection)
+                    .await
+            })
+            .await?;
         match put.as_str() {
             "created" => Ok(Put::Created),
             "replaced" => Ok(Put::Replaced),
@@ -128,30 +158,31 @@ impl RedisState {
     }
 
     pub(crate) async fn delete(&self, owner: &str, key: &str) -> Result<bool, String> {
-        let names = Names::of(owner);
-        let mut connection = self.connection()?;
-        let deleted: i64 = Script::new(DELETE)
-            .key(&names.values)
-            .key(&names.meta)
-            .key(&names.usage)
-            .arg(key)
-            .arg(now_ms())
-            .invoke_async(&mut connection)
-            .await
-            .map_err(|error| error.to_string())?;
+        let names = &Names::of(owner);
+        let deleted: i64 = self
+            .ask(|mut connection| async move {
+                DELETE
+                    .key(&names.values)
+                    .key(&names.meta)
+                    .key(&names.usage)
+                    .arg(key)
+                    .invoke_async(&mut connection)
+                    .await
+            })
+            .await?;
         Ok(deleted == 1)
     }
 
     pub(crate) async fn list(&self, owner: &str, prefix: &str) -> Result<Vec<String>, String> {
-        let names = Names::of(owner);
-        let mut connection = self.connection()?;
-        let mut keys: Vec<String> = Script::new(LIST)
-            .key(&names.meta)
-            .arg(prefix)
-            .arg(now_ms())
-            .invoke_async(&mut connection)
-            .await
-            .map_err(|error| error.to_string())?;
+        let names = &Names::of(owner);
+        let mut keys: Vec<String> = self
+            .ask(|mut connection| async move {
+                LIST.key(&names.meta)
+                    .arg(prefix)
+                    .invoke_async(&mut connection)
+                    .await
+            })
+            .await?;
         keys.sort_unstable();
         Ok(keys)
     }

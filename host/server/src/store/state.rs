@@ -161,7 +161,7 @@ impl Store {
                         Put::Refused(refused)
                     }
                     None => {
-                        let expires = entry.expires.unwrap_or(0);
+                        let expires = entry.ttl_ms.map_or(0, |ttl| now.saturating_add(ttl));
                         values
                             .insert((subject, key), entry.value.as_slice())
                             .map_err(|e| e.to_string())?;
@@ -392,7 +392,7 @@ mod tests {
         Entry {
             value: value.to_vec(),
             size,
-            expires: None,
+            ttl_ms: None,
         }
     }
 
@@ -488,11 +488,11 @@ mod tests {
         let store = Store::new(StoreLocation::Memory);
         let one = limits(1, 100);
         let past = Entry {
-            expires: Some(1),
+            ttl_ms: Some(0),
             ..entry(b"old", 10)
         };
         let future = Entry {
-            expires: Some(now_ms() + 3_600_000),
+            ttl_ms: Some(3_600_000),
             ..entry(b"new", 10)
         };
         assert_eq!(
@@ -539,14 +539,19 @@ mod tests {
         let store = Store::new(StoreLocation::Memory);
         let room = StateLimits::default();
         let past = Entry {
-            expires: Some(1),
+            ttl_ms: Some(0),
             ..entry(b"old", 10)
         };
+        // A ttl of 0 expires at the write's own millisecond: the earliest
+        // expiry is then.
+        let before = now_ms();
         store.state_put("s", "gone", &past, room, &until())?;
-        assert_eq!(usage_of(&store, "s"), (1, 10, 1));
+        let (keys, bytes, earliest) = usage_of(&store, "s");
+        assert_eq!((keys, bytes), (1, 10));
+        assert!(earliest >= before && earliest <= now_ms(), "{earliest}");
         // The second write finds the first expired, and removes it first.
         store.state_put("s", "also gone", &past, room, &until())?;
-        assert_eq!(usage_of(&store, "s"), (1, 10, 1));
+        assert_eq!(usage_of(&store, "s").0, 1);
         store.state_put("s", "kept", &entry(b"new", 7), room, &until())?;
         assert_eq!(usage_of(&store, "s"), (1, 7, 0));
         // Deleting an expired value gives its charge back and finds nothing.

@@ -1,7 +1,9 @@
--- state.list: KEYS[1] the owner's meta; ARGV: prefix, now (ms). The keys that
--- start with the prefix and have a live value, in no order.
+-- state.list: KEYS[1] the owner's meta; ARGV: prefix. The keys that start with
+-- the prefix and have a live value (by Redis's clock), in no order.
 local fields = redis.call('HGETALL', KEYS[1])
-local now, prefix = tonumber(ARGV[2]), ARGV[1]
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local prefix = ARGV[1]
 local keys = {}
 for i = 1, #fields, 2 do
   local e = tonumber(string.match(fields[i + 1], '^(%d+) '))
