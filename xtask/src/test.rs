@@ -80,9 +80,14 @@ fn run(phases: &mut Phases) -> Result<()> {
     })?;
     let lints = Lints::find()?;
     let nextest = crate::tools::nextest()?;
+    // The interpreter for wasm, as host/server/build.rs builds it, from the
+    // start: cargo schedules that build script late (nothing waits on it but
+    // the server), and its two and a half minutes then ran alone at the end of
+    // the build. The script finds it built (or waits for it, on the lock of
+    // target/runner).
+    let wasm = phases.beside("interpreter for wasm", &mut interpreter_wasm_build())?;
     // Every native target of the host's packages, benches included, so that
-    // clippy sees them all; host/server/build.rs builds the interpreter for wasm into
-    // target/runner.
+    // clippy sees them all.
     phases.run("build", || {
         status(lints.apply(packages(cargo().args([
             "test",
@@ -90,6 +95,7 @@ fn run(phases: &mut Phases) -> Result<()> {
             "--no-run",
         ]))))
     })?;
+    phases.join(wasm)?;
     let binary = root().join("target/debug/codemode-host");
     phases.run("same features", || {
         dist::unchanged_build(&lints, "codemode-host")
@@ -199,6 +205,38 @@ const NATIVE_PACKAGES: &[&str] = &[
 
 /// `command` selecting [`NATIVE_PACKAGES`]: one selection for every build keeps
 /// one feature set.
+/// The interpreter's wasm build exactly as host/server/build.rs runs it for a
+/// debug host (its profile, target and folder, and without the variables the
+/// script removes), so that the script's own build finds it fresh.
+fn interpreter_wasm_build() -> Command {
+    let mut command = cargo();
+    command
+        .args([
+            "build",
+            "--profile",
+            "debug-host",
+            "--quiet",
+            "--target",
+            "wasm32-wasip2",
+            "--manifest-path",
+            RUNNER_MANIFEST,
+            "--target-dir",
+            "target/runner",
+        ])
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("RUSTC_WRAPPER")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET");
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("CARGO_PROFILE_") {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
 fn packages(command: &mut Command) -> &mut Command {
     for package in NATIVE_PACKAGES {
         command.args(["-p", package]);
