@@ -85,7 +85,7 @@ fn run(phases: &mut Phases) -> Result<()> {
     // the server), and its two and a half minutes then ran alone at the end of
     // the build. The script finds it built (or waits for it, on the lock of
     // target/runner).
-    let wasm = phases.beside("interpreter for wasm", &mut interpreter_wasm_build())?;
+    let wasm = phases.beside("wasm build", &mut interpreter_wasm_build())?;
     // Every native target of the host's packages, benches included, so that
     // clippy sees them all.
     phases.run("build", || {
