@@ -29,6 +29,7 @@ mod precompile;
 mod probe;
 mod progress;
 mod provider;
+mod quota;
 mod registry;
 mod registry_hostile;
 mod reload;

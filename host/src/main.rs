@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use cli::{Cli, Command, LogFormat};
 use codemode_server::mcp::http::Authentication;
+use codemode_server::quota::QuotaConfig;
 use codemode_server::state::StateConfig;
 use codemode_server::store::{Store, StoreLocation};
 use codemode_server::{DEFAULT_STARTUP_WAIT, Service, ServiceConfig};
@@ -220,6 +221,7 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
             "neither HOME nor XDG_STATE_HOME is set: what agents keep (state.put) lasts until exit; name a file with --store"
         );
     }
+    let store = Arc::new(Store::new(store));
     let config = ServiceConfig {
         telemetry: telemetry.clone(),
         limits: cli.limits(),
@@ -239,8 +241,14 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
         providers: Vec::new(),
         // What agents keep between executions (`state.*`).
         state: Some(StateConfig {
-            store: Arc::new(Store::new(store)),
+            store: store.clone(),
             limits: cli.state.limits(),
+        }),
+        // How much each subject may run, counted in the same store.
+        quotas: Some(QuotaConfig {
+            store,
+            quotas: cli.quotas.clone(),
+            fail_open: cli.state.quota_fail_open,
         }),
         token_exchange,
         startup_wait: cli.budgets.startup_wait.unwrap_or(DEFAULT_STARTUP_WAIT),

@@ -9,7 +9,8 @@
 //! executions that start after it ([`Service::retune`]); the disabled IDs are
 //! applied before the upstreams (a new upstream's disabled tool never serves);
 //! changed `[[plugin]]` entries or pull settings (`--verify-key`, ...) start the
-//! pulls again ([`Service::set_pulls`]);
+//! pulls again ([`Service::set_pulls`]); changed `[[quota]]` tables apply to
+//! the executions admitted after it ([`Service::set_quotas`]);
 //! any other setting that changed (the listen address, the cache folder,
 //! `--max-memory`, ...) keeps its value and is logged as needing a restart. A file that does not parse changes
 //! nothing: one ERROR line names the file, the line and the reason.
@@ -60,6 +61,7 @@ struct Settings {
     keys: BTreeMap<String, Vec<OsString>>,
     upstreams: Vec<UpstreamConfig>,
     openapi: Vec<codemode_server::OpenApiConfig>,
+    quotas: codemode_server::quota::Quotas,
     limits: Limits,
     disabled: Vec<String>,
     plugins: Vec<codemode_server::oci::PullEntry>,
@@ -83,6 +85,7 @@ impl Settings {
             keys,
             upstreams: cli.upstreams.clone(),
             openapi: cli.openapi.clone(),
+            quotas: cli.quotas.clone(),
             limits: cli.limits(),
             disabled: cli.disable.clone(),
             plugins: cli.plugin_entries.clone(),
@@ -260,6 +263,12 @@ impl ConfigReload {
         } else {
             service.set_upstreams(&new.upstreams)
         };
+        let quotas = if new.quotas == last.quotas {
+            "unchanged"
+        } else {
+            service.set_quotas(new.quotas.clone());
+            "changed"
+        };
         // Always: a kept service reads its spec again, which may have changed.
         let openapi = service.set_openapi(&new.openapi);
         tracing::info!(
@@ -274,6 +283,7 @@ impl ConfigReload {
             openapi_removed = %openapi.removed.join(","),
             openapi_restarted = %openapi.restarted.join(","),
             plugin_pulls = pulls,
+            quotas,
             "config reloaded"
         );
         service.config_reloaded(ConfigFile::Config, true);

@@ -103,6 +103,12 @@ struct ConfigReload {
     outcome: &'static str,
 }
 
+/// The label of a quota.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QuotaLabel {
+    quota: &'static str,
+}
+
 /// The label of a plugin file.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Plugin {
@@ -126,6 +132,7 @@ pub struct Metrics {
     reloads: Family<Outcome, Counter>,
     config_reloads: Family<ConfigReload, Counter>,
     approvals: Family<Outcome, Counter>,
+    quota_refusals: Family<QuotaLabel, Counter>,
     http_unauthenticated: Counter,
     latency: Histogram,
     fuel: Histogram,
@@ -145,6 +152,7 @@ impl Default for Metrics {
             reloads: Family::default(),
             config_reloads: Family::default(),
             approvals: Family::default(),
+            quota_refusals: Family::default(),
             http_unauthenticated: Counter::default(),
             latency: Histogram::new(LATENCY_BUCKETS),
             fuel: Histogram::new(FUEL_BUCKETS),
@@ -183,6 +191,11 @@ impl Default for Metrics {
             "codemode_approvals",
             "Native calls a policy said to ask a human about, by outcome (approved, approved for this execution, approved earlier, declined, timed out, not asked, canceled)",
             metrics.approvals.clone(),
+        );
+        registry.register(
+            "codemode_quota_refusals",
+            "Executions refused by a quota, by quota (executions-per-minute, native-calls-per-day, fuel-per-day, concurrent-executions)",
+            metrics.quota_refusals.clone(),
         );
         registry.register(
             "codemode_http_unauthenticated",
@@ -324,6 +337,13 @@ impl Metrics {
     /// One call a policy said to ask about ended its asking with `outcome`.
     pub fn approval(&self, outcome: &'static str) {
         self.approvals.get_or_create(&Outcome { outcome }).inc();
+    }
+
+    /// One execution refused by the quota `quota`.
+    pub fn quota_refusal(&self, quota: &'static str) {
+        self.quota_refusals
+            .get_or_create(&QuotaLabel { quota })
+            .inc();
     }
 
     /// One HTTP request refused for want of a valid bearer token.

@@ -72,6 +72,10 @@ pub struct AuditRecord<'a> {
     /// that verified it), when it came from a registry; absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pulled: Option<&'a crate::source::Pulled>,
+    /// The quota that refused the execution before it ran (the line of an
+    /// execution, not a call: no capability, execution 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<&'a str>,
 }
 
 /// How asking a human about one call ended.
@@ -286,6 +290,7 @@ mod tests {
             fuel: 0,
             duration_us: 12,
             pulled: None,
+            quota: None,
         };
         log.record(&record);
         log.record(&AuditRecord {
@@ -349,6 +354,7 @@ mod tests {
             fuel: 0,
             duration_us: 1,
             pulled: None,
+            quota: None,
         });
     }
 

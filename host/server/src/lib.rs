@@ -42,6 +42,7 @@ mod hidden;
 pub mod mcp;
 pub mod memory;
 mod precompile;
+pub mod quota;
 mod registry;
 mod service;
 pub mod state;

@@ -173,6 +173,10 @@ pub struct Cli {
     #[arg(skip)]
     pub openapi: Vec<codemode_server::OpenApiConfig>,
 
+    /// The quotas of the config file's `[[quota]]` tables (no flag sets them).
+    #[arg(skip)]
+    pub quotas: codemode_server::quota::Quotas,
+
     /// The plugins of the config file's `[[plugin]]` tables, pulled from
     /// registries (no flag sets them).
     #[arg(skip)]

@@ -1,5 +1,6 @@
 //! What lasts between executions (`--store`, `--max-state-keys`,
-//! `--max-state-bytes`, `--max-state-value-bytes`).
+//! `--max-state-bytes`, `--max-state-value-bytes`), and whether quotas, which
+//! are counted there, fail open (`--quota-fail-open`).
 
 use codemode_server::store::{StateLimits, StoreLocation};
 use codemode_server::units::parse_bytes;
@@ -37,6 +38,16 @@ pub struct StateFlags {
     /// The largest value kept, as JSON [default: 1MiB]
     #[arg(long, value_name = "SIZE", value_parser = positive_size)]
     pub max_state_value_bytes: Option<u64>,
+
+    /// Run executions without their quotas (the config file's `[[quota]]`
+    /// tables) while the store does not answer, rather than refuse them
+    ///
+    /// Quotas are counted in the store (`--store`). When it does not answer
+    /// (Redis away), an execution of a subject with quotas is refused with
+    /// `internal failure` by default, so that no subject runs past its share;
+    /// with this switch it runs on its own budgets, and a warning is logged.
+    #[arg(long)]
+    pub quota_fail_open: bool,
 }
 
 impl StateFlags {

@@ -11,6 +11,7 @@ use toml::de::{DeTable, DeValue};
 
 use super::openapi::OPENAPI_KEY;
 use super::plugin::PLUGIN_KEY;
+use super::quota::QUOTA_KEY;
 use super::upstream::UPSTREAM_KEY;
 
 /// The flag naming the config file, which is therefore not a key of it.
@@ -40,7 +41,7 @@ pub(super) fn file_args(
     let mut args = Vec::new();
     for (key, value) in entries {
         let name: &str = key.get_ref();
-        if name == UPSTREAM_KEY || name == PLUGIN_KEY || name == OPENAPI_KEY {
+        if [UPSTREAM_KEY, PLUGIN_KEY, OPENAPI_KEY, QUOTA_KEY].contains(&name) {
             continue;
         }
         let at = |message: String| (key.span().start, message);

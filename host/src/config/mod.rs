@@ -11,6 +11,7 @@
 mod keys;
 mod openapi;
 mod plugin;
+mod quota;
 #[cfg(test)]
 mod tests;
 mod upstream;
@@ -29,6 +30,7 @@ use crate::cli::Cli;
 use keys::{CONFIG_FLAG, file_args, rejection};
 use openapi::openapi;
 use plugin::{PluginSettings, plugins};
+use quota::quotas;
 use upstream::upstreams;
 
 /// What every flag's environment variable starts with: `CODEMODE_` and then the long
@@ -96,6 +98,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, clap::Error> {
     let mut cli = finish(&mut command, all)?;
     cli.upstreams = file.upstreams;
     cli.openapi = file.openapi;
+    cli.quotas = file.quotas;
     let mut entries = Vec::with_capacity(file.plugins.len());
     for plugin in file.plugins {
         let (line, reference) = (plugin.line, plugin.source.reference.to_string());
@@ -128,6 +131,8 @@ struct FileSettings {
     openapi: Vec<OpenApiConfig>,
     /// Its `[[plugin]]` tables, checked; the flags fill in what they leave out.
     plugins: Vec<PluginSettings>,
+    /// Its `[[quota]]` tables.
+    quotas: codemode_server::quota::Quotas,
 }
 
 /// Reads the config file at `path`: its flag keys and its upstreams.
@@ -142,6 +147,7 @@ fn read_file(path: &Path, command: &Command, given: &ArgMatches) -> Result<FileS
     let args = file_args(&text, base, command, given).map_err(|(offset, m)| at(offset, &m))?;
     let upstreams = upstreams(&text, base).map_err(|(offset, m)| at(offset, &m))?;
     let openapi = openapi(&text, base, &upstreams).map_err(|(offset, m)| at(offset, &m))?;
+    let quotas = quotas(&text).map_err(|(offset, m)| at(offset, &m))?;
     let plugins = plugins(&text, base)
         .map_err(|(offset, m)| at(offset, &m))?
         .into_iter()
@@ -155,6 +161,7 @@ fn read_file(path: &Path, command: &Command, given: &ArgMatches) -> Result<FileS
         upstreams,
         openapi,
         plugins,
+        quotas,
     })
 }
 

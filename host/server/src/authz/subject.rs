@@ -80,15 +80,18 @@ impl Subject {
     /// after its token's issuer (`iss`) and a space when the token names one,
     /// so that one name given by two issuers is two owners.
     pub fn owner(&self) -> String {
-        let issuer = self
-            .token
-            .as_ref()
-            .and_then(|token| token.claims.get("iss"))
-            .and_then(serde_json::Value::as_str);
-        match issuer {
+        match self.issuer() {
             Some(issuer) => format!("{issuer} {}", self.id),
             None => self.id.clone(),
         }
+    }
+
+    /// Its token's issuer (`iss`), when it came with a token that names one.
+    pub fn issuer(&self) -> Option<&str> {
+        self.token
+            .as_ref()
+            .and_then(|token| token.claims.get("iss"))
+            .and_then(serde_json::Value::as_str)
     }
 
     /// The access token it came with, when it came with one.

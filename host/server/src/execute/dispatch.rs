@@ -220,6 +220,7 @@ fn audit(
             .and_then(|(_, route)| dispatch.routes.get(route))
             .and_then(|route| dispatch.sources.get(route.source))
             .and_then(|source| source.pulled()),
+        quota: None,
     });
 }
 

@@ -46,6 +46,7 @@ use crate::cache::ArtifactCache;
 use crate::error::ToolError;
 use crate::metrics::Metrics;
 use crate::plugins::{MemoryCap, MemoryHit};
+use crate::quota::{Admission, QuotaGate, QuotaHit};
 use crate::source::TraceContext;
 use crate::telemetry::{CallTracer, ExecutionSummary, Telemetry};
 use crate::wait::{Cancel, Interrupted, Stop};
@@ -81,6 +82,10 @@ pub struct Stats {
     /// (`--max-fuel`), or the sidecar setting (`max_fuel_per_call`); never its value.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<&'static str>,
+    /// On `resource limit exceeded` because of a quota: which, and when it
+    /// allows more.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<QuotaHit>,
 }
 
 /// How an execution ended, and what it cost, whether it succeeded or not.
@@ -136,6 +141,15 @@ impl Execution {
     }
 }
 
+impl Execution {
+    /// An execution a quota refused before it ran.
+    pub(crate) fn over_quota(hit: QuotaHit) -> Self {
+        let mut execution = Self::refused(ToolError::ResourceLimit, None);
+        execution.stats.quota = Some(hit);
+        execution
+    }
+}
+
 /// A successful execution: `main()`'s value (already JSON) and its cost.
 #[derive(Debug, Clone)]
 pub struct Executed {
@@ -164,6 +178,8 @@ pub struct Executor {
     telemetry: Option<Arc<Telemetry>>,
     /// Executions waiting for a human, per subject.
     waiting: Arc<approval::Waiting>,
+    /// The subjects' quotas, when any is set.
+    quotas: Option<Arc<QuotaGate>>,
 }
 
 impl Drop for Executor {
@@ -205,6 +221,7 @@ pub(crate) struct ExecutorConfig<'a> {
     pub metrics: Arc<Metrics>,
     pub cache: Option<&'a ArtifactCache>,
     pub telemetry: Option<Arc<Telemetry>>,
+    pub quotas: Option<Arc<QuotaGate>>,
 }
 
 /// Cancels when dropped: a request future dropped before its execution ended
@@ -260,6 +277,7 @@ impl Executor {
             started: Arc::new(AtomicU64::new(0)),
             telemetry: config.telemetry,
             waiting,
+            quotas: config.quotas,
         })
     }
 
@@ -328,6 +346,7 @@ impl Executor {
                         .as_ref()
                         .map_or("-", |call| call.capability.as_str()),
                     elapsed_ms = crate::units::millis(started.elapsed()),
+                    quota = execution.stats.quota.as_ref().map_or("-", |hit| hit.name),
                     "execution failed"
                 );
                 error.fixed_text()
@@ -383,6 +402,40 @@ impl Executor {
         if Instant::now() >= deadline {
             return Execution::refused(ToolError::ResourceLimit, Some(Budget::ExecutionTime));
         }
+        let held = match &self.quotas {
+            None => None,
+            Some(gate) => match gate
+                .admit(
+                    subject,
+                    &Arc::from(subject.owner()),
+                    limits.max_native_calls,
+                    limits.max_fuel,
+                    deadline,
+                )
+                .await
+            {
+                Admission::Unlimited => None,
+                Admission::Admitted(lease) => Some(Held {
+                    gate: gate.clone(),
+                    lease: Some(lease),
+                }),
+                Admission::Refused(hit) => {
+                    self.audit_refusal(subject, &hit);
+                    return Execution::over_quota(hit);
+                }
+                Admission::Unavailable => return Execution::refused(ToolError::Internal, None),
+            },
+        };
+        // The budgets the quotas reserved, where less than the flags'.
+        let limits = match held.as_ref().and_then(|held| held.lease.as_ref()) {
+            Some(lease) => Arc::new(Limits {
+                max_native_calls: lease.calls.min(limits.max_native_calls),
+                max_fuel: lease.fuel.min(limits.max_fuel),
+                ..(*limits).clone()
+            }),
+            None => limits,
+        };
+        let flags = self.limits.load_full();
         let permit = match tokio::time::timeout_at(
             tokio::time::Instant::from_std(deadline),
             self.permits.clone().acquire_owned(),
@@ -410,7 +463,10 @@ impl Executor {
         };
         let audit = job.audit.clone();
         let ran = tokio::task::spawn_blocking(move || {
-            let (execution, store) = job.run();
+            let (mut execution, store) = job.run();
+            if let Some(held) = held {
+                held.finish(&mut execution, &flags);
+            }
             // The answer leaves after the execution's audit lines are written.
             if let Some(audit) = audit
                 && !audit.sync(crate::audit::SYNC_TIMEOUT)
@@ -466,6 +522,13 @@ impl Executor {
         self.limits.load_full()
     }
 
+    /// Applies `quotas` to the executions admitted after it.
+    pub fn set_quotas(&self, quotas: crate::quota::Quotas) {
+        if let Some(gate) = &self.quotas {
+            gate.set_quotas(quotas);
+        }
+    }
+
     /// Applies `new` to the limits in force ([`Limits::retune`]) for the
     /// executions that start after it.
     ///
@@ -510,6 +573,66 @@ impl Executor {
             replay: None,
             calls: None,
             waiting: self.waiting.clone(),
+        }
+    }
+}
+
+impl Executor {
+    /// The audit line of an execution `hit` refused: it made no call, so the
+    /// line names no capability, and its execution number is 0.
+    fn audit_refusal(&self, subject: &Subject, hit: &QuotaHit) {
+        if let Some(audit) = &self.audit {
+            audit.record(&crate::audit::AuditRecord {
+                time: crate::audit::rfc3339(std::time::SystemTime::now()),
+                execution: 0,
+                subject: &subject.id,
+                capability_id: "",
+                capability: "",
+                decision: crate::audit::Decision::NotEvaluated,
+                approval: None,
+                outcome: ToolError::ResourceLimit.fixed_text(),
+                fuel: 0,
+                duration_us: 0,
+                pulled: None,
+                quota: Some(hit.name),
+            });
+        }
+    }
+}
+
+/// An admitted execution's lease on its subject's quotas: given back in full
+/// if dropped before the execution ran (its request cancelled, or no slot in
+/// time), else by [`Held::finish`] with what it spent.
+struct Held {
+    gate: Arc<QuotaGate>,
+    lease: Option<crate::quota::Lease>,
+}
+
+impl Held {
+    /// Gives back what `execution` did not spend of its reservation; when it
+    /// was stopped by a budget its quota lowered (`flags`: the flags' own),
+    /// names the quota instead of the flag.
+    fn finish(mut self, execution: &mut Execution, flags: &Limits) {
+        let Some(lease) = self.lease.take() else {
+            return;
+        };
+        let stats = &mut execution.stats;
+        self.gate
+            .release_blocking(&lease, stats.native_calls, stats.fuel);
+        if let Some(hit) = stats
+            .limit
+            .and_then(|flag| lease.lowered(flag, flags.max_fuel, flags.max_native_calls))
+        {
+            stats.limit = None;
+            stats.quota = Some(hit);
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            self.gate.release_unused(lease);
         }
     }
 }
@@ -808,6 +931,7 @@ mod tests {
                 metrics: Arc::new(Metrics::default()),
                 cache: cache.as_ref(),
                 telemetry: None,
+                quotas: None,
             })
             .expect("the interpreter")
         })

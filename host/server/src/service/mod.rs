@@ -6,6 +6,7 @@
 //! The MCP adapter decodes a request, calls one method here and projects the error;
 //! nothing in this module knows MCP.
 
+use crate::quota::{QuotaGate, Quotas};
 use crate::state::StateProvider;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -224,6 +225,10 @@ impl Service {
             metrics: metrics.clone(),
             cache: cache.as_ref(),
             telemetry: config.telemetry.clone(),
+            quotas: config
+                .quotas
+                .clone()
+                .map(|quotas| Arc::new(QuotaGate::new(quotas, metrics.clone()))),
         }) {
             Ok(executor) => executor,
             Err(error) => return fail(&registry, StartError::Runner(error)),
@@ -471,6 +476,13 @@ impl Service {
     /// [`LimitError`] when `limits` are not valid; the limits in force stay.
     pub fn retune(&self, limits: &Limits) -> Result<Retuned, LimitError> {
         self.executor.retune(limits)
+    }
+
+    /// Applies `quotas` to the executions that start after it (a reload of the
+    /// config file's `[[quota]]` tables); without a store for quotas
+    /// (`ServiceConfig::quotas`), nothing.
+    pub fn set_quotas(&self, quotas: Quotas) {
+        self.executor.set_quotas(quotas);
     }
 
     /// The plugin files left out of the catalog now (failed to load, or refused),

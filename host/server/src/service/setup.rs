@@ -10,6 +10,7 @@ use crate::catalog::SpecError;
 use crate::execute::{LimitError, Limits, RunnerError};
 use crate::openapi::OpenApiConfig;
 use crate::plugins::LoadLimits;
+use crate::quota::QuotaConfig;
 use crate::source::{Provider, Skipped};
 use crate::state::StateConfig;
 use crate::telemetry::Telemetry;
@@ -59,6 +60,8 @@ pub struct ServiceConfig {
     /// The state capabilities (`state.*`) and where their values are kept;
     /// `None` serves none.
     pub state: Option<StateConfig>,
+    /// The subjects' quotas and where they are counted; `None`: no quotas.
+    pub quotas: Option<QuotaConfig>,
     /// Where execution spans are exported (`Telemetry::start`, feature `otel`); `None` exports
     /// none (a request's trace context still reaches upstreams).
     pub telemetry: Option<Arc<Telemetry>>,
@@ -100,6 +103,7 @@ impl std::fmt::Debug for ServiceConfig {
             .field("plugins_optional", &self.plugins_optional)
             .field("providers", &providers)
             .field("state", &self.state)
+            .field("quotas", &self.quotas)
             .field("telemetry", &self.telemetry.is_some())
             .field("token_exchange", &self.token_exchange.is_some())
             .field("startup_wait", &self.startup_wait)
@@ -127,6 +131,7 @@ impl ServiceConfig {
             plugins_optional: false,
             providers: Vec::new(),
             state: None,
+            quotas: None,
             telemetry: None,
             token_exchange: None,
             startup_wait: DEFAULT_STARTUP_WAIT,

@@ -61,7 +61,7 @@ pub(crate) enum Put {
 
 /// Milliseconds since the epoch: expiries outlive the process, so they are
 /// wall-clock times.
-pub(super) fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))

@@ -8,17 +8,24 @@
 //! server whose agents never keep anything needs no writable folder; a failed
 //! open is tried again at the next use.
 //!
-//! It keeps the values of the state capabilities, per subject (`state.rs`).
+//! It keeps the values of the state capabilities, per subject (`state.rs`),
+//! and the quotas' counts (`quota.rs`).
 
+mod counted;
 mod database;
 mod entry;
+mod quota;
+#[cfg(feature = "redis")]
+mod quota_redis;
 #[cfg(feature = "redis")]
 mod redis;
 mod state;
 
+pub use counted::{Quota, QuotaLimits};
 pub use database::{DEFAULT_STORE_FILE, MEMORY_STORE, Store, StoreError, StoreLocation};
-pub(crate) use entry::{Entry, Put};
+pub(crate) use entry::{Entry, Put, now_ms};
 pub use entry::{StateLimits, StateRefused};
+pub(crate) use quota::{Admit, Admitted, DAY_MS, Release};
 #[cfg(feature = "redis")]
 pub(crate) use redis::RedisState;
 pub(crate) use state::Until;

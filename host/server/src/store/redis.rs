@@ -91,7 +91,7 @@ impl RedisState {
 
     /// Runs `request` on the connection: once more on a connection found
     /// broken; any other failure drops the connection.
-    async fn ask<T, F, R>(&self, request: F) -> Result<T, String>
+    pub(super) async fn ask<T, F, R>(&self, request: F) -> Result<T, String>
     where
         F: Fn(ConnectionManager) -> R,
         R: Future<Output = redis::RedisResult<T>>,

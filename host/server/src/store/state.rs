@@ -269,7 +269,7 @@ impl Store {
 /// A write transaction, waiting for another writer (of this process or
 /// another) at most `until` allows: pauses from 0.1 ms doubling to
 /// [`MAX_PAUSE`].
-fn begin_write(database: &Database, until: &Until) -> Result<WriteTransaction, String> {
+pub(super) fn begin_write(database: &Database, until: &Until) -> Result<WriteTransaction, String> {
     let mut pause = Duration::from_micros(100);
     loop {
         match database.try_begin_write() {
@@ -288,7 +288,7 @@ fn begin_write(database: &Database, until: &Until) -> Result<WriteTransaction, S
 /// Commits `transaction` unless its call ended meanwhile (then it is dropped,
 /// which aborts it): a write the execution gave up on is not made behind its
 /// back.
-fn commit(transaction: WriteTransaction, until: &Until) -> Result<(), String> {
+pub(super) fn commit(transaction: WriteTransaction, until: &Until) -> Result<(), String> {
     if until.ended() {
         return Err("the call ended before its write".to_owned());
     }

@@ -1,0 +1,354 @@
+//! Quotas end to end: set in the config file's `[[quota]]` tables, counted in
+//! the store (an embedded file that survives a SIGKILL, or a real Redis shared
+//! by two replicas), refusing an execution with `resource limit exceeded` and
+//! `_meta` naming the quota and when it resets; through the Python SDK client,
+//! and raw HTTP where many requests must race.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use crate::support::{
+    HttpServer, RedisServer, drive, drive_http, example_plugins, plugin_folder, root, rpc,
+    test_plugin, tokens_file, wait_for_audit, wait_until,
+};
+
+/// The subjects of these tests and their tokens.
+const SUBJECTS: [(&str, &str); 3] = [
+    ("alice", "quota-token-of-alice"),
+    ("bob", "quota-token-of-bob"),
+    ("carol", "quota-token-of-carol"),
+];
+
+/// A fresh folder of the test `label`.
+fn folder(label: &str) -> PathBuf {
+    let dir = root().join("target/test-cache/quota").join(label);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the test folder");
+    dir
+}
+
+/// The config file `text` in `dir`: its path.
+fn config(dir: &std::path::Path, text: &str) -> String {
+    let file = dir.join("config.toml");
+    std::fs::write(&file, text).expect("write the config file");
+    file.to_str().expect("utf-8 path").to_owned()
+}
+
+/// A server of `plugins` on `store` with the config file `config`, the
+/// subjects' tokens, every call allowed.
+fn replica(
+    label: &str,
+    plugins: &std::path::Path,
+    store: &str,
+    config: &str,
+    extra: &[&str],
+) -> HttpServer {
+    let tokens = tokens_file(label, &SUBJECTS);
+    let mut args = vec![
+        "--tokens",
+        tokens.to_str().expect("utf-8 path"),
+        "--store",
+        store,
+        "--config",
+        config,
+    ];
+    args.extend_from_slice(extra);
+    HttpServer::allowing(plugins, &args)
+}
+
+/// The driver's step calling `execute` with `source`.
+fn execute(source: &str) -> Value {
+    json!({"op": "call", "tool": "execute", "arguments": {"source": source}})
+}
+
+/// `execute` of `source` as `subject` over raw HTTP: the tool result, `_meta`
+/// included.
+fn call(server: &HttpServer, subject: usize, source: &str) -> Value {
+    call_at(server.port, subject, source)
+}
+
+fn call_at(port: u16, subject: usize, source: &str) -> Value {
+    let request = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "execute", "arguments": {"source": source}}});
+    rpc(port, SUBJECTS[subject].1, &request)["result"].clone()
+}
+
+/// The quota a raw tool result names, and its seconds until reset; `None`
+/// when it succeeded.
+fn refusal(result: &Value) -> Option<(String, u64)> {
+    if result["isError"] != json!(true) {
+        return None;
+    }
+    assert_eq!(
+        result["content"][0]["text"], "resource limit exceeded",
+        "{result}"
+    );
+    let stats = &result["_meta"]["codemode/stats"];
+    assert!(
+        stats.get("limit").is_none(),
+        "a quota names no flag: {result}"
+    );
+    let quota = &stats["quota"];
+    let resets = quota["resets_in_seconds"]
+        .as_u64()
+        .expect("resets_in_seconds");
+    assert!(
+        quota["resets_at"]
+            .as_str()
+            .is_some_and(|at| at.ends_with('Z')),
+        "{result}"
+    );
+    Some((quota["name"].as_str().expect("a name").to_owned(), resets))
+}
+
+/// The same for a step of the Python driver.
+fn step_refusal(step: &Value) -> Option<(String, u64)> {
+    if step["is_error"] != json!(true) {
+        return None;
+    }
+    refusal(&json!({
+        "isError": true,
+        "content": [{"text": step["text"][0]}],
+        "_meta": step["meta"],
+    }))
+}
+
+/// Two state reads: two native calls.
+const TWO_CALLS: &str =
+    "def main():\n    state.get(key='a')\n    return state.get(key='b')['found']";
+
+/// One state read.
+const ONE_CALL: &str = "def main():\n    return state.get(key='a')['found']";
+
+#[test]
+fn a_subject_past_its_daily_calls_is_refused_naming_the_quota_and_a_sigkill_keeps_the_count() {
+    let dir = folder("calls");
+    let store = dir.join("store.redb");
+    let store = store.to_str().expect("utf-8 path");
+    let config = config(
+        &dir,
+        "[[quota]]\nnative-calls-per-day = 3\n\n[[quota]]\nsubject = \"bob\"\nnative-calls-per-day = 100\n\n[[quota]]\nsubject = \"carol\"\nnative-calls-per-day = 1\n",
+    );
+    let plugins = example_plugins();
+    let server = replica("quota-calls", &plugins, store, &config, &[]);
+    let bearer =
+        |subject: usize| json!({ "Authorization": format!("Bearer {}", SUBJECTS[subject].1) });
+    // alice: two calls, one call, then the day is spent: refused before it runs.
+    let out = drive_http(
+        &server.url(),
+        bearer(0),
+        "legacy",
+        json!([execute(TWO_CALLS), execute(ONE_CALL), execute(ONE_CALL)]),
+    );
+    let steps = &out["results"];
+    assert_eq!(steps[0]["structured"], json!({"result": false}), "{out}");
+    assert_eq!(steps[1]["structured"], json!({"result": false}), "{out}");
+    let (quota, resets) = step_refusal(&steps[2]).expect("the third refused");
+    assert_eq!(quota, "native-calls-per-day");
+    assert!((1..=86_400).contains(&resets), "{resets}");
+    assert_eq!(
+        steps[2]["meta"]["codemode/stats"]["native_calls"], 0,
+        "{out}"
+    );
+    // carol has one call a day: a program making two is stopped at the second
+    // like at its own budget, the quota named.
+    let out = drive_http(
+        &server.url(),
+        bearer(2),
+        "legacy",
+        json!([execute(TWO_CALLS)]),
+    );
+    let step = &out["results"][0];
+    let (quota, _) = step_refusal(step).expect("carol stopped");
+    assert_eq!(quota, "native-calls-per-day");
+    assert_eq!(
+        step["meta"]["codemode/error"]["capability"], "state.get",
+        "{out}"
+    );
+    // Killed without a goodbye: the counts are on disk.
+    server.signal("KILL");
+    let _ = server.wait();
+    let again = replica("quota-calls", &plugins, store, &config, &[]);
+    assert_eq!(
+        refusal(&call(&again, 0, ONE_CALL))
+            .map(|(quota, _)| quota)
+            .as_deref(),
+        Some("native-calls-per-day")
+    );
+    // bob's own quota is larger.
+    assert_eq!(refusal(&call(&again, 1, TWO_CALLS)), None);
+    let token = format!("Bearer {}", SUBJECTS[1].1);
+    let metrics = crate::support::raw_request(
+        again.port,
+        "GET",
+        "/metrics",
+        &[("Authorization", &token)],
+        "",
+    )
+    .body;
+    assert!(
+        metrics.contains("codemode_quota_refusals_total{quota=\"native-calls-per-day\"} 1\n"),
+        "{metrics}"
+    );
+    wait_for_audit(&again, "\"quota\":\"native-calls-per-day\"", 1);
+    let audit = again.audit();
+    let line = audit
+        .lines()
+        .find(|line| line.contains("\"quota\""))
+        .expect("the refusal's audit line");
+    let line: Value = serde_json::from_str(line).expect("a JSON line");
+    assert_eq!(line["subject"], "alice");
+    assert_eq!(line["capability"], "");
+    assert_eq!(line["outcome"], "resource limit exceeded");
+    assert_eq!(line["decision"], "not_evaluated");
+}
+
+#[test]
+fn fuel_per_day_stops_a_running_execution_and_refuses_the_next() {
+    let dir = folder("fuel");
+    let plugins = plugin_folder("quota-fuel", &[test_plugin("hostile")]);
+    let config = config(&dir, "[[quota]]\nfuel-per-day = 300000000\n");
+    let out = drive(
+        &[
+            "--plugins",
+            plugins.to_str().expect("utf-8 path"),
+            "--allow-all",
+            "--store",
+            "memory",
+            "--config",
+            &config,
+        ],
+        json!([
+            execute("def main():\n    return hostile.spin()"),
+            execute("def main():\n    return 1"),
+        ]),
+    );
+    let steps = &out["results"];
+    let (quota, resets) = step_refusal(&steps[0]).expect("stopped by the quota");
+    assert_eq!(quota, "fuel-per-day");
+    assert!((1..=86_400).contains(&resets), "{resets}");
+    let fuel = steps[0]["meta"]["codemode/stats"]["fuel"]
+        .as_u64()
+        .expect("fuel");
+    assert!((290_000_000..=300_000_000).contains(&fuel), "{out}");
+    let (quota, _) = step_refusal(&steps[1]).expect("refused");
+    assert_eq!(quota, "fuel-per-day");
+    assert_eq!(steps[1]["meta"]["codemode/stats"]["fuel"], 0, "{out}");
+}
+
+/// Waits until at least `margin` (under 20 s, the longest wait) is left of
+/// the current minute: a test counting executions per minute must not
+/// straddle two. The minute's number.
+fn early_in_a_minute(margin: Duration) -> u64 {
+    let now = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("after 1970")
+    };
+    wait_until(
+        "a minute with enough of it left",
+        || Duration::from_secs(60 - now().as_secs() % 60) >= margin,
+        || format!("{:?} into the minute", now().as_secs() % 60),
+    );
+    now().as_secs() / 60
+}
+
+#[test]
+fn replicas_share_quotas_through_redis_and_the_last_unit_goes_to_exactly_one() {
+    let redis = std::cell::RefCell::new(RedisServer::start("quota"));
+    let url = redis.borrow().url();
+    let dir = folder("redis");
+    let plugins = plugin_folder(
+        "quota-redis",
+        &[test_plugin("sleepy"), example_plugins().join("text.wasm")],
+    );
+    let config = config(
+        &dir,
+        "[[quota]]\nexecutions-per-minute = 3\n\n[[quota]]\nsubject = \"bob\"\nexecutions-per-minute = 1000\nnative-calls-per-day = 1\n\n[[quota]]\nsubject = \"carol\"\nexecutions-per-minute = 1000\nconcurrent-executions = 1\n",
+    );
+    let one = replica("quota-redis", &plugins, &url, &config, &[]);
+    let two = replica(
+        "quota-redis",
+        &plugins,
+        &url,
+        &config,
+        &["--quota-fail-open"],
+    );
+    let trivial = "def main():\n    return 1";
+    // alice's three executions a minute, spent across both replicas.
+    let minute = early_in_a_minute(Duration::from_secs(15));
+    assert_eq!(refusal(&call(&one, 0, trivial)), None);
+    assert_eq!(refusal(&call(&two, 0, trivial)), None);
+    assert_eq!(refusal(&call(&one, 0, trivial)), None);
+    let (quota, resets) = refusal(&call(&two, 0, trivial)).expect("the fourth refused");
+    assert_eq!(quota, "executions-per-minute");
+    assert!((1..=60).contains(&resets), "{resets}");
+    assert_eq!(
+        early_in_a_minute(Duration::ZERO),
+        minute,
+        "the minute ended during the test"
+    );
+    // bob's one native call of the day, contested by eight executions at
+    // once on both replicas: exactly one gets it.
+    let ports = [one.port, two.port];
+    let results: Vec<Value> = std::thread::scope(|scope| {
+        let racers: Vec<_> = (0..8)
+            .map(|i| {
+                let port = ports[i % 2];
+                scope.spawn(move || {
+                    call_at(
+                        port,
+                        1,
+                        "def main():\n    return text.slugify(text='A B')['slug']",
+                    )
+                })
+            })
+            .collect();
+        racers
+            .into_iter()
+            .map(|racer| racer.join().expect("a racer"))
+            .collect()
+    });
+    let won: Vec<&Value> = results.iter().filter(|r| refusal(r).is_none()).collect();
+    assert_eq!(won.len(), 1, "{results:?}");
+    assert_eq!(won[0]["structuredContent"], json!({"result": "a-b"}));
+    for result in results.iter().filter(|r| refusal(r).is_some()) {
+        assert_eq!(
+            refusal(result).map(|(quota, _)| quota).as_deref(),
+            Some("native-calls-per-day")
+        );
+    }
+    // carol runs one execution at a time, whichever replica serves her.
+    let leases = format!("codemode:quota:{}:leases", hex::encode("carol"));
+    std::thread::scope(|scope| {
+        let napping = scope.spawn(|| call(&one, 2, "def main():\n    return sleepy.nap(ms=3000)"));
+        wait_until(
+            "carol's first execution to hold its lease",
+            || redis.borrow().command(&["ZCARD", &leases]) == ":1",
+            || redis.borrow().command(&["ZCARD", &leases]),
+        );
+        let (quota, resets) = refusal(&call(&two, 2, trivial)).expect("a second at once");
+        assert_eq!(quota, "concurrent-executions");
+        // Its lease lasts its time budget (5 s) and a margin (10 s).
+        assert!(resets <= 15, "{resets}");
+        assert_eq!(refusal(&napping.join().expect("the nap")), None);
+    });
+    assert_eq!(redis.borrow().command(&["ZCARD", &leases]), ":0");
+    assert_eq!(refusal(&call(&two, 2, trivial)), None);
+    // Redis away: quotas fail closed on one, open on two (`--quota-fail-open`);
+    // back, they count again.
+    redis.borrow_mut().kill();
+    let closed = call(&one, 2, trivial);
+    assert_eq!(closed["content"][0]["text"], "internal failure", "{closed}");
+    assert_eq!(refusal(&call(&two, 2, trivial)), None);
+    assert!(
+        one.log()
+            .contains("the quotas cannot be checked: the store did not answer"),
+        "{}",
+        one.log()
+    );
+    redis.borrow_mut().restart();
+    assert_eq!(refusal(&call(&one, 2, trivial)), None);
+}
