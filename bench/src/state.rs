@@ -1,12 +1,16 @@
 //! The state capabilities' calls (issue 53): `state.put` and `state.get`, each
 //! the p50 of an execute making many calls less one making one, over the store
 //! in memory, in a file (the default: every put is on disk when it returns) and
-//! in Redis (a `redis-server` of its own on loopback, when one is installed).
+//! in Redis (a `redis-server` of its own on loopback, when one is installed);
+//! and what a quota adds to an execution (its admission and its release), the
+//! p50 of an execute of a subject with quotas less one without, over the same
+//! stores.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use codemode_server::quota::{QuotaConfig, QuotaLimits, Quotas};
 use codemode_server::state::StateConfig;
 use codemode_server::store::{StateLimits, Store, StoreLocation};
 use codemode_server::{Service, ServiceConfig};
@@ -32,7 +36,7 @@ pub(crate) fn measure(root: &Path, plugins: &Path, rows: &mut Vec<Row>) {
         Some(redis) => stores.push(("in Redis", StoreLocation::Redis(redis.url()), 100, 100)),
         None => println!("state calls in Redis: not measured (no redis-server on PATH)"),
     }
-    for (label, location, many, rounds) in stores {
+    for (label, location, many, rounds) in stores.clone() {
         let config = ServiceConfig {
             state: Some(StateConfig {
                 store: Arc::new(Store::new(location)),
@@ -69,7 +73,67 @@ pub(crate) fn measure(root: &Path, plugins: &Path, rows: &mut Vec<Row>) {
             });
         }
     }
+    for (label, location, _, rounds) in stores {
+        let cost = under_quota(root, plugins, location, rounds * 2);
+        println!(
+            "an execution under a quota, the store {label}: {:.1} µs more (p50 of {} executes each way)",
+            us(cost),
+            rounds * 2
+        );
+        rows.push(Row {
+            what: match label {
+                "in memory" => "execution under a quota, store in memory",
+                "in a file" => "execution under a quota, store in a file",
+                _ => "execution under a quota, store in Redis",
+            },
+            measured: format!("+{:.1} µs", us(cost)),
+            target: "—",
+            ratio: None,
+        });
+    }
     let _ = std::fs::remove_dir_all(&folder);
+}
+
+/// What a subject's quotas add to a trivial execute on `location`: the p50
+/// of `rounds` executes with every quota set (none reached) less that of
+/// `rounds` without.
+fn under_quota(root: &Path, plugins: &Path, location: StoreLocation, rounds: usize) -> Duration {
+    let store = Arc::new(Store::new(location));
+    let high = Some(u64::MAX / 4);
+    let quotas = Quotas {
+        defaults: QuotaLimits {
+            executions_per_minute: high,
+            native_calls_per_day: high,
+            fuel_per_day: high,
+            concurrent_executions: high,
+        },
+        subjects: Vec::new(),
+    };
+    let mut p50 = [Duration::ZERO; 2];
+    for (with, p50) in [false, true].into_iter().zip(p50.iter_mut()) {
+        let config = ServiceConfig {
+            quotas: with.then(|| QuotaConfig {
+                store: store.clone(),
+                quotas: quotas.clone(),
+                fail_open: false,
+            }),
+            ..bench_config(root, plugins)
+        };
+        let service = match Service::load(&config) {
+            Ok(service) => service,
+            Err(error) => panic!("cannot load the service: {error}"),
+        };
+        let runtime = runtime();
+        let program = "def main():\n    return 1\n";
+        for _ in 0..rounds / 10 + 1 {
+            execute(&runtime, &service, program);
+        }
+        let mut times: Vec<Duration> = (0..rounds)
+            .map(|_| execute(&runtime, &service, program).0)
+            .collect();
+        *p50 = percentiles(&mut times).0;
+    }
+    p50[1].saturating_sub(p50[0])
 }
 
 /// A `redis-server` on a loopback port, without persistence; killed when
