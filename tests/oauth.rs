@@ -556,6 +556,63 @@ fn the_python_sdk_logs_in_through_the_issuer_and_calls_execute() {
 
 /// Admins see and call everything; everyone else only `sleepy.*` and what is
 /// read-only (`granted.read`).
+/// Every call allowed; a user (not an admin) has one native call a day.
+const QUOTA_POLICY: &str = r#"package codemode.authz
+
+default allow := true
+
+quota := {"native-calls-per-day": 1} if "users" in input.subject.claims.groups
+"#;
+
+#[test]
+fn a_policy_sets_each_subjects_quotas_from_its_token_claims() {
+    let issuer = Issuer::start();
+    let plugins = plugin_folder("oauth-quota", &[test_plugin("sleepy")]);
+    let policy = plugins.join("quota.rego.txt");
+    std::fs::write(&policy, QUOTA_POLICY).expect("write the policy");
+    let server = start(
+        "127.0.0.1:0",
+        &issuer,
+        RESOURCE,
+        &plugins,
+        &policy,
+        &[
+            "--quota-decision",
+            "data.codemode.authz.quota",
+            "--store",
+            "memory",
+        ],
+    );
+    let execute = |token: &str| {
+        let request = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "execute", "arguments": {"source": NAP}}});
+        crate::support::rpc(server.port, token, &request)["result"].clone()
+    };
+    // bob is in `users`: one call today, then refused by the quota.
+    let bob = issuer.token("bob", "mcp:execute", RESOURCE);
+    assert_eq!(
+        execute(&bob)["structuredContent"],
+        json!({"result": {"ms": 1}})
+    );
+    let refused = execute(&bob);
+    assert_eq!(
+        refused["content"][0]["text"], "resource limit exceeded",
+        "{refused}"
+    );
+    assert_eq!(
+        refused["_meta"]["codemode/stats"]["quota"]["name"], "native-calls-per-day",
+        "{refused}"
+    );
+    // alice is an admin: the decision is undefined, and no quota binds her.
+    let alice = issuer.token("alice", "mcp:execute", RESOURCE);
+    for _ in 0..3 {
+        assert_eq!(
+            execute(&alice)["structuredContent"],
+            json!({"result": {"ms": 1}})
+        );
+    }
+}
+
 const VISIBILITY_POLICY: &str = r#"package codemode.authz
 
 default allow := false

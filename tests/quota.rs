@@ -15,10 +15,11 @@ use crate::support::{
 };
 
 /// The subjects of these tests and their tokens.
-const SUBJECTS: [(&str, &str); 3] = [
+const SUBJECTS: [(&str, &str); 4] = [
     ("alice", "quota-token-of-alice"),
     ("bob", "quota-token-of-bob"),
     ("carol", "quota-token-of-carol"),
+    ("dave", "quota-token-of-dave"),
 ];
 
 /// A fresh folder of the test `label`.
@@ -266,15 +267,22 @@ fn replicas_share_quotas_through_redis_and_the_last_unit_goes_to_exactly_one() {
     );
     let config = config(
         &dir,
-        "[[quota]]\nexecutions-per-minute = 3\n\n[[quota]]\nsubject = \"bob\"\nexecutions-per-minute = 1000\nnative-calls-per-day = 1\n\n[[quota]]\nsubject = \"carol\"\nexecutions-per-minute = 1000\nconcurrent-executions = 1\n",
+        "[[quota]]\nexecutions-per-minute = 3\n\n[[quota]]\nsubject = \"bob\"\nexecutions-per-minute = 1000\nnative-calls-per-day = 1\n\n[[quota]]\nsubject = \"carol\"\nexecutions-per-minute = 1000\nconcurrent-executions = 1\n\n[[quota]]\nsubject = \"dave\"\nexecutions-per-minute = 1000\nnative-calls-per-day = 3\n",
     );
-    let one = replica("quota-redis", &plugins, &url, &config, &[]);
+    // A time budget long enough for carol's nap on a busy machine.
+    let one = replica(
+        "quota-redis",
+        &plugins,
+        &url,
+        &config,
+        &["--max-execution-time", "20s"],
+    );
     let two = replica(
         "quota-redis",
         &plugins,
         &url,
         &config,
-        &["--quota-fail-open"],
+        &["--max-execution-time", "20s", "--quota-fail-open"],
     );
     let trivial = "def main():\n    return 1";
     // alice's three executions a minute, spent across both replicas.
@@ -320,10 +328,17 @@ fn replicas_share_quotas_through_redis_and_the_last_unit_goes_to_exactly_one() {
             Some("native-calls-per-day")
         );
     }
+    // dave's three calls a day: each execution reserves what is left and
+    // gives back what it did not spend, through either replica (without the
+    // give-back, the second would find nothing left).
+    assert_eq!(refusal(&call(&one, 3, ONE_CALL)), None);
+    assert_eq!(refusal(&call(&two, 3, TWO_CALLS)), None);
+    let (quota, _) = refusal(&call(&one, 3, ONE_CALL)).expect("the day's calls spent");
+    assert_eq!(quota, "native-calls-per-day");
     // carol runs one execution at a time, whichever replica serves her.
     let leases = format!("codemode:quota:{}:leases", hex::encode("carol"));
     std::thread::scope(|scope| {
-        let napping = scope.spawn(|| call(&one, 2, "def main():\n    return sleepy.nap(ms=3000)"));
+        let napping = scope.spawn(|| call(&one, 2, "def main():\n    return sleepy.nap(ms=5000)"));
         wait_until(
             "carol's first execution to hold its lease",
             || redis.borrow().command(&["ZCARD", &leases]) == ":1",
@@ -331,8 +346,8 @@ fn replicas_share_quotas_through_redis_and_the_last_unit_goes_to_exactly_one() {
         );
         let (quota, resets) = refusal(&call(&two, 2, trivial)).expect("a second at once");
         assert_eq!(quota, "concurrent-executions");
-        // Its lease lasts its time budget (5 s) and a margin (10 s).
-        assert!(resets <= 15, "{resets}");
+        // Its lease lasts its time budget (20 s) and a margin (10 s).
+        assert!(resets <= 30, "{resets}");
         assert_eq!(refusal(&napping.join().expect("the nap")), None);
     });
     assert_eq!(redis.borrow().command(&["ZCARD", &leases]), ":0");
@@ -351,4 +366,38 @@ fn replicas_share_quotas_through_redis_and_the_last_unit_goes_to_exactly_one() {
     );
     redis.borrow_mut().restart();
     assert_eq!(refusal(&call(&one, 2, trivial)), None);
+}
+
+#[test]
+fn a_reload_of_the_config_file_applies_changed_quotas_to_the_next_executions() {
+    let dir = folder("reload");
+    let path = config(&dir, "[[quota]]\nnative-calls-per-day = 1\n");
+    // Replaced the way editors and config managers do: renamed over it.
+    let rewrite = |text: &str| {
+        let temp = dir.join("config.new");
+        std::fs::write(&temp, text).expect("write the new config");
+        std::fs::rename(&temp, &path).expect("rename it in place");
+    };
+    let server = replica("quota-reload", &example_plugins(), "memory", &path, &[]);
+    assert_eq!(refusal(&call(&server, 0, ONE_CALL)), None);
+    assert_eq!(
+        refusal(&call(&server, 0, ONE_CALL))
+            .map(|(quota, _)| quota)
+            .as_deref(),
+        Some("native-calls-per-day")
+    );
+    // Three a day: two more today, the count kept.
+    rewrite("[[quota]]\nnative-calls-per-day = 3\n");
+    crate::support::wait_for_log(&server, "quotas=\"changed\"", 1);
+    assert_eq!(refusal(&call(&server, 0, TWO_CALLS)), None);
+    assert_eq!(
+        refusal(&call(&server, 0, ONE_CALL))
+            .map(|(quota, _)| quota)
+            .as_deref(),
+        Some("native-calls-per-day")
+    );
+    // No table: no quota.
+    rewrite("max-native-calls = 100\n");
+    crate::support::wait_for_log(&server, "quotas=\"changed\"", 2);
+    assert_eq!(refusal(&call(&server, 0, ONE_CALL)), None);
 }

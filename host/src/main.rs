@@ -177,6 +177,7 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
                 paths: cli.access.policy.clone(),
                 decision: cli.access.policy_decision.clone(),
                 visibility: cli.access.visibility_decision.clone(),
+                quota: cli.access.quota_decision.clone(),
                 policy,
             }),
         config: cli

@@ -54,6 +54,8 @@ pub(crate) struct PolicyFiles {
     pub decision: String,
     /// `--visibility-decision`.
     pub visibility: Option<String>,
+    /// `--quota-decision`.
+    pub quota: Option<String>,
     /// The policy in force.
     pub policy: Arc<Replaceable>,
 }
@@ -119,6 +121,7 @@ impl Reloadable {
                 files.paths.clone(),
                 files.decision.clone(),
                 files.visibility.clone(),
+                files.quota.clone(),
             )
         });
         let config_args = self.config.as_ref().map(ConfigReload::args);
@@ -130,8 +133,8 @@ impl Reloadable {
             .spawn(move || {
                 let read = Read {
                     tokens: tokens_file.map(|path| read_tokens(&path)),
-                    policy: policy_files.map(|(paths, decision, visibility)| {
-                        compile_policy(&paths, &decision, visibility.as_deref())
+                    policy: policy_files.map(|(paths, decision, visibility, quota)| {
+                        compile_policy(&paths, &decision, visibility.as_deref(), quota.as_deref())
                     }),
                     config: config_args.map(ConfigReload::read),
                 };

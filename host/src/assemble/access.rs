@@ -48,7 +48,8 @@ pub fn read_tokens(path: &Path) -> Result<Tokens, ConfigError> {
 }
 
 /// Reads the policy modules at `paths` (each a regular file of at most 16 MiB) and
-/// compiles them for `decision` and, when given, the `visibility` decision.
+/// compiles them for `decision` and, when given, the `visibility` decision and
+/// the `quota` decision.
 ///
 /// # Errors
 ///
@@ -58,6 +59,7 @@ pub fn compile_policy(
     paths: &[PathBuf],
     decision: &str,
     visibility: Option<&str>,
+    quota: Option<&str>,
 ) -> Result<RegoAuthorizer, ConfigError> {
     let mut modules = Vec::with_capacity(paths.len());
     for path in paths {
@@ -70,8 +72,12 @@ pub fn compile_policy(
         modules.push((path.display().to_string(), source));
     }
     let authorizer = RegoAuthorizer::new(decision, &modules)?;
-    Ok(match visibility {
+    let authorizer = match visibility {
         Some(visibility) => authorizer.with_visibility(visibility, &modules)?,
+        None => authorizer,
+    };
+    Ok(match quota {
+        Some(quota) => authorizer.with_quota(quota, &modules)?,
         None => authorizer,
     })
 }
@@ -91,12 +97,16 @@ impl Cli {
                 &self.access.policy,
                 &self.access.policy_decision,
                 self.access.visibility_decision.as_deref(),
+                self.access.quota_decision.as_deref(),
             )?;
             let policy = Arc::new(Replaceable::new(Box::new(authorizer)));
-            let visibility = match &self.access.visibility_decision {
+            let mut visibility = match &self.access.visibility_decision {
                 Some(decision) => format!("; what each subject can find by {decision}"),
                 None => String::new(),
             };
+            if let Some(decision) = &self.access.quota_decision {
+                visibility.push_str(&format!("; each subject's quotas by {decision}"));
+            }
             return Ok(Authorization {
                 authorizer: policy.clone(),
                 summary: format!(

@@ -83,6 +83,19 @@ pub struct AccessFlags {
     #[arg(long, value_name = "REF", requires = "policy")]
     pub visibility_decision: Option<String>,
 
+    /// The rule --policy decides each subject's quotas with
+    ///
+    /// A ground reference under `data`, e.g. data.codemode.authz.quota,
+    /// evaluated once per execution with the input {"subject": {"id",
+    /// "claims", "scopes"}}. An object of quota names and limits, e.g.
+    /// {"executions-per-minute": 10, "fuel-per-day": 100000000000}, sets
+    /// those quotas for the subject, the config file's `[[quota]]` tables
+    /// filling in the rest; undefined leaves the tables'. Any other value, an
+    /// unknown name or a limit below 1 refuses the execution with
+    /// `authorization policy failure` (a WARN says why).
+    #[arg(long, value_name = "REF", requires = "policy")]
+    pub quota_decision: Option<String>,
+
     /// Allow every native call, without a policy
     ///
     /// Required by the HTTP listener when no --policy is given. Over stdio, every

@@ -87,6 +87,22 @@ pub trait Authorizer: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// The quotas the policy gives `subject` (decided from its ID and its
+    /// token's claims and scopes), as an object of quota names and limits,
+    /// when it decides them; `None` leaves the config file's. Asked once per
+    /// execution.
+    ///
+    /// # Errors
+    ///
+    /// [`AuthzError::Failure`] when the decision cannot be made: the execution
+    /// is refused.
+    fn quota(
+        &self,
+        _subject: &Subject,
+    ) -> Result<Option<serde_json::Map<String, serde_json::Value>>, AuthzError> {
+        Ok(None)
+    }
+
     /// Which policy decides: a number that changes whenever the decisions may
     /// have (a reloaded policy), so what was decided before can be dropped.
     fn version(&self) -> u64 {
@@ -137,6 +153,13 @@ impl Authorizer for Replaceable {
 
     fn decides_visibility(&self) -> bool {
         self.current.load().decides_visibility()
+    }
+
+    fn quota(
+        &self,
+        subject: &Subject,
+    ) -> Result<Option<serde_json::Map<String, serde_json::Value>>, AuthzError> {
+        self.current.load().quota(subject)
     }
 
     /// Bumped after each replacement is in place: a view decided while it is

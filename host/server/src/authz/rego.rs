@@ -24,6 +24,7 @@ use regorus::utils::limits::ExecutionTimerConfig;
 
 use super::bounded;
 use super::port::{AuthorizationInput, Authorizer, AuthzError, MAX_QUESTION_BYTES, Verdict};
+use super::subject::Subject;
 
 /// The decision evaluated when `--policy-decision` is not given.
 pub const DEFAULT_DECISION: &str = "data.codemode.authz.allow";
@@ -126,6 +127,8 @@ pub struct RegoAuthorizer {
     decision: String,
     /// The visibility decision's engine and reference (`--visibility-decision`).
     visibility: Option<(regorus::Engine, String)>,
+    /// The quota decision's engine and reference (`--quota-decision`).
+    quota: Option<(regorus::Engine, String)>,
 }
 
 impl std::fmt::Debug for RegoAuthorizer {
@@ -136,6 +139,7 @@ impl std::fmt::Debug for RegoAuthorizer {
                 "visibility",
                 &self.visibility.as_ref().map(|(_, decision)| decision),
             )
+            .field("quota", &self.quota.as_ref().map(|(_, decision)| decision))
             .finish_non_exhaustive()
     }
 }
@@ -154,7 +158,28 @@ impl RegoAuthorizer {
             engine: prepare(decision, modules, "--policy-decision")?,
             decision: decision.to_owned(),
             visibility: None,
+            quota: None,
         })
+    }
+
+    /// This authorizer, also deciding each subject's quotas with `decision`
+    /// over the same `modules`: an object of quota names and limits
+    /// (`{"executions-per-minute": 10}`) sets those, undefined leaves the
+    /// config file's.
+    ///
+    /// # Errors
+    ///
+    /// [`RegoError`] as for [`RegoAuthorizer::new`].
+    pub fn with_quota(
+        mut self,
+        decision: &str,
+        modules: &[(String, String)],
+    ) -> Result<Self, RegoError> {
+        self.quota = Some((
+            prepare(decision, modules, "--quota-decision")?,
+            decision.to_owned(),
+        ));
+        Ok(self)
     }
 
     /// This authorizer, also deciding which capabilities a subject can find with
@@ -319,7 +344,34 @@ impl Authorizer for RegoAuthorizer {
     fn decides_visibility(&self) -> bool {
         self.visibility.is_some()
     }
+
+    /// An object sets quotas; undefined sets none; anything else is a failure.
+    fn quota(
+        &self,
+        subject: &Subject,
+    ) -> Result<Option<serde_json::Map<String, serde_json::Value>>, AuthzError> {
+        let Some((engine, decision)) = &self.quota else {
+            return Ok(None);
+        };
+        let mut engine = engine.clone();
+        engine.set_input(object([("subject", subject_document(subject))]));
+        match engine.eval_rule(decision.clone()) {
+            Ok(regorus::Value::Undefined) => Ok(None),
+            Ok(value @ regorus::Value::Object(_)) => match serde_json::to_value(&value) {
+                Ok(serde_json::Value::Object(quotas)) => Ok(Some(quotas)),
+                Ok(_) | Err(_) => Err(AuthzError::Failure(QUOTA_SHAPE.to_owned())),
+            },
+            Ok(_) => Err(AuthzError::Failure(QUOTA_SHAPE.to_owned())),
+            Err(error) => Err(AuthzError::Failure(format!(
+                "rego: evaluate quota decision: {error:#}"
+            ))),
+        }
+    }
 }
+
+/// What a quota decision must be.
+const QUOTA_SHAPE: &str =
+    "rego: quota decision must be an object of quotas, e.g. {\"executions-per-minute\": 10}";
 
 /// The input document, exactly:
 /// `{"subject":{"id","claims","scopes"},"capability":{"id","name","annotations"},"arguments":{...}}`,
@@ -330,7 +382,7 @@ impl Authorizer for RegoAuthorizer {
 /// `openWorldHint`).
 pub fn input_document(input: &AuthorizationInput<'_>) -> regorus::Value {
     object([
-        ("subject", subject_document(input)),
+        ("subject", subject_document(input.subject)),
         ("capability", capability_document(input)),
         ("arguments", to_rego(input.arguments)),
     ])
@@ -341,24 +393,23 @@ pub fn input_document(input: &AuthorizationInput<'_>) -> regorus::Value {
 /// call).
 pub fn visibility_document(input: &AuthorizationInput<'_>) -> regorus::Value {
     object([
-        ("subject", subject_document(input)),
+        ("subject", subject_document(input.subject)),
         ("capability", capability_document(input)),
     ])
 }
 
-/// `{"id","claims","scopes"}` of the input's subject.
-fn subject_document(input: &AuthorizationInput<'_>) -> regorus::Value {
+/// `{"id","claims","scopes"}` of `subject`.
+fn subject_document(subject: &Subject) -> regorus::Value {
     object([
-        ("id", input.subject.id.as_str().into()),
+        ("id", subject.id.as_str().into()),
         (
             "claims",
-            regorus::Value::from(serde_json::Value::Object(input.subject.claims().clone())),
+            regorus::Value::from(serde_json::Value::Object(subject.claims().clone())),
         ),
         (
             "scopes",
             regorus::Value::from(
-                input
-                    .subject
+                subject
                     .scopes()
                     .iter()
                     .map(|scope| regorus::Value::from(scope.as_str()))
@@ -754,6 +805,36 @@ visible := 1 / 0 if input.capability.name == "broken.one"
                 "capability": {"id": "cap-id", "name": "records.lookup", "annotations": {}}
             })
         );
+        Ok(())
+    }
+
+    #[test]
+    fn the_quota_decision_is_an_object_or_undefined() -> anyhow::Result<()> {
+        let policy = r#"package codemode.authz
+default allow := true
+quota := {"executions-per-minute": 5} if input.subject.id == "alice"
+quota := 7 if input.subject.id == "bob"
+"#;
+        let authorizer = RegoAuthorizer::new("data.codemode.authz.allow", &modules(policy))?
+            .with_quota("data.codemode.authz.quota", &modules(policy))?;
+        let decided = |id: &str| authorizer.quota(&Subject::new(id));
+        assert_eq!(
+            decided("alice"),
+            Ok(Some(
+                serde_json::json!({"executions-per-minute": 5})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default()
+            ))
+        );
+        assert_eq!(decided("carol"), Ok(None));
+        assert_eq!(
+            decided("bob"),
+            Err(AuthzError::Failure(QUOTA_SHAPE.to_owned()))
+        );
+        // Without a quota decision, none.
+        let plain = RegoAuthorizer::new("data.codemode.authz.allow", &modules(policy))?;
+        assert_eq!(plain.quota(&Subject::new("alice")), Ok(None));
         Ok(())
     }
 

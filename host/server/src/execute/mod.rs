@@ -406,8 +406,8 @@ impl Executor {
             None => None,
             Some(gate) => match gate
                 .admit(
+                    self.authorizer.as_ref(),
                     subject,
-                    &Arc::from(subject.owner()),
                     limits.max_native_calls,
                     limits.max_fuel,
                     deadline,
@@ -418,24 +418,32 @@ impl Executor {
                 Admission::Admitted(lease) => Some(Held {
                     gate: gate.clone(),
                     lease: Some(lease),
+                    ran: false,
                 }),
                 Admission::Refused(hit) => {
                     self.audit_refusal(subject, &hit);
                     return Execution::over_quota(hit);
                 }
                 Admission::Unavailable => return Execution::refused(ToolError::Internal, None),
+                Admission::PolicyFailure => {
+                    return Execution::refused(ToolError::PolicyFailure, None);
+                }
             },
         };
         // The budgets the quotas reserved, where less than the flags'.
+        let flags = limits.clone();
         let limits = match held.as_ref().and_then(|held| held.lease.as_ref()) {
             Some(lease) => Arc::new(Limits {
-                max_native_calls: lease.calls.min(limits.max_native_calls),
-                max_fuel: lease.fuel.min(limits.max_fuel),
+                max_native_calls: lease.calls.map_or(limits.max_native_calls, |calls| {
+                    calls.min(limits.max_native_calls)
+                }),
+                max_fuel: lease
+                    .fuel
+                    .map_or(limits.max_fuel, |fuel| fuel.min(limits.max_fuel)),
                 ..(*limits).clone()
             }),
             None => limits,
         };
-        let flags = self.limits.load_full();
         let permit = match tokio::time::timeout_at(
             tokio::time::Instant::from_std(deadline),
             self.permits.clone().acquire_owned(),
@@ -462,7 +470,11 @@ impl Executor {
             ..job
         };
         let audit = job.audit.clone();
+        let mut held = held;
         let ran = tokio::task::spawn_blocking(move || {
+            if let Some(held) = held.as_mut() {
+                held.ran = true;
+            }
             let (mut execution, store) = job.run();
             if let Some(held) = held {
                 held.finish(&mut execution, &flags);
@@ -602,10 +614,13 @@ impl Executor {
 
 /// An admitted execution's lease on its subject's quotas: given back in full
 /// if dropped before the execution ran (its request cancelled, or no slot in
-/// time), else by [`Held::finish`] with what it spent.
+/// time), by [`Held::finish`] with what it spent, and with nothing back if
+/// dropped while it ran (a panic: what it spent is unknown).
 struct Held {
     gate: Arc<QuotaGate>,
     lease: Option<crate::quota::Lease>,
+    /// Whether its execution started running.
+    ran: bool,
 }
 
 impl Held {
@@ -631,8 +646,10 @@ impl Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        if let Some(lease) = self.lease.take() {
-            self.gate.release_unused(lease);
+        match (self.lease.take(), self.ran) {
+            (Some(lease), false) => self.gate.release_unused(lease),
+            (Some(lease), true) => self.gate.release_spent(lease),
+            (None, _) => {}
         }
     }
 }

@@ -6,10 +6,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::subjects::{QuotaHit, Quotas};
-use crate::authz::Subject;
+use crate::authz::{Authorizer, Subject};
 use crate::metrics::Metrics;
 use crate::source::Cancel;
-use crate::store::{Admit, Admitted, DAY_MS, Quota, Release, Store, StoreError, Until};
+use crate::store::{
+    Admit, Admitted, DAY_MS, Quota, QuotaLimits, Release, Store, StoreError, Until,
+};
 
 /// How long a lease outlives its execution's deadline: an execution ends a
 /// little after its deadline (its teardown), and must not be counted out
@@ -50,6 +52,9 @@ pub(crate) enum Admission {
     Admitted(Lease),
     /// A quota refuses it.
     Refused(QuotaHit),
+    /// The policy's quota decision failed, or gave no quotas it can read
+    /// (`authorization policy failure`).
+    PolicyFailure,
     /// The store did not answer, and quotas fail closed.
     Unavailable,
 }
@@ -59,11 +64,10 @@ pub(crate) enum Admission {
 pub(crate) struct Lease {
     owner: Arc<str>,
     lease: u64,
-    day: u64,
-    /// Native calls reserved: its budget of native calls.
-    pub calls: u64,
-    /// Fuel reserved: its budget of fuel.
-    pub fuel: u64,
+    /// Native calls the day's quota reserved, `None` without such a quota.
+    pub calls: Option<u64>,
+    /// Fuel the day's quota reserved, `None` without such a quota.
+    pub fuel: Option<u64>,
 }
 
 impl Lease {
@@ -76,9 +80,11 @@ impl Lease {
         max_fuel: u64,
         max_native_calls: u64,
     ) -> Option<QuotaHit> {
-        let quota = if flag == crate::budget::Budget::Fuel.flag() && self.fuel < max_fuel {
+        let below = |reserved: Option<u64>, flag: u64| reserved.is_some_and(|r| r < flag);
+        let quota = if flag == crate::budget::Budget::Fuel.flag() && below(self.fuel, max_fuel) {
             Quota::FuelPerDay
-        } else if flag == crate::budget::Budget::NativeCalls.flag() && self.calls < max_native_calls
+        } else if flag == crate::budget::Budget::NativeCalls.flag()
+            && below(self.calls, max_native_calls)
         {
             Quota::NativeCallsPerDay
         } else {
@@ -106,18 +112,32 @@ impl QuotaGate {
         self.quotas.store(Arc::new(quotas));
     }
 
-    /// Admits an execution of `subject` whose budgets allow `calls` native
-    /// calls and `fuel` fuel, and which ends by `deadline`: in one transaction
-    /// of the store.
+    /// Admits an execution of `subject` (its quotas from `authorizer`'s
+    /// decision first, the config file's filling in) whose budgets allow
+    /// `calls` native calls and `fuel` fuel, and which ends by `deadline`: in
+    /// one transaction of the store, made by a task of its own, so that a
+    /// request dropped meanwhile still has what was admitted given back.
     pub(crate) async fn admit(
-        &self,
+        self: &Arc<Self>,
+        authorizer: &dyn Authorizer,
         subject: &Subject,
-        owner: &Arc<str>,
         calls: u64,
         fuel: u64,
         deadline: Instant,
     ) -> Admission {
-        let limits = self.quotas.load().of(subject);
+        let configured = self.quotas.load().of(subject);
+        let decided = authorizer
+            .quota(subject)
+            .map_err(|error| error.to_string())
+            .and_then(|decided| decided.map(|decided| decided_limits(&decided)).transpose());
+        let limits = match decided {
+            Ok(Some(decided)) => decided.or(configured),
+            Ok(None) => configured,
+            Err(reason) => {
+                tracing::warn!(subject = %subject.id, reason, "execution refused: the policy's quota decision failed");
+                return Admission::PolicyFailure;
+            }
+        };
         if limits.is_empty() {
             return Admission::Unlimited;
         }
@@ -134,15 +154,40 @@ impl QuotaGate {
             calls,
             fuel,
         };
+        let owner: Arc<str> = Arc::from(subject.owner());
+        let (answer, admitted) = tokio::sync::oneshot::channel();
+        let (gate, task_owner) = (self.clone(), owner.clone());
         let until = Until {
             deadline,
             cancel: Arc::new(Cancel::default()),
         };
-        match self.admit_in_store(owner, admit, until).await {
-            Ok(Admitted::Granted { calls, fuel, day }) => Admission::Admitted(Lease {
-                owner: owner.clone(),
+        tokio::spawn(async move {
+            let admitted = gate.admit_in_store(&task_owner, admit, until).await;
+            // Nobody waits any more (the request was dropped, or its time ran
+            // out): what was admitted goes back at once.
+            if let Err(Ok(Admitted::Granted { .. })) = answer.send(admitted) {
+                let lease = Lease {
+                    owner: task_owner,
+                    lease: admit.lease,
+                    calls: None,
+                    fuel: None,
+                };
+                gate.release_unused(lease);
+            }
+        });
+        let admitted = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), admitted)
+            .await
+            .unwrap_or_else(|_| {
+                Ok(Err(self
+                    .config
+                    .store
+                    .error("no answer before the execution's deadline")))
+            })
+            .unwrap_or_else(|_| Err(self.config.store.error("the admission's task ended")));
+        match admitted {
+            Ok(Admitted::Granted { calls, fuel }) => Admission::Admitted(Lease {
+                owner,
                 lease: admit.lease,
-                day,
                 calls,
                 fuel,
             }),
@@ -174,6 +219,9 @@ impl QuotaGate {
         }
     }
 
+    /// The admission in the store: in Redis on this runtime, else on a
+    /// blocking thread (a file waits on its disk or another process's commit;
+    /// memory on another execution's write).
     async fn admit_in_store(
         &self,
         owner: &Arc<str>,
@@ -188,10 +236,6 @@ impl QuotaGate {
                 .await
                 .map_err(|reason| store.error(reason));
         }
-        if store.in_memory() {
-            return store.quota_admit(owner, &admit, &until);
-        }
-        // A file store may wait on the disk, or on another process's commit.
         let (store, owner) = (store.clone(), owner.clone());
         tokio::task::spawn_blocking(move || store.quota_admit(&owner, &admit, &until))
             .await
@@ -199,15 +243,14 @@ impl QuotaGate {
     }
 
     /// Ends `lease`'s execution, which made `calls` native calls and burned
-    /// `fuel`: its lease goes and the rest of its reservation comes back.
+    /// `fuel`: its lease goes and the rest of what it reserved comes back.
     /// Waits for the store (at most a few seconds), so that the next
-    /// execution sees it: call it where blocking is allowed.
+    /// execution sees it: call it only on a blocking thread.
     pub(crate) fn release_blocking(&self, lease: &Lease, calls: u64, fuel: u64) {
         let release = Release {
             lease: lease.lease,
-            day: lease.day,
-            calls: lease.calls.saturating_sub(calls),
-            fuel: lease.fuel.saturating_sub(fuel),
+            calls,
+            fuel,
         };
         let store = &self.config.store;
         let until = Until {
@@ -242,15 +285,97 @@ impl QuotaGate {
         }
     }
 
-    /// Ends `lease`'s execution, which never ran: everything comes back,
-    /// without waiting (from any context).
+    /// Ends `lease`'s execution, which never ran: everything it reserved
+    /// comes back, on a blocking thread of the runtime (the caller does not
+    /// wait for it).
     pub(crate) fn release_unused(self: &Arc<Self>, lease: Lease) {
+        self.release_later(lease, 0, 0);
+    }
+
+    /// Ends `lease`'s execution, which may have spent anything (it panicked):
+    /// its lease goes, and nothing comes back.
+    pub(crate) fn release_spent(self: &Arc<Self>, lease: Lease) {
+        self.release_later(lease, u64::MAX, u64::MAX);
+    }
+
+    fn release_later(self: &Arc<Self>, lease: Lease, calls: u64, fuel: u64) {
         let gate = self.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn_blocking(move || gate.release_blocking(&lease, 0, 0));
+                runtime.spawn_blocking(move || gate.release_blocking(&lease, calls, fuel));
             }
-            Err(_) => gate.release_blocking(&lease, 0, 0),
+            Err(_) => tracing::warn!(
+                "an execution's quota lease could not be given back (no runtime): it ends at its deadline"
+            ),
+        }
+    }
+}
+
+/// The quotas of a policy's decision: each key a quota's name, each value a
+/// whole number of at least 1.
+///
+/// # Errors
+///
+/// The first key that names no quota, or value that is no such number.
+fn decided_limits(
+    decided: &serde_json::Map<String, serde_json::Value>,
+) -> Result<QuotaLimits, String> {
+    let mut limits = QuotaLimits::default();
+    for (name, value) in decided {
+        let quota = Quota::named(name).ok_or_else(|| {
+            let names: Vec<&str> = Quota::ALL.iter().map(|quota| quota.name()).collect();
+            format!(
+                "the quota decision names `{name}`, which is no quota ({})",
+                names.join(", ")
+            )
+        })?;
+        match value.as_u64() {
+            Some(limit) if limit >= 1 => limits.set(quota, Some(limit)),
+            _ => {
+                return Err(format!(
+                    "the quota decision gives `{name}` {value}; a quota is a whole number of at least 1"
+                ));
+            }
+        }
+    }
+    Ok(limits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_decision_sets_the_quotas_it_names_and_refuses_what_is_none() {
+        let decided = |value: serde_json::Value| match value {
+            serde_json::Value::Object(map) => decided_limits(&map),
+            _ => Err("not an object".to_owned()),
+        };
+        assert_eq!(
+            decided(serde_json::json!({"executions-per-minute": 5, "fuel-per-day": 1000})),
+            Ok(QuotaLimits {
+                executions_per_minute: Some(5),
+                fuel_per_day: Some(1000),
+                ..QuotaLimits::default()
+            })
+        );
+        assert_eq!(decided(serde_json::json!({})), Ok(QuotaLimits::default()));
+        assert_eq!(
+            decided(serde_json::json!({"executions-per-hour": 5})),
+            Err("the quota decision names `executions-per-hour`, which is no quota (concurrent-executions, executions-per-minute, native-calls-per-day, fuel-per-day)".to_owned())
+        );
+        for bad in [
+            serde_json::json!(0),
+            serde_json::json!(1.5),
+            serde_json::json!("5"),
+            serde_json::json!(-1),
+        ] {
+            assert_eq!(
+                decided(serde_json::json!({"fuel-per-day": bad})),
+                Err(format!(
+                    "the quota decision gives `fuel-per-day` {bad}; a quota is a whole number of at least 1"
+                ))
+            );
         }
     }
 }

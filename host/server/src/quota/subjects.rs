@@ -56,7 +56,7 @@ pub struct QuotaHit {
     /// The quota's name ([`Quota::name`]).
     pub name: &'static str,
     /// When its window ends (for `concurrent-executions`: when the running
-    /// execution that started first must have ended), RFC 3339 in UTC.
+    /// lease that ends first must have ended), RFC 3339 in UTC.
     pub resets_at: String,
     /// The same, in whole seconds from the answer, rounded up.
     pub resets_in_seconds: u64,

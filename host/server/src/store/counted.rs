@@ -9,7 +9,8 @@ pub enum Quota {
     NativeCallsPerDay,
     /// Fuel of the interpreter and the plugins per day, UTC (`fuel-per-day`).
     FuelPerDay,
-    /// Executions and tasks running at once (`concurrent-executions`).
+    /// Executions and tasks admitted and not ended, those waiting for a slot
+    /// included (`concurrent-executions`).
     ConcurrentExecutions,
 }
 
@@ -54,7 +55,7 @@ pub struct QuotaLimits {
     pub native_calls_per_day: Option<u64>,
     /// Fuel per day.
     pub fuel_per_day: Option<u64>,
-    /// Executions running at once.
+    /// Executions admitted and not ended.
     pub concurrent_executions: Option<u64>,
 }
 

@@ -1,11 +1,14 @@
 //! The quotas' counts in the store: per subject, each counted quota's window
-//! and what was used in it, and the leases of its running executions, changed
-//! in one transaction per admission and one per end, so that the quotas hold
-//! whichever process runs the execution.
+//! and what was used in it, and the leases of its admitted executions with
+//! what each reserved, changed in one transaction per admission and one per
+//! end, so that the quotas hold whichever process runs the execution.
 //!
-//! The rules are the same in Redis (`scripts/quota_begin.lua`,
-//! `scripts/quota_end.lua`); the tests below and those of `redis.rs` check
-//! both against one table of cases.
+//! An end gives back only what its lease reserved and only once (the lease
+//! goes with it), so a quota added by a reload, or a replica with other
+//! tables, never takes back what was not counted. The rules are the same in
+//! Redis (`scripts/quota_admit.lua`, `scripts/quota_release.lua`), where an
+//! admission sent again after a lost answer finds its lease and answers as
+//! the first time.
 
 use redb::{ReadableTable, Table, TableDefinition};
 
@@ -18,9 +21,14 @@ use super::state::{Until, begin_write, commit};
 /// window is the minute or the day since the epoch.
 const COUNTS: TableDefinition<(&str, &str), (u64, u64)> = TableDefinition::new("quota.counts");
 
-/// The running executions' leases: (subject, lease) → when it ends, in
-/// milliseconds since the epoch.
-const LEASES: TableDefinition<(&str, u64), u64> = TableDefinition::new("quota.leases");
+/// The admitted executions' leases: (subject, lease) → (when it ends in ms
+/// since the epoch, the day of its reservation, native calls reserved, fuel
+/// reserved; [`NOT_COUNTED`] for a quota the subject did not have).
+const LEASES: TableDefinition<(&str, u64), (u64, u64, u64, u64)> =
+    TableDefinition::new("quota.leases");
+
+/// A reservation of a quota the subject did not have.
+const NOT_COUNTED: u64 = u64::MAX;
 
 /// Milliseconds in a minute, the window of `executions-per-minute`.
 pub(crate) const MINUTE_MS: u64 = 60_000;
@@ -33,7 +41,7 @@ pub(crate) const DAY_MS: u64 = 86_400_000;
 pub(crate) struct Admit {
     /// Its subject's quotas.
     pub limits: QuotaLimits,
-    /// Its lease among the running executions (a random number).
+    /// Its lease among the admitted executions (a random number).
     pub lease: u64,
     /// How long its lease lasts: its time budget, and a margin.
     pub lease_ms: u64,
@@ -46,24 +54,25 @@ pub(crate) struct Admit {
 /// The store's answer to an admission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Admitted {
-    /// It may run, with these many native calls and this much fuel (less than
-    /// asked when the day has less left); `day` is the window they were
-    /// reserved in, for giving back what is not spent.
-    Granted { calls: u64, fuel: u64, day: u64 },
+    /// It may run. `calls` and `fuel` are what the day's quotas reserved for
+    /// it (less than asked when the day has less left), `None` where the
+    /// subject has no such quota and its budget stands.
+    Granted {
+        calls: Option<u64>,
+        fuel: Option<u64>,
+    },
     /// `quota` refuses it, for `resets_in_ms` more milliseconds.
     Refused { quota: Quota, resets_in_ms: u64 },
 }
 
-/// What an execution that ends gives back.
+/// How an admitted execution ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Release {
     /// Its lease.
     pub lease: u64,
-    /// The day its reservation was made in.
-    pub day: u64,
-    /// Native calls reserved and not made.
+    /// Native calls it made.
     pub calls: u64,
-    /// Fuel reserved and not burned.
+    /// Fuel it burned.
     pub fuel: u64,
 }
 
@@ -80,13 +89,24 @@ impl Store {
         admit: &Admit,
         until: &Until,
     ) -> Result<Admitted, StoreError> {
+        self.quota_admit_at(subject, admit, until, now_ms())
+    }
+
+    /// [`Store::quota_admit`] at `now` (ms since the epoch).
+    pub(crate) fn quota_admit_at(
+        &self,
+        subject: &str,
+        admit: &Admit,
+        until: &Until,
+        now: u64,
+    ) -> Result<Admitted, StoreError> {
         let database = self.database()?;
         let write = || -> Result<Admitted, String> {
             let transaction = begin_write(&database, until)?;
             let admitted = {
                 let mut counts = transaction.open_table(COUNTS).map_err(|e| e.to_string())?;
                 let mut leases = transaction.open_table(LEASES).map_err(|e| e.to_string())?;
-                admit_in(&mut counts, &mut leases, subject, admit, now_ms())?
+                admit_in(&mut counts, &mut leases, subject, admit, now)?
             };
             commit(transaction, until)?;
             Ok(admitted)
@@ -94,8 +114,9 @@ impl Store {
         write().map_err(|reason| self.error(reason))
     }
 
-    /// Ends one execution of `subject`: its lease goes, and what it did not
-    /// spend of its reservation is given back (unless the day changed).
+    /// Ends one execution of `subject`: its lease goes, and what it reserved
+    /// and did not spend is given back (unless the day changed); nothing when
+    /// the lease is gone already.
     ///
     /// # Errors
     ///
@@ -112,23 +133,26 @@ impl Store {
             {
                 let mut counts = transaction.open_table(COUNTS).map_err(|e| e.to_string())?;
                 let mut leases = transaction.open_table(LEASES).map_err(|e| e.to_string())?;
-                leases
+                let held = leases
                     .remove((subject, release.lease))
-                    .map_err(|e| e.to_string())?;
-                give_back(
-                    &mut counts,
-                    subject,
-                    Quota::NativeCallsPerDay,
-                    release.day,
-                    release.calls,
-                )?;
-                give_back(
-                    &mut counts,
-                    subject,
-                    Quota::FuelPerDay,
-                    release.day,
-                    release.fuel,
-                )?;
+                    .map_err(|e| e.to_string())?
+                    .map(|held| held.value());
+                if let Some((_, day, calls, fuel)) = held {
+                    let mut back = |quota: Quota, reserved: u64, spent: u64| {
+                        if reserved == NOT_COUNTED {
+                            return Ok(());
+                        }
+                        give_back(
+                            &mut counts,
+                            subject,
+                            quota,
+                            day,
+                            reserved.saturating_sub(spent),
+                        )
+                    };
+                    back(Quota::NativeCallsPerDay, calls, release.calls)?;
+                    back(Quota::FuelPerDay, fuel, release.fuel)?;
+                }
             }
             commit(transaction, until)?;
             Ok(())
@@ -138,7 +162,7 @@ impl Store {
 }
 
 type Counts<'t> = Table<'t, (&'static str, &'static str), (u64, u64)>;
-type Leases<'t> = Table<'t, (&'static str, u64), u64>;
+type Leases<'t> = Table<'t, (&'static str, u64), (u64, u64, u64, u64)>;
 
 /// The admission, in an open transaction, at `now`.
 fn admit_in(
@@ -149,29 +173,29 @@ fn admit_in(
     now: u64,
 ) -> Result<Admitted, String> {
     let limits = admit.limits;
-    if let Some(most) = limits.concurrent_executions {
-        let mut ended = Vec::new();
-        let mut running = Vec::new();
-        for item in leases
-            .range((subject, 0)..=(subject, u64::MAX))
-            .map_err(|e| e.to_string())?
-        {
-            let (lease, ends) = item.map_err(|e| e.to_string())?;
-            match ends.value() {
-                ends if ends <= now => ended.push(lease.value().1),
-                ends => running.push(ends),
-            }
+    let mut ended = Vec::new();
+    let mut running = Vec::new();
+    for item in leases
+        .range((subject, 0)..=(subject, u64::MAX))
+        .map_err(|e| e.to_string())?
+    {
+        let (lease, held) = item.map_err(|e| e.to_string())?;
+        match held.value().0 {
+            ends if ends <= now => ended.push(lease.value().1),
+            ends => running.push(ends),
         }
-        for lease in ended {
-            leases.remove((subject, lease)).map_err(|e| e.to_string())?;
-        }
-        if running.len() as u64 >= most {
-            let first = running.iter().min().copied().unwrap_or(now);
-            return Ok(Admitted::Refused {
-                quota: Quota::ConcurrentExecutions,
-                resets_in_ms: first.saturating_sub(now),
-            });
-        }
+    }
+    for lease in ended {
+        leases.remove((subject, lease)).map_err(|e| e.to_string())?;
+    }
+    if let Some(most) = limits.concurrent_executions
+        && running.len() as u64 >= most
+    {
+        let first = running.iter().min().copied().unwrap_or(now);
+        return Ok(Admitted::Refused {
+            quota: Quota::ConcurrentExecutions,
+            resets_in_ms: first.saturating_sub(now),
+        });
     }
     let minute = now / MINUTE_MS;
     let day = now / DAY_MS;
@@ -185,30 +209,39 @@ fn admit_in(
             resets_in_ms: (minute + 1) * MINUTE_MS - now,
         });
     }
-    let reserve = |quota: Quota, wanted: u64| -> Result<Result<(u64, u64), Admitted>, String> {
-        let spent = used(counts, subject, quota, day)?;
-        Ok(match limits.get(quota) {
-            None => Ok((wanted, spent)),
-            Some(most) if spent >= most => Err(Admitted::Refused {
-                quota,
-                resets_in_ms: (day + 1) * DAY_MS - now,
-            }),
-            Some(most) => Ok((wanted.min(most - spent), spent)),
-        })
-    };
+    // What each daily quota reserves (`None`: the subject has none), and what
+    // the day had used before.
+    let reserve =
+        |quota: Quota, wanted: u64| -> Result<Result<(Option<u64>, u64), Admitted>, String> {
+            let spent = used(counts, subject, quota, day)?;
+            Ok(match limits.get(quota) {
+                None => Ok((None, spent)),
+                Some(most) if spent >= most => Err(Admitted::Refused {
+                    quota,
+                    resets_in_ms: (day + 1) * DAY_MS - now,
+                }),
+                Some(most) => Ok((Some(wanted.min(most - spent)), spent)),
+            })
+        };
     let (calls, calls_spent) = match reserve(Quota::NativeCallsPerDay, admit.calls)? {
-        Ok(granted) => granted,
+        Ok(reserved) => reserved,
         Err(refused) => return Ok(refused),
     };
     let (fuel, fuel_spent) = match reserve(Quota::FuelPerDay, admit.fuel)? {
-        Ok(granted) => granted,
+        Ok(reserved) => reserved,
         Err(refused) => return Ok(refused),
     };
-    if limits.concurrent_executions.is_some() {
-        leases
-            .insert((subject, admit.lease), now.saturating_add(admit.lease_ms))
-            .map_err(|e| e.to_string())?;
-    }
+    leases
+        .insert(
+            (subject, admit.lease),
+            (
+                now.saturating_add(admit.lease_ms),
+                day,
+                calls.unwrap_or(NOT_COUNTED),
+                fuel.unwrap_or(NOT_COUNTED),
+            ),
+        )
+        .map_err(|e| e.to_string())?;
     let mut count = |quota: Quota, window: u64, used: u64| -> Result<(), String> {
         if limits.get(quota).is_some() {
             counts
@@ -218,9 +251,13 @@ fn admit_in(
         Ok(())
     };
     count(Quota::ExecutionsPerMinute, minute, started + 1)?;
-    count(Quota::NativeCallsPerDay, day, calls_spent + calls)?;
-    count(Quota::FuelPerDay, day, fuel_spent + fuel)?;
-    Ok(Admitted::Granted { calls, fuel, day })
+    count(
+        Quota::NativeCallsPerDay,
+        day,
+        calls_spent + calls.unwrap_or(0),
+    )?;
+    count(Quota::FuelPerDay, day, fuel_spent + fuel.unwrap_or(0))?;
+    Ok(Admitted::Granted { calls, fuel })
 }
 
 /// What `subject` used of `quota` in `window` (nothing when its count is of
@@ -262,14 +299,17 @@ pub(crate) mod tests {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    pub(crate) fn until() -> Until {
+    /// Noon and thirty seconds of a day: no window ends during a test.
+    const NOW: u64 = 20_000 * DAY_MS + DAY_MS / 2 + 30_000;
+
+    fn until() -> Until {
         Until {
             deadline: Instant::now() + Duration::from_secs(10),
             cancel: Arc::new(crate::source::Cancel::default()),
         }
     }
 
-    pub(crate) fn admit(limits: QuotaLimits, lease: u64) -> Admit {
+    fn admit(limits: QuotaLimits, lease: u64) -> Admit {
         Admit {
             limits,
             lease,
@@ -279,164 +319,192 @@ pub(crate) mod tests {
         }
     }
 
+    /// Admits `lease` at `now`.
+    fn admitted(store: &Store, subject: &str, admit: &Admit, now: u64) -> Admitted {
+        match store.quota_admit_at(subject, admit, &until(), now) {
+            Ok(admitted) => admitted,
+            Err(error) => panic!("the store failed: {error}"),
+        }
+    }
+
+    fn release(store: &Store, subject: &str, lease: u64, calls: u64, fuel: u64) {
+        let release = Release { lease, calls, fuel };
+        if let Err(error) = store.quota_release(subject, &release, &until()) {
+            panic!("the store failed: {error}");
+        }
+    }
+
+    fn refused_by(admitted: Admitted) -> Option<Quota> {
+        match admitted {
+            Admitted::Refused { quota, .. } => Some(quota),
+            Admitted::Granted { .. } => None,
+        }
+    }
+
     #[test]
-    fn the_last_execution_of_a_minute_is_admitted_and_the_next_refused() -> anyhow::Result<()> {
+    fn the_last_execution_of_a_minute_is_admitted_and_the_next_refused_until_the_next_minute() {
         let store = Store::new(StoreLocation::Memory);
         let limits = QuotaLimits {
             executions_per_minute: Some(2),
             ..QuotaLimits::default()
         };
-        let mut refused = None;
-        for lease in 0..3 {
-            match store.quota_admit("alice", &admit(limits, lease), &until())? {
-                Admitted::Granted { calls, fuel, .. } => {
-                    assert_eq!((calls, fuel), (100, 1_000));
-                    assert!(lease < 2, "the third was admitted");
+        for lease in 0..2 {
+            assert_eq!(
+                admitted(&store, "alice", &admit(limits, lease), NOW),
+                Admitted::Granted {
+                    calls: None,
+                    fuel: None
                 }
-                Admitted::Refused {
-                    quota,
-                    resets_in_ms,
-                } => {
-                    assert_eq!(quota, Quota::ExecutionsPerMinute);
-                    assert!(resets_in_ms <= MINUTE_MS);
-                    refused = Some(lease);
-                }
-            }
+            );
         }
-        assert_eq!(refused, Some(2));
-        // Another subject's count is its own.
-        assert!(matches!(
-            store.quota_admit("bob", &admit(limits, 9), &until())?,
-            Admitted::Granted { .. }
-        ));
-        Ok(())
+        assert_eq!(
+            admitted(&store, "alice", &admit(limits, 2), NOW),
+            Admitted::Refused {
+                quota: Quota::ExecutionsPerMinute,
+                resets_in_ms: 30_000
+            }
+        );
+        // Another subject's count is its own; the next minute starts anew.
+        assert_eq!(
+            refused_by(admitted(&store, "bob", &admit(limits, 3), NOW)),
+            None
+        );
+        assert_eq!(
+            refused_by(admitted(&store, "alice", &admit(limits, 4), NOW + 30_000)),
+            None
+        );
     }
 
     #[test]
-    fn a_day_reserves_what_is_left_and_takes_back_what_is_not_spent() -> anyhow::Result<()> {
+    fn a_day_reserves_what_is_left_and_takes_back_what_is_not_spent_once() {
         let store = Store::new(StoreLocation::Memory);
         let limits = QuotaLimits {
             native_calls_per_day: Some(150),
             fuel_per_day: Some(1_500),
             ..QuotaLimits::default()
         };
-        let Admitted::Granted { calls, fuel, day } =
-            store.quota_admit("alice", &admit(limits, 1), &until())?
-        else {
-            anyhow::bail!("the first was refused");
+        let granted = |calls: u64, fuel: u64| Admitted::Granted {
+            calls: Some(calls),
+            fuel: Some(fuel),
         };
-        assert_eq!((calls, fuel), (100, 1_000));
+        assert_eq!(
+            admitted(&store, "alice", &admit(limits, 1), NOW),
+            granted(100, 1_000)
+        );
         // What is left of the day, not the budget.
-        let Admitted::Granted { calls, fuel, .. } =
-            store.quota_admit("alice", &admit(limits, 2), &until())?
-        else {
-            anyhow::bail!("the second was refused");
-        };
-        assert_eq!((calls, fuel), (50, 500));
-        assert!(matches!(
-            store.quota_admit("alice", &admit(limits, 3), &until())?,
+        assert_eq!(
+            admitted(&store, "alice", &admit(limits, 2), NOW),
+            granted(50, 500)
+        );
+        assert_eq!(
+            admitted(&store, "alice", &admit(limits, 3), NOW),
             Admitted::Refused {
                 quota: Quota::NativeCallsPerDay,
-                ..
+                resets_in_ms: DAY_MS / 2 - 30_000
             }
-        ));
-        // The first spent 10 calls and 100 fuel: the rest comes back.
-        store.quota_release(
-            "alice",
-            &Release {
-                lease: 1,
-                day,
-                calls: 90,
-                fuel: 900,
-            },
-            &until(),
-        )?;
-        let Admitted::Granted { calls, fuel, .. } =
-            store.quota_admit("alice", &admit(limits, 4), &until())?
-        else {
-            anyhow::bail!("the fourth was refused");
-        };
-        assert_eq!((calls, fuel), (90, 900));
-        Ok(())
+        );
+        // The first spent 10 calls and 100 fuel: the rest comes back, once.
+        release(&store, "alice", 1, 10, 100);
+        release(&store, "alice", 1, 10, 100);
+        assert_eq!(
+            admitted(&store, "alice", &admit(limits, 4), NOW),
+            granted(90, 900)
+        );
+        // The next day is a new one.
+        assert_eq!(
+            admitted(&store, "alice", &admit(limits, 5), NOW + DAY_MS),
+            granted(100, 1_000)
+        );
     }
 
     #[test]
-    fn running_executions_hold_their_leases_until_they_end_or_expire() -> anyhow::Result<()> {
+    fn an_end_gives_back_only_what_its_lease_reserved() {
+        let store = Store::new(StoreLocation::Memory);
+        let none = QuotaLimits {
+            concurrent_executions: Some(10),
+            ..QuotaLimits::default()
+        };
+        let daily = QuotaLimits {
+            fuel_per_day: Some(1_500),
+            ..none
+        };
+        // Admitted before the fuel quota existed (a reload added it).
+        assert_eq!(
+            admitted(&store, "alice", &admit(none, 1), NOW),
+            Admitted::Granted {
+                calls: None,
+                fuel: None
+            }
+        );
+        assert_eq!(
+            admitted(&store, "alice", &admit(daily, 2), NOW),
+            Admitted::Granted {
+                calls: None,
+                fuel: Some(1_000)
+            }
+        );
+        // The first spent nothing of a reservation it never had.
+        release(&store, "alice", 1, 0, 0);
+        assert_eq!(
+            admitted(&store, "alice", &admit(daily, 3), NOW),
+            Admitted::Granted {
+                calls: None,
+                fuel: Some(500)
+            }
+        );
+    }
+
+    #[test]
+    fn admitted_executions_hold_their_leases_until_they_end_or_expire() {
         let store = Store::new(StoreLocation::Memory);
         let limits = QuotaLimits {
             concurrent_executions: Some(1),
             ..QuotaLimits::default()
         };
-        let Admitted::Granted { day, .. } =
-            store.quota_admit("alice", &admit(limits, 1), &until())?
-        else {
-            anyhow::bail!("the first was refused");
-        };
-        match store.quota_admit("alice", &admit(limits, 2), &until())? {
+        assert_eq!(
+            refused_by(admitted(&store, "alice", &admit(limits, 1), NOW)),
+            None
+        );
+        assert_eq!(
+            admitted(&store, "alice", &admit(limits, 2), NOW + 1_000),
             Admitted::Refused {
-                quota,
-                resets_in_ms,
-            } => {
-                assert_eq!(quota, Quota::ConcurrentExecutions);
-                assert!(resets_in_ms <= 60_000 && resets_in_ms > 50_000);
+                quota: Quota::ConcurrentExecutions,
+                resets_in_ms: 59_000
             }
-            granted => anyhow::bail!("a second ran at once: {granted:?}"),
-        }
-        let release = Release {
-            lease: 1,
-            day,
-            calls: 0,
-            fuel: 0,
-        };
-        store.quota_release("alice", &release, &until())?;
-        assert!(matches!(
-            store.quota_admit("alice", &admit(limits, 2), &until())?,
-            Admitted::Granted { .. }
-        ));
+        );
+        release(&store, "alice", 1, 0, 0);
+        assert_eq!(
+            refused_by(admitted(&store, "alice", &admit(limits, 2), NOW)),
+            None
+        );
         // A lease whose process died ends at its deadline.
-        let short = Admit {
-            lease_ms: 0,
-            ..admit(limits, 3)
-        };
-        store.quota_release(
-            "alice",
-            &Release {
-                lease: 2,
-                ..release
-            },
-            &until(),
-        )?;
-        assert!(matches!(
-            store.quota_admit("alice", &short, &until())?,
-            Admitted::Granted { .. }
-        ));
-        assert!(matches!(
-            store.quota_admit("alice", &admit(limits, 4), &until())?,
-            Admitted::Granted { .. }
-        ));
-        Ok(())
+        assert_eq!(
+            refused_by(admitted(&store, "alice", &admit(limits, 3), NOW + 59_999)),
+            Some(Quota::ConcurrentExecutions)
+        );
+        assert_eq!(
+            refused_by(admitted(&store, "alice", &admit(limits, 3), NOW + 60_000)),
+            None
+        );
     }
 
     #[test]
-    fn a_refusal_counts_nothing() -> anyhow::Result<()> {
+    fn a_refusal_counts_nothing() {
         let store = Store::new(StoreLocation::Memory);
         let limits = QuotaLimits {
             executions_per_minute: Some(5),
             fuel_per_day: Some(1_000),
             ..QuotaLimits::default()
         };
-        assert!(matches!(
-            store.quota_admit("alice", &admit(limits, 1), &until())?,
-            Admitted::Granted { fuel: 1_000, .. }
-        ));
+        assert_eq!(
+            refused_by(admitted(&store, "alice", &admit(limits, 1), NOW)),
+            None
+        );
         for lease in 2..10 {
-            assert!(matches!(
-                store.quota_admit("alice", &admit(limits, lease), &until())?,
-                Admitted::Refused {
-                    quota: Quota::FuelPerDay,
-                    ..
-                }
-            ));
+            assert_eq!(
+                refused_by(admitted(&store, "alice", &admit(limits, lease), NOW)),
+                Some(Quota::FuelPerDay)
+            );
         }
         // Refused eight times, the minute still has four executions left.
         let only_minute = QuotaLimits {
@@ -444,18 +512,14 @@ pub(crate) mod tests {
             ..QuotaLimits::default()
         };
         for lease in 10..14 {
-            assert!(matches!(
-                store.quota_admit("alice", &admit(only_minute, lease), &until())?,
-                Admitted::Granted { .. }
-            ));
+            assert_eq!(
+                refused_by(admitted(&store, "alice", &admit(only_minute, lease), NOW)),
+                None
+            );
         }
-        assert!(matches!(
-            store.quota_admit("alice", &admit(only_minute, 14), &until())?,
-            Admitted::Refused {
-                quota: Quota::ExecutionsPerMinute,
-                ..
-            }
-        ));
-        Ok(())
+        assert_eq!(
+            refused_by(admitted(&store, "alice", &admit(only_minute, 14), NOW)),
+            Some(Quota::ExecutionsPerMinute)
+        );
     }
 }

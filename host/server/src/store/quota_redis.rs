@@ -1,8 +1,10 @@
 //! The quotas' counts in Redis (`--store redis://`), shared by replicas on any
-//! machine: per owner, a hash of counts and a sorted set of the running
-//! executions' leases, each admission and each end one Lua script
-//! (`scripts/quota_*.lua`), so that two replicas never both spend the last
-//! unit. The rules are those of `quota.rs`.
+//! machine: per owner, a hash of counts, a sorted set of the admitted
+//! executions' leases and a hash of what each reserved, each admission and
+//! each end one Lua script (`scripts/quota_*.lua`), so that two replicas never
+//! both spend the last unit; a script sent again after a lost answer (the
+//! connection's one retry) finds its lease and changes nothing twice. The
+//! rules are those of `quota.rs`.
 
 use std::sync::LazyLock;
 
@@ -17,39 +19,41 @@ static ADMIT: LazyLock<Script> =
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/quota_release.lua")));
 
-/// The names of an owner's counts and leases: the owner hex-encoded, so that
-/// no owner's names are another's.
-fn names(owner: &str) -> (String, String) {
+/// The names of an owner's counts, leases and reservations: the owner
+/// hex-encoded, so that no owner's names are another's.
+fn names(owner: &str) -> [String; 3] {
     let owner = hex::encode(owner);
-    (
-        format!("codemode:quota:{owner}:counts"),
-        format!("codemode:quota:{owner}:leases"),
-    )
+    ["counts", "leases", "held"].map(|what| format!("codemode:quota:{owner}:{what}"))
 }
+
+/// The largest number Lua's doubles hold exactly: what is sent is at most it
+/// (a budget or a quota past it is, for a day, as good as unbounded).
+const EXACT: u64 = 1 << 53;
 
 /// A limit as the scripts take it: -1 for none.
 fn limit(limit: Option<u64>) -> i64 {
-    limit.map_or(-1, |limit| i64::try_from(limit).unwrap_or(i64::MAX))
+    limit.map_or(-1, |limit| limit.min(EXACT) as i64)
 }
 
 impl RedisState {
     /// [`crate::store::Store::quota_admit`] in Redis.
     pub(crate) async fn quota_admit(&self, owner: &str, admit: &Admit) -> Result<Admitted, String> {
-        let (counts, leases) = &names(owner);
+        let [counts, leases, held] = &names(owner);
         let limits = admit.limits;
         let answer: Vec<redis::Value> = self
             .ask(|mut connection| async move {
                 ADMIT
                     .key(counts)
                     .key(leases)
+                    .key(held)
                     .arg(admit.lease)
                     .arg(admit.lease_ms)
                     .arg(limit(limits.executions_per_minute))
                     .arg(limit(limits.native_calls_per_day))
                     .arg(limit(limits.fuel_per_day))
                     .arg(limit(limits.concurrent_executions))
-                    .arg(admit.calls)
-                    .arg(admit.fuel)
+                    .arg(admit.calls.min(EXACT))
+                    .arg(admit.fuel.min(EXACT))
                     .invoke_async(&mut connection)
                     .await
             })
@@ -59,16 +63,16 @@ impl RedisState {
 
     /// [`crate::store::Store::quota_release`] in Redis.
     pub(crate) async fn quota_release(&self, owner: &str, release: &Release) -> Result<(), String> {
-        let (counts, leases) = &names(owner);
+        let [counts, leases, held] = &names(owner);
         let _: i64 = self
             .ask(|mut connection| async move {
                 RELEASE
                     .key(counts)
                     .key(leases)
+                    .key(held)
                     .arg(release.lease)
-                    .arg(release.day)
-                    .arg(release.calls)
-                    .arg(release.fuel)
+                    .arg(release.calls.min(EXACT))
+                    .arg(release.fuel.min(EXACT))
                     .invoke_async(&mut connection)
                     .await
             })
@@ -80,18 +84,20 @@ impl RedisState {
 /// The admission script's answer.
 fn parse(answer: &[redis::Value]) -> Result<Admitted, String> {
     let text = |value: &redis::Value| redis::from_redis_value_ref::<String>(value).ok();
-    let number = |value: &redis::Value| redis::from_redis_value_ref::<u64>(value).ok();
+    let number = |value: &redis::Value| redis::from_redis_value_ref::<i64>(value).ok();
+    // -1: the owner has no such quota.
+    let reserved = |value: &redis::Value| number(value).map(|n| u64::try_from(n).ok());
     match answer {
-        [kind, calls, fuel, day] if text(kind).as_deref() == Some("granted") => {
-            match (number(calls), number(fuel), number(day)) {
-                (Some(calls), Some(fuel), Some(day)) => Ok(Admitted::Granted { calls, fuel, day }),
+        [kind, calls, fuel] if text(kind).as_deref() == Some("granted") => {
+            match (reserved(calls), reserved(fuel)) {
+                (Some(calls), Some(fuel)) => Ok(Admitted::Granted { calls, fuel }),
                 _ => Err(format!("an answer no script gives: {answer:?}")),
             }
         }
         [kind, name, resets_in_ms] if text(kind).as_deref() == Some("refused") => {
             match (
                 text(name).as_deref().and_then(Quota::named),
-                number(resets_in_ms),
+                number(resets_in_ms).and_then(|ms| u64::try_from(ms).ok()),
             ) {
                 (Some(quota), Some(resets_in_ms)) => Ok(Admitted::Refused {
                     quota,

@@ -1,9 +1,22 @@
 -- The end of an admitted execution: KEYS as in quota_admit.lua; ARGV: its
--- lease, the day its reservation was made in, and the native calls and fuel
--- it reserved and did not spend, given back unless the day changed.
+-- lease, and the native calls it made and the fuel it burned. Its lease goes,
+-- and what it reserved and did not spend is given back, unless the day
+-- changed; a lease gone already (ended at its deadline, or this script sent
+-- again after its answer was lost) gives nothing. Returns 1 when it gave
+-- back, 0 when the lease was gone.
 redis.call('ZREM', KEYS[2], ARGV[1])
-local day = tonumber(ARGV[2])
-local function give_back(name, amount)
+local held = redis.call('HGET', KEYS[3], ARGV[1])
+if not held then
+  return 0
+end
+redis.call('HDEL', KEYS[3], ARGV[1])
+local d, c, f = string.match(held, '^(%d+) (%-?%d+) (%-?%d+)$')
+local day = tonumber(d)
+local function give_back(name, reserved, spent)
+  if reserved < 0 then
+    return
+  end
+  local amount = reserved - spent
   if amount <= 0 then
     return
   end
@@ -17,6 +30,6 @@ local function give_back(name, amount)
   end
   redis.call('HSET', KEYS[1], name, string.format('%.0f %.0f', day, math.max(0, tonumber(u) - amount)))
 end
-give_back('native-calls-per-day', tonumber(ARGV[3]))
-give_back('fuel-per-day', tonumber(ARGV[4]))
+give_back('native-calls-per-day', tonumber(c), tonumber(ARGV[2]))
+give_back('fuel-per-day', tonumber(f), tonumber(ARGV[3]))
 return 1
