@@ -309,7 +309,8 @@ fn a_subject_sees_and_cancels_only_its_own_tasks_and_the_oldest_ended_goes_first
 #[test]
 fn in_redis_a_subject_sees_only_its_own_tasks_and_the_oldest_ended_goes_first() {
     let redis = RedisServer::start("subjects");
-    subjects_and_eviction("tasks-subjects-redis", &["--task-store", &redis.url()]);
+    // `--store` alone: the tasks go to its Redis, as state and quotas do.
+    subjects_and_eviction("tasks-subjects-redis", &["--store", &redis.url()]);
 }
 
 /// Two subjects' tasks on a server with `--max-tasks 2` and `extra`.

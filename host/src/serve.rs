@@ -14,14 +14,18 @@ use codemode_server::{Service, ServiceConfig, StartError, watch};
 
 use crate::cli::Cli;
 
-/// Where tasks are kept: in memory, or in the Redis of `--task-store` (a URL
-/// it cannot use stops the start; a Redis that does not answer does not).
+/// Where tasks (and approvals' single-use claims) are kept: in the Redis of
+/// `--task-store`, else in that of `--store` when it is one (one URL keeps
+/// all that replicas share), else in memory. A URL it cannot use stops the
+/// start; a Redis that does not answer does not.
 pub(crate) async fn task_store(cli: &Cli) -> anyhow::Result<Arc<TaskStore>> {
     let limits = cli.task_limits();
-    let Some(url) = &cli.budgets.task_store else {
-        return Ok(Arc::new(TaskStore::Memory(TaskBoard::new(limits))));
+    let url = match (&cli.budgets.task_store, cli.state.store.as_ref()) {
+        (Some(url), _) => url.clone(),
+        (None, Some(codemode_server::store::StoreLocation::Redis(url))) => url.clone(),
+        (None, _) => return Ok(Arc::new(TaskStore::Memory(TaskBoard::new(limits)))),
     };
-    let redis = RedisTasks::connect(url, limits).await?;
+    let redis = RedisTasks::connect(&url, limits).await?;
     Ok(Arc::new(TaskStore::Redis(redis)))
 }
 

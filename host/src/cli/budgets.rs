@@ -60,7 +60,8 @@ pub struct BudgetFlags {
 
     /// Keep tasks in Redis, shared by replicas: redis://[:PASSWORD@]HOST:PORT/N
     ///
-    /// Without it tasks live in this server's memory. With it, any replica
+    /// Without it tasks live in the Redis of --store when that is one, else in
+    /// this server's memory. In Redis, any replica
     /// behind a load balancer answers status, result and cancel for a task
     /// another runs (a cancel reaches the running replica through Redis
     /// pub/sub); each task still runs on the replica that created it. While
