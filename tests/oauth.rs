@@ -554,8 +554,6 @@ fn the_python_sdk_logs_in_through_the_issuer_and_calls_execute() {
     assert_eq!(audited(&server), ["alice", "bob"]);
 }
 
-/// Admins see and call everything; everyone else only `sleepy.*` and what is
-/// read-only (`granted.read`).
 /// Every call allowed; a user (not an admin) has one native call a day.
 const QUOTA_POLICY: &str = r#"package codemode.authz
 
@@ -566,10 +564,14 @@ quota := {"native-calls-per-day": 1} if "users" in input.subject.claims.groups
 
 #[test]
 fn a_policy_sets_each_subjects_quotas_from_its_token_claims() {
+    crate::quota::early_in_a_minute_and_day(std::time::Duration::ZERO);
     let issuer = Issuer::start();
     let plugins = plugin_folder("oauth-quota", &[test_plugin("sleepy")]);
     let policy = plugins.join("quota.rego.txt");
     std::fs::write(&policy, QUOTA_POLICY).expect("write the policy");
+    // The tables: three calls a day, which the decision overrides for users.
+    let config = plugins.join("quota.toml");
+    std::fs::write(&config, "[[quota]]\nnative-calls-per-day = 3\n").expect("write the config");
     let server = start(
         "127.0.0.1:0",
         &issuer,
@@ -581,6 +583,8 @@ fn a_policy_sets_each_subjects_quotas_from_its_token_claims() {
             "data.codemode.authz.quota",
             "--store",
             "memory",
+            "--config",
+            config.to_str().expect("utf-8 path"),
         ],
     );
     let execute = |token: &str| {
@@ -603,7 +607,8 @@ fn a_policy_sets_each_subjects_quotas_from_its_token_claims() {
         refused["_meta"]["codemode/stats"]["quota"]["name"], "native-calls-per-day",
         "{refused}"
     );
-    // alice is an admin: the decision is undefined, and no quota binds her.
+    // alice is an admin: the decision is undefined, and the tables' three
+    // calls bind her.
     let alice = issuer.token("alice", "mcp:execute", RESOURCE);
     for _ in 0..3 {
         assert_eq!(
@@ -611,8 +616,15 @@ fn a_policy_sets_each_subjects_quotas_from_its_token_claims() {
             json!({"result": {"ms": 1}})
         );
     }
+    let refused = execute(&alice);
+    assert_eq!(
+        refused["_meta"]["codemode/stats"]["quota"]["name"], "native-calls-per-day",
+        "{refused}"
+    );
 }
 
+/// Admins see and call everything; everyone else only `sleepy.*` and what is
+/// read-only (`granted.read`).
 const VISIBILITY_POLICY: &str = r#"package codemode.authz
 
 default allow := false

@@ -125,6 +125,7 @@ const ONE_CALL: &str = "def main():\n    return state.get(key='a')['found']";
 
 #[test]
 fn a_subject_past_its_daily_calls_is_refused_naming_the_quota_and_a_sigkill_keeps_the_count() {
+    early_in_a_minute_and_day(Duration::ZERO);
     let dir = folder("calls");
     let store = dir.join("store.redb");
     let store = store.to_str().expect("utf-8 path");
@@ -208,6 +209,7 @@ fn a_subject_past_its_daily_calls_is_refused_naming_the_quota_and_a_sigkill_keep
 
 #[test]
 fn fuel_per_day_stops_a_running_execution_and_refuses_the_next() {
+    early_in_a_minute_and_day(Duration::ZERO);
     let dir = folder("fuel");
     let plugins = plugin_folder("quota-fuel", &[test_plugin("hostile")]);
     let config = config(&dir, "[[quota]]\nfuel-per-day = 300000000\n");
@@ -243,17 +245,31 @@ fn fuel_per_day_stops_a_running_execution_and_refuses_the_next() {
 /// the current minute: a test counting executions per minute must not
 /// straddle two. The minute's number.
 fn early_in_a_minute(margin: Duration) -> u64 {
+    early_in_a_minute_and_day(margin).0
+}
+
+/// [`early_in_a_minute`], and a minute of the UTC day left (so that a test
+/// of the daily quotas, which lasts seconds, does not straddle two): the
+/// minute's number and the day's.
+pub(crate) fn early_in_a_minute_and_day(margin: Duration) -> (u64, u64) {
     let now = || {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .expect("after 1970")
+            .as_secs()
     };
+    // The last minute of a day: its end is awaited first (at most a minute).
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while 86_400 - now() % 86_400 <= 60 {
+        assert!(std::time::Instant::now() < deadline, "the day did not end");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     wait_until(
         "a minute with enough of it left",
-        || Duration::from_secs(60 - now().as_secs() % 60) >= margin,
-        || format!("{:?} into the minute", now().as_secs() % 60),
+        || Duration::from_secs(60 - now() % 60) >= margin,
+        || format!("{:?} into the minute", now() % 60),
     );
-    now().as_secs() / 60
+    (now() / 60, now() / 86_400)
 }
 
 #[test]
@@ -370,6 +386,7 @@ fn replicas_share_quotas_through_redis_and_the_last_unit_goes_to_exactly_one() {
 
 #[test]
 fn a_reload_of_the_config_file_applies_changed_quotas_to_the_next_executions() {
+    early_in_a_minute_and_day(Duration::ZERO);
     let dir = folder("reload");
     let path = config(&dir, "[[quota]]\nnative-calls-per-day = 1\n");
     // Replaced the way editors and config managers do: renamed over it.
@@ -400,4 +417,89 @@ fn a_reload_of_the_config_file_applies_changed_quotas_to_the_next_executions() {
     rewrite("max-native-calls = 100\n");
     crate::support::wait_for_log(&server, "quotas=\"changed\"", 2);
     assert_eq!(refusal(&call(&server, 0, ONE_CALL)), None);
+}
+
+#[test]
+fn the_quota_scripts_count_a_lease_once_however_often_they_are_sent() {
+    let redis = RedisServer::start("quota-scripts");
+    let admit = include_str!("../host/server/src/store/scripts/quota_admit.lua");
+    let release = include_str!("../host/server/src/store/scripts/quota_release.lua");
+    let extend = include_str!("../host/server/src/store/scripts/quota_extend.lua");
+    let keys = [
+        "codemode:quota:6f:counts",
+        "codemode:quota:6f:leases",
+        "codemode:quota:6f:held",
+    ];
+    // The script's answer: its first `lines` lines.
+    let run = |script: &str, args: &[&str], lines: usize| {
+        let mut all = vec!["EVAL", script, "3", keys[0], keys[1], keys[2]];
+        all.extend_from_slice(args);
+        redis.answer_lines(&all, lines)
+    };
+    // Four calls a day and two executions a minute, no fuel quota (-1); the
+    // budgets allow three calls and a thousand fuel.
+    let admit_lease = |lease: &str| {
+        run(
+            admit,
+            &[lease, "60000", "2", "4", "-1", "-1", "3", "1000"],
+            5,
+        )
+    };
+    let granted = |calls: &str| -> Vec<String> {
+        ["*3", "$7", "granted", calls, ":-1"]
+            .map(str::to_owned)
+            .to_vec()
+    };
+    let count = |quota: &str| {
+        redis
+            .text(&["HGET", keys[0], quota])
+            .and_then(|count| count.split(' ').nth(1).map(str::to_owned))
+    };
+    let ends = |lease: &str| {
+        redis
+            .text(&["ZSCORE", keys[1], lease])
+            .and_then(|score| score.parse::<u64>().ok())
+    };
+    let (minute, day) = early_in_a_minute_and_day(Duration::from_secs(10));
+    // Sent twice (its first answer lost): counted once, the same answer.
+    assert_eq!(admit_lease("77"), granted(":3"));
+    assert_eq!(admit_lease("77"), granted(":3"));
+    assert_eq!(count("executions-per-minute").as_deref(), Some("1"));
+    assert_eq!(count("native-calls-per-day").as_deref(), Some("3"));
+    assert_eq!(count("fuel-per-day"), None);
+    // The second lease gets the one call left.
+    assert_eq!(admit_lease("78"), granted(":1"));
+    assert_eq!(count("native-calls-per-day").as_deref(), Some("4"));
+    // Made to last a wait: later, once; a lease gone stays gone.
+    let before = ends("78").expect("78's end");
+    assert_eq!(run(extend, &["78", "600000"], 1), [":1"]);
+    let after = ends("78").expect("78's end");
+    assert!(after >= before + 500_000, "{before} {after}");
+    assert_eq!(run(extend, &["78", "1000"], 1), [":0"]);
+    assert_eq!(ends("78"), Some(after));
+    assert_eq!(run(extend, &["76", "600000"], 1), [":0"]);
+    assert_eq!(ends("76"), None);
+    // 77 made one call: two come back, once, however often its end is sent.
+    assert_eq!(run(release, &["77", "1", "500"], 1), [":1"]);
+    assert_eq!(run(release, &["77", "1", "500"], 1), [":0"]);
+    assert_eq!(count("native-calls-per-day").as_deref(), Some("2"));
+    assert_eq!(redis.command(&["ZCARD", keys[1]]), ":1");
+    // The minute's two executions are spent: a third lease is refused, and
+    // counts nothing.
+    let refused = run(
+        admit,
+        &["79", "60000", "2", "4", "-1", "-1", "3", "1000"],
+        6,
+    );
+    assert_eq!(
+        refused[..5],
+        ["*3", "$7", "refused", "$21", "executions-per-minute"]
+    );
+    assert_eq!(count("executions-per-minute").as_deref(), Some("2"));
+    assert_eq!(redis.command(&["HEXISTS", keys[2], "79"]), ":0");
+    assert_eq!(
+        early_in_a_minute_and_day(Duration::ZERO),
+        (minute, day),
+        "the minute ended during the test"
+    );
 }

@@ -853,6 +853,23 @@ impl RedisServer {
 
     /// Sends one command (as RESP) and returns the answer's first line.
     pub(crate) fn command(&self, args: &[&str]) -> String {
+        self.answer_lines(args, 1).remove(0)
+    }
+
+    /// Sends one command and returns a bulk string answer's text (`None` for
+    /// a nil one).
+    pub(crate) fn text(&self, args: &[&str]) -> Option<String> {
+        let mut lines = self.answer_lines(args, 2);
+        match lines[0].as_str() {
+            "$-1" => None,
+            first if first.starts_with('$') => Some(lines.remove(1)),
+            other => panic!("not a bulk string: {other}"),
+        }
+    }
+
+    /// Sends one command and reads the first `count` lines of its answer (a
+    /// nil bulk string has one: the rest are empty).
+    pub(crate) fn answer_lines(&self, args: &[&str], count: usize) -> Vec<String> {
         use std::io::Read;
         let mut request = format!("*{}\r\n", args.len());
         for arg in args {
@@ -864,12 +881,21 @@ impl RedisServer {
             .set_read_timeout(Some(std::time::Duration::from_secs(5)))
             .expect("a read timeout");
         stream.write_all(request.as_bytes()).expect("send to Redis");
-        let mut answer = Vec::new();
+        let mut lines = Vec::with_capacity(count);
         let mut byte = [0u8; 1];
-        while stream.read_exact(&mut byte).is_ok() && byte[0] != b'\n' {
-            answer.push(byte[0]);
+        while lines.len() < count {
+            let mut line = Vec::new();
+            while stream.read_exact(&mut byte).is_ok() && byte[0] != b'\n' {
+                line.push(byte[0]);
+            }
+            let line = String::from_utf8_lossy(&line).trim_end().to_owned();
+            let nil = lines.is_empty() && line == "$-1";
+            lines.push(line);
+            if nil {
+                lines.resize(count, String::new());
+            }
         }
-        String::from_utf8_lossy(&answer).trim_end().to_owned()
+        lines
     }
 
     /// Starts it (again) on its port and folder, and waits until it answers.

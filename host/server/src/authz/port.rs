@@ -103,6 +103,12 @@ pub trait Authorizer: Send + Sync + std::fmt::Debug {
         Ok(None)
     }
 
+    /// Whether [`Authorizer::quota`] may set quotas; when not, it is never
+    /// asked.
+    fn decides_quotas(&self) -> bool {
+        false
+    }
+
     /// Which policy decides: a number that changes whenever the decisions may
     /// have (a reloaded policy), so what was decided before can be dropped.
     fn version(&self) -> u64 {
@@ -160,6 +166,10 @@ impl Authorizer for Replaceable {
         subject: &Subject,
     ) -> Result<Option<serde_json::Map<String, serde_json::Value>>, AuthzError> {
         self.current.load().quota(subject)
+    }
+
+    fn decides_quotas(&self) -> bool {
+        self.current.load().decides_quotas()
     }
 
     /// Bumped after each replacement is in place: a view decided while it is

@@ -345,6 +345,10 @@ impl Authorizer for RegoAuthorizer {
         self.visibility.is_some()
     }
 
+    fn decides_quotas(&self) -> bool {
+        self.quota.is_some()
+    }
+
     /// An object sets quotas; undefined sets none; anything else is a failure.
     fn quota(
         &self,

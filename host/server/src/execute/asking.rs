@@ -186,6 +186,13 @@ fn ask(
     // The approver withdraws the question at its timeout (and says so); this
     // wait ends a little later in case it cannot.
     let asked = Instant::now();
+    // The wait moves the deadline: the quota lease lasts it.
+    if let Some((gate, lease)) = &state.quota {
+        let lasts = state.stop.deadline().saturating_duration_since(asked)
+            + approver.timeout()
+            + WITHDRAW_GRACE;
+        gate.extend_blocking(lease, lasts);
+    }
     let answer = wait::until(
         asked + approver.timeout() + WITHDRAW_GRACE,
         Some(state.stop.cancel()),

@@ -406,7 +406,7 @@ impl Executor {
             None => None,
             Some(gate) => match gate
                 .admit(
-                    self.authorizer.as_ref(),
+                    &self.authorizer,
                     subject,
                     limits.max_native_calls,
                     limits.max_fuel,
@@ -467,6 +467,9 @@ impl Executor {
             approver,
             replay,
             calls,
+            quota: held
+                .as_ref()
+                .and_then(|held| held.lease.clone().map(|lease| (held.gate.clone(), lease))),
             ..job
         };
         let audit = job.audit.clone();
@@ -585,6 +588,7 @@ impl Executor {
             replay: None,
             calls: None,
             waiting: self.waiting.clone(),
+            quota: None,
         }
     }
 }
@@ -702,6 +706,8 @@ struct Job {
     replay: Option<Replay>,
     calls: Option<CallTracer>,
     waiting: Arc<approval::Waiting>,
+    /// Its lease on its subject's quotas, made to last a wait for a human.
+    quota: Option<(Arc<QuotaGate>, crate::quota::Lease)>,
 }
 
 impl Job {
@@ -734,6 +740,7 @@ impl Job {
             failed_capability: None,
             unwind_fuel: 0,
             too_large: false,
+            quota: self.quota.clone(),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.memory);

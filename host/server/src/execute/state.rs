@@ -164,6 +164,8 @@ pub(crate) struct ExecState {
     pub(super) unwind_fuel: u64,
     /// The interpreter reported a value too large to hold; its abort follows.
     pub(super) too_large: bool,
+    /// Its lease on its subject's quotas, made to last a wait for a human.
+    pub(super) quota: Option<(Arc<crate::quota::QuotaGate>, crate::quota::Lease)>,
 }
 
 /// Counts what was not counted yet, whatever ended the execution (a panic that

@@ -116,27 +116,36 @@ impl QuotaGate {
     /// decision first, the config file's filling in) whose budgets allow
     /// `calls` native calls and `fuel` fuel, and which ends by `deadline`: in
     /// one transaction of the store, made by a task of its own, so that a
-    /// request dropped meanwhile still has what was admitted given back.
+    /// request dropped meanwhile, or an answer that comes too late, still has
+    /// what was admitted given back.
     pub(crate) async fn admit(
         self: &Arc<Self>,
-        authorizer: &dyn Authorizer,
+        authorizer: &Arc<dyn Authorizer>,
         subject: &Subject,
         calls: u64,
         fuel: u64,
         deadline: Instant,
     ) -> Admission {
         let configured = self.quotas.load().of(subject);
-        let decided = authorizer
-            .quota(subject)
-            .map_err(|error| error.to_string())
-            .and_then(|decided| decided.map(|decided| decided_limits(&decided)).transpose());
-        let limits = match decided {
-            Ok(Some(decided)) => decided.or(configured),
-            Ok(None) => configured,
-            Err(reason) => {
-                tracing::warn!(subject = %subject.id, reason, "execution refused: the policy's quota decision failed");
-                return Admission::PolicyFailure;
+        let limits = if authorizer.decides_quotas() {
+            // A Rego evaluation: not on a runtime's worker (over stdio the
+            // only one).
+            let (authorizer, who) = (authorizer.clone(), subject.clone());
+            let decided = tokio::task::spawn_blocking(move || authorizer.quota(&who))
+                .await
+                .map_err(|error| error.to_string())
+                .and_then(|decided| decided.map_err(|error| error.to_string()))
+                .and_then(|decided| decided.map(|decided| decided_limits(&decided)).transpose());
+            match decided {
+                Ok(Some(decided)) => decided.or(configured),
+                Ok(None) => configured,
+                Err(reason) => {
+                    tracing::warn!(subject = %subject.id, reason, "execution refused: the policy's quota decision failed");
+                    return Admission::PolicyFailure;
+                }
             }
+        } else {
+            configured
         };
         if limits.is_empty() {
             return Admission::Unlimited;
@@ -155,35 +164,45 @@ impl QuotaGate {
             fuel,
         };
         let owner: Arc<str> = Arc::from(subject.owner());
+        let unused = Lease {
+            owner: owner.clone(),
+            lease: admit.lease,
+            calls: None,
+            fuel: None,
+        };
         let (answer, admitted) = tokio::sync::oneshot::channel();
-        let (gate, task_owner) = (self.clone(), owner.clone());
+        let mut pending = Pending {
+            gate: self.clone(),
+            lease: Some(unused.clone()),
+            admitted,
+        };
+        let gate = self.clone();
         let until = Until {
             deadline,
             cancel: Arc::new(Cancel::default()),
         };
         tokio::spawn(async move {
-            let admitted = gate.admit_in_store(&task_owner, admit, until).await;
-            // Nobody waits any more (the request was dropped, or its time ran
-            // out): what was admitted goes back at once.
-            if let Err(Ok(Admitted::Granted { .. })) = answer.send(admitted) {
-                let lease = Lease {
-                    owner: task_owner,
-                    lease: admit.lease,
-                    calls: None,
-                    fuel: None,
-                };
-                gate.release_unused(lease);
+            let admitted = gate.admit_in_store(&unused.owner, admit, until).await;
+            match answer.send(admitted) {
+                Ok(()) => {}
+                // Nobody waits any more: what was admitted goes back at once.
+                Err(Ok(Admitted::Granted { .. })) => gate.release_unused(unused),
+                // A failed answer from Redis may come after the script ran:
+                // its lease goes (a release of no lease changes nothing).
+                Err(Err(_)) if gate.config.store.location().is_redis() => {
+                    gate.release_unused(unused);
+                }
+                Err(_) => {}
             }
         });
-        let admitted = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), admitted)
-            .await
-            .unwrap_or_else(|_| {
-                Ok(Err(self
-                    .config
-                    .store
-                    .error("no answer before the execution's deadline")))
-            })
-            .unwrap_or_else(|_| Err(self.config.store.error("the admission's task ended")));
+        let admitted = match pending.wait(deadline).await {
+            Some(Ok(admitted)) => Ok(admitted),
+            Some(Err(error)) => Err(error),
+            None => Err(self
+                .config
+                .store
+                .error("no answer before the execution's deadline")),
+        };
         match admitted {
             Ok(Admitted::Granted { calls, fuel }) => Admission::Admitted(Lease {
                 owner,
@@ -205,6 +224,12 @@ impl QuotaGate {
                 Admission::Refused(QuotaHit::new(quota, resets_in_ms))
             }
             Err(error) => {
+                if self.config.store.location().is_redis() {
+                    // The script may have run: its lease goes.
+                    if let Some(lease) = pending.lease.take() {
+                        self.release_unused(lease);
+                    }
+                }
                 tracing::warn!(reason = %error, "the quotas cannot be checked: the store did not answer");
                 self.unavailable()
             }
@@ -285,6 +310,45 @@ impl QuotaGate {
         }
     }
 
+    /// Makes `lease` last `lasts` more (its execution is about to wait for a
+    /// human, which moves its deadline), so that it is neither counted out
+    /// of the running ones nor found gone at its end. Waits for the store:
+    /// call it only on a blocking thread.
+    pub(crate) fn extend_blocking(&self, lease: &Lease, lasts: Duration) {
+        let lease_ms = u64::try_from((lasts + LEASE_MARGIN).as_millis()).unwrap_or(u64::MAX);
+        let store = &self.config.store;
+        let until = Until {
+            deadline: Instant::now() + RELEASE_WAIT,
+            cancel: Arc::new(Cancel::default()),
+        };
+        let extended = match () {
+            #[cfg(feature = "redis")]
+            () if store.redis().is_some() => {
+                match (store.redis(), tokio::runtime::Handle::try_current()) {
+                    (Some(Ok(redis)), Ok(runtime)) => runtime
+                        .block_on(async {
+                            tokio::time::timeout(
+                                RELEASE_WAIT,
+                                redis.quota_extend(&lease.owner, lease.lease, lease_ms),
+                            )
+                            .await
+                            .unwrap_or_else(|_| Err("no answer in time".to_owned()))
+                        })
+                        .map_err(|reason| store.error(reason)),
+                    (Some(Err(error)), _) => Err(error),
+                    (None, _) | (_, Err(_)) => Err(store.error("no runtime to reach Redis from")),
+                }
+            }
+            () => store.quota_extend(&lease.owner, lease.lease, lease_ms, &until),
+        };
+        if let Err(error) = extended {
+            tracing::warn!(
+                reason = %error,
+                "an execution's quota lease could not be made to last its wait: it may end before the execution"
+            );
+        }
+    }
+
     /// Ends `lease`'s execution, which never ran: everything it reserved
     /// comes back, on a blocking thread of the runtime (the caller does not
     /// wait for it).
@@ -307,6 +371,48 @@ impl QuotaGate {
             Err(_) => tracing::warn!(
                 "an execution's quota lease could not be given back (no runtime): it ends at its deadline"
             ),
+        }
+    }
+}
+
+/// An admission the request waits for. Dropped before its answer was taken
+/// (the request went, or its deadline passed), it closes the channel: an
+/// answer already in it is a grant nobody will use, given back here; one not
+/// sent yet finds the channel closed, and its task gives it back.
+struct Pending {
+    gate: Arc<QuotaGate>,
+    /// The lease asked for, until its answer is taken.
+    lease: Option<Lease>,
+    admitted: tokio::sync::oneshot::Receiver<Result<Admitted, StoreError>>,
+}
+
+impl Pending {
+    /// The store's answer, or `None` at `deadline` (or if the task ended
+    /// without one).
+    async fn wait(&mut self, deadline: Instant) -> Option<Result<Admitted, StoreError>> {
+        let answer =
+            tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), &mut self.admitted)
+                .await;
+        match answer {
+            Ok(Ok(admitted)) => {
+                if matches!(admitted, Ok(Admitted::Granted { .. })) {
+                    // Taken: the caller holds the lease from here.
+                    self.lease = None;
+                }
+                Some(admitted)
+            }
+            Ok(Err(_)) | Err(_) => None,
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.admitted.close();
+        if let Ok(Ok(Admitted::Granted { .. })) = self.admitted.try_recv()
+            && let Some(lease) = self.lease.take()
+        {
+            self.gate.release_unused(lease);
         }
     }
 }

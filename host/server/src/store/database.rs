@@ -61,6 +61,16 @@ impl StoreLocation {
         Err("this build keeps no state in Redis (the feature `redis` is off)".to_owned())
     }
 
+    /// Whether it is a Redis (a request there may have run even when its
+    /// answer was lost).
+    pub fn is_redis(&self) -> bool {
+        match self {
+            Self::Memory | Self::File(_) => false,
+            #[cfg(feature = "redis")]
+            Self::Redis(_) => true,
+        }
+    }
+
     /// `--store`'s default: [`DEFAULT_STORE_FILE`] in `$XDG_STATE_HOME/codemode-host`,
     /// else in `~/.local/state/codemode-host`; in memory when neither variable is
     /// set.

@@ -161,6 +161,46 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Makes `subject`'s lease `lease` last `lease_ms` from now, if it is
+    /// still held and would end sooner (its execution waits for a human, and
+    /// its deadline moved).
+    ///
+    /// # Errors
+    ///
+    /// The store did not answer, or `until` ended first.
+    pub(crate) fn quota_extend(
+        &self,
+        subject: &str,
+        lease: u64,
+        lease_ms: u64,
+        until: &Until,
+    ) -> Result<(), StoreError> {
+        let database = self.database()?;
+        let write = || -> Result<(), String> {
+            let transaction = begin_write(&database, until)?;
+            {
+                let mut leases = transaction.open_table(LEASES).map_err(|e| e.to_string())?;
+                let held = leases
+                    .get((subject, lease))
+                    .map_err(|e| e.to_string())?
+                    .map(|held| held.value());
+                let ends = now_ms().saturating_add(lease_ms);
+                if let Some((before, day, calls, fuel)) = held
+                    && before < ends
+                {
+                    leases
+                        .insert((subject, lease), (ends, day, calls, fuel))
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+            commit(transaction, until)?;
+            Ok(())
+        };
+        write().map_err(|reason| self.error(reason))
+    }
+}
+
 type Counts<'t> = Table<'t, (&'static str, &'static str), (u64, u64)>;
 type Leases<'t> = Table<'t, (&'static str, u64), (u64, u64, u64, u64)>;
 
@@ -484,6 +524,37 @@ pub(crate) mod tests {
         );
         assert_eq!(
             refused_by(admitted(&store, "alice", &admit(limits, 3), NOW + 60_000)),
+            None
+        );
+    }
+
+    #[test]
+    fn a_lease_made_to_last_a_wait_is_counted_until_then_and_a_gone_one_stays_gone() {
+        let store = Store::new(StoreLocation::Memory);
+        let limits = QuotaLimits {
+            concurrent_executions: Some(1),
+            ..QuotaLimits::default()
+        };
+        let short = Admit {
+            lease_ms: 1_000,
+            ..admit(limits, 1)
+        };
+        assert_eq!(refused_by(admitted(&store, "alice", &short, NOW)), None);
+        // Waiting for a human: it lasts a minute from now (the real clock,
+        // long after NOW).
+        if let Err(error) = store.quota_extend("alice", 1, 60_000, &until()) {
+            panic!("the store failed: {error}");
+        }
+        assert_eq!(
+            refused_by(admitted(&store, "alice", &admit(limits, 2), NOW + 5_000)),
+            Some(Quota::ConcurrentExecutions)
+        );
+        release(&store, "alice", 1, 0, 0);
+        if let Err(error) = store.quota_extend("alice", 1, 60_000, &until()) {
+            panic!("the store failed: {error}");
+        }
+        assert_eq!(
+            refused_by(admitted(&store, "alice", &admit(limits, 2), NOW + 5_000)),
             None
         );
     }

@@ -18,6 +18,8 @@ static ADMIT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/quota_admit.lua")));
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/quota_release.lua")));
+static EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/quota_extend.lua")));
 
 /// The names of an owner's counts, leases and reservations: the owner
 /// hex-encoded, so that no owner's names are another's.
@@ -59,6 +61,29 @@ impl RedisState {
             })
             .await?;
         parse(&answer)
+    }
+
+    /// [`crate::store::Store::quota_extend`] in Redis.
+    pub(crate) async fn quota_extend(
+        &self,
+        owner: &str,
+        lease: u64,
+        lease_ms: u64,
+    ) -> Result<(), String> {
+        let [counts, leases, held] = &names(owner);
+        let _: i64 = self
+            .ask(|mut connection| async move {
+                EXTEND
+                    .key(counts)
+                    .key(leases)
+                    .key(held)
+                    .arg(lease)
+                    .arg(lease_ms.min(EXACT))
+                    .invoke_async(&mut connection)
+                    .await
+            })
+            .await?;
+        Ok(())
     }
 
     /// [`crate::store::Store::quota_release`] in Redis.
