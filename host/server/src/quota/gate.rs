@@ -277,32 +277,7 @@ impl QuotaGate {
             calls,
             fuel,
         };
-        let store = &self.config.store;
-        let until = Until {
-            deadline: Instant::now() + RELEASE_WAIT,
-            cancel: Arc::new(Cancel::default()),
-        };
-        let released = match () {
-            #[cfg(feature = "redis")]
-            () if store.redis().is_some() => {
-                match (store.redis(), tokio::runtime::Handle::try_current()) {
-                    (Some(Ok(redis)), Ok(runtime)) => runtime
-                        .block_on(async {
-                            tokio::time::timeout(
-                                RELEASE_WAIT,
-                                redis.quota_release(&lease.owner, &release),
-                            )
-                            .await
-                            .unwrap_or_else(|_| Err("no answer in time".to_owned()))
-                        })
-                        .map_err(|reason| store.error(reason)),
-                    (Some(Err(error)), _) => Err(error),
-                    (None, _) | (_, Err(_)) => Err(store.error("no runtime to reach Redis from")),
-                }
-            }
-            () => store.quota_release(&lease.owner, &release, &until),
-        };
-        if let Err(error) = released {
+        if let Err(error) = self.change_blocking(&lease.owner, Change::Release(release)) {
             tracing::warn!(
                 reason = %error,
                 "an execution's quota lease could not be given back: it ends at its deadline, and its unspent reservation counts as spent"
@@ -316,36 +291,53 @@ impl QuotaGate {
     /// call it only on a blocking thread.
     pub(crate) fn extend_blocking(&self, lease: &Lease, lasts: Duration) {
         let lease_ms = u64::try_from((lasts + LEASE_MARGIN).as_millis()).unwrap_or(u64::MAX);
-        let store = &self.config.store;
-        let until = Until {
-            deadline: Instant::now() + RELEASE_WAIT,
-            cancel: Arc::new(Cancel::default()),
+        let change = Change::Extend {
+            lease: lease.lease,
+            lease_ms,
         };
-        let extended = match () {
-            #[cfg(feature = "redis")]
-            () if store.redis().is_some() => {
-                match (store.redis(), tokio::runtime::Handle::try_current()) {
-                    (Some(Ok(redis)), Ok(runtime)) => runtime
-                        .block_on(async {
-                            tokio::time::timeout(
-                                RELEASE_WAIT,
-                                redis.quota_extend(&lease.owner, lease.lease, lease_ms),
-                            )
-                            .await
-                            .unwrap_or_else(|_| Err("no answer in time".to_owned()))
-                        })
-                        .map_err(|reason| store.error(reason)),
-                    (Some(Err(error)), _) => Err(error),
-                    (None, _) | (_, Err(_)) => Err(store.error("no runtime to reach Redis from")),
-                }
-            }
-            () => store.quota_extend(&lease.owner, lease.lease, lease_ms, &until),
-        };
-        if let Err(error) = extended {
+        if let Err(error) = self.change_blocking(&lease.owner, change) {
             tracing::warn!(
                 reason = %error,
                 "an execution's quota lease could not be made to last its wait: it may end before the execution"
             );
+        }
+    }
+
+    /// Makes `change` to `owner`'s lease, waiting for the store at most
+    /// [`RELEASE_WAIT`] (in Redis through the runtime's handle, which a
+    /// blocking thread may block on).
+    fn change_blocking(&self, owner: &str, change: Change) -> Result<(), StoreError> {
+        let store = &self.config.store;
+        #[cfg(feature = "redis")]
+        if let Some(redis) = store.redis() {
+            let redis = redis?;
+            let runtime = tokio::runtime::Handle::try_current()
+                .map_err(|_| store.error("no runtime to reach Redis from"))?;
+            return runtime
+                .block_on(async {
+                    let changed = async {
+                        match change {
+                            Change::Release(release) => redis.quota_release(owner, &release).await,
+                            Change::Extend { lease, lease_ms } => {
+                                redis.quota_extend(owner, lease, lease_ms).await
+                            }
+                        }
+                    };
+                    tokio::time::timeout(RELEASE_WAIT, changed)
+                        .await
+                        .unwrap_or_else(|_| Err("no answer in time".to_owned()))
+                })
+                .map_err(|reason| store.error(reason));
+        }
+        let until = Until {
+            deadline: Instant::now() + RELEASE_WAIT,
+            cancel: Arc::new(Cancel::default()),
+        };
+        match change {
+            Change::Release(release) => store.quota_release(owner, &release, &until),
+            Change::Extend { lease, lease_ms } => {
+                store.quota_extend(owner, lease, lease_ms, &until)
+            }
         }
     }
 
@@ -373,6 +365,15 @@ impl QuotaGate {
             ),
         }
     }
+}
+
+/// What becomes of a lease after its admission.
+#[derive(Debug, Clone, Copy)]
+enum Change {
+    /// Its execution ended.
+    Release(Release),
+    /// Its execution waits for a human: it lasts `lease_ms` from now.
+    Extend { lease: u64, lease_ms: u64 },
 }
 
 /// An admission the request waits for. Dropped before its answer was taken
