@@ -252,24 +252,36 @@ fn early_in_a_minute(margin: Duration) -> u64 {
 /// of the daily quotas, which lasts seconds, does not straddle two): the
 /// minute's number and the day's.
 pub(crate) fn early_in_a_minute_and_day(margin: Duration) -> (u64, u64) {
-    let now = || {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("after 1970")
-            .as_secs()
-    };
-    // The last minute of a day: its end is awaited first (at most a minute).
+    // One reading decides both, so that waiting for one never lands in the
+    // other's end (a day's last minute waits at most a minute and a half).
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
-    while 86_400 - now() % 86_400 <= 60 {
-        assert!(std::time::Instant::now() < deadline, "the day did not end");
+    loop {
+        let now = seconds_now();
+        let day_left = 86_400 - now % 86_400;
+        let minute_left = Duration::from_secs(60 - now % 60);
+        if day_left > 60 + margin.as_secs() && minute_left >= margin {
+            return (now / 60, now / 86_400);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no minute with {margin:?} left came"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
-    wait_until(
-        "a minute with enough of it left",
-        || Duration::from_secs(60 - now() % 60) >= margin,
-        || format!("{:?} into the minute", now() % 60),
-    );
-    (now() / 60, now() / 86_400)
+}
+
+/// The minute and the day now, without waiting: what a test checks did not
+/// change while it ran.
+fn minute_and_day() -> (u64, u64) {
+    let now = seconds_now();
+    (now / 60, now / 86_400)
+}
+
+fn seconds_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs()
 }
 
 #[test]
@@ -310,7 +322,7 @@ fn replicas_share_quotas_through_redis_and_the_last_unit_goes_to_exactly_one() {
     assert_eq!(quota, "executions-per-minute");
     assert!((1..=60).contains(&resets), "{resets}");
     assert_eq!(
-        early_in_a_minute(Duration::ZERO),
+        minute_and_day().0,
         minute,
         "the minute ended during the test"
     );
@@ -429,10 +441,11 @@ fn the_quota_scripts_count_a_lease_once_however_often_they_are_sent() {
         "codemode:quota:6f:counts",
         "codemode:quota:6f:leases",
         "codemode:quota:6f:held",
+        "codemode:quota:6f:released",
     ];
     // The script's answer: its first `lines` lines.
     let run = |script: &str, args: &[&str], lines: usize| {
-        let mut all = vec!["EVAL", script, "3", keys[0], keys[1], keys[2]];
+        let mut all = vec!["EVAL", script, "4", keys[0], keys[1], keys[2], keys[3]];
         all.extend_from_slice(args);
         redis.answer_lines(&all, lines)
     };
@@ -484,6 +497,20 @@ fn the_quota_scripts_count_a_lease_once_however_often_they_are_sent() {
     assert_eq!(run(release, &["77", "1", "500"], 1), [":0"]);
     assert_eq!(count("native-calls-per-day").as_deref(), Some("2"));
     assert_eq!(redis.command(&["ZCARD", keys[1]]), ":1");
+    // Released before its admission ran (its answer lost, say): when that
+    // admission comes, it counts nothing and holds nothing.
+    assert_eq!(run(release, &["80", "0", "0"], 1), [":0"]);
+    assert_eq!(
+        run(
+            admit,
+            &["80", "60000", "-1", "4", "-1", "-1", "3", "1000"],
+            5
+        ),
+        ["*3", "$7", "granted", ":-1", ":-1"]
+    );
+    assert_eq!(count("native-calls-per-day").as_deref(), Some("2"));
+    assert_eq!(redis.command(&["HEXISTS", keys[2], "80"]), ":0");
+    assert_eq!(redis.command(&["ZCARD", keys[1]]), ":1");
     // The minute's two executions are spent: a third lease is refused, and
     // counts nothing.
     let refused = run(
@@ -498,7 +525,7 @@ fn the_quota_scripts_count_a_lease_once_however_often_they_are_sent() {
     assert_eq!(count("executions-per-minute").as_deref(), Some("2"));
     assert_eq!(redis.command(&["HEXISTS", keys[2], "79"]), ":0");
     assert_eq!(
-        early_in_a_minute_and_day(Duration::ZERO),
+        minute_and_day(),
         (minute, day),
         "the minute ended during the test"
     );

@@ -185,14 +185,18 @@ fn ask(
     };
     // The approver withdraws the question at its timeout (and says so); this
     // wait ends a little later in case it cannot.
-    let asked = Instant::now();
-    // The wait moves the deadline: the quota lease lasts it.
+    // The wait moves the deadline: the quota lease lasts it. First, so that
+    // the store's time is not the human's.
     if let Some((gate, lease)) = &state.quota {
-        let lasts = state.stop.deadline().saturating_duration_since(asked)
+        let lasts = state
+            .stop
+            .deadline()
+            .saturating_duration_since(Instant::now())
             + approver.timeout()
             + WITHDRAW_GRACE;
         gate.extend_blocking(lease, lasts);
     }
+    let asked = Instant::now();
     let answer = wait::until(
         asked + approver.timeout() + WITHDRAW_GRACE,
         Some(state.stop.cancel()),

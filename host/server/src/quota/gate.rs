@@ -377,9 +377,13 @@ enum Change {
 }
 
 /// An admission the request waits for. Dropped before its answer was taken
-/// (the request went, or its deadline passed), it closes the channel: an
-/// answer already in it is a grant nobody will use, given back here; one not
-/// sent yet finds the channel closed, and its task gives it back.
+/// (the request went, or its deadline passed), it closes the channel: a grant
+/// already in it (or a failure from Redis, whose script may have run) is
+/// given back here; an answer not sent yet finds the channel closed, and its
+/// task gives it back. A lease may so be released twice (at a Redis
+/// deadline, by the waiter and by the task), which changes nothing: a
+/// release of a lease gone gives nothing, and in Redis marks it released, so
+/// that its admission, should it still run, counts nothing.
 struct Pending {
     gate: Arc<QuotaGate>,
     /// The lease asked for, until its answer is taken.
@@ -410,9 +414,13 @@ impl Pending {
 impl Drop for Pending {
     fn drop(&mut self) {
         self.admitted.close();
-        if let Ok(Ok(Admitted::Granted { .. })) = self.admitted.try_recv()
-            && let Some(lease) = self.lease.take()
-        {
+        let release = match self.admitted.try_recv() {
+            Ok(Ok(Admitted::Granted { .. })) => true,
+            // A failed answer from Redis may come after the script ran.
+            Ok(Err(_)) => self.gate.config.store.location().is_redis(),
+            Ok(Ok(Admitted::Refused { .. })) | Err(_) => false,
+        };
+        if release && let Some(lease) = self.lease.take() {
             self.gate.release_unused(lease);
         }
     }

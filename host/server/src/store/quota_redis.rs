@@ -21,11 +21,12 @@ static RELEASE: LazyLock<Script> =
 static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/quota_extend.lua")));
 
-/// The names of an owner's counts, leases and reservations: the owner
+/// The names of an owner's counts, leases, reservations and leases released
+/// before their admission: the owner
 /// hex-encoded, so that no owner's names are another's.
-fn names(owner: &str) -> [String; 3] {
+fn names(owner: &str) -> [String; 4] {
     let owner = hex::encode(owner);
-    ["counts", "leases", "held"].map(|what| format!("codemode:quota:{owner}:{what}"))
+    ["counts", "leases", "held", "released"].map(|what| format!("codemode:quota:{owner}:{what}"))
 }
 
 /// The largest number Lua's doubles hold exactly: what is sent is at most it
@@ -40,7 +41,7 @@ fn limit(limit: Option<u64>) -> i64 {
 impl RedisState {
     /// [`crate::store::Store::quota_admit`] in Redis.
     pub(crate) async fn quota_admit(&self, owner: &str, admit: &Admit) -> Result<Admitted, String> {
-        let [counts, leases, held] = &names(owner);
+        let [counts, leases, held, released] = &names(owner);
         let limits = admit.limits;
         let answer: Vec<redis::Value> = self
             .ask(|mut connection| async move {
@@ -48,6 +49,7 @@ impl RedisState {
                     .key(counts)
                     .key(leases)
                     .key(held)
+                    .key(released)
                     .arg(admit.lease)
                     .arg(admit.lease_ms)
                     .arg(limit(limits.executions_per_minute))
@@ -70,13 +72,14 @@ impl RedisState {
         lease: u64,
         lease_ms: u64,
     ) -> Result<(), String> {
-        let [counts, leases, held] = &names(owner);
+        let [counts, leases, held, released] = &names(owner);
         let _: i64 = self
             .ask(|mut connection| async move {
                 EXTEND
                     .key(counts)
                     .key(leases)
                     .key(held)
+                    .key(released)
                     .arg(lease)
                     .arg(lease_ms.min(EXACT))
                     .invoke_async(&mut connection)
@@ -88,13 +91,14 @@ impl RedisState {
 
     /// [`crate::store::Store::quota_release`] in Redis.
     pub(crate) async fn quota_release(&self, owner: &str, release: &Release) -> Result<(), String> {
-        let [counts, leases, held] = &names(owner);
+        let [counts, leases, held, released] = &names(owner);
         let _: i64 = self
             .ask(|mut connection| async move {
                 RELEASE
                     .key(counts)
                     .key(leases)
                     .key(held)
+                    .key(released)
                     .arg(release.lease)
                     .arg(release.calls.min(EXACT))
                     .arg(release.fuel.min(EXACT))

@@ -1,7 +1,10 @@
 -- A quota admission: KEYS[1] the owner's counts (quota name -> "window used"),
 -- KEYS[2] its admitted executions' leases (a sorted set scored by when each
 -- ends, in ms since the epoch), KEYS[3] what each lease reserved (lease ->
--- "day calls fuel", -1 for a quota the owner did not have). ARGV: lease,
+-- "day calls fuel", -1 for a quota the owner did not have), KEYS[4] the
+-- leases released before their admission ran (a sorted set scored by when
+-- that is forgotten: an admission whose answer was lost is released at once,
+-- and a copy of it still queued must then count nothing). ARGV: lease,
 -- lease ms, then the limits of executions-per-minute, native-calls-per-day,
 -- fuel-per-day and concurrent-executions (-1 for none), then the native calls
 -- and the fuel the execution's budgets allow (at most 2^53, exact in Lua).
@@ -21,6 +24,10 @@ local held = redis.call('HGET', KEYS[3], lease)
 if held then
   local _, c, f = string.match(held, '^(%d+) (%-?%d+) (%-?%d+)$')
   return {'granted', tonumber(c), tonumber(f)}
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+if redis.call('ZSCORE', KEYS[4], lease) then
+  return {'granted', -1, -1}
 end
 local ended = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
 for i = 1, #ended do

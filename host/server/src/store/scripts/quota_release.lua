@@ -2,11 +2,19 @@
 -- lease, and the native calls it made and the fuel it burned. Its lease goes,
 -- and what it reserved and did not spend is given back, unless the day
 -- changed; a lease gone already (ended at its deadline, or this script sent
--- again after its answer was lost) gives nothing. Returns 1 when it gave
--- back, 0 when the lease was gone.
+-- again after its answer was lost) gives nothing, and is remembered for an
+-- hour as released, so that an admission of it still queued (its answer
+-- lost) counts nothing. Returns 1 when it gave back, 0 when the lease was
+-- gone.
 redis.call('ZREM', KEYS[2], ARGV[1])
 local held = redis.call('HGET', KEYS[3], ARGV[1])
 if not held then
+  local time = redis.call('TIME')
+  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  redis.call('ZADD', KEYS[4], now + 3600000, ARGV[1])
+  if redis.call('PTTL', KEYS[4]) < 3600000 then
+    redis.call('PEXPIRE', KEYS[4], 3600000)
+  end
   return 0
 end
 redis.call('HDEL', KEYS[3], ARGV[1])
