@@ -1128,23 +1128,10 @@ fn a_session_is_its_subjects_alone_and_bounded() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let server = HttpServer::start(&args);
     let post = |token: &str, session: Option<&str>, body: Value| {
-        let bearer = format!("Bearer {token}");
-        let mut headers = vec![
-            ("Authorization", bearer.as_str()),
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-            ("MCP-Protocol-Version", "2025-11-25"),
-        ];
-        if let Some(session) = session {
-            headers.push(("Mcp-Session-Id", session));
-        }
-        crate::support::raw_request(server.port, "POST", "/mcp", &headers, &body.to_string())
+        session_post(server.port, token, session, &body)
     };
-    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "sessions-test", "version": "1"}}});
     let open = |token: &str| {
-        let response = post(token, None, initialize.clone());
+        let response = post(token, None, initialize());
         (
             response.status,
             response
@@ -1156,12 +1143,11 @@ fn a_session_is_its_subjects_alone_and_bounded() {
     let (status, alices, body) = open("alice-token");
     assert_eq!(status, 200, "{body}");
     let alices = alices.expect("a session ID");
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     assert_eq!(
-        post("alice-token", Some(&alices), initialized.clone()).status,
+        post("alice-token", Some(&alices), initialized()).status,
         202
     );
-    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let list = tools_list();
     let bobs_try = post("bob-token", Some(&alices), list.clone());
     let unknown = post("bob-token", Some("no-such-session"), list.clone());
     assert_eq!(
@@ -1234,6 +1220,195 @@ fn a_session_is_its_subjects_alone_and_bounded() {
         "{closed:?}"
     );
     assert_eq!(open("alice-token").0, 200);
+}
+
+/// A POST of `body` to `/mcp` of the server at `port` with `token`, in
+/// `session` when given, as a client of 2025-11-25 sends it.
+fn session_post(
+    port: u16,
+    token: &str,
+    session: Option<&str>,
+    body: &Value,
+) -> crate::support::RawResponse {
+    let bearer = format!("Bearer {token}");
+    let mut headers = vec![
+        ("Authorization", bearer.as_str()),
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    if let Some(session) = session {
+        headers.push(("Mcp-Session-Id", session));
+    }
+    crate::support::raw_request(port, "POST", "/mcp", &headers, &body.to_string())
+}
+
+fn initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "sessions-test", "version": "1"}}})
+}
+
+fn initialized() -> Value {
+    json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+}
+
+fn tools_list() -> Value {
+    json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+}
+
+/// Opens a session on the server at `port` for `token`: its ID.
+fn open_session(port: u16, token: &str) -> String {
+    let opened = session_post(port, token, None, &initialize());
+    assert_eq!(opened.status, 200, "{}", opened.body);
+    let id = opened
+        .header(codemode_server::mcp::SESSION_HEADER)
+        .expect("a session ID")
+        .to_owned();
+    assert_eq!(
+        session_post(port, token, Some(&id), &initialized()).status,
+        202
+    );
+    id
+}
+
+/// Whether `response` (to [`tools_list`]) lists the catalog.
+fn lists_tools(response: &crate::support::RawResponse) -> bool {
+    response.status == 200 && response.body.contains("\"search_api\"")
+}
+
+/// Two replicas sharing a real `redis-server` as their store, behind a
+/// round-robin router (the Python SDK client sends each HTTP request to the
+/// next replica): an older client's session, opened on one, is served by both,
+/// and its answer to the question a replica asked reaches that replica through
+/// the other. Then the replica that opened a session is killed (SIGKILL) and
+/// the other serves it on; another subject naming it gets a 404 from either.
+#[test]
+fn an_older_clients_session_is_served_by_any_replica_sharing_a_redis_store() {
+    let mut redis = crate::support::RedisServer::start("approval-sessions");
+    let setup = Setup::new("http-sessions-replicas", "");
+    let tokens = setup.tokens(&[("local", "local-token"), ("bob", "bob-token")]);
+    let url = redis.url();
+    let args = setup.args(&["--http-sessions", "--store", &url, "--tokens", &tokens]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let a = HttpServer::start(&args);
+    let b = HttpServer::start(&args);
+    let call =
+        |source: String| json!({"op": "call", "tool": "execute", "arguments": {"source": source}});
+    let mcp = |port: u16| format!("http://127.0.0.1:{port}/mcp");
+    let script = json!({
+        "url": mcp(a.port),
+        "routes": [mcp(a.port), mcp(b.port)],
+        "headers": {"Authorization": "Bearer local-token"},
+        "mode": "legacy",
+        "elicitation": [accept(true, false), {"action": "decline"}],
+        "steps": [call(note("a")), call(note("b"))],
+    });
+    let out = run_driver(&script);
+    assert_eq!(
+        out["results"][0]["structured"],
+        json!({"result": {"result": "noted a"}}),
+        "{out}"
+    );
+    assert_eq!(
+        out["results"][1]["text"],
+        json!(["permission denied"]),
+        "{out}"
+    );
+    assert_eq!(
+        messages(&out),
+        [QUESTION, &QUESTION.replace("\"a\"", "\"b\"")]
+    );
+    assert_eq!(setup.notes(), ["a"]);
+    // Each answer went to the replica that did not ask (the one after the
+    // call's, in turn).
+    let routed: Vec<(u64, &str)> = out["routed"]
+        .as_array()
+        .expect("the routes taken")
+        .iter()
+        .map(|r| (r[0].as_u64().unwrap_or(9), r[1].as_str().unwrap_or("")))
+        .collect();
+    let crossed: Vec<bool> = routed
+        .windows(2)
+        .filter(|pair| pair[0].1 == "tools/call" && pair[1].1 == "answer")
+        .map(|pair| pair[0].0 != pair[1].0)
+        .collect();
+    assert_eq!(crossed, [true, true], "{routed:?}");
+    // A session opened on A, then A killed: B serves it, to its subject only.
+    let session = open_session(a.port, "local-token");
+    let bobs_try = session_post(b.port, "bob-token", Some(&session), &tools_list());
+    assert_eq!(
+        (bobs_try.status, bobs_try.body.as_str()),
+        (404, "Not Found: Session not found")
+    );
+    assert_eq!(
+        session_post(a.port, "bob-token", Some(&session), &tools_list()).status,
+        404
+    );
+    drop(a);
+    let listed = session_post(b.port, "local-token", Some(&session), &tools_list());
+    assert!(lists_tools(&listed), "{listed:?}");
+    // Redis away: the sessions B holds go on; one it does not hold cannot be
+    // looked up (503, said so), and can be again once Redis is back.
+    redis.kill();
+    let listed = session_post(b.port, "local-token", Some(&session), &tools_list());
+    assert!(lists_tools(&listed), "{listed:?}");
+    let unknown = session_post(b.port, "local-token", Some("elsewhere"), &tools_list());
+    assert_eq!(
+        (unknown.status, unknown.body.as_str()),
+        (503, codemode_server::mcp::SESSIONS_UNAVAILABLE)
+    );
+    redis.restart();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let unknown = session_post(b.port, "local-token", Some("elsewhere"), &tools_list());
+        if unknown.status == 404 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still {unknown:?} after Redis came back"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// With the embedded store (a file), a session outlives its server: killed
+/// (SIGKILL) and started again on the same file, the server serves the
+/// session its client opened before.
+#[test]
+fn an_older_clients_session_outlives_a_restart_with_the_file_store() {
+    let setup = Setup::new("http-sessions-restart", "");
+    let tokens = setup.tokens(&[("local", "local-token")]);
+    let store = setup.path("store.redb");
+    let args = setup.args(&["--http-sessions", "--store", &store, "--tokens", &tokens]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = HttpServer::start(&args);
+    let session = open_session(server.port, "local-token");
+    drop(server);
+    let server = HttpServer::start(&args);
+    let listed = session_post(server.port, "local-token", Some(&session), &tools_list());
+    assert!(lists_tools(&listed), "{listed:?}");
+    // Ended by its client (DELETE), it is gone from the store too.
+    let closed = crate::support::raw_request(
+        server.port,
+        "DELETE",
+        "/mcp",
+        &[
+            ("Authorization", "Bearer local-token"),
+            ("Mcp-Session-Id", &session),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+        "",
+    );
+    assert_eq!(closed.status, 204, "{closed:?}");
+    drop(server);
+    let server = HttpServer::start(&args);
+    let gone = session_post(server.port, "local-token", Some(&session), &tools_list());
+    assert_eq!(
+        (gone.status, gone.body.as_str()),
+        (404, "Not Found: Session not found")
+    );
 }
 
 /// The official TypeScript SDK client answers the question: over stdio, and

@@ -330,6 +330,9 @@ impl HttpServer {
         for name in otel {
             command.env_remove(name);
         }
+        // The default store (what sessions and state keep without `--store`)
+        // is the test's, not the machine user's.
+        command.env("XDG_STATE_HOME", root().join("target/e2e-state"));
         static SERVERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let audit = root().join("target/e2e-stdout").join(format!(
             "{}-{}.jsonl",

@@ -149,7 +149,7 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
         Some(Command::Push { .. } | Command::Sign { .. }) => return publish(&cli),
         None => {}
     }
-    let http = cli.http()?;
+    let mut http = cli.http()?;
     let token_exchange = cli.token_exchange(http.as_ref().map(|(_, config)| config))?;
     let authorization = cli.authorization(http.is_some())?;
     tracing::info!("authorization: {}", authorization.summary);
@@ -223,6 +223,10 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
         );
     }
     let store = Arc::new(Store::new(store));
+    if let Some((_, http)) = &mut http {
+        // Sessions any replica sharing the store can serve (`--http-sessions`).
+        http.session_store = Some(store.clone());
+    }
     let config = ServiceConfig {
         telemetry: telemetry.clone(),
         limits: cli.limits(),

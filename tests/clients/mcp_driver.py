@@ -4,7 +4,11 @@ Reads a JSON script on stdin:
     {"command": "...", "args": [...], "env": {...}, "mode": "legacy", "steps": [STEP, ...]}
 (env optional: variables the server gets besides the SDK's default few)
 or, for Streamable HTTP, {"url": "http://.../mcp", "headers": {...}, ...} instead of
-command and args. A failed connection prints {"connect_error": MESSAGE}.
+command and args. A failed connection prints {"connect_error": MESSAGE}. With
+"routes": [URL, ...] (HTTP) each request goes to the next URL in turn, as a
+round-robin load balancer in front of replicas would send it; the document then
+has "routed": [[INDEX, WHAT], ...], WHAT the JSON-RPC method, "answer" for a
+response the client sent, or "GET"/"DELETE".
 with steps {"op": "list_tools"} or {"op": "call", "tool": NAME, "arguments": {...},
 "meta": {...}, "progress": true} (meta optional: the request's `_meta`; progress
 optional: ask for progress, the RESULT then has "progress": [[progress, total,
@@ -29,19 +33,51 @@ import asyncio
 import json
 import sys
 
+import httpx2
 import mcp
 from mcp import StdioServerParameters
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
 
-def target(script, authorization):
+def target(script, authorization, routed):
     if "url" in script:
         auth = oauth(script, authorization) if "oauth" in script else None
         http = create_mcp_http_client(headers=script.get("headers") or {}, auth=auth)
+        if "routes" in script:
+            http = httpx2.AsyncClient(
+                headers=script.get("headers") or {}, timeout=http.timeout, transport=RoundRobin(script["routes"], routed)
+            )
         return streamable_http_client(script["url"], http_client=http)
     return StdioServerParameters(
         command=script["command"], args=script["args"], env=script.get("env"), cwd=script.get("cwd")
     )
+
+
+class RoundRobin(httpx2.AsyncBaseTransport):
+    """Sends each request to the next of `routes` in turn, noting in `routed`
+    where each went and what it carried."""
+
+    def __init__(self, routes, routed):
+        self.routes = [httpx2.URL(route) for route in routes]
+        self.routed = routed
+        self.inner = httpx2.AsyncHTTPTransport()
+        self.next = 0
+
+    async def handle_async_request(self, request):
+        index = self.next
+        self.next = (self.next + 1) % len(self.routes)
+        route = self.routes[index]
+        what = request.method
+        if request.method == "POST":
+            body = json.loads(request.content)
+            what = body.get("method") or "answer"
+        self.routed.append([index, what])
+        request.url = request.url.copy_with(host=route.host, port=route.port)
+        request.headers["host"] = f"{route.host}:{route.port}"
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self):
+        await self.inner.aclose()
 
 
 def oauth(script, authorization):
@@ -123,6 +159,7 @@ def oauth(script, authorization):
 async def run(script):
     results = []
     authorization = {}
+    routed = []
     elicitations = []
     options = {}
     if "elicitation" in script:
@@ -140,7 +177,7 @@ async def run(script):
 
         options["elicitation_callback"] = on_elicitation
     async with mcp.Client(
-        target(script, authorization), mode=script.get("mode", "legacy"), read_timeout_seconds=60, **options
+        target(script, authorization, routed), mode=script.get("mode", "legacy"), read_timeout_seconds=60, **options
     ) as client:
         info = client.server_info
         for step in script["steps"]:
@@ -168,6 +205,8 @@ async def run(script):
             out["elicitations"] = elicitations
         if "oauth" in script:
             out["authorization"] = authorization
+        if "routes" in script:
+            out["routed"] = routed
         return out
 
 

@@ -116,6 +116,8 @@ impl Cli {
                             .unwrap_or(DEFAULT_APPROVAL_TIMEOUT)
                         + SESSION_IDLE_MARGIN
                 }),
+                // Set once the store is made (`main`).
+                session_store: None,
             },
         )))
     }

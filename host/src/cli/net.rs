@@ -141,8 +141,10 @@ pub struct NetFlags {
     /// which could reach another replica), so such a call is denied. With it,
     /// such a client's initialize opens a session (the Mcp-Session-Id header),
     /// the question rides its tools/call's SSE response and the answer comes
-    /// back to the call waiting for it. Replicas then need affinity on
-    /// Mcp-Session-Id. A session belongs to the subject that opened it; at
+    /// back to the call waiting for it. Each session is recorded in --store:
+    /// replicas sharing a Redis store serve each other's sessions (an answer
+    /// reaching another replica is forwarded to the one that asked), and the
+    /// file store keeps them across a restart. A session belongs to the subject that opened it; at
     /// most 64 per subject and 4096 in all are open, and one ends when idle
     /// longer than an execution and an approval (at least 5 minutes).
     /// 2026-07-28 clients are always served statelessly.

@@ -10,7 +10,9 @@
 //! which only the host writes, to [`SubjectSource::Authenticated`]. No session state
 //! is kept, so replicas can sit behind any load balancer; unless `--http-sessions`
 //! gives clients before 2026-07-28 sessions ([`super::sessions`]), so that they can
-//! be asked for approval, and replicas then need affinity on `Mcp-Session-Id`.
+//! be asked for approval. Those are recorded in the store, so replicas sharing a
+//! Redis store still sit behind any load balancer (a session's requests and its
+//! answers may each reach another replica).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -27,11 +29,13 @@ use axum::routing::get;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
+use super::replica::ReplicaSessionManager;
+
 pub use super::listener::ConnectionLimits;
 use super::server::{McpServer, SubjectSource};
 use super::sessions::{
-    Access, SESSION_HEADER, STREAM_OPEN, Sessions, StreamRefused, TOO_MANY_SESSIONS,
-    TOO_MANY_STREAMS,
+    Access, SESSION_HEADER, SESSIONS_UNAVAILABLE, STREAM_OPEN, Sessions, StreamRefused,
+    TOO_MANY_SESSIONS, TOO_MANY_STREAMS,
 };
 use crate::authz::{PROTECTED_RESOURCE_PATH, Rejection, Verifier};
 use crate::authz::{Subject, Tokens};
@@ -78,6 +82,10 @@ pub struct HttpConfig {
     /// Sessions for clients before 2026-07-28 (`--http-sessions`), ending after
     /// this idle time; `None`: stateless.
     pub sessions: Option<Duration>,
+    /// Where the sessions are recorded (`--store`), so that any replica
+    /// sharing it, or this one after a restart, serves them; `None`: in this
+    /// process only.
+    pub session_store: Option<Arc<crate::store::Store>>,
     /// Cancelled when the server begins to stop ([`serve`] does): open session
     /// streams end then, so they do not hold the drain.
     pub stop: tokio_util::sync::CancellationToken,
@@ -224,12 +232,31 @@ impl Readiness {
 /// must not read the metrics either).
 pub fn router(config: &HttpConfig, readiness: Readiness) -> Router {
     let factory_readiness = readiness.clone();
-    let sessions = config.sessions.map(|idle| Arc::new(Sessions::new(idle)));
+    let sessions = config
+        .sessions
+        .map(|idle| Arc::new(Sessions::new(idle, config.session_store.clone())));
     let keeps_sessions = sessions.is_some();
     let manager = match &sessions {
-        Some(sessions) => sessions.manager(),
-        None => Arc::new(LocalSessionManager::default()),
+        Some(sessions) => {
+            sessions.hear_answers();
+            sessions.manager()
+        }
+        // Stateless: no session is ever made, so no request ID is sent.
+        None => Arc::new(ReplicaSessionManager::new(
+            LocalSessionManager::default(),
+            Arc::from(""),
+        )),
     };
+    let mut settings = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(keeps_sessions)
+        .with_json_response(true)
+        // A session's GET stream stays open: pings keep proxies from
+        // closing it (rmcp sends them on any SSE answer, a stateless one
+        // that streams progress too).
+        .with_sse_keep_alive(keeps_sessions.then_some(SSE_KEEP_ALIVE))
+        .with_allowed_hosts(config.allowed_hosts.clone());
+    settings.session_store = sessions.as_ref().and_then(|s| s.session_store());
+    let body_limit = settings.max_request_body_bytes;
     let mcp = StreamableHttpService::new(
         move || {
             factory_readiness
@@ -238,20 +265,14 @@ pub fn router(config: &HttpConfig, readiness: Readiness) -> Router {
                 .ok_or_else(|| std::io::Error::other("the catalog is not loaded yet"))
         },
         manager,
-        StreamableHttpServerConfig::default()
-            .with_legacy_session_mode(keeps_sessions)
-            .with_json_response(true)
-            // A session's GET stream stays open: pings keep proxies from
-            // closing it (rmcp sends them on any SSE answer, a stateless one
-            // that streams progress too).
-            .with_sse_keep_alive(keeps_sessions.then_some(SSE_KEEP_ALIVE))
-            .with_allowed_hosts(config.allowed_hosts.clone()),
+        settings,
     );
     let gate = Gate {
         authentication: config.authentication.clone(),
         readiness: readiness.clone(),
         sessions,
         stop: config.stop.clone(),
+        body_limit,
     };
     let mcp = Router::new()
         .route_service(MCP_PATH, mcp)
@@ -365,6 +386,9 @@ struct Gate {
     sessions: Option<Arc<Sessions>>,
     /// Cancelled when the server begins to stop.
     stop: tokio_util::sync::CancellationToken,
+    /// The largest request body rmcp reads (a POST read here first is
+    /// bounded alike).
+    body_limit: usize,
 }
 
 /// `/readyz`: 503 `loading` until the catalog is in place; then 200 `ready`,
@@ -513,12 +537,31 @@ async fn authenticate(State(gate): State<Gate>, mut request: Request, next: Next
         .get(SESSION_HEADER)
         .and_then(|value| value.to_str().ok())
         .map(str::to_owned);
-    if let Some(id) = &named
-        && sessions.access(id, &subject) == Access::NotFound
-    {
-        // As rmcp answers for an ID it does not know.
-        return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+    if let Some(id) = &named {
+        match sessions.access(id, &subject).await {
+            Access::Allowed => {}
+            // As rmcp answers for an ID it does not know.
+            Access::NotFound => {
+                return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+            }
+            Access::Full => {
+                return (StatusCode::SERVICE_UNAVAILABLE, TOO_MANY_SESSIONS).into_response();
+            }
+            Access::Unavailable => {
+                return (StatusCode::SERVICE_UNAVAILABLE, SESSIONS_UNAVAILABLE).into_response();
+            }
+        }
     }
+    let request = match &named {
+        Some(id) if request.method() == axum::http::Method::POST => {
+            match forward_answer(sessions, id, request, gate.body_limit).await {
+                Ok(request) => request,
+                Err(answered) => return answered,
+            }
+        }
+        Some(_) | None => request,
+    };
+    let mut request = request;
     if let Some(id) = &named
         && request.method() == axum::http::Method::GET
     {
@@ -565,6 +608,40 @@ async fn authenticate(State(gate): State<Gate>, mut request: Request, next: Next
             (StatusCode::SERVICE_UNAVAILABLE, TOO_MANY_SESSIONS).into_response()
         }
         Some(_) | None => response,
+    }
+}
+
+/// `request`, a POST in session `id`, to be served here; or the answer to it
+/// when it answers a question another replica asked, which is forwarded to
+/// that replica (202, as rmcp answers an answer), or cannot be (503).
+async fn forward_answer(
+    sessions: &Sessions,
+    id: &str,
+    request: Request,
+    limit: usize,
+) -> Result<Request, Response> {
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
+        return Err((
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Payload Too Large: the request body is over the limit\n",
+        )
+            .into_response());
+    };
+    let Some(replica) = sessions.answered_elsewhere(&bytes) else {
+        return Ok(Request::from_parts(parts, Body::from(bytes)));
+    };
+    match sessions.forward(id, &replica, &bytes).await {
+        Ok(true) => Err(StatusCode::ACCEPTED.into_response()),
+        Ok(false) => {
+            // The replica that asked is gone, and its execution with it.
+            tracing::info!(replica = %replica, "an answer for a replica that no longer runs; dropped");
+            Err(StatusCode::ACCEPTED.into_response())
+        }
+        Err(error) => {
+            tracing::warn!(reason = %error, "cannot forward an answer to the replica that asked");
+            Err((StatusCode::SERVICE_UNAVAILABLE, SESSIONS_UNAVAILABLE).into_response())
+        }
     }
 }
 

@@ -11,6 +11,7 @@ mod contract;
 pub mod http;
 mod listener;
 mod progress;
+mod replica;
 mod server;
 mod sessions;
 mod stdio;
@@ -28,6 +29,6 @@ pub use server::{
     ClientHook, META_ERROR, META_STATS, McpServer, ServeError, SubjectSource, serve_stdio,
 };
 pub use sessions::{
-    MAX_SESSIONS, MAX_SESSIONS_PER_SUBJECT, MAX_STREAMS, SESSION_HEADER, STREAM_OPEN,
-    TOO_MANY_SESSIONS,
+    ANSWERS_CHANNEL, MAX_SESSIONS, MAX_SESSIONS_PER_SUBJECT, MAX_STREAMS, SESSION_HEADER,
+    SESSIONS_UNAVAILABLE, STREAM_OPEN, TOO_MANY_SESSIONS,
 };

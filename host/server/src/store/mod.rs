@@ -9,8 +9,11 @@
 //! open is tried again at the next use.
 //!
 //! It keeps the values of the state capabilities, per subject (`state.rs`),
-//! and the quotas' counts (`quota.rs`).
+//! the quotas' counts (`quota.rs`), and what each HTTP session needs to be
+//! served by any replica (`sessions.rs`, with the replicas' messages of
+//! `channel.rs`).
 
+mod channel;
 mod counted;
 mod database;
 mod entry;
@@ -19,6 +22,8 @@ mod quota;
 mod quota_redis;
 #[cfg(feature = "redis")]
 mod redis;
+mod session_record;
+mod sessions;
 mod state;
 
 pub use counted::{Quota, QuotaLimits};
@@ -28,4 +33,5 @@ pub use entry::{StateLimits, StateRefused};
 pub(crate) use quota::{Admit, Admitted, DAY_MS, Release};
 #[cfg(feature = "redis")]
 pub(crate) use redis::RedisState;
+pub use session_record::{MAX_SESSION_ID_BYTES, SessionField, SessionRecord};
 pub(crate) use state::Until;

@@ -187,3 +187,95 @@ impl RedisState {
         Ok(keys)
     }
 }
+
+/// The name of session `id`'s hash (hex-encoded: a client's header never
+/// names another key).
+fn session_key(id: &str) -> String {
+    format!("codemode:session:{}", hex::encode(id))
+}
+
+impl RedisState {
+    pub(crate) async fn session_load(
+        &self,
+        id: &str,
+    ) -> Result<Option<super::session_record::SessionRecord>, String> {
+        let key = &session_key(id);
+        let (owner, initialize): (Option<String>, Option<String>) = self
+            .ask(|mut connection| async move {
+                redis::cmd("HMGET")
+                    .arg(key)
+                    .arg("owner")
+                    .arg("initialize")
+                    .query_async(&mut connection)
+                    .await
+            })
+            .await?;
+        Ok((owner.is_some() || initialize.is_some())
+            .then_some(super::session_record::SessionRecord { owner, initialize }))
+    }
+
+    pub(crate) async fn session_write(
+        &self,
+        id: &str,
+        field: super::session_record::SessionField,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<(), String> {
+        let key = &session_key(id);
+        let ttl = super::session_record::millis(ttl);
+        self.ask(|mut connection| async move {
+            redis::pipe()
+                .atomic()
+                .hset(key, field.name(), value)
+                .ignore()
+                .pexpire(key, i64::try_from(ttl).unwrap_or(i64::MAX))
+                .ignore()
+                .query_async::<()>(&mut connection)
+                .await
+        })
+        .await
+    }
+
+    pub(crate) async fn session_refresh(&self, id: &str, ttl: Duration) -> Result<(), String> {
+        let key = &session_key(id);
+        let ttl = i64::try_from(super::session_record::millis(ttl)).unwrap_or(i64::MAX);
+        self.ask(|mut connection| async move {
+            redis::cmd("PEXPIRE")
+                .arg(key)
+                .arg(ttl)
+                .query_async::<i64>(&mut connection)
+                .await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    pub(crate) async fn session_delete(&self, id: &str) -> Result<(), String> {
+        let key = &session_key(id);
+        self.ask(|mut connection| async move {
+            redis::cmd("DEL")
+                .arg(key)
+                .query_async::<i64>(&mut connection)
+                .await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Publishes `payload` on `channel`; how many subscribers heard it.
+    pub(crate) async fn publish(&self, channel: &str, payload: &str) -> Result<u64, String> {
+        self.ask(|mut connection| async move {
+            redis::cmd("PUBLISH")
+                .arg(channel)
+                .arg(payload)
+                .query_async::<u64>(&mut connection)
+                .await
+        })
+        .await
+    }
+
+    /// The client, for a subscription of its own.
+    pub(crate) fn client(&self) -> &redis::Client {
+        &self.client
+    }
+}
