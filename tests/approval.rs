@@ -73,6 +73,12 @@ impl Setup {
     /// starts, as replicas share it) and keeping tasks in `store` (Redis) when
     /// given.
     fn replica(&self, timeout: &str, tokens: &str, store: Option<&str>) -> HttpServer {
+        self.replica_with(timeout, tokens, store.map(|url| ["--task-store", url]))
+    }
+
+    /// [`Setup::replica`] with `store`'s flag and value (`--task-store` or
+    /// `--store`).
+    fn replica_with(&self, timeout: &str, tokens: &str, store: Option<[&str; 2]>) -> HttpServer {
         let key = self.dir.join("approval.key");
         if !key.is_file() {
             std::fs::write(&key, format!("{}\n", "ab12".repeat(16))).expect("write the key");
@@ -84,8 +90,8 @@ impl Setup {
             "--tokens".to_owned(),
             tokens.to_owned(),
         ]);
-        if let Some(store) = store {
-            args.extend(["--task-store".to_owned(), store.to_owned()]);
+        if let Some([flag, value]) = store {
+            args.extend([flag.to_owned(), value.to_owned()]);
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         HttpServer::start(&args)
@@ -827,16 +833,17 @@ fn post_2026(server: &HttpServer, token: &str, method: &str, name: &str, params:
         .unwrap_or_else(|e| panic!("{e}: {} {}", answer.status, answer.body))
 }
 
-/// Issue 49, F2: with tasks in memory, a state's single use is remembered by
-/// the process that asked alone; a restart (the key file kept) forgot it, and
-/// the same answer ran the call again. A state now opens only in the process
-/// that sealed it: after a restart the spent answer runs nothing, and so does
-/// one not yet given (the human is asked again by a new execute).
+/// Issue 49, F2: with tasks in memory (`--store memory`), a state's single
+/// use is remembered by the process that asked alone; a restart (the key file
+/// kept) forgot it, and the same answer ran the call again. A state now opens
+/// only in the process that sealed it: after a restart the spent answer runs
+/// nothing, and so does one not yet given (the human is asked again by a new
+/// execute).
 #[test]
 fn with_tasks_in_memory_a_restart_never_runs_a_spent_approval_again() {
     let setup = Setup::new("restart", "");
     let tokens = setup.tokens(&[("ada", "ada-secret")]);
-    let start = || setup.replica("10m", &tokens, None);
+    let start = || setup.replica_with("10m", &tokens, Some(["--store", "memory"]));
     let answer = |state: &str| {
         json!({
             "requestState": state,
@@ -875,6 +882,58 @@ fn with_tasks_in_memory_a_restart_never_runs_a_spent_approval_again() {
     // Asked again by this process, answered here: it runs.
     let asked = state_of(&call_2026(&again, "ada-secret", &note("w"), None));
     let done = call_2026(&again, "ada-secret", &note("w"), Some(answer(&asked)));
+    assert_eq!(
+        done["result"]["structuredContent"],
+        json!({"result": {"result": "noted w"}}),
+        "{done}"
+    );
+    assert_eq!(setup.notes(), ["h", "w"]);
+}
+
+/// With the embedded file store (`--store`'s default) the single use of a
+/// state is kept in the file: after a SIGKILL and restart on the same file the
+/// spent answer is refused as answered already, and the one not yet given
+/// runs.
+#[test]
+fn in_the_file_store_an_approvals_single_use_outlives_a_restart() {
+    let setup = Setup::new("restart-file", "");
+    let tokens = setup.tokens(&[("ada", "ada-secret")]);
+    let store = setup.path("store.redb");
+    let start = || setup.replica_with("10m", &tokens, Some(["--store", &store]));
+    let answer = |state: &str| {
+        json!({
+            "requestState": state,
+            "inputResponses": {"approval": {"action": "accept", "content": {"approve": true}}},
+        })
+    };
+    let state_of = |asked: &Value| {
+        asked["result"]["requestState"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a requestState in {asked}"))
+            .to_owned()
+    };
+    let first = start();
+    let spent = state_of(&call_2026(&first, "ada-secret", &note("h"), None));
+    let waiting = state_of(&call_2026(&first, "ada-secret", &note("w"), None));
+    let done = call_2026(&first, "ada-secret", &note("h"), Some(answer(&spent)));
+    assert_eq!(
+        done["result"]["structuredContent"],
+        json!({"result": {"result": "noted h"}}),
+        "{done}"
+    );
+    drop(first);
+    let again = start();
+    let out = call_2026(&again, "ada-secret", &note("h"), Some(answer(&spent)));
+    assert_eq!(
+        out["result"]["content"][0]["text"], "permission denied",
+        "{out}"
+    );
+    crate::support::wait_for_log(
+        &again,
+        &format!("reason={}", codemode_server::mcp::USED_ALREADY),
+        1,
+    );
+    let done = call_2026(&again, "ada-secret", &note("w"), Some(answer(&waiting)));
     assert_eq!(
         done["result"]["structuredContent"],
         json!({"result": {"result": "noted w"}}),
@@ -1257,6 +1316,25 @@ fn tools_list() -> Value {
     json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
 }
 
+/// What a replica logs for each answer it forwards to the replica that asked.
+const FORWARDED: &str = "an answer forwarded to the replica that asked";
+
+/// Ends session `id` on the server at `port` (`DELETE`).
+fn session_delete(port: u16, token: &str, id: &str) -> crate::support::RawResponse {
+    let bearer = format!("Bearer {token}");
+    crate::support::raw_request(
+        port,
+        "DELETE",
+        "/mcp",
+        &[
+            ("Authorization", bearer.as_str()),
+            ("Mcp-Session-Id", id),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+        "",
+    )
+}
+
 /// Opens a session on the server at `port` for `token`: its ID.
 fn open_session(port: u16, token: &str) -> String {
     let opened = session_post(port, token, None, &initialize());
@@ -1334,8 +1412,41 @@ fn an_older_clients_session_is_served_by_any_replica_sharing_a_redis_store() {
         .map(|pair| pair[0].0 != pair[1].0)
         .collect();
     assert_eq!(crossed, [true, true], "{routed:?}");
+    // Both answers were forwarded by the replica that did not ask.
+    crate::support::wait_until(
+        "both answers forwarded",
+        || {
+            [&a, &b]
+                .iter()
+                .map(|server| server.log().matches(FORWARDED).count())
+                .sum::<usize>()
+                == 2
+        },
+        || format!("A:\n{}\nB:\n{}", a.log(), b.log()),
+    );
+    // A session opened on A, ended through A while B holds a copy: B's ends.
+    let ended = open_session(a.port, "local-token");
+    assert!(lists_tools(&session_post(
+        b.port,
+        "local-token",
+        Some(&ended),
+        &tools_list()
+    )));
+    assert_eq!(session_delete(a.port, "local-token", &ended).status, 204);
+    assert_eq!(
+        session_post(b.port, "local-token", Some(&ended), &tools_list()).status,
+        404
+    );
     // A session opened on A, then A killed: B serves it, to its subject only.
     let session = open_session(a.port, "local-token");
+    // Another subject cannot answer into it either (checked before any
+    // forwarding).
+    let forged = json!({"jsonrpc": "2.0", "id": format!("{}.01234567.0", "a".repeat(16)),
+        "result": {"action": "accept", "content": {"approve": true}}});
+    assert_eq!(
+        session_post(b.port, "bob-token", Some(&session), &forged).status,
+        404
+    );
     let bobs_try = session_post(b.port, "bob-token", Some(&session), &tools_list());
     assert_eq!(
         (bobs_try.status, bobs_try.body.as_str()),
@@ -1390,17 +1501,7 @@ fn an_older_clients_session_outlives_a_restart_with_the_file_store() {
     let listed = session_post(server.port, "local-token", Some(&session), &tools_list());
     assert!(lists_tools(&listed), "{listed:?}");
     // Ended by its client (DELETE), it is gone from the store too.
-    let closed = crate::support::raw_request(
-        server.port,
-        "DELETE",
-        "/mcp",
-        &[
-            ("Authorization", "Bearer local-token"),
-            ("Mcp-Session-Id", &session),
-            ("MCP-Protocol-Version", "2025-11-25"),
-        ],
-        "",
-    );
+    let closed = session_delete(server.port, "local-token", &session);
     assert_eq!(closed.status, 204, "{closed:?}");
     drop(server);
     let server = HttpServer::start(&args);

@@ -188,6 +188,49 @@ fn a_task_answers_its_handle_at_once_and_then_what_a_direct_call_returns() {
     assert_eq!(get(&server, None, "0123")["error"], not_found());
 }
 
+/// In the embedded store (a file: `--store`'s default), tasks outlive their
+/// server: killed (SIGKILL) and started again on the same file, it answers
+/// `tasks/get` for a task that ended before with its result, and for one that
+/// was still running as failed, its server having stopped; cancelling that
+/// one leaves it so, and another subject finds neither.
+#[test]
+fn in_the_file_store_tasks_outlive_a_restart() {
+    let dir = crate::support::root().join("target/e2e-tasks/file-restart");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the folder");
+    let tokens = tokens_file("file-restart");
+    let store = dir.join("store.redb");
+    let args = [
+        "--store",
+        store.to_str().expect("utf-8 path"),
+        "--tokens",
+        tokens.to_str().expect("utf-8 path"),
+    ];
+    let first = server("tasks-file-restart", &args);
+    let ended = task_id(&execute(&first, Some("ada-secret"), &nap(1), true));
+    let before = until_ended(&first, Some("ada-secret"), &ended);
+    assert_eq!(before["result"]["status"], "completed", "{before}");
+    let running = task_id(&execute(&first, Some("ada-secret"), &nap(60_000), true));
+    drop(first);
+    let second = server("tasks-file-restart", &args);
+    let after = get(&second, Some("ada-secret"), &ended);
+    assert_eq!(after["result"], before["result"]);
+    let lost = get(&second, Some("ada-secret"), &running);
+    assert_eq!(lost["result"]["status"], "failed", "{lost}");
+    assert_eq!(
+        lost["result"]["error"]["message"], "the server running this task stopped before it ended",
+        "{lost}"
+    );
+    assert_cancel_acknowledged(&second, Some("ada-secret"), &running);
+    assert_eq!(
+        get(&second, Some("ada-secret"), &running)["result"],
+        lost["result"]
+    );
+    for id in [&ended, &running] {
+        assert_eq!(get(&second, Some("bob-secret"), id)["error"], not_found());
+    }
+}
+
 #[test]
 fn a_client_that_does_not_declare_the_extension_gets_a_direct_answer() {
     let server = server("tasks-direct", &[]);

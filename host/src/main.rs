@@ -223,6 +223,8 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
         );
     }
     let store = Arc::new(Store::new(store));
+    // Tasks and approvals' claims are kept in the same store.
+    let task_backing = store.clone();
     if let Some((_, http)) = &mut http {
         // Sessions any replica sharing the store can serve (`--http-sessions`).
         http.session_store = Some(store.clone());
@@ -299,7 +301,7 @@ fn run(cli: Cli, args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
         .context("cannot watch the tokens and policy files for changes")?;
     let approvals = approvals(&cli, config.cache_dir.as_deref())?;
     let served = runtime.block_on(async {
-        let tasks = task_store(&cli).await?;
+        let tasks = task_store(&cli, &task_backing).await?;
         match http {
             None => serve_stdio_while_loading(config, &cli, &loaded, tasks, approvals).await,
             Some((address, http)) => {

@@ -9,7 +9,8 @@ use codemode_server::authz::Subject;
 use codemode_server::mcp::http::{self, Authentication, HttpConfig, Readiness};
 use codemode_server::mcp::{McpServer, SubjectSource, serve_stdio};
 use codemode_server::oci;
-use codemode_server::tasks::{RedisTasks, TaskBoard, TaskStore};
+use codemode_server::store::{Store, StoreLocation};
+use codemode_server::tasks::{RedisTasks, StoredTasks, TaskBoard, TaskStore};
 use codemode_server::{Service, ServiceConfig, StartError, watch};
 
 use crate::cli::Cli;
@@ -18,12 +19,25 @@ use crate::cli::Cli;
 /// `--task-store`, else in that of `--store` when it is one (one URL keeps
 /// all that replicas share), else in memory. A URL it cannot use stops the
 /// start; a Redis that does not answer does not.
-pub(crate) async fn task_store(cli: &Cli) -> anyhow::Result<Arc<TaskStore>> {
+pub(crate) async fn task_store(cli: &Cli, store: &Arc<Store>) -> anyhow::Result<Arc<TaskStore>> {
     let limits = cli.task_limits();
-    let url = match (&cli.budgets.task_store, cli.state.store.as_ref()) {
+    let url = match (&cli.budgets.task_store, store.location()) {
         (Some(url), _) => url.clone(),
-        (None, Some(codemode_server::store::StoreLocation::Redis(url))) => url.clone(),
-        (None, _) => return Ok(Arc::new(TaskStore::Memory(TaskBoard::new(limits)))),
+        (None, StoreLocation::Redis(url)) => url.clone(),
+        (None, StoreLocation::Memory) => {
+            return Ok(Arc::new(TaskStore::Memory(TaskBoard::new(limits))));
+        }
+        (None, StoreLocation::File(_)) => {
+            return Ok(Arc::new(
+                match StoredTasks::open(store.clone(), limits).await {
+                    Ok(stored) => TaskStore::Stored(stored),
+                    Err(reason) => {
+                        tracing::warn!(store = %store.location(), reason = %reason, "tasks are kept in memory only: the store cannot be opened, so a restart loses them");
+                        TaskStore::Memory(TaskBoard::new(limits))
+                    }
+                },
+            ));
+        }
     };
     let redis = RedisTasks::connect(&url, limits).await?;
     Ok(Arc::new(TaskStore::Redis(redis)))

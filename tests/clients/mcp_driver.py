@@ -6,7 +6,9 @@ Reads a JSON script on stdin:
 or, for Streamable HTTP, {"url": "http://.../mcp", "headers": {...}, ...} instead of
 command and args. A failed connection prints {"connect_error": MESSAGE}. With
 "routes": [URL, ...] (HTTP) each request goes to the next URL in turn, as a
-round-robin load balancer in front of replicas would send it; the document then
+round-robin load balancer in front of replicas would send it, except that an
+answer to a question goes to the URL after the one that took the last
+`tools/call` (never the replica that asked); the document then
 has "routed": [[INDEX, WHAT], ...], WHAT the JSON-RPC method, "answer" for a
 response the client sent, or "GET"/"DELETE".
 with steps {"op": "list_tools"} or {"op": "call", "tool": NAME, "arguments": {...},
@@ -62,15 +64,21 @@ class RoundRobin(httpx2.AsyncBaseTransport):
         self.routed = routed
         self.inner = httpx2.AsyncHTTPTransport()
         self.next = 0
+        self.last_call = None
 
     async def handle_async_request(self, request):
         index = self.next
         self.next = (self.next + 1) % len(self.routes)
-        route = self.routes[index]
         what = request.method
         if request.method == "POST":
             body = json.loads(request.content)
             what = body.get("method") or "answer"
+            if what == "tools/call":
+                self.last_call = index
+            elif what == "answer" and self.last_call is not None:
+                # Never the replica that asked (the one that took the call).
+                index = (self.last_call + 1) % len(self.routes)
+        route = self.routes[index]
         self.routed.append([index, what])
         request.url = request.url.copy_with(host=route.host, port=route.port)
         request.headers["host"] = f"{route.host}:{route.port}"

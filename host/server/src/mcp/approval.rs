@@ -76,11 +76,11 @@ pub const NO_KEY: &str = "the server has no approval key to sign requestState";
 const NO_RANDOM: &str = "no random bytes for the requestState";
 /// Why a retry is denied whose state was answered before.
 pub const USED_ALREADY: &str = "requestState was answered already: a state is answered once";
-/// Why a retry's state sealed by another server process is refused when this
-/// one keeps its single-use claims in memory: it cannot know whether the state
-/// was answered there (issue 49, F2: a restart forgot the claims and ran a
-/// spent approval again).
-pub const ASKED_ELSEWHERE: &str = "requestState was sealed by another server process, and with tasks in memory a state is answered only by the process that asked (--task-store shares the answers)";
+/// Why a retry's state sealed by a server whose single-use claims this one
+/// cannot see (another process's memory, another file) is refused: it cannot
+/// know whether the state was answered there (issue 49, F2: a restart forgot
+/// the claims and ran a spent approval again).
+pub const ASKED_ELSEWHERE: &str = "requestState was sealed by another server process, whose answers this one cannot see: a state is answered only where its answers are kept (--store: one process's memory, one file, or one Redis)";
 /// Why a call is denied whose record does not fit in `requestState`.
 pub const STATE_TOO_LARGE: &str =
     "the calls before the approval do not fit in requestState (--max-value-bytes)";

@@ -20,7 +20,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -34,8 +34,8 @@ use super::replica::ReplicaSessionManager;
 pub use super::listener::ConnectionLimits;
 use super::server::{McpServer, SubjectSource};
 use super::sessions::{
-    Access, SESSION_HEADER, SESSIONS_UNAVAILABLE, STREAM_OPEN, Sessions, StreamRefused,
-    TOO_MANY_SESSIONS, TOO_MANY_STREAMS,
+    Access, MAX_FORWARDED_BYTES, MISDIRECTED, Route, SESSION_HEADER, SESSIONS_UNAVAILABLE,
+    STREAM_OPEN, Sessions, StreamRefused, TOO_MANY_SESSIONS, TOO_MANY_STREAMS,
 };
 use crate::authz::{PROTECTED_RESOURCE_PATH, Rejection, Verifier};
 use crate::authz::{Subject, Tokens};
@@ -537,8 +537,26 @@ async fn authenticate(State(gate): State<Gate>, mut request: Request, next: Next
         .get(SESSION_HEADER)
         .and_then(|value| value.to_str().ok())
         .map(str::to_owned);
+    let (request, route) = match &named {
+        Some(_) if request.method() == axum::http::Method::POST => {
+            match read_body(request, gate.body_limit).await {
+                Ok((request, bytes)) => {
+                    let route = sessions.route(&bytes);
+                    (request, Some((route, bytes)))
+                }
+                Err(refused) => return refused,
+            }
+        }
+        Some(_) | None => (request, None),
+    };
+    let mut request = request;
+    let mut restore = None;
     if let Some(id) = &named {
-        match sessions.access(id, &subject).await {
+        // A session served here is held (and restored, when it was opened
+        // elsewhere): not for an answer going elsewhere, nor for its end.
+        let serve_here = !matches!(route, Some((Route::Forward(_) | Route::Misdirected, _)))
+            && request.method() != axum::http::Method::DELETE;
+        match sessions.access(id, &subject, serve_here).await {
             Access::Allowed => {}
             // As rmcp answers for an ID it does not know.
             Access::NotFound => {
@@ -551,17 +569,21 @@ async fn authenticate(State(gate): State<Gate>, mut request: Request, next: Next
                 return (StatusCode::SERVICE_UNAVAILABLE, SESSIONS_UNAVAILABLE).into_response();
             }
         }
-    }
-    let request = match &named {
-        Some(id) if request.method() == axum::http::Method::POST => {
-            match forward_answer(sessions, id, request, gate.body_limit).await {
-                Ok(request) => request,
-                Err(answered) => return answered,
+        match route {
+            Some((Route::Forward(replica), bytes)) => {
+                return forward_answer(sessions, id, &replica, &bytes).await;
             }
+            Some((Route::Misdirected, _)) => {
+                return (StatusCode::MISDIRECTED_REQUEST, MISDIRECTED).into_response();
+            }
+            Some((Route::Here, _)) | None => {}
         }
-        Some(_) | None => request,
-    };
-    let mut request = request;
+        if serve_here {
+            // Two first requests for a session opened elsewhere: one
+            // restores it, the other waits and finds it held.
+            restore = sessions.one_restore_at_a_time(id).await;
+        }
+    }
     if let Some(id) = &named
         && request.method() == axum::http::Method::GET
     {
@@ -582,6 +604,7 @@ async fn authenticate(State(gate): State<Gate>, mut request: Request, next: Next
         };
         request.extensions_mut().insert(subject);
         let (parts, body) = next.run(request).await.into_parts();
+        drop(restore);
         let stream = body
             .into_data_stream()
             .take_until(gate.stop.clone().cancelled_owned())
@@ -596,6 +619,7 @@ async fn authenticate(State(gate): State<Gate>, mut request: Request, next: Next
     }
     request.extensions_mut().insert(subject.clone());
     let response = next.run(request).await;
+    drop(restore);
     if named.is_some() {
         return response;
     }
@@ -611,36 +635,53 @@ async fn authenticate(State(gate): State<Gate>, mut request: Request, next: Next
     }
 }
 
-/// `request`, a POST in session `id`, to be served here; or the answer to it
-/// when it answers a question another replica asked, which is forwarded to
-/// that replica (202, as rmcp answers an answer), or cannot be (503).
-async fn forward_answer(
-    sessions: &Sessions,
-    id: &str,
-    request: Request,
-    limit: usize,
-) -> Result<Request, Response> {
+/// `request` with its body read (at most `limit` bytes) and put back, and
+/// the body; or the refusal of a body too large (413) or cut short (400).
+async fn read_body(request: Request, limit: usize) -> Result<(Request, Bytes), Response> {
     let (parts, body) = request.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
-        return Err((
+    match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => Ok((Request::from_parts(parts, Body::from(bytes.clone())), bytes)),
+        Err(error) => {
+            let too_large = std::error::Error::source(&error)
+                .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+            Err(if too_large {
+                (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "Payload Too Large: the request body is over the limit\n",
+                )
+                    .into_response()
+            } else {
+                (
+                    StatusCode::BAD_REQUEST,
+                    "Bad Request: the request body could not be read\n",
+                )
+                    .into_response()
+            })
+        }
+    }
+}
+
+/// Hands `body`, an answer in session `id` to a question `replica` asked,
+/// to that replica: 202, as rmcp answers an answer; 413 past
+/// [`MAX_FORWARDED_BYTES`]; 503 when the store does not answer.
+async fn forward_answer(sessions: &Sessions, id: &str, replica: &str, body: &[u8]) -> Response {
+    if body.len() > MAX_FORWARDED_BYTES {
+        return (
             StatusCode::PAYLOAD_TOO_LARGE,
-            "Payload Too Large: the request body is over the limit\n",
+            "Payload Too Large: an answer forwarded to another replica is at most 256 KiB\n",
         )
-            .into_response());
-    };
-    let Some(replica) = sessions.answered_elsewhere(&bytes) else {
-        return Ok(Request::from_parts(parts, Body::from(bytes)));
-    };
-    match sessions.forward(id, &replica, &bytes).await {
-        Ok(true) => Err(StatusCode::ACCEPTED.into_response()),
+            .into_response();
+    }
+    match sessions.forward(id, replica, body).await {
+        Ok(true) => StatusCode::ACCEPTED.into_response(),
         Ok(false) => {
             // The replica that asked is gone, and its execution with it.
             tracing::info!(replica = %replica, "an answer for a replica that no longer runs; dropped");
-            Err(StatusCode::ACCEPTED.into_response())
+            StatusCode::ACCEPTED.into_response()
         }
         Err(error) => {
             tracing::warn!(reason = %error, "cannot forward an answer to the replica that asked");
-            Err((StatusCode::SERVICE_UNAVAILABLE, SESSIONS_UNAVAILABLE).into_response())
+            (StatusCode::SERVICE_UNAVAILABLE, SESSIONS_UNAVAILABLE).into_response()
         }
     }
 }

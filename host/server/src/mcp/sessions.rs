@@ -27,7 +27,9 @@ use rmcp::transport::streamable_http_server::SessionManager as _;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::store::SessionStore;
 
-use super::replica::{ReplicaSessionManager, StoredSessions, replica_of};
+use super::replica::{
+    REPLICA_DIGITS, ReplicaSessionManager, StoredSessions, random_hex, replica_of,
+};
 use crate::authz::Subject;
 use crate::store::{SessionField, Store, StoreError};
 
@@ -75,6 +77,11 @@ pub struct Sessions {
     replica: Arc<str>,
     /// How long a session lasts without a message.
     idle: Duration,
+    /// The handshakes rmcp just had kept, until [`Sessions::adopt`] takes
+    /// them.
+    handshakes: Arc<Mutex<HashMap<String, Arc<str>>>>,
+    /// The sessions being restored here: one request at a time each.
+    restoring: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
 }
 
 /// A session held here.
@@ -82,6 +89,9 @@ struct Owned {
     subject: String,
     bound: Instant,
     refreshed: Instant,
+    /// Its `initialize` as kept in the store: written again should the store
+    /// lose the record while the session is held here.
+    handshake: Option<Arc<str>>,
 }
 
 /// A session's open stream; closing it (dropping) lets another be opened.
@@ -113,14 +123,61 @@ pub enum StreamRefused {
 pub enum Access {
     /// A session this subject owns.
     Allowed,
-    /// Another subject's session, or one never bound: answered as an unknown
-    /// one.
+    /// Another subject's session, one never bound, or one its client ended:
+    /// answered as an unknown one.
     NotFound,
     /// This subject's session, opened elsewhere, which this replica has no
     /// room to serve ([`TOO_MANY_SESSIONS`]).
     Full,
     /// Not held here, and the store did not answer ([`SESSIONS_UNAVAILABLE`]).
     Unavailable,
+}
+
+/// Where a POST in a session goes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Served here.
+    Here,
+    /// An answer to a question of the replica named, reached through the
+    /// store.
+    Forward(String),
+    /// An answer to a question of another server, which this one cannot
+    /// reach (the store is no Redis): [`MISDIRECTED`].
+    Misdirected,
+}
+
+/// What a client is told when its answer reached a server that cannot hand
+/// it to the one that asked.
+pub const MISDIRECTED: &str = "Misdirected Request: this answers a question another server asked, which this one cannot reach; route each session to one server, or share a Redis --store\n";
+
+/// The largest answer forwarded to another replica; a larger one is refused
+/// (413).
+pub const MAX_FORWARDED_BYTES: usize = 256 << 10;
+
+/// How long a forwarded answer is tried again while no replica of its name
+/// listens (it may be resubscribing).
+const FORWARD_PATIENCE: Duration = Duration::from_secs(6);
+
+/// A restore in progress of one session, which the next request for it
+/// waits on; dropped once rmcp answered.
+pub struct RestoreGuard {
+    id: String,
+    lock: Option<tokio::sync::OwnedMutexGuard<()>>,
+    restoring: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+impl Drop for RestoreGuard {
+    fn drop(&mut self) {
+        drop(self.lock.take());
+        let mut restoring = self.restoring.lock().unwrap_or_else(|e| e.into_inner());
+        // Forgotten once nobody waits on it.
+        if restoring
+            .get(&self.id)
+            .is_some_and(|lock| Arc::strong_count(lock) == 1)
+        {
+            restoring.remove(&self.id);
+        }
+    }
 }
 
 impl Sessions {
@@ -130,7 +187,7 @@ impl Sessions {
         let idle = idle.max(MIN_SESSION_IDLE);
         let mut local = LocalSessionManager::default();
         local.session_config.keep_alive = Some(idle);
-        let replica: Arc<str> = Arc::from(replica_name());
+        let replica: Arc<str> = Arc::from(random_hex(REPLICA_DIGITS / 2));
         Self {
             manager: Arc::new(ReplicaSessionManager::new(local, replica.clone())),
             owners: Mutex::new(HashMap::new()),
@@ -138,7 +195,15 @@ impl Sessions {
             store,
             replica,
             idle,
+            handshakes: Arc::default(),
+            restoring: Arc::default(),
         }
+    }
+
+    /// How long a record lasts past its refresh: the idle time, and the
+    /// quarter of it that may pass before the next refresh.
+    fn ttl(&self) -> Duration {
+        self.idle + self.idle / 4
     }
 
     /// The session manager to serve with.
@@ -151,70 +216,183 @@ impl Sessions {
         self.store.as_ref().map(|store| {
             Arc::new(StoredSessions {
                 store: store.clone(),
-                ttl: self.idle,
+                ttl: self.ttl(),
+                handshakes: self.handshakes.clone(),
             }) as Arc<dyn SessionStore>
         })
     }
 
-    /// Whether `subject` may use the session `id`. Every session is bound
-    /// before its ID reaches the client, so an unbound ID is nobody's. One
-    /// not held here is looked up in the store, and held here from then on.
-    pub async fn access(&self, id: &str, subject: &Subject) -> Access {
-        let refresh = {
-            let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
-            match owners.get_mut(id) {
-                Some(owned) if owned.subject == subject.id => {
-                    // The record lasts the idle time past its last refresh.
-                    let due = owned.refreshed.elapsed() >= self.idle / 4;
-                    if due {
-                        owned.refreshed = Instant::now();
-                    }
-                    Some(due)
-                }
-                Some(_) => return Access::NotFound,
-                None => None,
-            }
+    /// Whether `subject` may use the session `id`; with `hold`, it is to be
+    /// served here (held from then on). Every session is bound before its ID
+    /// reaches the client, so an unbound ID is nobody's. With a store, the
+    /// record decides: another subject's, or one its client ended, is not
+    /// found (a copy held here ends); one not held here is served when it is
+    /// the subject's.
+    pub async fn access(&self, id: &str, subject: &Subject, hold: bool) -> Access {
+        let local = {
+            let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+            owners.get(id).map(|owned| {
+                (
+                    owned.subject == subject.id,
+                    owned.refreshed.elapsed() >= self.idle / 4,
+                    owned.handshake.clone(),
+                )
+            })
         };
         let Some(store) = &self.store else {
-            return match refresh {
-                Some(_) => Access::Allowed,
-                None => Access::NotFound,
+            return match local {
+                Some((true, _, _)) => Access::Allowed,
+                Some((false, _, _)) | None => Access::NotFound,
             };
         };
-        match refresh {
-            Some(true) => {
-                if let Err(error) = store.session_refresh(id, self.idle).await {
-                    tracing::warn!(reason = %error, "cannot refresh a session in the store: another replica may not find it");
-                }
-                return Access::Allowed;
-            }
-            Some(false) => return Access::Allowed,
-            None => {}
+        if matches!(local, Some((false, _, _))) {
+            return Access::NotFound;
         }
         let record = match store.session_load(id).await {
             Ok(record) => record,
             Err(error) => {
                 tracing::warn!(reason = %error, "cannot look a session up in the store");
-                return Access::Unavailable;
+                return match local {
+                    // Held here: served on while the store is away.
+                    Some(_) => Access::Allowed,
+                    None => Access::Unavailable,
+                };
             }
         };
-        if record.and_then(|record| record.owner).as_deref() != Some(subject.id.as_str()) {
-            return Access::NotFound;
+        match (record, local) {
+            (Some(record), _) if record.ended => {
+                self.end_here(id).await;
+                Access::NotFound
+            }
+            (Some(record), local) if record.owner.as_deref() == Some(subject.id.as_str()) => {
+                match local {
+                    Some((_, due, _)) => {
+                        if due {
+                            self.refresh(id).await;
+                        }
+                        Access::Allowed
+                    }
+                    None if hold => self.hold(id, subject, record.initialize).await,
+                    None => Access::Allowed,
+                }
+            }
+            (Some(_), _) => Access::NotFound,
+            (None, Some((true, _, handshake))) if self.held_by_rmcp(id).await => {
+                // The store lost it (a Redis restarted empty): written again.
+                self.write_record(id, &subject.id, handshake.as_deref())
+                    .await;
+                Access::Allowed
+            }
+            (None, _) => {
+                self.end_here(id).await;
+                Access::NotFound
+            }
         }
-        if !self.has_room(subject).await {
-            return Access::Full;
+    }
+
+    /// Marks session `id`'s record refreshed and makes it last.
+    async fn refresh(&self, id: &str) {
+        if let Some(owned) = self
+            .owners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(id)
+        {
+            owned.refreshed = Instant::now();
         }
-        let now = Instant::now();
-        self.owners
+        if let Some(store) = &self.store
+            && let Err(error) = store.session_refresh(id, self.ttl()).await
+        {
+            tracing::warn!(reason = %error, "cannot refresh a session in the store: another replica may not find it");
+        }
+    }
+
+    /// Holds session `id` of `subject`, opened elsewhere, here: unless
+    /// [`MAX_SESSIONS`] are held (the ended ones forgotten first). A subject's
+    /// own limit counts the sessions it opened here, not those it brings.
+    async fn hold(&self, id: &str, subject: &Subject, handshake: Option<String>) -> Access {
+        let handshake: Option<Arc<str>> = handshake.map(Arc::from);
+        for attempt in 0..2 {
+            {
+                let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+                if owners.contains_key(id) {
+                    return Access::Allowed;
+                }
+                if owners.len() < MAX_SESSIONS {
+                    let now = Instant::now();
+                    owners.insert(
+                        id.to_owned(),
+                        Owned {
+                            subject: subject.id.clone(),
+                            bound: now,
+                            refreshed: now,
+                            handshake: handshake.clone(),
+                        },
+                    );
+                    return Access::Allowed;
+                }
+            }
+            if attempt == 0 {
+                self.forget_ended().await;
+            }
+        }
+        Access::Full
+    }
+
+    /// Ends this replica's copy of session `id`, if it holds one.
+    async fn end_here(&self, id: &str) {
+        let held = self
+            .owners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id)
+            .is_some();
+        if held {
+            let _ = self.manager.close_session(&Arc::from(id)).await;
+        }
+    }
+
+    /// Whether rmcp holds session `id` in this process.
+    async fn held_by_rmcp(&self, id: &str) -> bool {
+        self.manager.local.sessions.read().await.contains_key(id)
+    }
+
+    /// Writes session `id`'s record: its owner, and its handshake when known.
+    async fn write_record(&self, id: &str, owner: &str, handshake: Option<&str>) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        let mut written = store
+            .session_write(id, SessionField::Owner, owner, self.ttl())
+            .await;
+        if let (Ok(()), Some(handshake)) = (&written, handshake) {
+            written = store
+                .session_write(id, SessionField::Initialize, handshake, self.ttl())
+                .await;
+        }
+        if let Err(error) = written {
+            tracing::warn!(reason = %error, "cannot record a session in the store: only this replica serves it");
+        }
+    }
+
+    /// Waits for any restore of session `id` in progress here, when rmcp does
+    /// not hold it yet: one request restores it, the next finds it held.
+    pub async fn one_restore_at_a_time(&self, id: &str) -> Option<RestoreGuard> {
+        if self.store.is_none() || self.held_by_rmcp(id).await {
+            return None;
+        }
+        let lock = self
+            .restoring
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .entry(id.to_owned())
-            .or_insert(Owned {
-                subject: subject.id.clone(),
-                bound: now,
-                refreshed: now,
-            });
-        Access::Allowed
+            .or_default()
+            .clone();
+        Some(RestoreGuard {
+            id: id.to_owned(),
+            lock: Some(lock.lock_owned().await),
+            restoring: self.restoring.clone(),
+        })
     }
 
     /// Whether `subject` may open one more session (after forgetting the
@@ -234,6 +412,11 @@ impl Sessions {
     /// [`MAX_SESSIONS_PER_SUBJECT`] (concurrent `initialize`s that all found
     /// room).
     pub async fn adopt(&self, id: &str, subject: &Subject) -> bool {
+        let handshake = self
+            .handshakes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
         let adopted = {
             let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
             let room = !over(&owners, subject);
@@ -245,6 +428,7 @@ impl Sessions {
                         subject: subject.id.clone(),
                         bound: now,
                         refreshed: now,
+                        handshake,
                     },
                 );
             }
@@ -261,7 +445,7 @@ impl Sessions {
         }
         if let Some(store) = &self.store
             && let Err(error) = store
-                .session_write(id, SessionField::Owner, &subject.id, self.idle)
+                .session_write(id, SessionField::Owner, &subject.id, self.ttl())
                 .await
         {
             tracing::warn!(reason = %error, "cannot record a session in the store: only this replica serves it");
@@ -269,30 +453,24 @@ impl Sessions {
         true
     }
 
-    /// The replica that sent the request `body` answers, when `body` is a
-    /// JSON-RPC response (or error) to another replica's request and the
-    /// sessions are shared with other replicas.
-    pub fn answered_elsewhere(&self, body: &[u8]) -> Option<String> {
-        if !self
-            .store
-            .as_ref()
-            .is_some_and(|store| store.shared_by_replicas())
-        {
-            return None;
+    /// Where the POST `body` in a session goes: elsewhere when it is a
+    /// JSON-RPC answer (or error) to a request another replica sent.
+    pub fn route(&self, body: &[u8]) -> Route {
+        let Some(replica) = answered_to(body) else {
+            return Route::Here;
+        };
+        if *replica == *self.replica {
+            return Route::Here;
         }
-        let message: serde_json::Value = serde_json::from_slice(body).ok()?;
-        let object = message.as_object()?;
-        if object.contains_key("method")
-            || !(object.contains_key("result") || object.contains_key("error"))
-        {
-            return None;
+        match &self.store {
+            Some(store) if store.shared_by_replicas() => Route::Forward(replica),
+            Some(_) | None => Route::Misdirected,
         }
-        let replica = replica_of(object.get("id")?.as_str()?)?;
-        (replica != &*self.replica).then(|| replica.to_owned())
     }
 
     /// Hands `body`, an answer in session `id`, to `replica`, which asked:
-    /// whether a replica of that name heard it (it may have stopped).
+    /// whether a replica of that name heard it (tried again for
+    /// [`FORWARD_PATIENCE`] while none listens, as one may be resubscribing).
     ///
     /// # Errors
     ///
@@ -304,11 +482,20 @@ impl Sessions {
         let payload = serde_json::json!({
             "session": id,
             "message": String::from_utf8_lossy(body),
-        });
-        let heard = store
-            .publish(&format!("{ANSWERS_CHANNEL}{replica}"), &payload.to_string())
-            .await?;
-        Ok(heard > 0)
+        })
+        .to_string();
+        let channel = format!("{ANSWERS_CHANNEL}{replica}");
+        let patience = tokio::time::Instant::now() + FORWARD_PATIENCE;
+        loop {
+            if store.publish(&channel, &payload).await? > 0 {
+                tracing::info!(replica = %replica, "an answer forwarded to the replica that asked");
+                return Ok(true);
+            }
+            if tokio::time::Instant::now() >= patience {
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// Starts hearing the answers other replicas received to this one's
@@ -400,17 +587,17 @@ impl Sessions {
     }
 }
 
-/// A new replica name: 8 random bytes in hex (a clock's reading if the system
-/// gives no random bytes).
-fn replica_name() -> String {
-    let mut bytes = [0u8; 8];
-    if getrandom::fill(&mut bytes).is_err() {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        bytes = (now.as_nanos() as u64 ^ u64::from(std::process::id())).to_be_bytes();
+/// The replica a POST `body` answers (a JSON-RPC response or error whose ID
+/// names one), if any.
+fn answered_to(body: &[u8]) -> Option<String> {
+    let message: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let object = message.as_object()?;
+    if object.contains_key("method")
+        || !(object.contains_key("result") || object.contains_key("error"))
+    {
+        return None;
     }
-    hex::encode(bytes)
+    replica_of(object.get("id")?.as_str()?).map(str::to_owned)
 }
 
 /// Whether `owners` holds [`MAX_SESSIONS`], or [`MAX_SESSIONS_PER_SUBJECT`] of
@@ -434,9 +621,12 @@ mod tests {
         let alice = Subject::new("alice".to_owned());
         let bob = Subject::new("bob".to_owned());
         assert!(sessions.adopt("s1", &alice).await);
-        assert_eq!(sessions.access("s1", &alice).await, Access::Allowed);
-        assert_eq!(sessions.access("s1", &bob).await, Access::NotFound);
-        assert_eq!(sessions.access("unknown", &bob).await, Access::NotFound);
+        assert_eq!(sessions.access("s1", &alice, true).await, Access::Allowed);
+        assert_eq!(sessions.access("s1", &bob, true).await, Access::NotFound);
+        assert_eq!(
+            sessions.access("unknown", &bob, true).await,
+            Access::NotFound
+        );
     }
 
     #[tokio::test]
@@ -449,11 +639,14 @@ mod tests {
         }
         // At the limit: a concurrent one is closed, not bound.
         assert!(!sessions.adopt("a-next", &alice).await);
-        assert_eq!(sessions.access("a-next", &alice).await, Access::NotFound);
+        assert_eq!(
+            sessions.access("a-next", &alice, true).await,
+            Access::NotFound
+        );
         assert!(sessions.has_room(&bob).await);
         // None of these is open in rmcp's manager: they are forgotten.
         assert!(sessions.has_room(&alice).await);
-        assert_eq!(sessions.access("a0", &alice).await, Access::NotFound);
+        assert_eq!(sessions.access("a0", &alice, true).await, Access::NotFound);
     }
 
     /// Two replicas sharing a store: a session one opened is served by the
@@ -467,21 +660,40 @@ mod tests {
         let alice = Subject::new("alice".to_owned());
         let bob = Subject::new("bob".to_owned());
         assert!(a.adopt("s1", &alice).await);
-        assert_eq!(b.access("s1", &bob).await, Access::NotFound);
-        assert_eq!(b.access("s1", &alice).await, Access::Allowed);
-        assert_eq!(b.access("s2", &alice).await, Access::NotFound);
+        assert_eq!(b.access("s1", &bob, true).await, Access::NotFound);
+        assert_eq!(b.access("s1", &alice, true).await, Access::Allowed);
+        assert_eq!(b.access("s2", &alice, true).await, Access::NotFound);
         let record = store.session_load("s1").await;
         assert_eq!(
             record.map(|r| r.and_then(|r| r.owner)),
             Ok(Some("alice".to_owned()))
         );
         store.session_delete("s1").await.expect("delete");
-        let c = Sessions::new(Duration::ZERO, Some(store));
-        assert_eq!(c.access("s1", &alice).await, Access::NotFound);
-        // Not shared by other processes: no answer is ever forwarded.
+        let c = Sessions::new(Duration::ZERO, Some(store.clone()));
+        assert_eq!(c.access("s1", &alice, true).await, Access::NotFound);
+        // Ended by its client through B: A's copy ends too.
+        assert!(a.adopt("s3", &alice).await);
+        assert_eq!(b.access("s3", &alice, true).await, Access::Allowed);
+        store
+            .session_write("s3", SessionField::Ended, "1", Duration::from_secs(60))
+            .await
+            .expect("end");
+        assert_eq!(a.access("s3", &alice, true).await, Access::NotFound);
         assert_eq!(
-            a.answered_elsewhere(br#"{"jsonrpc":"2.0","id":"x.1","result":{}}"#),
-            None
+            a.owners.lock().map(|o| o.contains_key("s3")).ok(),
+            Some(false)
+        );
+        // Not shared by other processes: an answer to another server's
+        // question cannot be forwarded; one to this server's is served here.
+        let answer = |id: &str| format!(r#"{{"jsonrpc":"2.0","id":"{id}","result":{{}}}}"#);
+        let elsewhere = format!("{}.01234567.1", b.replica);
+        assert_eq!(a.route(answer(&elsewhere).as_bytes()), Route::Misdirected);
+        let here = format!("{}.01234567.1", a.replica);
+        assert_eq!(a.route(answer(&here).as_bytes()), Route::Here);
+        assert_eq!(a.route(answer("x.1").as_bytes()), Route::Here);
+        assert_eq!(
+            a.route(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
+            Route::Here
         );
     }
 

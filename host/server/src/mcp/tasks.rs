@@ -27,7 +27,8 @@ pub(super) const TASK_NOT_FOUND: &str = "Failed to retrieve task: Task not found
 pub(super) const TASK_STORE_UNAVAILABLE: &str = "Task store unavailable: try again later";
 
 /// What a task says whose server stopped before it ended (with Redis: still
-/// working well past its time budget).
+/// working well past its time budget; in the embedded store: still working,
+/// its process gone).
 pub(super) const TASK_LOST: &str = "the server running this task stopped before it ended";
 
 /// What a task that ended without a result says (its execution panicked, or

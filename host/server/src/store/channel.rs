@@ -99,8 +99,9 @@ mod subscription {
                                     let Ok(payload) = message.get_payload::<String>() else {
                                         continue;
                                     };
-                                    // Full: the listener is far behind; dropped.
-                                    let _ = sender.try_send(payload);
+                                    if sender.try_send(payload).is_err() {
+                                        tracing::warn!(channel = %channel, "a message of the store's channel dropped: its listener is far behind");
+                                    }
                                 }
                                 None => break,
                             },

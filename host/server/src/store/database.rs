@@ -49,9 +49,9 @@ impl StoreLocation {
     /// The Redis at `url`, checked.
     #[cfg(feature = "redis")]
     fn redis(url: &str) -> Result<Self, String> {
-        match crate::tasks::check_redis_url(url) {
+        match super::redis_url::check_url(url) {
             Ok(_) => Ok(Self::Redis(url.to_owned())),
-            Err(crate::tasks::ConnectError::Url { reason, .. }) => Err(reason),
+            Err(super::redis_url::ConnectError::Url { reason, .. }) => Err(reason),
         }
     }
 
@@ -99,7 +99,7 @@ impl std::fmt::Debug for StoreLocation {
             #[cfg(feature = "redis")]
             Self::Redis(url) => f
                 .debug_tuple("Redis")
-                .field(&crate::tasks::redacted(url))
+                .field(&super::redis_url::redacted(url))
                 .finish(),
         }
     }
@@ -111,7 +111,7 @@ impl std::fmt::Display for StoreLocation {
             Self::Memory => f.write_str(MEMORY_STORE),
             Self::File(path) => write!(f, "{}", path.display()),
             #[cfg(feature = "redis")]
-            Self::Redis(url) => f.write_str(&crate::tasks::redacted(url)),
+            Self::Redis(url) => f.write_str(&super::redis_url::redacted(url)),
         }
     }
 }
@@ -149,9 +149,9 @@ impl Store {
     pub fn new(location: StoreLocation) -> Self {
         #[cfg(feature = "redis")]
         let redis = match &location {
-            StoreLocation::Redis(url) => Some(match crate::tasks::check_redis_url(url) {
+            StoreLocation::Redis(url) => Some(match super::redis_url::check_url(url) {
                 Ok(client) => Ok(super::redis::RedisState::new(client)),
-                Err(crate::tasks::ConnectError::Url { reason, .. }) => Err(reason),
+                Err(super::redis_url::ConnectError::Url { reason, .. }) => Err(reason),
             }),
             StoreLocation::Memory | StoreLocation::File(_) => None,
         };

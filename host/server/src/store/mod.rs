@@ -17,14 +17,18 @@ mod channel;
 mod counted;
 mod database;
 mod entry;
+mod expiry;
 mod quota;
 #[cfg(feature = "redis")]
 mod quota_redis;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "redis")]
+mod redis_url;
 mod session_record;
 mod sessions;
 mod state;
+mod tasks;
 
 pub use counted::{Quota, QuotaLimits};
 pub use database::{DEFAULT_STORE_FILE, MEMORY_STORE, Store, StoreError, StoreLocation};
@@ -33,5 +37,8 @@ pub use entry::{StateLimits, StateRefused};
 pub(crate) use quota::{Admit, Admitted, DAY_MS, Release};
 #[cfg(feature = "redis")]
 pub(crate) use redis::RedisState;
+#[cfg(feature = "redis")]
+pub use redis_url::{ConnectError, check_url as check_redis_url, redacted};
 pub use session_record::{MAX_SESSION_ID_BYTES, SessionField, SessionRecord};
 pub(crate) use state::Until;
+pub use tasks::{Runner, TaskRecord, TaskStatus};

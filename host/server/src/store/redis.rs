@@ -200,18 +200,27 @@ impl RedisState {
         id: &str,
     ) -> Result<Option<super::session_record::SessionRecord>, String> {
         let key = &session_key(id);
-        let (owner, initialize): (Option<String>, Option<String>) = self
+        let (owner, initialize, ended): (Option<String>, Option<String>, Option<String>) = self
             .ask(|mut connection| async move {
                 redis::cmd("HMGET")
                     .arg(key)
                     .arg("owner")
                     .arg("initialize")
+                    .arg("ended")
                     .query_async(&mut connection)
                     .await
             })
             .await?;
-        Ok((owner.is_some() || initialize.is_some())
-            .then_some(super::session_record::SessionRecord { owner, initialize }))
+        let ended = ended.is_some();
+        Ok(
+            (owner.is_some() || initialize.is_some() || ended).then_some(
+                super::session_record::SessionRecord {
+                    owner,
+                    initialize,
+                    ended,
+                },
+            ),
+        )
     }
 
     pub(crate) async fn session_write(

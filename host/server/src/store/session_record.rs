@@ -14,6 +14,8 @@ pub struct SessionRecord {
     pub owner: Option<String>,
     /// The client's `initialize` parameters as JSON, once the handshake ended.
     pub initialize: Option<String>,
+    /// Whether its client ended it (`DELETE`): nobody's any more.
+    pub ended: bool,
 }
 
 /// Which part of a session record a write sets.
@@ -23,6 +25,8 @@ pub enum SessionField {
     Owner,
     /// [`SessionRecord::initialize`].
     Initialize,
+    /// [`SessionRecord::ended`] (any value sets it).
+    Ended,
 }
 
 impl SessionField {
@@ -32,6 +36,7 @@ impl SessionField {
         match self {
             Self::Owner => "owner",
             Self::Initialize => "initialize",
+            Self::Ended => "ended",
         }
     }
 }

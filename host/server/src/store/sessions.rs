@@ -11,17 +11,22 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redb::{ReadableDatabase, ReadableTable, TableDefinition, TableError};
+use redb::TableDefinition;
 use serde::{Deserialize, Serialize};
 
 use super::database::{Store, StoreError};
 use super::entry::now_ms;
+use super::expiry::Expiring;
 use super::session_record::{MAX_SESSION_ID_BYTES, SessionField, SessionRecord, millis};
 use super::state::{Until, begin_write, commit};
 use crate::source::Cancel;
 
-/// Session ID → the record as JSON ([`Row`]).
-const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("session.records");
+/// Session ID → the record as JSON ([`Row`]), and when it goes.
+const RECORDS: Expiring = Expiring {
+    name: "session.records",
+    records: TableDefinition::new("session.records"),
+    expiries: TableDefinition::new("session.expiries"),
+};
 
 /// How long a write of a session record may wait for the database's writer.
 const WRITE_WAIT: Duration = Duration::from_secs(2);
@@ -31,6 +36,8 @@ const WRITE_WAIT: Duration = Duration::from_secs(2);
 struct Row {
     owner: Option<String>,
     initialize: Option<String>,
+    #[serde(default)]
+    ended: bool,
     /// Milliseconds since the epoch after which the record is gone.
     expires_ms: u64,
 }
@@ -90,6 +97,7 @@ impl Store {
                 match field {
                     SessionField::Owner => row.owner = Some(value),
                     SessionField::Initialize => row.initialize = Some(value),
+                    SessionField::Ended => row.ended = true,
                 }
                 row.expires_ms = now_ms().saturating_add(millis(ttl));
                 Some(row)
@@ -167,22 +175,15 @@ impl Store {
     /// The record of `id`, unless its time passed.
     fn read_row(&self, id: &str) -> Result<Option<Row>, String> {
         let database = self.database().map_err(|error| error.reason)?;
-        let transaction = database.begin_read().map_err(|e| e.to_string())?;
-        let table = match transaction.open_table(RECORDS) {
-            Ok(table) => table,
-            Err(TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(error) => return Err(error.to_string()),
-        };
-        let Some(bytes) = table.get(id).map_err(|e| e.to_string())? else {
-            return Ok(None);
-        };
-        let row: Row = serde_json::from_slice(bytes.value()).map_err(|e| e.to_string())?;
-        Ok((row.expires_ms > now_ms()).then_some(row))
+        RECORDS
+            .load(&database, id, now_ms())?
+            .map(|bytes| serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
+            .transpose()
     }
 
     /// Replaces the record of `id` (`None` if absent or past its time) by
-    /// what `change` makes of it (`None`: removed), and removes every record
-    /// past its time, in one transaction.
+    /// what `change` makes of it (`None`: removed), and removes the records
+    /// past their time (at most once a minute), in one transaction.
     fn change_row(
         &self,
         id: &str,
@@ -194,38 +195,17 @@ impl Store {
             cancel: Arc::new(Cancel::default()),
         };
         let transaction = begin_write(&database, &until)?;
-        {
-            let mut table = transaction.open_table(RECORDS).map_err(|e| e.to_string())?;
-            let now = now_ms();
-            let mut ended = Vec::new();
-            let mut current = None;
-            for entry in table.iter().map_err(|e| e.to_string())? {
-                let (key, bytes) = entry.map_err(|e| e.to_string())?;
-                let row: Option<Row> = serde_json::from_slice(bytes.value()).ok();
-                match row {
-                    Some(row) if row.expires_ms > now => {
-                        if key.value() == id {
-                            current = Some(row);
-                        }
-                    }
-                    // Past its time, or unreadable: nobody's any more.
-                    Some(_) | None => ended.push(key.value().to_owned()),
-                }
+        let now = now_ms();
+        RECORDS.sweep(&transaction, now)?;
+        let current = RECORDS
+            .get(&transaction, id, now)?
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        match change(current) {
+            Some(row) => {
+                let bytes = serde_json::to_vec(&row).map_err(|e| e.to_string())?;
+                RECORDS.put(&transaction, id, &bytes, row.expires_ms)?;
             }
-            for key in &ended {
-                table.remove(key.as_str()).map_err(|e| e.to_string())?;
-            }
-            match change(current) {
-                Some(row) => {
-                    let bytes = serde_json::to_vec(&row).map_err(|e| e.to_string())?;
-                    table
-                        .insert(id, bytes.as_slice())
-                        .map_err(|e| e.to_string())?;
-                }
-                None => {
-                    table.remove(id).map_err(|e| e.to_string())?;
-                }
-            }
+            None => RECORDS.remove(&transaction, id)?,
         }
         commit(transaction, &until)
     }
@@ -236,6 +216,7 @@ impl Row {
         SessionRecord {
             owner: self.owner,
             initialize: self.initialize,
+            ended: self.ended,
         }
     }
 }
@@ -244,7 +225,6 @@ impl Row {
 mod tests {
     use super::*;
     use crate::store::StoreLocation;
-    use redb::ReadableTableMetadata as _;
 
     #[tokio::test]
     async fn a_session_record_holds_its_owner_and_handshake_until_its_time() {
@@ -264,6 +244,7 @@ mod tests {
             Ok(Some(SessionRecord {
                 owner: Some("alice".to_owned()),
                 initialize: Some("{}".to_owned()),
+                ended: false,
             }))
         );
         // A record past its time is gone, and the next write removes it.
@@ -277,15 +258,6 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         store.session_refresh("s1", minute).await.expect("refresh");
-        let rows = store
-            .on_database(|store| {
-                let database = store.database().map_err(|error| error.reason)?;
-                let transaction = database.begin_read().map_err(|e| e.to_string())?;
-                let table = transaction.open_table(RECORDS).map_err(|e| e.to_string())?;
-                table.len().map_err(|e| e.to_string())
-            })
-            .await;
-        assert_eq!(rows, Ok(1));
         store.session_delete("s1").await.expect("delete");
         assert_eq!(store.session_load("s1").await, Ok(None));
         let long = "x".repeat(MAX_SESSION_ID_BYTES + 1);

@@ -256,6 +256,12 @@ impl TaskBoard {
         Some(view)
     }
 
+    /// Task `id`, whoever's it is (for the store that records it).
+    pub(super) fn peek(&self, id: &str) -> Option<TaskView> {
+        let board = self.board();
+        board.entries.get(id).map(|entry| self.view(id, entry))
+    }
+
     /// Ends task `id` with `state`, unless it ended already (a cancelled task
     /// stays cancelled) or is gone. Past [`TaskLimits::max_stored_bytes`] of results, the
     /// oldest ended tasks go.
@@ -379,9 +385,14 @@ impl TaskBoard {
     /// Stops every running task (the server is ending): they end `Cancelled`.
     /// Returns how many there were.
     pub fn cancel_all(&self) -> usize {
+        self.cancel_running().len()
+    }
+
+    /// [`TaskBoard::cancel_all`], answering the IDs of the tasks it stopped.
+    pub fn cancel_running(&self) -> Vec<String> {
         let mut board = self.board();
-        let mut cancelled = 0;
-        for entry in board.entries.values_mut() {
+        let mut cancelled = Vec::new();
+        for (id, entry) in board.entries.iter_mut() {
             if entry.runs() {
                 entry.state = TaskState::Cancelled;
                 entry.question = None;
@@ -390,10 +401,10 @@ impl TaskBoard {
                 if let Some(abort) = entry.abort.take() {
                     abort.abort();
                 }
-                cancelled += 1;
+                cancelled.push(id.clone());
             }
         }
-        board.running -= cancelled;
+        board.running -= cancelled.len();
         cancelled
     }
 

@@ -17,22 +17,25 @@
 //! ([`TaskStore::resume`]); its time budget, and how long it is kept, grow by
 //! the longest the wait may take.
 //!
-//! Two stores: [`TaskBoard`], in this process's memory (the default), and
-//! `RedisTasks` (`--task-store redis://`, feature `redis`), shared by the
-//! replicas behind a load balancer, so that any of them answers status, result,
-//! input and cancel for a task another runs.
+//! Three stores: [`TaskBoard`], in this process's memory (`--store memory`);
+//! [`StoredTasks`], the board with its tasks and claims also kept in the
+//! embedded store (`--store FILE`, the default), so that they outlive a
+//! restart; and `RedisTasks` (`--task-store redis://`, feature `redis`),
+//! shared by the replicas behind a load balancer, so that any of them answers
+//! status, result, input and cancel for a task another runs.
 
 mod memory;
 #[cfg(feature = "redis")]
 mod redis;
+mod stored;
 mod task;
 
+#[cfg(feature = "redis")]
+pub use crate::store::{ConnectError, check_redis_url, redacted};
 pub use memory::{MAX_CLAIMS, MAX_CLAIMS_PER_SUBJECT, TaskBoard};
 #[cfg(feature = "redis")]
-pub use redis::{
-    ANSWER_CHANNEL, CANCEL_CHANNEL, ConnectError, RedisTasks, STALE_AFTER,
-    check_url as check_redis_url, redacted,
-};
+pub use redis::{ANSWER_CHANNEL, CANCEL_CHANNEL, RedisTasks, STALE_AFTER};
+pub use stored::StoredTasks;
 
 use task::is_task_id;
 pub use task::{
@@ -50,8 +53,11 @@ use std::time::Duration;
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum TaskStore {
-    /// In memory (the default): tasks live and die with this server.
+    /// In memory: tasks live and die with this server.
     Memory(TaskBoard),
+    /// In memory and in the embedded store (`--store FILE`, the default):
+    /// this server runs them, and their records outlive it.
+    Stored(StoredTasks),
     /// In Redis (`--task-store`): every replica reads every task; each runs
     /// its own.
     #[cfg(feature = "redis")]
@@ -63,6 +69,7 @@ impl TaskStore {
     pub fn limits(&self) -> TaskLimits {
         match self {
             TaskStore::Memory(board) => board.limits(),
+            TaskStore::Stored(stored) => stored.limits(),
             #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.limits(),
         }
@@ -76,6 +83,7 @@ impl TaskStore {
     pub async fn create(&self, subject: &str) -> Result<TaskView, TaskRefused> {
         match self {
             TaskStore::Memory(board) => board.create(subject),
+            TaskStore::Stored(stored) => stored.create(subject).await,
             #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.create(subject).await,
         }
@@ -86,6 +94,7 @@ impl TaskStore {
     pub fn attach(&self, id: &str, abort: tokio::task::AbortHandle) {
         match self {
             TaskStore::Memory(board) => board.attach(id, abort),
+            TaskStore::Stored(stored) => stored.attach(id, abort),
             #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.attach(id, abort),
         }
@@ -103,6 +112,7 @@ impl TaskStore {
         }
         match self {
             TaskStore::Memory(board) => Ok(board.get(subject, id)),
+            TaskStore::Stored(stored) => stored.get(subject, id).await,
             #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.get(subject, id).await,
         }
@@ -115,6 +125,7 @@ impl TaskStore {
     pub fn finish(&self, id: &str, state: TaskState) {
         match self {
             TaskStore::Memory(board) => board.finish(id, state),
+            TaskStore::Stored(stored) => stored.finish(id, state),
             #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.finish(id, state),
         }
@@ -133,6 +144,7 @@ impl TaskStore {
         }
         match self {
             TaskStore::Memory(board) => Ok(board.cancel(subject, id)),
+            TaskStore::Stored(stored) => stored.cancel(subject, id).await,
             #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.cancel(subject, id).await,
         }
@@ -157,6 +169,7 @@ impl TaskStore {
     ) -> Result<Answer, Unavailable> {
         match self {
             TaskStore::Memory(board) => Ok(board.ask(id, key, requests, extend)),
+            TaskStore::Stored(stored) => Ok(stored.ask(id, key, requests, extend)),
             #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.ask(id, key, requests, extend).await,
         }
@@ -181,6 +194,7 @@ impl TaskStore {
         }
         match self {
             TaskStore::Memory(board) => Ok(board.answer(subject, id, responses)),
+            TaskStore::Stored(stored) => stored.answer(subject, id, responses).await,
             #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.answer(subject, id, responses).await,
         }
@@ -193,6 +207,7 @@ impl TaskStore {
     pub fn resume(&self, id: &str, key: &str, waited: Duration) {
         match self {
             TaskStore::Memory(board) => board.resume(id, key, waited),
+            TaskStore::Stored(stored) => stored.resume(id, key, waited),
             #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.resume(id, key, waited),
         }
@@ -200,11 +215,14 @@ impl TaskStore {
 
     /// Where the single-use tokens it claims are remembered: `Some` with the
     /// ID of this process's board when in memory (a token claimed there is
-    /// unknown to any other process, and to this one after a restart), `None`
-    /// when in Redis, which replicas share and which outlives them.
+    /// unknown to any other process, and to this one after a restart), or of
+    /// the embedded store (known to every process naming its file, after a
+    /// restart too, and to no other machine), `None` when in Redis, which
+    /// replicas share and which outlives them.
     pub fn claims_here(&self) -> Option<&str> {
         match self {
             TaskStore::Memory(board) => Some(board.id()),
+            TaskStore::Stored(stored) => Some(stored.id()),
             #[cfg(feature = "redis")]
             TaskStore::Redis(_) => None,
         }
@@ -226,6 +244,7 @@ impl TaskStore {
     ) -> Result<bool, Unavailable> {
         match self {
             TaskStore::Memory(board) => Ok(board.claim(subject, token, ttl)),
+            TaskStore::Stored(stored) => stored.claim(subject, token, ttl).await,
             #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.claim(token, ttl).await,
         }
@@ -236,6 +255,7 @@ impl TaskStore {
     pub async fn cancel_all(&self) -> usize {
         match self {
             TaskStore::Memory(board) => board.cancel_all(),
+            TaskStore::Stored(stored) => stored.cancel_all().await,
             #[cfg(feature = "redis")]
             TaskStore::Redis(redis) => redis.cancel_all().await,
         }

@@ -75,8 +75,9 @@ pub enum TaskState {
     Failed(Arc<str>),
     /// It was cancelled before it ended.
     Cancelled,
-    /// It never ended: the server running it stopped (Redis only: a task
-    /// still working well past its time budget).
+    /// It never ended: the server running it stopped (in Redis, a task still
+    /// working well past its time budget; in the embedded store, one still
+    /// working whose process is gone).
     Lost,
 }
 

@@ -8,10 +8,6 @@ use super::super::task::Unavailable;
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long one request to Redis may take before it counts as unavailable.
 pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long data sent on a connection may go unacknowledged before the
-/// connection is dropped (TCP_USER_TIMEOUT): a Redis that vanished without a
-/// reset is then reconnected to instead of timing out every request.
-pub(super) const USER_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest wait between two tries to write a result or to subscribe.
 pub(super) const MAX_RETRY_DELAY: Duration = Duration::from_secs(5);
 /// How long a stopping server waits for the results it is still writing.

@@ -36,13 +36,12 @@
 //! outage loses none, and a task Redis lost (restarted empty) is written again
 //! whole. The server starts whether or not Redis answers: direct calls never
 //! need it. A connection whose peer vanished without a word is given up after
-//! [`USER_TIMEOUT`] of unanswered data.
+//! 5 s (the store's `redis_url.rs`) of unanswered data.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::IntoConnectionInfo;
 use redis::aio::ConnectionManager;
 use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
@@ -64,27 +63,14 @@ mod time;
 pub use keys::{ANSWER_CHANNEL, CANCEL_CHANNEL};
 pub use time::STALE_AFTER;
 
-use connection::{CONNECT_TIMEOUT, FLUSH_TIMEOUT, RESPONSE_TIMEOUT, USER_TIMEOUT, ask};
+use crate::store::{ConnectError, check_redis_url as check_url, redacted};
+use connection::{CONNECT_TIMEOUT, FLUSH_TIMEOUT, RESPONSE_TIMEOUT, ask};
 use finish::Finish;
 use keys::{BYTES_KEY, ORDER_KEY, SIZES_KEY, TASK_KEY};
 use listen::{subscribe, take};
 use local::{Local, Running, lock, stop};
 use scripts::{MAX_FIELD_BYTES, MAX_INPUT_BYTES, scripts};
 use time::{millis, now_ms, stale_ms, time_of};
-
-/// Why the task store could not be set up.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConnectError {
-    /// The URL is not `redis://[[USER]:PASSWORD@]HOST[:PORT][/N]`.
-    #[error("--task-store {url}: {reason}")]
-    Url {
-        /// The URL, without its password.
-        url: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-}
 
 /// The task store in Redis.
 pub struct RedisTasks {
@@ -110,51 +96,6 @@ impl Drop for RedisTasks {
     fn drop(&mut self) {
         self.subscriber.abort();
     }
-}
-
-/// `url` without its password (whatever is between `://` and the last `@`),
-/// to be shown and logged.
-pub fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    match rest.rfind('@') {
-        Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
-        None => url.to_owned(),
-    }
-}
-
-/// Checks that `url` names a Redis the store can use (`redis://`; TLS and Unix
-/// sockets are not supported) and makes its client, whose connections give up
-/// after [`USER_TIMEOUT`] of unacknowledged data.
-///
-/// # Errors
-///
-/// [`ConnectError::Url`] naming what is wrong (never the password).
-pub fn check_url(url: &str) -> Result<redis::Client, ConnectError> {
-    let bad = |reason: String| ConnectError::Url {
-        url: redacted(url),
-        reason,
-    };
-    match url.split_once("://").map(|(scheme, _)| scheme) {
-        Some("redis") => {}
-        Some("rediss") => {
-            return Err(bad(
-                "TLS to Redis (rediss://) is not supported; reach Redis on a private network"
-                    .to_owned(),
-            ));
-        }
-        Some(_) | None => {
-            return Err(bad("expected redis://HOST:PORT/N".to_owned()));
-        }
-    }
-    // The client's errors may quote the URL: only their kind is told.
-    let info = url
-        .into_connection_info()
-        .map_err(|error| bad(format!("not a Redis URL ({:?})", error.kind())))?;
-    let tcp = redis::io::tcp::TcpSettings::default().set_user_timeout(USER_TIMEOUT);
-    redis::Client::open(info.set_tcp_settings(tcp))
-        .map_err(|error| bad(format!("not a Redis URL ({:?})", error.kind())))
 }
 
 /// Gives a task's slot back unless [`Slot::keep`] was called: a `create`
