@@ -555,8 +555,8 @@ fn the_kubernetes_manifests_agree_with_the_binary() {
     let parsed = Tokens::parse(text).expect("the shipped tokens file parses");
     assert_eq!(parsed.len(), 1);
 
-    // The replicas share the Redis of redis.yaml as their task store, with the
-    // password of its Secret, and only they may reach it.
+    // The replicas share the Redis of redis.yaml as their store (tasks
+    // included), with the password of its Secret, and only they may reach it.
     let redis = find_named(&docs, "Deployment", "codemode-redis");
     let redis_service = find_named(&docs, "Service", "codemode-redis");
     let redis_container = &redis["spec"]["template"]["spec"]["containers"][0];
@@ -565,6 +565,7 @@ fn the_kubernetes_manifests_agree_with_the_binary() {
         .expect("a port");
     // The URL (and its password) comes as a variable, off the command line.
     assert_eq!(flag_value(&argv, "--task-store"), None);
+    assert_eq!(flag_value(&argv, "--store"), None);
     let env = |container: &Value, name: &str| {
         container["env"]
             .as_array()
@@ -575,7 +576,7 @@ fn the_kubernetes_manifests_agree_with_the_binary() {
             .unwrap_or_else(|| panic!("no {name} in {container}"))
     };
     let (password_at, password) = env(container, "REDIS_PASSWORD");
-    let (store_at, store) = env(container, "CODEMODE_TASK_STORE");
+    let (store_at, store) = env(container, "CODEMODE_STORE");
     // Kubernetes expands $(REDIS_PASSWORD) only when it is defined first.
     assert!(password_at < store_at);
     assert_eq!(
@@ -585,10 +586,7 @@ fn the_kubernetes_manifests_agree_with_the_binary() {
     let help = Command::new(host_bin())
         .args(&argv)
         .arg("--help")
-        .env(
-            "CODEMODE_TASK_STORE",
-            store["value"].as_str().expect("a URL"),
-        )
+        .env("CODEMODE_STORE", store["value"].as_str().expect("a URL"))
         .output()
         .expect("run the binary");
     assert!(
