@@ -4,7 +4,8 @@
 //! in Redis (a `redis-server` of its own on loopback, when one is installed);
 //! and what a quota adds to an execution (its admission and its release), the
 //! p50 of an execute of a subject with quotas less one without, over the same
-//! stores.
+//! stores; and what a task costs the task store (its creation and its end)
+//! when its record is kept in a file as well as in memory.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -91,7 +92,56 @@ pub(crate) fn measure(root: &Path, plugins: &Path, rows: &mut Vec<Row>) {
             ratio: None,
         });
     }
+    for (what, cost) in task_costs(&folder) {
+        println!("a task made and ended, {what}: {:.1} µs (p50)", us(cost));
+        rows.push(Row {
+            what: match what {
+                "kept in memory" => "task made and ended, kept in memory",
+                _ => "task made and ended, kept in a file",
+            },
+            measured: format!("{:.1} µs", us(cost)),
+            target: "—",
+            ratio: None,
+        });
+    }
     let _ = std::fs::remove_dir_all(&folder);
+}
+
+/// The p50 of a task's creation and end in the task store, in memory and
+/// with its record kept in a file in `folder` (the default store: the record
+/// is on disk when the creation returns; the end is written behind, waited
+/// for here).
+fn task_costs(folder: &Path) -> [(&'static str, Duration); 2] {
+    use codemode_server::tasks::{StoredTasks, TaskBoard, TaskLimits, TaskState, TaskStore};
+    let runtime = runtime();
+    let rounds = 200;
+    let measure = |tasks: &TaskStore| {
+        let mut times = Vec::with_capacity(rounds);
+        for _ in 0..rounds {
+            let started = std::time::Instant::now();
+            runtime.block_on(async {
+                let made = match tasks.create("bench").await {
+                    Ok(made) => made,
+                    Err(error) => panic!("a task: {error}"),
+                };
+                tasks.finish(&made.id, TaskState::Completed(Arc::from("{}")));
+                // Waits for the end's record (a file store writes it behind).
+                tasks.cancel_all().await;
+            });
+            times.push(started.elapsed());
+        }
+        percentiles(&mut times).0
+    };
+    let memory = TaskStore::Memory(TaskBoard::new(TaskLimits::default()));
+    let store = Arc::new(Store::new(StoreLocation::File(folder.join("tasks.redb"))));
+    let stored = match runtime.block_on(StoredTasks::open(store, TaskLimits::default())) {
+        Ok(stored) => TaskStore::Stored(stored),
+        Err(reason) => panic!("cannot open the task store: {reason}"),
+    };
+    [
+        ("kept in memory", measure(&memory)),
+        ("kept in a file", measure(&stored)),
+    ]
 }
 
 /// What a subject's quotas add to a trivial execute on `location`: the p50

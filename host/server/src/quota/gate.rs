@@ -181,20 +181,7 @@ impl QuotaGate {
             deadline,
             cancel: Arc::new(Cancel::default()),
         };
-        tokio::spawn(async move {
-            let admitted = gate.admit_in_store(&unused.owner, admit, until).await;
-            match answer.send(admitted) {
-                Ok(()) => {}
-                // Nobody waits any more: what was admitted goes back at once.
-                Err(Ok(Admitted::Granted { .. })) => gate.release_unused(unused),
-                // A failed answer from Redis may come after the script ran:
-                // its lease goes (a release of no lease changes nothing).
-                Err(Err(_)) if gate.config.store.location().is_redis() => {
-                    gate.release_unused(unused);
-                }
-                Err(_) => {}
-            }
-        });
+        gate.start_admission(unused, admit, until, answer);
         let admitted = match pending.wait(deadline).await {
             Some(Ok(admitted)) => Ok(admitted),
             Some(Err(error)) => Err(error),
@@ -244,27 +231,65 @@ impl QuotaGate {
         }
     }
 
-    /// The admission in the store: in Redis on this runtime, else on a
-    /// blocking thread (a file waits on its disk or another process's commit;
-    /// memory on another execution's write).
-    async fn admit_in_store(
-        &self,
-        owner: &Arc<str>,
+    /// Starts the admission in the store, its answer sent to `answer`: in
+    /// Redis by a task of this runtime; in a file on a blocking thread (it
+    /// waits on its disk or another process's commit); in memory at once, on
+    /// this thread (nothing to wait on but another execution's write). Each
+    /// way it runs to its end even if nobody waits any more, and then gives
+    /// back what it admitted.
+    fn start_admission(
+        self: &Arc<Self>,
+        unused: Lease,
         admit: Admit,
         until: Until,
-    ) -> Result<Admitted, StoreError> {
-        let store = &self.config.store;
+        answer: tokio::sync::oneshot::Sender<Result<Admitted, StoreError>>,
+    ) {
+        let gate = self.clone();
         #[cfg(feature = "redis")]
-        if let Some(redis) = store.redis() {
-            return redis?
-                .quota_admit(owner, &admit)
-                .await
-                .map_err(|reason| store.error(reason));
+        if self.config.store.redis().is_some() {
+            tokio::spawn(async move {
+                let admitted = match gate.config.store.redis() {
+                    Some(Ok(redis)) => redis
+                        .quota_admit(&unused.owner, &admit)
+                        .await
+                        .map_err(|reason| gate.config.store.error(reason)),
+                    Some(Err(error)) => Err(error),
+                    None => Err(gate.config.store.error("the store is no Redis")),
+                };
+                gate.settle(answer, admitted, unused);
+            });
+            return;
         }
-        let (store, owner) = (store.clone(), owner.clone());
-        tokio::task::spawn_blocking(move || store.quota_admit(&owner, &admit, &until))
-            .await
-            .map_err(|error| self.config.store.error(error))?
+        let run = move || {
+            let admitted = gate.config.store.quota_admit(&unused.owner, &admit, &until);
+            gate.settle(answer, admitted, unused);
+        };
+        if self.config.store.in_memory() {
+            run();
+        } else {
+            tokio::task::spawn_blocking(run);
+        }
+    }
+
+    /// Sends the store's answer `admitted` for `unused`'s admission to
+    /// whoever waits; when nobody does any more, what was admitted goes back
+    /// at once.
+    fn settle(
+        self: &Arc<Self>,
+        answer: tokio::sync::oneshot::Sender<Result<Admitted, StoreError>>,
+        admitted: Result<Admitted, StoreError>,
+        unused: Lease,
+    ) {
+        match answer.send(admitted) {
+            Ok(()) => {}
+            Err(Ok(Admitted::Granted { .. })) => self.release_unused(unused),
+            // A failed answer from Redis may come after the script ran: its
+            // lease goes (a release of no lease changes nothing).
+            Err(Err(_)) if self.config.store.location().is_redis() => {
+                self.release_unused(unused);
+            }
+            Err(_) => {}
+        }
     }
 
     /// Ends `lease`'s execution, which made `calls` native calls and burned
