@@ -116,7 +116,35 @@ pub(crate) fn with_cache(args: &[&str]) -> Vec<String> {
     if !args.contains(&"--cache-dir") {
         all.extend(["--cache-dir".to_owned(), cache_dir().to_owned()]);
     }
+    if !names_a_store(args) {
+        // Each server's own store file (made only if it keeps something),
+        // never the machine user's default, which every server would share.
+        static STORES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let store = root().join("target/e2e-state").join(format!(
+            "{}-{}/store.redb",
+            std::process::id(),
+            STORES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        all.extend(["--store".to_owned(), store.display().to_string()]);
+    }
     all
+}
+
+/// Whether `args` name a store: `--store`, or a config file with `store =`.
+fn names_a_store(args: &[&str]) -> bool {
+    if args.contains(&"--store") {
+        return true;
+    }
+    let config = args
+        .iter()
+        .position(|a| *a == "--config")
+        .and_then(|at| args.get(at + 1));
+    config
+        .and_then(|path| std::fs::read_to_string(path).ok())
+        .is_some_and(|text| {
+            text.lines()
+                .any(|line| line.trim_start().starts_with("store ="))
+        })
 }
 
 /// Creates `dir` (and its parents) as the server wants a cache folder: writable by
@@ -330,15 +358,15 @@ impl HttpServer {
         for name in otel {
             command.env_remove(name);
         }
-        // The default store (what sessions and state keep without `--store`)
-        // is the test's, not the machine user's.
-        command.env("XDG_STATE_HOME", root().join("target/e2e-state"));
         static SERVERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let audit = root().join("target/e2e-stdout").join(format!(
-            "{}-{}.jsonl",
+        let server = format!(
+            "{}-{}",
             std::process::id(),
             SERVERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        ));
+        );
+        let audit = root()
+            .join("target/e2e-stdout")
+            .join(format!("{server}.jsonl"));
         std::fs::create_dir_all(audit.parent().expect("a parent"))
             .expect("create target/e2e-stdout");
         let stdout = std::fs::File::create(&audit).expect("create the server's stdout file");

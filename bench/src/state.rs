@@ -134,10 +134,8 @@ fn task_costs(folder: &Path) -> [(&'static str, Duration); 2] {
     };
     let memory = TaskStore::Memory(TaskBoard::new(TaskLimits::default()));
     let store = Arc::new(Store::new(StoreLocation::File(folder.join("tasks.redb"))));
-    let stored = match runtime.block_on(StoredTasks::open(store, TaskLimits::default())) {
-        Ok(stored) => TaskStore::Stored(stored),
-        Err(reason) => panic!("cannot open the task store: {reason}"),
-    };
+    let stored = runtime
+        .block_on(async { TaskStore::Stored(StoredTasks::new(store, TaskLimits::default())) });
     [
         ("kept in memory", measure(&memory)),
         ("kept in a file", measure(&stored)),

@@ -28,15 +28,10 @@ pub(crate) async fn task_store(cli: &Cli, store: &Arc<Store>) -> anyhow::Result<
             return Ok(Arc::new(TaskStore::Memory(TaskBoard::new(limits))));
         }
         (None, StoreLocation::File(_)) => {
-            return Ok(Arc::new(
-                match StoredTasks::open(store.clone(), limits).await {
-                    Ok(stored) => TaskStore::Stored(stored),
-                    Err(reason) => {
-                        tracing::warn!(store = %store.location(), reason = %reason, "tasks are kept in memory only: the store cannot be opened, so a restart loses them");
-                        TaskStore::Memory(TaskBoard::new(limits))
-                    }
-                },
-            ));
+            return Ok(Arc::new(TaskStore::Stored(StoredTasks::new(
+                store.clone(),
+                limits,
+            ))));
         }
     };
     let redis = RedisTasks::connect(&url, limits).await?;

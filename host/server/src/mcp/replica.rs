@@ -299,11 +299,14 @@ impl SessionStore for StoredSessions {
         Ok(())
     }
 
-    /// The client ended the session: its record says so until its time, so
-    /// that every replica holding it stops serving it.
+    /// The client ended the session: its record says so, so that every
+    /// replica holding it stops serving it at its next request. The mark
+    /// lasts twice the record's time: a copy an execution kept alive since
+    /// (rmcp's idle time restarts at each message the server sends) still
+    /// finds it.
     async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
         self.store
-            .session_write(session_id, SessionField::Ended, "1", self.ttl)
+            .session_write(session_id, SessionField::Ended, "1", self.ttl * 2)
             .await?;
         Ok(())
     }

@@ -170,7 +170,7 @@ impl Drop for RestoreGuard {
     fn drop(&mut self) {
         drop(self.lock.take());
         let mut restoring = self.restoring.lock().unwrap_or_else(|e| e.into_inner());
-        // Forgotten once nobody waits on it.
+        // Forgotten once nobody waits on it (a waiter holds a clone).
         if restoring
             .get(&self.id)
             .is_some_and(|lock| Arc::strong_count(lock) == 1)
@@ -276,6 +276,12 @@ impl Sessions {
                     None => Access::Allowed,
                 }
             }
+            (Some(record), Some((true, _, handshake))) if record.owner.is_none() => {
+                // Its owner's write failed when it opened: written again.
+                self.write_record(id, &subject.id, handshake.as_deref())
+                    .await;
+                Access::Allowed
+            }
             (Some(_), _) => Access::NotFound,
             (None, Some((true, _, handshake))) if self.held_by_rmcp(id).await => {
                 // The store lost it (a Redis restarted empty): written again.
@@ -375,24 +381,30 @@ impl Sessions {
         }
     }
 
-    /// Waits for any restore of session `id` in progress here, when rmcp does
-    /// not hold it yet: one request restores it, the next finds it held.
+    /// Waits for any restore of session `id` in progress here, or starts
+    /// one when rmcp does not hold the session: one request restores it, the
+    /// next waits until rmcp answered the first (rmcp holds a session before
+    /// its handshake's replay ends).
     pub async fn one_restore_at_a_time(&self, id: &str) -> Option<RestoreGuard> {
-        if self.store.is_none() || self.held_by_rmcp(id).await {
-            return None;
-        }
-        let lock = self
-            .restoring
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(id.to_owned())
-            .or_default()
-            .clone();
-        Some(RestoreGuard {
+        self.store.as_ref()?;
+        let held = self.held_by_rmcp(id).await;
+        let lock = {
+            let mut restoring = self.restoring.lock().unwrap_or_else(|e| e.into_inner());
+            match restoring.get(id) {
+                Some(lock) => lock.clone(),
+                None if held => return None,
+                None => restoring.entry(id.to_owned()).or_default().clone(),
+            }
+        };
+        // Made before the wait, so that a waiter whose request goes away
+        // still lets the entry be forgotten.
+        let mut guard = RestoreGuard {
             id: id.to_owned(),
-            lock: Some(lock.lock_owned().await),
+            lock: None,
             restoring: self.restoring.clone(),
-        })
+        };
+        guard.lock = Some(lock.lock_owned().await);
+        Some(guard)
     }
 
     /// Whether `subject` may open one more session (after forgetting the

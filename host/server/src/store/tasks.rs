@@ -70,14 +70,18 @@ impl TaskStatus {
     }
 }
 
-/// Which process runs a task: its PID and the time it started (so that a PID
-/// used again by another process is not taken for it).
+/// Which process runs a task: its PID, the time it started and the machine's
+/// boot (so that a PID used again by another process, after a reboot too, is
+/// not taken for it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Runner {
     /// The process ID.
     pub pid: u32,
     /// When it started, in the kernel's clock ticks since boot (0 if unknown).
     pub started: u64,
+    /// The first 64 bits of the kernel's boot ID (0 if unknown).
+    #[serde(default)]
+    pub boot: u64,
 }
 
 /// One task as the store keeps it.
@@ -299,7 +303,11 @@ mod tests {
             created_ms: 1,
             updated_ms: 1,
             expires_ms,
-            runner: Runner { pid: 7, started: 9 },
+            runner: Runner {
+                pid: 7,
+                started: 9,
+                boot: 1,
+            },
         }
     }
 

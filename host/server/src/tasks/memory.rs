@@ -256,31 +256,41 @@ impl TaskBoard {
         Some(view)
     }
 
-    /// Task `id`, whoever's it is (for the store that records it).
-    pub(super) fn peek(&self, id: &str) -> Option<TaskView> {
+    /// Task `id` and its subject, whoever's it is (for the store that
+    /// records it).
+    pub(super) fn peek(&self, id: &str) -> Option<(String, TaskView)> {
         let board = self.board();
-        board.entries.get(id).map(|entry| self.view(id, entry))
+        board
+            .entries
+            .get(id)
+            .map(|entry| (entry.subject.clone(), self.view(id, entry)))
     }
 
     /// Ends task `id` with `state`, unless it ended already (a cancelled task
     /// stays cancelled) or is gone. Past [`TaskLimits::max_stored_bytes`] of results, the
     /// oldest ended tasks go.
     pub fn finish(&self, id: &str, state: TaskState) {
+        self.finish_seen(id, state);
+    }
+
+    /// [`TaskBoard::finish`], answering the task's subject and view as it
+    /// ended when this call ended it (taken before the results past the
+    /// bound go, so even one that goes at once is answered).
+    pub(super) fn finish_seen(&self, id: &str, state: TaskState) -> Option<(String, TaskView)> {
         let mut dropped = Vec::new();
-        {
+        let seen = {
             let mut board = self.board();
             let bytes = state.bytes();
-            let Some(entry) = board.entries.get_mut(id) else {
-                return;
-            };
+            let entry = board.entries.get_mut(id)?;
             if !entry.runs() {
-                return;
+                return None;
             }
             entry.state = state;
             entry.question = None;
             entry.updated = SystemTime::now();
             entry.ended = Some(Instant::now());
             entry.abort = None;
+            let seen = (entry.subject.clone(), self.view(id, entry));
             board.running -= 1;
             board.stored += bytes;
             while board.stored > self.limits.max_stored_bytes {
@@ -291,31 +301,41 @@ impl TaskBoard {
             }
             let Board { entries, order, .. } = &mut *board;
             order.retain(|id| entries.contains_key(id));
-        }
+            seen
+        };
         drop(dropped);
+        Some(seen)
     }
 
     /// Cancels task `id` of `subject`: a working one is `Cancelled` at once and
     /// its execution stopped (a native call in flight is abandoned as at a
     /// deadline); an ended one stays as it is. `false` when it is not found.
     pub fn cancel(&self, subject: &str, id: &str) -> bool {
+        self.cancel_seen(subject, id).0
+    }
+
+    /// [`TaskBoard::cancel`], answering also the task's view when this call
+    /// cancelled it.
+    pub(super) fn cancel_seen(&self, subject: &str, id: &str) -> (bool, Option<TaskView>) {
         let mut board = self.board();
         let mut dropped = Vec::new();
         self.expire(&mut board, &mut dropped);
         let Some(entry) = board.entries.get_mut(id).filter(|e| e.subject == subject) else {
-            return false;
+            return (false, None);
         };
-        if entry.runs() {
-            entry.state = TaskState::Cancelled;
-            entry.updated = SystemTime::now();
-            entry.ended = Some(Instant::now());
-            entry.question = None;
-            if let Some(abort) = entry.abort.take() {
-                abort.abort();
-            }
-            board.running -= 1;
+        if !entry.runs() {
+            return (true, None);
         }
-        true
+        entry.state = TaskState::Cancelled;
+        entry.updated = SystemTime::now();
+        entry.ended = Some(Instant::now());
+        entry.question = None;
+        if let Some(abort) = entry.abort.take() {
+            abort.abort();
+        }
+        let view = self.view(id, entry);
+        board.running -= 1;
+        (true, Some(view))
     }
 
     /// Task `id` waits for the answer to `key`, showing `requests`; its time
@@ -388,8 +408,9 @@ impl TaskBoard {
         self.cancel_running().len()
     }
 
-    /// [`TaskBoard::cancel_all`], answering the IDs of the tasks it stopped.
-    pub fn cancel_running(&self) -> Vec<String> {
+    /// [`TaskBoard::cancel_all`], answering the subject and view of each task
+    /// it stopped.
+    pub(super) fn cancel_running(&self) -> Vec<(String, TaskView)> {
         let mut board = self.board();
         let mut cancelled = Vec::new();
         for (id, entry) in board.entries.iter_mut() {
@@ -401,11 +422,17 @@ impl TaskBoard {
                 if let Some(abort) = entry.abort.take() {
                     abort.abort();
                 }
-                cancelled.push(id.clone());
+                cancelled.push((entry.subject.clone(), id.clone()));
             }
         }
         board.running -= cancelled.len();
         cancelled
+            .into_iter()
+            .filter_map(|(subject, id)| {
+                let view = board.entries.get(&id).map(|entry| self.view(&id, entry))?;
+                Some((subject, view))
+            })
+            .collect()
     }
 
     /// Claims `token` for `subject` for `ttl`: `true` the first time, `false`

@@ -29,8 +29,13 @@ pub struct StoredTasks {
     store: Arc<Store>,
     /// This process, as the records name it.
     runner: Runner,
-    /// The store's own name: where the claims are kept.
-    store_id: String,
+    /// The store's own name: where the claims are kept (read at its first
+    /// use, so that a server that never asks opens no file for it).
+    store_id: std::sync::OnceLock<String>,
+    /// This process's own name, for when the store cannot say its own: a
+    /// state sealed then opens in this process only (and its claim fails
+    /// with the store anyway).
+    fallback_id: String,
     /// The one writer of records, in the order they were made.
     writes: mpsc::UnboundedSender<Write>,
 }
@@ -45,39 +50,57 @@ impl std::fmt::Debug for StoredTasks {
 
 /// What the writer does next.
 enum Write {
-    /// Ends task `id`'s record with `status` at `updated_ms`, to be kept
-    /// until `expires_ms`, unless it ended already.
-    End {
+    /// Writes task `id`'s record, unless the one kept ended already; tells
+    /// `done` how it went.
+    Put {
         id: String,
-        status: TaskStatus,
-        updated_ms: u64,
-        expires_ms: u64,
+        record: TaskRecord,
+        done: Option<oneshot::Sender<Result<(), String>>>,
     },
     /// Tells when every write before it is done.
     Flush(oneshot::Sender<()>),
 }
 
+/// A task made on the board whose creation has not returned: dropped before
+/// [`Made::keep`] (its request went away while the record was written), the
+/// task ends cancelled, so its slot is not held for ever.
+struct Made<'a> {
+    tasks: &'a StoredTasks,
+    id: String,
+    kept: bool,
+}
+
+impl Made<'_> {
+    fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for Made<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.tasks.finish(&self.id, TaskState::Cancelled);
+        }
+    }
+}
+
 impl StoredTasks {
     /// The board of `limits`, its tasks and claims kept in `store` (opened
-    /// here, on a blocking thread).
-    ///
-    /// # Errors
-    ///
-    /// The store cannot be opened, or has no name and cannot be given one.
-    pub async fn open(store: Arc<Store>, limits: TaskLimits) -> Result<Self, String> {
-        let opened = store.clone();
-        let store_id = tokio::task::spawn_blocking(move || opened.store_id())
-            .await
-            .map_err(|error| error.to_string())??;
+    /// at its first use, as every use of the store is). Starts the writer of
+    /// records on this runtime.
+    pub fn new(store: Arc<Store>, limits: TaskLimits) -> Self {
         let (writes, queue) = mpsc::unbounded_channel();
         tokio::spawn(write_in_order(store.clone(), queue));
-        Ok(Self {
-            board: TaskBoard::new(limits),
+        let board = TaskBoard::new(limits);
+        let fallback_id = board.id().to_owned();
+        Self {
+            board,
             store,
             runner: this_process(),
-            store_id,
+            store_id: std::sync::OnceLock::new(),
+            fallback_id,
             writes,
-        })
+        }
     }
 
     /// What the board allows.
@@ -85,41 +108,49 @@ impl StoredTasks {
         self.board.limits()
     }
 
-    /// The store's own name, which approvals whose claims are kept here name.
+    /// The store's own name, which approvals whose claims are kept here name
+    /// (read, or made, at the first call: a short wait on the file).
     pub fn id(&self) -> &str {
-        &self.store_id
+        if let Some(id) = self.store_id.get() {
+            return id;
+        }
+        match self.store.store_id() {
+            Ok(id) => self.store_id.get_or_init(|| id),
+            Err(reason) => {
+                tracing::warn!(reason = %reason, "the store cannot say its name: approvals sealed now open in this process only");
+                &self.fallback_id
+            }
+        }
     }
 
     /// A new working task of `subject`, recorded in the store before it runs
-    /// (a record that cannot be written is logged: the task runs, and is lost
-    /// to a restart).
+    /// (by the one writer, after every record queued before it; a record that
+    /// cannot be written is logged: the task runs, and a restart loses it).
     ///
     /// # Errors
     ///
     /// [`TaskRefused`]: as [`TaskBoard::create`].
     pub async fn create(&self, subject: &str) -> Result<TaskView, TaskRefused> {
         let view = self.board.create(subject)?;
-        let created_ms = millis_since_epoch(view.created);
-        let record = TaskRecord {
-            subject: subject.to_owned(),
-            status: TaskStatus::Working,
-            created_ms,
-            updated_ms: created_ms,
-            expires_ms: created_ms.saturating_add(millis(view.ttl)),
-            runner: self.runner,
+        let made = Made {
+            tasks: self,
+            id: view.id.clone(),
+            kept: false,
         };
-        let (store, id) = (self.store.clone(), view.id.clone());
-        let written =
-            tokio::task::spawn_blocking(move || store.task_write(&id, |_| Some(record))).await;
-        match written {
+        let (done, written) = oneshot::channel();
+        self.put(subject, &view, Some(done));
+        match written.await {
             Ok(Ok(())) => {}
             Ok(Err(reason)) => {
-                tracing::warn!(reason = %reason, "a task could not be recorded in the store: it runs, and a restart loses it")
+                tracing::warn!(reason = %reason, "a task could not be recorded in the store: it runs, and a restart loses it");
             }
-            Err(error) => {
-                tracing::warn!(reason = %error, "a task could not be recorded in the store: it runs, and a restart loses it")
+            Err(_) => {
+                tracing::warn!(
+                    "a task could not be recorded in the store (its writer ended): it runs, and a restart loses it"
+                );
             }
         }
+        made.keep();
         Ok(view)
     }
 
@@ -160,42 +191,40 @@ impl StoredTasks {
         }))
     }
 
-    /// Ends task `id`, which runs here, with `state`; its record follows.
+    /// Ends task `id`, which runs here, with `state`; when that ended it, its
+    /// record follows (written behind, in order).
     pub fn finish(&self, id: &str, state: TaskState) {
-        let status = match &state {
-            TaskState::Completed(text) => TaskStatus::Completed(text.to_string()),
-            TaskState::Failed(text) => TaskStatus::Failed(text.to_string()),
-            TaskState::Cancelled | TaskState::Lost => TaskStatus::Cancelled,
-            TaskState::Working | TaskState::InputRequired(_) => return,
-        };
-        self.board.finish(id, state);
-        self.record_end(id, status);
+        if let Some((subject, view)) = self.board.finish_seen(id, state) {
+            self.put(&subject, &view, None);
+        }
     }
 
-    /// Cancels task `id` of `subject`: one running here stops; one whose
-    /// process is gone stays as it is. `false` when not found.
+    /// Cancels task `id` of `subject`: one running here stops (its record
+    /// follows); one whose process is gone stays as it is. `false` when not
+    /// found.
     ///
     /// # Errors
     ///
     /// [`Unavailable`] when the store does not answer.
     pub async fn cancel(&self, subject: &str, id: &str) -> Result<bool, Unavailable> {
-        if self.board.cancel(subject, id) {
-            if self
-                .board
-                .get(subject, id)
-                .is_some_and(|view| view.state == TaskState::Cancelled)
-            {
-                self.record_end(id, TaskStatus::Cancelled);
-            }
+        let (found, cancelled) = self.board.cancel_seen(subject, id);
+        if let Some(view) = cancelled {
+            self.put(subject, &view, None);
+        }
+        if found {
             return Ok(true);
         }
         Ok(self.orphan(subject, id).await?.is_some())
     }
 
-    /// As [`TaskBoard::ask`]: a task waits for input only while its process
-    /// runs.
+    /// As [`TaskBoard::ask`] (a task waits for input only while its process
+    /// runs); its record is kept as long as the wait may make it last.
     pub fn ask(&self, id: &str, key: &str, requests: Arc<str>, extend: Duration) -> Answer {
-        self.board.ask(id, key, requests, extend)
+        let answer = self.board.ask(id, key, requests, extend);
+        if let Some((subject, view)) = self.board.peek(id) {
+            self.put(&subject, &view, None);
+        }
+        answer
     }
 
     /// As [`TaskBoard::answer`]; a task whose process is gone is found, and
@@ -250,8 +279,8 @@ impl StoredTasks {
     /// `Cancelled`, in the store too (waited for, at most [`FLUSH_TIMEOUT`]).
     pub async fn cancel_all(&self) -> usize {
         let cancelled = self.board.cancel_running();
-        for id in &cancelled {
-            self.record_end(id, TaskStatus::Cancelled);
+        for (subject, view) in &cancelled {
+            self.put(subject, view, None);
         }
         let (done, flushed) = oneshot::channel();
         if self.writes.send(Write::Flush(done)).is_ok() {
@@ -260,18 +289,32 @@ impl StoredTasks {
         cancelled.len()
     }
 
-    /// Queues the end of task `id`'s record, as the board has it (when it
-    /// changed and until when it is kept).
-    fn record_end(&self, id: &str, status: TaskStatus) {
-        let Some(view) = self.board.peek(id) else {
-            return;
-        };
+    /// Queues the record of `subject`'s task `view`, as the board has it.
+    fn put(
+        &self,
+        subject: &str,
+        view: &TaskView,
+        done: Option<oneshot::Sender<Result<(), String>>>,
+    ) {
         let created_ms = millis_since_epoch(view.created);
-        let _ = self.writes.send(Write::End {
-            id: id.to_owned(),
+        let status = match &view.state {
+            TaskState::Working | TaskState::InputRequired(_) => TaskStatus::Working,
+            TaskState::Completed(text) => TaskStatus::Completed(text.to_string()),
+            TaskState::Failed(text) => TaskStatus::Failed(text.to_string()),
+            TaskState::Cancelled | TaskState::Lost => TaskStatus::Cancelled,
+        };
+        let record = TaskRecord {
+            subject: subject.to_owned(),
             status,
+            created_ms,
             updated_ms: millis_since_epoch(view.updated),
             expires_ms: created_ms.saturating_add(millis(view.ttl)),
+            runner: self.runner,
+        };
+        let _ = self.writes.send(Write::Put {
+            id: view.id.clone(),
+            record,
+            done,
         });
     }
 }
@@ -280,37 +323,26 @@ impl StoredTasks {
 /// sender is gone.
 async fn write_in_order(store: Arc<Store>, mut queue: mpsc::UnboundedReceiver<Write>) {
     while let Some(write) = queue.recv().await {
-        let (id, status, updated_ms, expires_ms) = match write {
-            Write::End {
-                id,
-                status,
-                updated_ms,
-                expires_ms,
-            } => (id, status, updated_ms, expires_ms),
+        let (id, record, done) = match write {
+            Write::Put { id, record, done } => (id, record, done),
             Write::Flush(done) => {
                 let _ = done.send(());
                 continue;
             }
         };
         let store = store.clone();
-        let written = tokio::task::spawn_blocking(move || {
-            store.task_write(&id, |current| {
-                current.map(|record| TaskRecord {
-                    status,
-                    updated_ms,
-                    expires_ms,
-                    ..record
-                })
-            })
-        })
-        .await;
-        match written {
-            Ok(Ok(())) => {}
-            Ok(Err(reason)) => {
-                tracing::warn!(reason = %reason, "a task's end could not be recorded in the store: a restart reads it as lost")
+        let written = tokio::task::spawn_blocking(move || store.task_write(&id, |_| Some(record)))
+            .await
+            .map_err(|error| error.to_string())
+            .and_then(|written| written);
+        match done {
+            Some(done) => {
+                let _ = done.send(written);
             }
-            Err(error) => {
-                tracing::warn!(reason = %error, "a task's end could not be recorded in the store: a restart reads it as lost")
+            None => {
+                if let Err(reason) = written {
+                    tracing::warn!(reason = %reason, "a task's record could not be written to the store: a restart may read it as lost");
+                }
             }
         }
     }
@@ -335,19 +367,21 @@ fn view_of(id: &str, record: &TaskRecord) -> TaskView {
     }
 }
 
-/// This process: its PID and start time.
+/// This process: its PID, start time and the machine's boot.
 fn this_process() -> Runner {
     let pid = std::process::id();
     Runner {
         pid,
         started: started(pid).unwrap_or(0),
+        boot: boot(),
     }
 }
 
-/// Whether the process `runner` names still runs (its PID is there, started
-/// when it did).
+/// Whether the process `runner` names still runs: this boot, its PID there,
+/// started when it did. Processes in another PID namespace (another
+/// container) cannot be seen: servers sharing a file share the machine's.
 fn alive(runner: Runner) -> bool {
-    started(runner.pid).is_some_and(|started| started == runner.started)
+    runner.boot == boot() && started(runner.pid).is_some_and(|started| started == runner.started)
 }
 
 /// When process `pid` started, in clock ticks since boot (`/proc/PID/stat`'s
@@ -358,6 +392,21 @@ fn started(pid: u32) -> Option<u64> {
     // the fields after its last `)` are plain.
     let (_, rest) = stat.rsplit_once(')')?;
     rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The first 64 bits of the kernel's boot ID, new at each boot (0 if none).
+fn boot() -> u64 {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .and_then(|id| {
+            let digits: String = id
+                .chars()
+                .filter(char::is_ascii_hexdigit)
+                .take(16)
+                .collect();
+            u64::from_str_radix(&digits, 16).ok()
+        })
+        .unwrap_or(0)
 }
 
 fn millis(duration: Duration) -> u64 {
@@ -378,13 +427,18 @@ mod tests {
         let me = this_process();
         assert_ne!(me.started, 0);
         assert!(alive(me));
+        assert_ne!(me.boot, 0);
         assert!(!alive(Runner {
             started: me.started + 1,
             ..me
         }));
         assert!(!alive(Runner {
+            boot: me.boot + 1,
+            ..me
+        }));
+        assert!(!alive(Runner {
             pid: u32::MAX,
-            started: 1
+            ..me
         }));
     }
 
@@ -394,12 +448,11 @@ mod tests {
     #[tokio::test]
     async fn the_tasks_of_a_process_that_is_gone_read_from_the_store() {
         let store = Arc::new(Store::new(StoreLocation::Memory));
-        let tasks = StoredTasks::open(store.clone(), TaskLimits::default())
-            .await
-            .expect("open");
+        let tasks = StoredTasks::new(store.clone(), TaskLimits::default());
         let gone = Runner {
             pid: u32::MAX,
             started: 1,
+            boot: boot(),
         };
         let later = now_ms() + 60_000;
         let write = |id: &str, status: TaskStatus, runner: Runner| {
@@ -451,6 +504,7 @@ mod tests {
         Runner {
             pid: ppid,
             started: started(ppid).unwrap_or(0),
+            boot: boot(),
         }
     }
 }
