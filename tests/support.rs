@@ -130,20 +130,32 @@ pub(crate) fn with_cache(args: &[&str]) -> Vec<String> {
     all
 }
 
-/// Whether `args` name a store: `--store`, or a config file with `store =`.
+/// Whether `args` name a store: `--store`, or a config file with a `store`
+/// key.
 fn names_a_store(args: &[&str]) -> bool {
-    if args.contains(&"--store") {
+    if args
+        .iter()
+        .any(|a| *a == "--store" || a.starts_with("--store="))
+    {
         return true;
     }
     let config = args
         .iter()
-        .position(|a| *a == "--config")
-        .and_then(|at| args.get(at + 1));
+        .enumerate()
+        .find_map(|(at, a)| match a.strip_prefix("--config=") {
+            Some(path) => Some(path),
+            None => (*a == "--config")
+                .then(|| args.get(at + 1).copied())
+                .flatten(),
+        });
     config
         .and_then(|path| std::fs::read_to_string(path).ok())
         .is_some_and(|text| {
-            text.lines()
-                .any(|line| line.trim_start().starts_with("store ="))
+            text.lines().any(|line| {
+                line.trim_start()
+                    .strip_prefix("store")
+                    .is_some_and(|rest| rest.trim_start().starts_with('='))
+            })
         })
 }
 

@@ -32,9 +32,9 @@ pub struct StoredTasks {
     /// The store's own name: where the claims are kept (read at its first
     /// use, so that a server that never asks opens no file for it).
     store_id: std::sync::OnceLock<String>,
-    /// This process's own name, for when the store cannot say its own: a
-    /// state sealed then opens in this process only (and its claim fails
-    /// with the store anyway).
+    /// This process's board's name, for when the store cannot say its own:
+    /// the board then keeps the claims, and a state opens in this process
+    /// only.
     fallback_id: String,
     /// The one writer of records, in the order they were made.
     writes: mpsc::UnboundedSender<Write>,
@@ -108,19 +108,25 @@ impl StoredTasks {
         self.board.limits()
     }
 
-    /// The store's own name, which approvals whose claims are kept here name
-    /// (read, or made, at the first call: a short wait on the file).
+    /// The store's own name, which approvals whose claims are kept here name:
+    /// read (or made) at the first call, a short wait on the file, and kept,
+    /// whatever it was, for the life of the process (a state sealed under one
+    /// name must open under the same). When the store cannot say its name,
+    /// this process's board's, and the board keeps the claims.
     pub fn id(&self) -> &str {
-        if let Some(id) = self.store_id.get() {
-            return id;
-        }
-        match self.store.store_id() {
-            Ok(id) => self.store_id.get_or_init(|| id),
+        self.store_id.get_or_init(|| match self.store.store_id() {
+            Ok(id) => id,
             Err(reason) => {
-                tracing::warn!(reason = %reason, "the store cannot say its name: approvals sealed now open in this process only");
-                &self.fallback_id
+                tracing::warn!(reason = %reason, "the store cannot be used for tasks' and approvals' records: they are kept in this process's memory");
+                self.fallback_id.clone()
             }
-        }
+        })
+    }
+
+    /// Whether the store could not be used at its first use: the board
+    /// alone keeps the tasks and the claims.
+    fn in_memory_only(&self) -> bool {
+        self.id() == self.fallback_id
     }
 
     /// A new working task of `subject`, recorded in the store before it runs
@@ -178,6 +184,9 @@ impl StoredTasks {
     /// Task `id`'s record, when it is `subject`'s and the process that ran it
     /// is gone.
     async fn orphan(&self, subject: &str, id: &str) -> Result<Option<TaskRecord>, Unavailable> {
+        if self.in_memory_only() {
+            return Ok(None);
+        }
         let (store, key) = (self.store.clone(), id.to_owned());
         let loaded = tokio::task::spawn_blocking(move || store.task_load(&key))
             .await
@@ -262,6 +271,9 @@ impl StoredTasks {
         token: &str,
         ttl: Duration,
     ) -> Result<bool, Unavailable> {
+        if self.in_memory_only() {
+            return Ok(self.board.claim(subject, token, ttl));
+        }
         let store = self.store.clone();
         let (subject, token) = (subject.to_owned(), token.to_owned());
         tokio::task::spawn_blocking(move || {
@@ -491,6 +503,31 @@ mod tests {
         );
         assert!(tasks.claim("alice", "t", Duration::from_secs(60)).await == Ok(true));
         assert!(tasks.claim("alice", "t", Duration::from_secs(60)).await == Ok(false));
+    }
+
+    /// A store that cannot be used (its folder cannot be made): the board
+    /// keeps the tasks and the claims, an unknown task is not found, and the
+    /// name given to approvals stays the board's for the process's life.
+    #[tokio::test]
+    async fn a_store_that_cannot_be_used_leaves_the_board_in_charge() {
+        let store = Arc::new(Store::new(StoreLocation::File(
+            "/proc/no-such-folder/store.redb".into(),
+        )));
+        let tasks = StoredTasks::new(store, TaskLimits::default());
+        assert_eq!(tasks.id(), tasks.board.id());
+        let ttl = Duration::from_secs(60);
+        assert_eq!(tasks.claim("alice", "t", ttl).await, Ok(true));
+        assert_eq!(tasks.claim("alice", "t", ttl).await, Ok(false));
+        assert_eq!(tasks.get("alice", &"0".repeat(32)).await, Ok(None));
+        let made = tasks.create("alice").await.expect("a task");
+        assert_eq!(
+            tasks
+                .get("alice", &made.id)
+                .await
+                .map(|v| v.map(|v| v.state)),
+            Ok(Some(TaskState::Working))
+        );
+        assert_eq!(tasks.id(), tasks.board.id());
     }
 
     /// Another process that runs: the parent of this test process.
