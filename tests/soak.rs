@@ -80,7 +80,7 @@ enum Expect {
     Error(String),
     /// One of these error texts, within the budget plus [`SLACK`] (a crashing
     /// upstream's call fails as unavailable; while it restarts, its names are not
-    /// in the catalog).
+    /// in the catalog; a call queued at a slow upstream may reach the budget).
     Errors(Vec<String>),
     /// No answer: the client sends the program and hangs up after
     /// [`VANISH_AFTER`]; the server must free the slot.
@@ -206,11 +206,19 @@ fn mix() -> Vec<Case> {
             "def main():\n    return rogue.echo(text=\"x\")[\"text\"]",
             Expect::Value(json!("x")),
         ),
-        hostile(
-            "oversized upstream result",
-            "def main():\n    return rogue.huge()",
-            "capability failed: upstream rogue sent a result over 16 MiB",
-        ),
+        Case {
+            name: "oversized upstream result",
+            source: "def main():\n    return rogue.huge()",
+            // `rogue` is one Python process answering in turn: a call queued
+            // behind other clients' 17 MiB answers on two busy CPUs can reach
+            // the time budget before its own answer is read (seen in CI once);
+            // no other budget may stop it.
+            expect: Expect::Errors(vec![
+                "capability failed: upstream rogue sent a result over 16 MiB".to_owned(),
+                format!("{RESOURCE_LIMIT} (--max-execution-time)"),
+            ]),
+            weight: 1,
+        },
         Case {
             name: "crashing upstream",
             source: "def main():\n    return crashy.crash()",
@@ -394,15 +402,21 @@ fn execute_body(source: &str) -> String {
     .to_string()
 }
 
-/// The program's answer in a `tools/call` response: its result, or its error text.
+/// The error text of a budget that ran out.
+const RESOURCE_LIMIT: &str = "resource limit exceeded";
+
+/// The program's answer in a `tools/call` response: its result, or its error
+/// text (for a budget that ran out, followed by its flag in parentheses).
 fn answer(response: &str) -> Result<Value, String> {
     let message: Value = serde_json::from_str(response)
         .map_err(|e| format!("response is not JSON ({e}): {response}"))?;
     let result = &message["result"];
     if result["isError"] == json!(true) {
-        match result["content"][0]["text"].as_str() {
-            Some(text) => Err(text.to_owned()),
-            None => Err(format!("error without a text: {response}")),
+        let limit = result["_meta"]["codemode/stats"]["limit"].as_str();
+        match (result["content"][0]["text"].as_str(), limit) {
+            (Some(RESOURCE_LIMIT), Some(flag)) => Err(format!("{RESOURCE_LIMIT} ({flag})")),
+            (Some(text), _) => Err(text.to_owned()),
+            (None, _) => Err(format!("error without a text: {response}")),
         }
     } else {
         match result["structuredContent"].get("result") {
@@ -410,6 +424,16 @@ fn answer(response: &str) -> Result<Value, String> {
             None => Err(format!("result without structuredContent: {response}")),
         }
     }
+}
+
+/// Whether the error text `got` is `want`: exactly, or, for a budget that ran
+/// out, `want` without the budget's flag or setting (any budget will do).
+fn is(want: &str, got: &str) -> bool {
+    got == want
+        || (want == RESOURCE_LIMIT
+            && got
+                .strip_prefix(RESOURCE_LIMIT)
+                .is_some_and(|flag| flag.starts_with(" (") && flag.ends_with(')')))
 }
 
 /// Checks one answer against its case; returns what was wrong, if anything.
@@ -429,10 +453,10 @@ fn check(
             Some(_) | None => Some(format!("{value} is none of {allowed:?}")),
         },
         (Expect::OneOf(_), Err(text)) => Some(format!("got the error {text:?}")),
-        (Expect::Error(want), Err(text)) if text == want => {
+        (Expect::Error(want), Err(text)) if is(want, text) => {
             (took > BUDGET + SLACK).then(|| format!("answered after {took:?}"))
         }
-        (Expect::Errors(wanted), Err(text)) if wanted.contains(text) => {
+        (Expect::Errors(wanted), Err(text)) if wanted.iter().any(|want| is(want, text)) => {
             (took > BUDGET + SLACK).then(|| format!("answered after {took:?}"))
         }
         (Expect::Value(_) | Expect::Error(_) | Expect::Errors(_) | Expect::Vanish, got) => {
