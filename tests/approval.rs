@@ -755,6 +755,52 @@ fn a_state_write_approved_by_replay_is_made_once() {
     );
 }
 
+/// A call under a quota on its capability's calls is counted when it runs:
+/// a round that replays it from the record counts it no more (issue 53).
+#[test]
+fn a_call_under_a_capability_quota_is_counted_once_across_an_approvals_replay() {
+    crate::quota::early_in_a_minute_and_day(std::time::Duration::ZERO);
+    let setup = Setup::new(
+        "quota-replay",
+        "store = \"store.redb\"\n\n[[quota]]\ncapability = \"state.get\"\ncalls-per-day = 2\n",
+    );
+    let source = "def main():\n    state.get(key=\"n\")\n    double.note(text=\"x\")\n    return state.get(key=\"n\")[\"found\"]";
+    let out = setup.execute_in(
+        "2026-07-28",
+        &[],
+        Some(json!([accept(true, false)])),
+        source,
+    );
+    assert_eq!(
+        out["results"][0]["structured"],
+        json!({"result": false}),
+        "{out}"
+    );
+    assert_eq!(
+        setup.decisions(),
+        [
+            "state.get allow",
+            "double.note awaiting answer",
+            "state.get replayed",
+            "double.note approved",
+            "state.get allow",
+        ]
+    );
+    // The day's two ran: a third is refused.
+    let out = setup.execute_in(
+        "2026-07-28",
+        &[],
+        None,
+        "def main():\n    return state.get(key=\"n\")",
+    );
+    let step = &out["results"][0];
+    assert_eq!(step["text"][0], "resource limit exceeded", "{out}");
+    assert_eq!(
+        step["meta"]["codemode/stats"]["quota"]["name"], "calls-per-day",
+        "{out}"
+    );
+}
+
 /// A plugin's instance that waited while a human took longer than the
 /// execution's time left keeps running: the deadline its sandbox checks moved
 /// with the wait.

@@ -131,7 +131,7 @@ fn a_subject_past_its_daily_calls_is_refused_naming_the_quota_and_a_sigkill_keep
     let store = store.to_str().expect("utf-8 path");
     let config = config(
         &dir,
-        "[[quota]]\nnative-calls-per-day = 3\n\n[[quota]]\nsubject = \"bob\"\nnative-calls-per-day = 100\n\n[[quota]]\nsubject = \"carol\"\nnative-calls-per-day = 1\n",
+        "[[quota]]\nnative-calls-per-day = 3\n\n[[quota]]\nsubject = \"bob\"\nnative-calls-per-day = 100\n\n[[quota]]\nsubject = \"carol\"\nnative-calls-per-day = 1\n\n[[quota]]\nsubject = \"dave\"\nnative-calls-per-day = 100\n\n[[quota]]\ncapability = \"state.get\"\nsubject = \"dave\"\ncalls-per-day = 2\n",
     );
     let plugins = example_plugins();
     let server = replica("quota-calls", &plugins, store, &config, &[]);
@@ -169,6 +169,8 @@ fn a_subject_past_its_daily_calls_is_refused_naming_the_quota_and_a_sigkill_keep
         step["meta"]["codemode/error"]["capability"], "state.get",
         "{out}"
     );
+    // dave may read the state twice a day.
+    assert_eq!(refusal(&call(&server, 3, TWO_CALLS)), None);
     // Killed without a goodbye: the counts are on disk.
     server.signal("KILL");
     let _ = server.wait();
@@ -181,6 +183,15 @@ fn a_subject_past_its_daily_calls_is_refused_naming_the_quota_and_a_sigkill_keep
     );
     // bob's own quota is larger.
     assert_eq!(refusal(&call(&again, 1, TWO_CALLS)), None);
+    let third = call(&again, 3, ONE_CALL);
+    assert_eq!(
+        refusal(&third).map(|(quota, _)| quota).as_deref(),
+        Some("calls-per-day")
+    );
+    assert_eq!(
+        third["_meta"]["codemode/stats"]["quota"]["capability"], "state.get",
+        "{third}"
+    );
     let token = format!("Bearer {}", SUBJECTS[1].1);
     let metrics = crate::support::raw_request(
         again.port,
@@ -396,6 +407,144 @@ fn replicas_share_quotas_through_redis_and_the_last_unit_goes_to_exactly_one() {
     assert_eq!(refusal(&call(&one, 2, trivial)), None);
 }
 
+/// Slugifies twice: two calls of `text.slugify`.
+const TWO_SLUGS: &str =
+    "def main():\n    text.slugify(text='A B')\n    return text.slugify(text='C D')['slug']";
+
+#[test]
+fn a_capabilitys_calls_are_counted_across_replicas_and_the_last_one_goes_to_exactly_one() {
+    let redis = std::cell::RefCell::new(RedisServer::start("quota-calls"));
+    let url = redis.borrow().url();
+    let dir = folder("capability");
+    let plugins = plugin_folder("quota-capability", &[example_plugins().join("text.wasm")]);
+    // alice: three slugs a day; bob: his own hundred; dave: one, contested.
+    let config = config(
+        &dir,
+        "[[quota]]\ncapability = \"text.slugify\"\ncalls-per-day = 3\n\n[[quota]]\ncapability = \"text.slugify\"\nsubject = \"bob\"\ncalls-per-day = 100\n\n[[quota]]\ncapability = \"text.slugify\"\nsubject = \"dave\"\ncalls-per-day = 1\n",
+    );
+    let one = replica("quota-capability", &plugins, &url, &config, &[]);
+    let two = replica(
+        "quota-capability",
+        &plugins,
+        &url,
+        &config,
+        &["--quota-fail-open"],
+    );
+    let (_, day) = early_in_a_minute_and_day(Duration::ZERO);
+    // alice, through the Python SDK: two slugs through one, then one more
+    // through two; the fourth is refused where the program calls it.
+    let bearer = json!({ "Authorization": format!("Bearer {}", SUBJECTS[0].1) });
+    let out = drive_http(
+        &one.url(),
+        bearer.clone(),
+        "legacy",
+        json!([execute(TWO_SLUGS)]),
+    );
+    assert_eq!(
+        out["results"][0]["structured"],
+        json!({"result": "c-d"}),
+        "{out}"
+    );
+    let out = drive_http(&two.url(), bearer, "legacy", json!([execute(TWO_SLUGS)]));
+    let step = &out["results"][0];
+    let (quota, resets) = step_refusal(step).expect("the fourth slug refused");
+    assert_eq!(quota, "calls-per-day");
+    assert!((1..=86_400).contains(&resets), "{resets}");
+    let stats = &step["meta"]["codemode/stats"];
+    assert_eq!(stats["quota"]["capability"], "text.slugify", "{out}");
+    assert_eq!(stats["native_calls"], 2, "{out}");
+    assert_eq!(
+        step["meta"]["codemode/error"]["capability"], "text.slugify",
+        "{out}"
+    );
+    assert_eq!(step["meta"]["codemode/error"]["line"], 3, "{out}");
+    // Her other capabilities are not counted, and neither are others' calls.
+    let words = "def main():\n    return text.word_counts(text='a a')['counts']['a']";
+    assert_eq!(
+        call(&one, 0, words)["structuredContent"],
+        json!({"result": 2})
+    );
+    for _ in 0..2 {
+        assert_eq!(refusal(&call(&two, 1, TWO_SLUGS)), None);
+    }
+    // dave's one slug of the day, contested by eight executions at once on
+    // both replicas: exactly one gets it.
+    let ports = [one.port, two.port];
+    let slug = "def main():\n    return text.slugify(text='A B')['slug']";
+    let results: Vec<Value> = std::thread::scope(|scope| {
+        let racers: Vec<_> = (0..8)
+            .map(|i| scope.spawn(move || call_at(ports[i % 2], 3, slug)))
+            .collect();
+        racers
+            .into_iter()
+            .map(|racer| racer.join().expect("a racer"))
+            .collect()
+    });
+    let won: Vec<&Value> = results.iter().filter(|r| refusal(r).is_none()).collect();
+    assert_eq!(won.len(), 1, "{results:?}");
+    assert_eq!(won[0]["structuredContent"], json!({"result": "a-b"}));
+    for result in results.iter().filter(|r| refusal(r).is_some()) {
+        assert_eq!(
+            refusal(result).map(|(quota, _)| quota).as_deref(),
+            Some("calls-per-day")
+        );
+    }
+    // Each refusal counted where it happened (alice's and seven of dave's),
+    // and written to the audit log naming the quota and the capability.
+    let refusals = |server: &HttpServer| -> u64 {
+        let token = format!("Bearer {}", SUBJECTS[1].1);
+        let metrics = crate::support::raw_request(
+            server.port,
+            "GET",
+            "/metrics",
+            &[("Authorization", &token)],
+            "",
+        )
+        .body;
+        metrics
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix("codemode_quota_refusals_total{quota=\"calls-per-day\"} ")
+            })
+            .map_or(0, |count| count.parse().expect("a count"))
+    };
+    assert_eq!(refusals(&one) + refusals(&two), 8);
+    wait_for_audit(&two, "\"quota\":\"calls-per-day\"", 1);
+    let audit = two.audit();
+    let line: Value = audit
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|line| line["subject"] == "alice" && line["quota"] == "calls-per-day")
+        .expect("alice's refusal in the audit log");
+    assert_eq!(line["capability"], "text.slugify");
+    assert_eq!(line["decision"], "allow");
+    assert_eq!(line["outcome"], "resource limit exceeded");
+    // Redis away: the call fails closed on one, runs on two
+    // (`--quota-fail-open`); back, it is counted again.
+    redis.borrow_mut().kill();
+    let closed = call(&one, 1, TWO_SLUGS);
+    assert_eq!(closed["content"][0]["text"], "internal failure", "{closed}");
+    assert_eq!(
+        closed["_meta"]["codemode/error"]["capability"], "text.slugify",
+        "{closed}"
+    );
+    assert_eq!(refusal(&call(&two, 0, TWO_SLUGS)), None);
+    assert!(
+        one.log()
+            .contains("a call's quotas cannot be checked: the store did not answer"),
+        "{}",
+        one.log()
+    );
+    redis.borrow_mut().restart();
+    assert_eq!(
+        refusal(&call(&one, 0, slug))
+            .map(|(quota, _)| quota)
+            .as_deref(),
+        Some("calls-per-day")
+    );
+    assert_eq!(minute_and_day().1, day, "the day ended during the test");
+}
+
 #[test]
 fn a_reload_of_the_config_file_applies_changed_quotas_to_the_next_executions() {
     early_in_a_minute_and_day(Duration::ZERO);
@@ -524,6 +673,64 @@ fn the_quota_scripts_count_a_lease_once_however_often_they_are_sent() {
     );
     assert_eq!(count("executions-per-minute").as_deref(), Some("2"));
     assert_eq!(redis.command(&["HEXISTS", keys[2], "79"]), ":0");
+    assert_eq!(
+        minute_and_day(),
+        (minute, day),
+        "the minute ended during the test"
+    );
+}
+
+#[test]
+fn the_call_script_counts_a_call_once_however_often_it_is_sent() {
+    let redis = RedisServer::start("quota-call-script");
+    let script = include_str!("../host/server/src/store/scripts/quota_call.lua");
+    let keys = ["codemode:quota:6f:counts", "codemode:quota:6f:calls"];
+    // The script's answer for `call` of `capability` under the minute's and
+    // the day's limits (-1 for none): its first `lines` lines.
+    let run = |call: &str, capability: &str, limits: [&str; 2], lines: usize| {
+        redis.answer_lines(
+            &[
+                "EVAL", script, "2", keys[0], keys[1], call, capability, limits[0], limits[1],
+            ],
+            lines,
+        )
+    };
+    let counted = ["*1", "$7", "counted"].map(str::to_owned).to_vec();
+    let count = |field: &str| {
+        redis
+            .text(&["HGET", keys[0], field])
+            .and_then(|count| count.split(' ').nth(1).map(str::to_owned))
+    };
+    let (minute, day) = early_in_a_minute_and_day(Duration::from_secs(10));
+    // Two a minute, three a day; sent twice (its first answer lost): counted
+    // once.
+    assert_eq!(run("1", "notes.write", ["2", "3"], 3), counted);
+    assert_eq!(run("1", "notes.write", ["2", "3"], 3), counted);
+    assert_eq!(count("calls-per-minute notes.write").as_deref(), Some("1"));
+    assert_eq!(count("calls-per-day notes.write").as_deref(), Some("1"));
+    assert_eq!(run("2", "notes.write", ["2", "3"], 3), counted);
+    // The minute's two are spent: refused, and the day counts nothing more.
+    let refused = run("3", "notes.write", ["2", "3"], 6);
+    assert_eq!(
+        refused[..5],
+        ["*3", "$7", "refused", "$16", "calls-per-minute"]
+    );
+    assert_eq!(count("calls-per-day notes.write").as_deref(), Some("2"));
+    // Another capability has its own counts; no minute quota (-1), none kept.
+    assert_eq!(run("4", "notes.read", ["-1", "1"], 3), counted);
+    assert_eq!(count("calls-per-minute notes.read"), None);
+    let refused = run("5", "notes.read", ["-1", "1"], 6);
+    assert_eq!(
+        refused[..5],
+        ["*3", "$7", "refused", "$13", "calls-per-day"]
+    );
+    // Both spent: the day, which allows more last, is named.
+    assert_eq!(run("6", "notes.once", ["1", "1"], 3), counted);
+    let refused = run("7", "notes.once", ["1", "1"], 6);
+    assert_eq!(
+        refused[..5],
+        ["*3", "$7", "refused", "$13", "calls-per-day"]
+    );
     assert_eq!(
         minute_and_day(),
         (minute, day),

@@ -4,7 +4,8 @@
 //! in Redis (a `redis-server` of its own on loopback, when one is installed);
 //! and what a quota adds to an execution (its admission and its release), the
 //! p50 of an execute of a subject with quotas less one without, over the same
-//! stores; and what a task costs the task store (its creation and its end)
+//! stores; what a quota on a capability's calls adds to each call of it; and
+//! what a task costs the task store (its creation and its end)
 //! when its record is kept in a file as well as in memory.
 
 use std::path::Path;
@@ -74,6 +75,7 @@ pub(crate) fn measure(root: &Path, plugins: &Path, rows: &mut Vec<Row>) {
             });
         }
     }
+    let stores_for_calls = stores.clone();
     for (label, location, _, rounds) in stores {
         let cost = under_quota(root, plugins, location, rounds * 2);
         println!(
@@ -86,6 +88,23 @@ pub(crate) fn measure(root: &Path, plugins: &Path, rows: &mut Vec<Row>) {
                 "in memory" => "execution under a quota, store in memory",
                 "in a file" => "execution under a quota, store in a file",
                 _ => "execution under a quota, store in Redis",
+            },
+            measured: format!("+{:.1} µs", us(cost)),
+            target: "—",
+            ratio: None,
+        });
+    }
+    for (label, location, many, rounds) in stores_for_calls {
+        let cost = call_under_quota(root, plugins, location, many, rounds);
+        println!(
+            "a native call under a quota on its capability, the store {label}: {:.1} µs more per call (p50 of {rounds} executes of 1 and {many}+1 calls each way)",
+            us(cost)
+        );
+        rows.push(Row {
+            what: match label {
+                "in memory" => "native call under a capability quota, store in memory",
+                "in a file" => "native call under a capability quota, store in a file",
+                _ => "native call under a capability quota, store in Redis",
             },
             measured: format!("+{:.1} µs", us(cost)),
             target: "—",
@@ -156,6 +175,7 @@ fn under_quota(root: &Path, plugins: &Path, location: StoreLocation, rounds: usi
             concurrent_executions: high,
         },
         subjects: Vec::new(),
+        capabilities: Vec::new(),
     };
     let mut p50 = [Duration::ZERO; 2];
     for (with, p50) in [false, true].into_iter().zip(p50.iter_mut()) {
@@ -182,6 +202,52 @@ fn under_quota(root: &Path, plugins: &Path, location: StoreLocation, rounds: usi
         *p50 = percentiles(&mut times).0;
     }
     p50[1].saturating_sub(p50[0])
+}
+
+/// What a quota on a capability's calls adds to each call of it on
+/// `location`: the per-call cost of `stats.summary` (the p50 of executes
+/// making `many`+1 calls less those making one) with such a quota (never
+/// reached), less the same without.
+fn call_under_quota(
+    root: &Path,
+    plugins: &Path,
+    location: StoreLocation,
+    many: usize,
+    rounds: usize,
+) -> Duration {
+    use codemode_server::quota::{CallLimits, CapabilityQuota};
+    let store = Arc::new(Store::new(location));
+    let high = Some(u64::MAX / 4);
+    let quotas = Quotas {
+        capabilities: vec![CapabilityQuota {
+            capability: "stats.summary".to_owned(),
+            subject: None,
+            limits: CallLimits {
+                calls_per_minute: high,
+                calls_per_day: high,
+            },
+        }],
+        ..Quotas::default()
+    };
+    let mut cost = [Duration::ZERO; 2];
+    for (with, cost) in [false, true].into_iter().zip(cost.iter_mut()) {
+        let config = ServiceConfig {
+            quotas: with.then(|| QuotaConfig {
+                store: store.clone(),
+                quotas: quotas.clone(),
+                fail_open: false,
+            }),
+            ..bench_config(root, plugins)
+        };
+        let service = match Service::load(&config) {
+            Ok(service) => service,
+            Err(error) => panic!("cannot load the service: {error}"),
+        };
+        let runtime = runtime();
+        let run = |source: &str| execute(&runtime, &service, source);
+        *cost = per_call(&run, "stats.summary(values=[1.0, 2.0])", many, rounds);
+    }
+    cost[1].saturating_sub(cost[0])
 }
 
 /// A `redis-server` on a loopback port, without persistence; killed when

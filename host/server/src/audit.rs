@@ -73,7 +73,8 @@ pub struct AuditRecord<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pulled: Option<&'a crate::source::Pulled>,
     /// The quota that refused the execution before it ran (the line of an
-    /// execution, not a call: no capability, execution 0).
+    /// execution, not a call: no capability, execution 0), or the quota on
+    /// the capability's calls that refused this call.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quota: Option<&'a str>,
 }

@@ -44,8 +44,10 @@ pub struct StateFlags {
     ///
     /// Quotas are counted in the store (`--store`). When it does not answer
     /// (Redis away), an execution of a subject with quotas is refused with
-    /// `internal failure` by default, so that no subject runs past its share;
-    /// with this switch it runs on its own budgets, and a warning is logged.
+    /// `internal failure` by default, so that no subject runs past its share,
+    /// and so is a call of a capability with quotas (`capability` tables),
+    /// stopping its program there; with this switch the execution runs on its
+    /// own budgets and the call runs uncounted, and a warning is logged.
     #[arg(long)]
     pub quota_fail_open: bool,
 }

@@ -1,8 +1,12 @@
 //! `[[quota]]` tables: how much each subject may run across executions and
 //! replicas. A table without `subject` sets every subject's defaults; a table
-//! with one sets that subject's own, the defaults filling in the rest.
+//! with one sets that subject's own, the defaults filling in the rest. A
+//! table with `capability` sets quotas on that capability's calls the same
+//! way (every subject's, or one subject's own), each subject counted apart.
 
-use codemode_server::quota::{Quota, QuotaLimits, QuotaSubject, Quotas};
+use codemode_server::quota::{
+    CallLimits, CallQuota, CapabilityQuota, Quota, QuotaLimits, QuotaSubject, Quotas,
+};
 use serde::Deserialize;
 
 /// The key of the quota tables (`[[quota]]`).
@@ -21,10 +25,13 @@ struct QuotaTables {
 struct QuotaTable {
     subject: Option<String>,
     issuer: Option<String>,
+    capability: Option<String>,
     executions_per_minute: Option<u64>,
     native_calls_per_day: Option<u64>,
     fuel_per_day: Option<u64>,
     concurrent_executions: Option<u64>,
+    calls_per_minute: Option<u64>,
+    calls_per_day: Option<u64>,
 }
 
 impl QuotaTable {
@@ -36,6 +43,22 @@ impl QuotaTable {
             concurrent_executions: self.concurrent_executions,
         }
     }
+
+    fn call_limits(&self) -> CallLimits {
+        CallLimits {
+            calls_per_minute: self.calls_per_minute,
+            calls_per_day: self.calls_per_day,
+        }
+    }
+}
+
+/// The names of `quotas`, for a message.
+fn listed<Q: Copy>(quotas: &[Q], name: fn(Q) -> &'static str) -> String {
+    quotas
+        .iter()
+        .map(|quota| name(*quota))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The quotas of the config file `text`.
@@ -55,11 +78,84 @@ pub(super) fn quotas(text: &str) -> Result<Quotas, (usize, String)> {
         let table = table.into_inner();
         let at = |message: String| (offset, format!("[[{QUOTA_KEY}]]: {message}"));
         let limits = table.limits();
-        if limits.is_empty() {
-            let keys: Vec<&str> = Quota::ALL.iter().map(|quota| quota.name()).collect();
+        let calls = table.call_limits();
+        if let Some(capability) = table.capability {
+            if capability.is_empty() {
+                return Err(at("`capability` is empty".to_owned()));
+            }
+            if let Some(quota) = Quota::ALL
+                .into_iter()
+                .find(|quota| limits.get(*quota).is_some())
+            {
+                return Err(at(format!(
+                    "`{quota}` is a quota of executions; a table with `capability` sets {}",
+                    listed(&CallQuota::ALL, CallQuota::name)
+                )));
+            }
+            if calls.is_empty() {
+                return Err(at(format!(
+                    "sets no quota on `{capability}`; give one or more of {}",
+                    listed(&CallQuota::ALL, CallQuota::name)
+                )));
+            }
+            if let Some(quota) = CallQuota::ALL
+                .into_iter()
+                .find(|quota| calls.get(*quota) == Some(0))
+            {
+                return Err(at(format!(
+                    "`{quota}` must be at least 1 (to stop a capability, deny it in the policy)"
+                )));
+            }
+            let subject = match (table.subject, table.issuer) {
+                (None, Some(_)) => {
+                    return Err(at(
+                        "`issuer` needs a `subject`: without one the table is every subject's"
+                            .to_owned(),
+                    ));
+                }
+                (None, None) => None,
+                (Some(id), _) if id.is_empty() => {
+                    return Err(at("`subject` is empty".to_owned()));
+                }
+                (Some(id), issuer) => Some(QuotaSubject { id, issuer }),
+            };
+            let quota = CapabilityQuota {
+                capability,
+                subject,
+                limits: calls,
+            };
+            if quotas
+                .capabilities
+                .iter()
+                .any(|other| other.capability == quota.capability && other.subject == quota.subject)
+            {
+                return Err(at(match &quota.subject {
+                    None => format!(
+                        "a second table for `{}` without `subject`: every subject's quotas on it are set once",
+                        quota.capability
+                    ),
+                    Some(who) => format!(
+                        "subject `{}` has a table for `{}` already",
+                        who.id, quota.capability
+                    ),
+                }));
+            }
+            quotas.capabilities.push(quota);
+            continue;
+        }
+        if let Some(quota) = CallQuota::ALL
+            .into_iter()
+            .find(|quota| calls.get(*quota).is_some())
+        {
             return Err(at(format!(
-                "sets no quota; give one or more of {}",
-                keys.join(", ")
+                "`{quota}` needs a `capability`: the capability whose calls it counts"
+            )));
+        }
+        if limits.is_empty() {
+            return Err(at(format!(
+                "sets no quota; give one or more of {} (or a `capability` and {})",
+                listed(&Quota::ALL, Quota::name),
+                listed(&CallQuota::ALL, CallQuota::name)
             )));
         }
         if let Some(quota) = Quota::ALL
@@ -138,9 +234,58 @@ concurrent-executions = 2
                         ..QuotaLimits::default()
                     },
                 )],
+                capabilities: Vec::new(),
             })
         );
         assert_eq!(quotas("listen = \"127.0.0.1:0\"\n"), Ok(Quotas::default()));
+    }
+
+    #[test]
+    fn quotas_on_a_capabilitys_calls_are_read_beside_the_executions() {
+        let text = r#"
+[[quota]]
+executions-per-minute = 30
+
+[[quota]]
+capability = "notes.write"
+calls-per-day = 20
+
+[[quota]]
+capability = "notes.write"
+subject = "alice"
+calls-per-minute = 2
+"#;
+        assert_eq!(
+            quotas(text),
+            Ok(Quotas {
+                defaults: QuotaLimits {
+                    executions_per_minute: Some(30),
+                    ..QuotaLimits::default()
+                },
+                subjects: Vec::new(),
+                capabilities: vec![
+                    CapabilityQuota {
+                        capability: "notes.write".to_owned(),
+                        subject: None,
+                        limits: CallLimits {
+                            calls_per_minute: None,
+                            calls_per_day: Some(20),
+                        },
+                    },
+                    CapabilityQuota {
+                        capability: "notes.write".to_owned(),
+                        subject: Some(QuotaSubject {
+                            id: "alice".to_owned(),
+                            issuer: None,
+                        }),
+                        limits: CallLimits {
+                            calls_per_minute: Some(2),
+                            calls_per_day: None,
+                        },
+                    },
+                ],
+            })
+        );
     }
 
     #[test]
@@ -148,7 +293,7 @@ concurrent-executions = 2
         let refusal = |text: &str| quotas(text).err().map(|(_, message)| message);
         assert_eq!(
             refusal("[[quota]]\nsubject = \"alice\"\n"),
-            Some("[[quota]]: sets no quota; give one or more of concurrent-executions, executions-per-minute, native-calls-per-day, fuel-per-day".to_owned())
+            Some("[[quota]]: sets no quota; give one or more of concurrent-executions, executions-per-minute, native-calls-per-day, fuel-per-day (or a `capability` and calls-per-minute, calls-per-day)".to_owned())
         );
         assert_eq!(
             refusal("[[quota]]\nfuel-per-day = 0\n"),
@@ -172,6 +317,43 @@ concurrent-executions = 2
             Some("[[quota]]: subject `a` has a table already".to_owned())
         );
         assert!(refusal("[[quota]]\nfuel-per-day = -1\n").is_some());
+        assert_eq!(
+            refusal("[[quota]]\ncalls-per-day = 5\n"),
+            Some("[[quota]]: `calls-per-day` needs a `capability`: the capability whose calls it counts".to_owned())
+        );
+        assert_eq!(
+            refusal("[[quota]]\ncapability = \"notes.write\"\n"),
+            Some("[[quota]]: sets no quota on `notes.write`; give one or more of calls-per-minute, calls-per-day".to_owned())
+        );
+        assert_eq!(
+            refusal("[[quota]]\ncapability = \"notes.write\"\ncalls-per-day = 5\nfuel-per-day = 9\n"),
+            Some("[[quota]]: `fuel-per-day` is a quota of executions; a table with `capability` sets calls-per-minute, calls-per-day".to_owned())
+        );
+        assert_eq!(
+            refusal("[[quota]]\ncapability = \"notes.write\"\ncalls-per-minute = 0\n"),
+            Some("[[quota]]: `calls-per-minute` must be at least 1 (to stop a capability, deny it in the policy)".to_owned())
+        );
+        assert_eq!(
+            refusal("[[quota]]\ncapability = \"\"\n"),
+            Some("[[quota]]: `capability` is empty".to_owned())
+        );
+        assert_eq!(
+            refusal("[[quota]]\ncapability = \"a.b\"\nissuer = \"x\"\ncalls-per-day = 1\n"),
+            Some(
+                "[[quota]]: `issuer` needs a `subject`: without one the table is every subject's"
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            refusal("[[quota]]\ncapability = \"a.b\"\ncalls-per-day = 1\n[[quota]]\ncapability = \"a.b\"\ncalls-per-day = 2\n"),
+            Some("[[quota]]: a second table for `a.b` without `subject`: every subject's quotas on it are set once".to_owned())
+        );
+        assert_eq!(
+            refusal(
+                "[[quota]]\ncapability = \"a.b\"\nsubject = \"al\"\ncalls-per-day = 1\n[[quota]]\ncapability = \"a.b\"\nsubject = \"al\"\ncalls-per-day = 2\n"
+            ),
+            Some("[[quota]]: subject `al` has a table for `a.b` already".to_owned())
+        );
         let unknown = refusal("[[quota]]\nexecutions-per-hour = 1\n").unwrap_or_default();
         assert!(
             unknown.starts_with("[[quota]]: unknown field `executions-per-hour`"),

@@ -25,6 +25,7 @@ use crate::authz::{AuthorizationInput, AuthzError, Verdict};
 use crate::budget::Budget;
 use crate::catalog::{self, BindError, BindLimits};
 use crate::error::ToolError;
+use crate::quota::CallCharge;
 use crate::source::{
     Arguments, CallBudget, CallFailure, Caller, CapabilitySource, Meter, sanitize_message,
 };
@@ -133,6 +134,8 @@ struct Trace {
     approval: Option<Outcome>,
     /// Fuel the plugin burned (instantiation included).
     fuel: u64,
+    /// The quota on the capability's calls that refused it, if one did.
+    quota: Option<&'static str>,
 }
 
 impl Default for Trace {
@@ -142,6 +145,7 @@ impl Default for Trace {
             decision: Decision::NotEvaluated,
             approval: None,
             fuel: 0,
+            quota: None,
         }
     }
 }
@@ -220,7 +224,7 @@ fn audit(
             .and_then(|(_, route)| dispatch.routes.get(route))
             .and_then(|route| dispatch.sources.get(route.source))
             .and_then(|source| source.pulled()),
-        quota: None,
+        quota: trace.quota,
     });
 }
 
@@ -368,6 +372,25 @@ fn call(
             );
             trace.approval = Some(outcome);
             approved?;
+        }
+    }
+    // Counted just before it runs: a call the policy denied or a human
+    // declined, or one replayed from the record, is not.
+    if let Some(quotas) = &state.call_quotas {
+        let deadline = state.stop.deadline();
+        let cancel = state.stop.cancel();
+        match quotas.charge(route.capability.id.as_str(), name, deadline, cancel) {
+            CallCharge::Runs => {}
+            CallCharge::Refused(hit) => {
+                trace.quota = Some(hit.name);
+                state.quota_hit = Some(hit);
+                return Err(ToolError::ResourceLimit);
+            }
+            CallCharge::Unavailable if cancel.is_cancelled() => return Err(ToolError::Canceled),
+            CallCharge::Unavailable if Instant::now() >= deadline => {
+                return Err(state.ledger.exhaust(Budget::ExecutionTime));
+            }
+            CallCharge::Unavailable => return Err(ToolError::Internal),
         }
     }
     let value = invoke(store, source, route, bound.arguments, trace)?;

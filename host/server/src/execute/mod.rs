@@ -470,6 +470,10 @@ impl Executor {
             quota: held
                 .as_ref()
                 .and_then(|held| held.lease.clone().map(|lease| (held.gate.clone(), lease))),
+            call_quotas: self
+                .quotas
+                .as_ref()
+                .and_then(|gate| crate::quota::CallQuotas::of(gate, subject)),
             ..job
         };
         let audit = job.audit.clone();
@@ -589,6 +593,7 @@ impl Executor {
             calls: None,
             waiting: self.waiting.clone(),
             quota: None,
+            call_quotas: None,
         }
     }
 }
@@ -708,6 +713,8 @@ struct Job {
     waiting: Arc<approval::Waiting>,
     /// Its lease on its subject's quotas, made to last a wait for a human.
     quota: Option<(Arc<QuotaGate>, crate::quota::Lease)>,
+    /// Its subject's quotas on capabilities' calls, when it has any.
+    call_quotas: Option<Arc<crate::quota::CallQuotas>>,
 }
 
 impl Job {
@@ -741,6 +748,8 @@ impl Job {
             unwind_fuel: 0,
             too_large: false,
             quota: self.quota.clone(),
+            call_quotas: self.call_quotas.clone(),
+            quota_hit: None,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.memory);
@@ -794,6 +803,11 @@ impl Job {
         let outcome = self.conclude(state, outcome, &mut stats);
         if outcome.is_err() {
             stats.limit = state.ledger.exhausted().map(Budget::flag);
+            // A call a quota refused stopped it: the quota is named, no flag.
+            if let Some(hit) = state.quota_hit.take() {
+                stats.limit = None;
+                stats.quota = Some(hit);
+            }
         }
         let failed_call = match (&outcome, reported, failed_capability) {
             (Ok(_), _, _) => None,

@@ -166,6 +166,10 @@ pub(crate) struct ExecState {
     pub(super) too_large: bool,
     /// Its lease on its subject's quotas, made to last a wait for a human.
     pub(super) quota: Option<(Arc<crate::quota::QuotaGate>, crate::quota::Lease)>,
+    /// Its subject's quotas on capabilities' calls, when it has any.
+    pub(super) call_quotas: Option<Arc<crate::quota::CallQuotas>>,
+    /// The quota that refused a call, which stopped the execution.
+    pub(super) quota_hit: Option<crate::quota::QuotaHit>,
 }
 
 /// Counts what was not counted yet, whatever ended the execution (a panic that

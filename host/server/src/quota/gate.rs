@@ -112,6 +112,26 @@ impl QuotaGate {
         self.quotas.store(Arc::new(quotas));
     }
 
+    /// The quotas in force.
+    pub(super) fn quotas(&self) -> Arc<Quotas> {
+        self.quotas.load_full()
+    }
+
+    /// Where the counts are kept.
+    pub(super) fn store(&self) -> &Store {
+        &self.config.store
+    }
+
+    /// Where refusals are counted.
+    pub(super) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Whether quotas let work run while the store does not answer.
+    pub(super) fn fails_open(&self) -> bool {
+        self.config.fail_open
+    }
+
     /// Admits an execution of `subject` (its quotas from `authorizer`'s
     /// decision first, the config file's filling in) whose budgets allow
     /// `calls` native calls and `fuel` fuel, and which ends by `deadline`: in

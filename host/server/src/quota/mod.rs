@@ -18,11 +18,20 @@
 //! and did not spend is given back, once. A process killed mid-execution gives
 //! nothing back: its reservation counts as spent, and its lease ends at its
 //! deadline.
+//!
+//! Quotas on one capability's calls (`calls-per-minute`, `calls-per-day`,
+//! per subject) are counted apart, one transaction for each call of such a
+//! capability just before it runs (after the policy allowed it, and a human
+//! if asked): a refused call does not run, counts nothing, and stops its
+//! execution like a budget; a call replayed from an approval's record is not
+//! counted again.
 
+mod calls;
 mod gate;
 mod subjects;
 
-pub use crate::store::{Quota, QuotaLimits};
+pub use crate::store::{CallLimits, CallQuota, Quota, QuotaLimits};
+pub(crate) use calls::{CallCharge, CallQuotas};
 pub(crate) use gate::{Admission, Lease};
 pub use gate::{QuotaConfig, QuotaGate};
-pub use subjects::{QuotaHit, QuotaSubject, Quotas};
+pub use subjects::{CapabilityQuota, QuotaHit, QuotaSubject, Quotas};

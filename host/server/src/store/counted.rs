@@ -1,4 +1,11 @@
-//! The quotas the store counts: their names, and one subject's limits.
+//! The quotas the store counts: their names, one subject's limits, and one
+//! subject's limits on the calls of one capability.
+
+/// Milliseconds in a minute, the window of the per-minute quotas.
+pub(crate) const MINUTE_MS: u64 = 60_000;
+
+/// Milliseconds in a day, the window of the daily quotas (UTC days).
+pub(crate) const DAY_MS: u64 = 86_400_000;
 
 /// One quota, named as the config file names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -100,6 +107,80 @@ impl QuotaLimits {
     }
 }
 
+/// A quota on the calls of one capability, per subject, named as the config
+/// file names it: counted when a call is about to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CallQuota {
+    /// Calls started per minute (`calls-per-minute`).
+    CallsPerMinute,
+    /// Calls per day, UTC (`calls-per-day`).
+    CallsPerDay,
+}
+
+impl CallQuota {
+    /// Every call quota, in the order a call checks them.
+    pub const ALL: [CallQuota; 2] = [CallQuota::CallsPerMinute, CallQuota::CallsPerDay];
+
+    /// Its key in a `[[quota]]` table with a `capability`, and its name in
+    /// `_meta`, the audit log and the metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            CallQuota::CallsPerMinute => "calls-per-minute",
+            CallQuota::CallsPerDay => "calls-per-day",
+        }
+    }
+
+    /// The length of its window in milliseconds (fixed windows since the
+    /// epoch: minutes, UTC days).
+    pub(crate) fn window_ms(self) -> u64 {
+        match self {
+            CallQuota::CallsPerMinute => MINUTE_MS,
+            CallQuota::CallsPerDay => DAY_MS,
+        }
+    }
+}
+
+impl std::fmt::Display for CallQuota {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One subject's quotas on the calls of one capability; `None`: no quota of
+/// that kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallLimits {
+    /// Calls started per minute.
+    pub calls_per_minute: Option<u64>,
+    /// Calls per day.
+    pub calls_per_day: Option<u64>,
+}
+
+impl CallLimits {
+    /// These, `defaults` filling in what they leave out.
+    pub fn or(self, defaults: CallLimits) -> CallLimits {
+        CallLimits {
+            calls_per_minute: self.calls_per_minute.or(defaults.calls_per_minute),
+            calls_per_day: self.calls_per_day.or(defaults.calls_per_day),
+        }
+    }
+
+    /// The limit of `quota`.
+    pub fn get(&self, quota: CallQuota) -> Option<u64> {
+        match quota {
+            CallQuota::CallsPerMinute => self.calls_per_minute,
+            CallQuota::CallsPerDay => self.calls_per_day,
+        }
+    }
+
+    /// Whether no quota is set.
+    pub fn is_empty(&self) -> bool {
+        CallQuota::ALL
+            .iter()
+            .all(|quota| self.get(*quota).is_none())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,5 +191,9 @@ mod tests {
             assert_eq!(Quota::named(quota.name()), Some(quota));
         }
         assert_eq!(Quota::named("fuel"), None);
+        // No call quota shares a name with an execution's.
+        for quota in CallQuota::ALL {
+            assert_eq!(Quota::named(quota.name()), None);
+        }
     }
 }

@@ -9,10 +9,12 @@
 //! open is tried again at the next use.
 //!
 //! It keeps the values of the state capabilities, per subject (`state.rs`),
-//! the quotas' counts (`quota.rs`), and what each HTTP session needs to be
+//! the quotas' counts (`quota.rs`, and `call_quota.rs` for the quotas on one
+//! capability's calls), and what each HTTP session needs to be
 //! served by any replica (`sessions.rs`, with the replicas' messages of
 //! `channel.rs`).
 
+mod call_quota;
 mod channel;
 mod counted;
 mod database;
@@ -30,11 +32,13 @@ mod sessions;
 mod state;
 mod tasks;
 
-pub use counted::{Quota, QuotaLimits};
+pub(crate) use call_quota::CallCounted;
+pub(crate) use counted::DAY_MS;
+pub use counted::{CallLimits, CallQuota, Quota, QuotaLimits};
 pub use database::{DEFAULT_STORE_FILE, MEMORY_STORE, Store, StoreError, StoreLocation};
 pub(crate) use entry::{Entry, Put, now_ms};
 pub use entry::{StateLimits, StateRefused};
-pub(crate) use quota::{Admit, Admitted, DAY_MS, Release};
+pub(crate) use quota::{Admit, Admitted, Release};
 #[cfg(feature = "redis")]
 pub(crate) use redis::RedisState;
 #[cfg(feature = "redis")]

@@ -12,14 +12,15 @@
 
 use redb::{ReadableTable, Table, TableDefinition};
 
-use super::counted::{Quota, QuotaLimits};
+use super::counted::{DAY_MS, MINUTE_MS, Quota, QuotaLimits};
 use super::database::{Store, StoreError};
 use super::entry::now_ms;
 use super::state::{Until, begin_write, commit};
 
 /// What each subject used: (subject, quota name) → (window, used in it). The
 /// window is the minute or the day since the epoch.
-const COUNTS: TableDefinition<(&str, &str), (u64, u64)> = TableDefinition::new("quota.counts");
+pub(super) const COUNTS: TableDefinition<(&str, &str), (u64, u64)> =
+    TableDefinition::new("quota.counts");
 
 /// The admitted executions' leases: (subject, lease) → (when it ends in ms
 /// since the epoch, the day of its reservation, native calls reserved, fuel
@@ -29,12 +30,6 @@ const LEASES: TableDefinition<(&str, u64), (u64, u64, u64, u64)> =
 
 /// A reservation of a quota the subject did not have.
 const NOT_COUNTED: u64 = u64::MAX;
-
-/// Milliseconds in a minute, the window of `executions-per-minute`.
-pub(crate) const MINUTE_MS: u64 = 60_000;
-
-/// Milliseconds in a day, the window of the daily quotas (UTC days).
-pub(crate) const DAY_MS: u64 = 86_400_000;
 
 /// What an execution asks to be admitted with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,7 +196,7 @@ impl Store {
     }
 }
 
-type Counts<'t> = Table<'t, (&'static str, &'static str), (u64, u64)>;
+pub(super) type Counts<'t> = Table<'t, (&'static str, &'static str), (u64, u64)>;
 type Leases<'t> = Table<'t, (&'static str, u64), (u64, u64, u64, u64)>;
 
 /// The admission, in an open transaction, at `now`.
@@ -303,8 +298,19 @@ fn admit_in(
 /// What `subject` used of `quota` in `window` (nothing when its count is of
 /// another window).
 fn used(counts: &Counts<'_>, subject: &str, quota: Quota, window: u64) -> Result<u64, String> {
+    used_named(counts, subject, quota.name(), window)
+}
+
+/// What `subject` used of the count `name` in `window` (nothing when its
+/// count is of another window).
+pub(super) fn used_named(
+    counts: &Counts<'_>,
+    subject: &str,
+    name: &str,
+    window: u64,
+) -> Result<u64, String> {
     Ok(counts
-        .get((subject, quota.name()))
+        .get((subject, name))
         .map_err(|e| e.to_string())?
         .map(|count| count.value())
         .filter(|(counted, _)| *counted == window)

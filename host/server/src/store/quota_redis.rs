@@ -1,16 +1,19 @@
 //! The quotas' counts in Redis (`--store redis://`), shared by replicas on any
 //! machine: per owner, a hash of counts, a sorted set of the admitted
-//! executions' leases and a hash of what each reserved, each admission and
-//! each end one Lua script (`scripts/quota_*.lua`), so that two replicas never
-//! both spend the last unit; a script sent again after a lost answer (the
-//! connection's one retry) finds its lease and changes nothing twice. The
-//! rules are those of `quota.rs`.
+//! executions' leases, a hash of what each reserved, and a sorted set of the
+//! calls counted lately; each admission, each end, and each call of a
+//! capability with quotas is one Lua script (`scripts/quota_*.lua`), so that
+//! two replicas never both spend the last unit; a script sent again after a
+//! lost answer (the connection's one retry) finds its lease or its call and
+//! changes nothing twice. The rules are those of `quota.rs` and
+//! `call_quota.rs`.
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::counted::Quota;
+use super::call_quota::CallCounted;
+use super::counted::{CallLimits, CallQuota, Quota};
 use super::quota::{Admit, Admitted, Release};
 use super::redis::RedisState;
 
@@ -20,6 +23,8 @@ static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/quota_release.lua")));
 static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/quota_extend.lua")));
+static CALL: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/quota_call.lua")));
 
 /// The names of an owner's counts, leases, reservations and leases released
 /// before their admission: the owner
@@ -27,6 +32,11 @@ static EXTEND: LazyLock<Script> =
 fn names(owner: &str) -> [String; 4] {
     let owner = hex::encode(owner);
     ["counts", "leases", "held", "released"].map(|what| format!("codemode:quota:{owner}:{what}"))
+}
+
+/// The name of an owner's calls counted in the last minute (`quota_call.lua`).
+fn calls_name(owner: &str) -> String {
+    format!("codemode:quota:{}:calls", hex::encode(owner))
 }
 
 /// The largest number Lua's doubles hold exactly: what is sent is at most it
@@ -107,6 +117,62 @@ impl RedisState {
             })
             .await?;
         Ok(())
+    }
+}
+
+impl RedisState {
+    /// [`crate::store::Store::quota_call`] in Redis; `call` tells this call
+    /// from the others (a random number), so that the script sent again
+    /// counts it once.
+    pub(crate) async fn quota_call(
+        &self,
+        owner: &str,
+        capability: &str,
+        limits: CallLimits,
+        call: u64,
+    ) -> Result<CallCounted, String> {
+        let [counts, ..] = &names(owner);
+        let calls = &calls_name(owner);
+        let answer: Vec<redis::Value> = self
+            .ask(|mut connection| async move {
+                CALL.key(counts)
+                    .key(calls)
+                    .arg(call)
+                    .arg(capability)
+                    .arg(limit(limits.calls_per_minute))
+                    .arg(limit(limits.calls_per_day))
+                    .invoke_async(&mut connection)
+                    .await
+            })
+            .await?;
+        parse_call(&answer)
+    }
+}
+
+/// The call script's answer.
+fn parse_call(answer: &[redis::Value]) -> Result<CallCounted, String> {
+    let text = |value: &redis::Value| redis::from_redis_value_ref::<String>(value).ok();
+    let number = |value: &redis::Value| redis::from_redis_value_ref::<i64>(value).ok();
+    match answer {
+        [kind] if text(kind).as_deref() == Some("counted") => Ok(CallCounted::Counted),
+        [kind, name, resets_in_ms] if text(kind).as_deref() == Some("refused") => {
+            let quota = text(name).and_then(|name| {
+                CallQuota::ALL
+                    .into_iter()
+                    .find(|quota| quota.name() == name)
+            });
+            match (
+                quota,
+                number(resets_in_ms).and_then(|ms| u64::try_from(ms).ok()),
+            ) {
+                (Some(quota), Some(resets_in_ms)) => Ok(CallCounted::Refused {
+                    quota,
+                    resets_in_ms,
+                }),
+                _ => Err(format!("an answer no script gives: {answer:?}")),
+            }
+        }
+        _ => Err(format!("an answer no script gives: {answer:?}")),
     }
 }
 
