@@ -801,6 +801,53 @@ fn a_call_under_a_capability_quota_is_counted_once_across_an_approvals_replay() 
     );
 }
 
+/// Nobody is asked to approve a call that its capability's quota would
+/// refuse: the program stops there, the quota named, and nothing ran.
+#[test]
+fn a_call_its_quota_would_refuse_is_not_put_to_a_human() {
+    crate::quota::early_in_a_minute_and_day(std::time::Duration::ZERO);
+    let setup = Setup::new(
+        "quota-ask",
+        "store = \"store.redb\"\n\n[[quota]]\ncapability = \"double.note\"\ncalls-per-day = 1\n",
+    );
+    let first = setup.execute_in(
+        "2026-07-28",
+        &[],
+        Some(json!([accept(true, false)])),
+        &note("x"),
+    );
+    assert_eq!(
+        first["results"][0]["structured"],
+        json!({"result": {"result": "noted x"}}),
+        "{first}"
+    );
+    let second = setup.execute_in(
+        "2026-07-28",
+        &[],
+        Some(json!([accept(true, false)])),
+        &note("y"),
+    );
+    let step = &second["results"][0];
+    assert_eq!(step["text"][0], "resource limit exceeded", "{second}");
+    let quota = &step["meta"]["codemode/stats"]["quota"];
+    assert_eq!(quota["name"], "calls-per-day", "{second}");
+    assert_eq!(quota["capability"], "double.note", "{second}");
+    assert_eq!(
+        second["elicitations"].as_array().map(Vec::len),
+        Some(0),
+        "{second}"
+    );
+    assert_eq!(setup.notes(), ["x"]);
+    assert_eq!(
+        setup.decisions(),
+        [
+            "double.note awaiting answer",
+            "double.note approved",
+            "double.note asked",
+        ]
+    );
+}
+
 /// A plugin's instance that waited while a human took longer than the
 /// execution's time left keeps running: the deadline its sandbox checks moved
 /// with the wait.

@@ -731,6 +731,22 @@ fn the_call_script_counts_a_call_once_however_often_it_is_sent() {
         refused[..5],
         ["*3", "$7", "refused", "$13", "calls-per-day"]
     );
+    // A peek (before a human is asked) says the same and counts nothing.
+    let peek = |capability: &str, lines: usize| {
+        redis.answer_lines(
+            &[
+                "EVAL", script, "2", keys[0], keys[1], "0", capability, "-1", "1", "peek",
+            ],
+            lines,
+        )
+    };
+    assert_eq!(peek("notes.fresh", 3), counted);
+    assert_eq!(peek("notes.fresh", 3), counted);
+    assert_eq!(count("calls-per-day notes.fresh"), None);
+    assert_eq!(
+        peek("notes.read", 6)[..5],
+        ["*3", "$7", "refused", "$13", "calls-per-day"]
+    );
     assert_eq!(
         minute_and_day(),
         (minute, day),

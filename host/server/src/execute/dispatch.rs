@@ -363,6 +363,19 @@ fn call(
         Verdict::Allow => trace.decision = Decision::Allow,
         Verdict::Ask(question) => {
             trace.decision = Decision::Asked;
+            // Nobody is asked to approve a call its quota would refuse.
+            if let Some(quotas) = &state.call_quotas
+                && let Some(hit) = quotas.peek(
+                    route.capability.id.as_str(),
+                    name,
+                    state.stop.deadline(),
+                    state.stop.cancel(),
+                )
+            {
+                trace.quota = Some(hit.name);
+                state.quota_hit = Some(hit);
+                return Err(ToolError::ResourceLimit);
+            }
             let (outcome, approved) = asking::approve(
                 state,
                 route.capability.id.as_str(),

@@ -58,10 +58,7 @@ impl CallQuotas {
         deadline: Instant,
         cancel: &Arc<Cancel>,
     ) -> CallCharge {
-        let found = [id, name]
-            .into_iter()
-            .find_map(|key| self.limits.get_key_value(key));
-        let Some((capability, limits)) = found else {
+        let Some((capability, limits)) = self.limits_of(id, name) else {
             return CallCharge::Runs;
         };
         match self.count(capability, *limits, deadline, cancel) {
@@ -93,6 +90,71 @@ impl CallQuotas {
                 }
             }
         }
+    }
+
+    /// The quota that would refuse a call of the capability with the ID
+    /// `id` and the name `name` now, counting nothing: asked before a human
+    /// is asked to approve it, so that nobody approves a call that cannot run.
+    /// `None` when none would, or the store did not answer (the count that
+    /// follows the approval decides then).
+    pub(crate) fn peek(
+        &self,
+        id: &str,
+        name: &str,
+        deadline: Instant,
+        cancel: &Arc<Cancel>,
+    ) -> Option<QuotaHit> {
+        let (capability, limits) = self.limits_of(id, name)?;
+        match self.peek_in_store(capability, *limits, deadline, cancel) {
+            Ok(CallCounted::Counted) | Err(_) => None,
+            Ok(CallCounted::Refused {
+                quota,
+                resets_in_ms,
+            }) => {
+                self.gate.metrics().quota_refusal(quota.name());
+                tracing::info!(
+                    subject = %self.owner,
+                    capability = capability.as_str(),
+                    quota = quota.name(),
+                    resets_in_ms,
+                    "call refused by a quota before its approval was asked"
+                );
+                Some(QuotaHit::of_call(quota, capability, resets_in_ms))
+            }
+        }
+    }
+
+    fn peek_in_store(
+        &self,
+        capability: &str,
+        limits: CallLimits,
+        deadline: Instant,
+        cancel: &Arc<Cancel>,
+    ) -> Result<CallCounted, StoreError> {
+        let store = self.gate.store();
+        #[cfg(feature = "redis")]
+        if let Some(redis) = store.redis() {
+            let redis = redis?;
+            return match crate::wait::until(
+                deadline,
+                Some(cancel),
+                redis.quota_call_peek(&self.owner, capability, limits),
+            ) {
+                Ok(peeked) => peeked.map_err(|reason| store.error(reason)),
+                Err(_) => Err(store.error("no answer in time")),
+            };
+        }
+        // A read: nothing to wait for but the disk.
+        let _ = (deadline, cancel);
+        store.quota_call_peek(&self.owner, capability, limits)
+    }
+
+    /// The quotas on the capability with the ID `id` and the name `name`,
+    /// and what their table names it: the ID first.
+    fn limits_of(&self, id: &str, name: &str) -> Option<(&String, &CallLimits)> {
+        [id, name]
+            .into_iter()
+            .find_map(|key| self.limits.get_key_value(key))
     }
 
     fn count(

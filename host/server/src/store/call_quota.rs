@@ -4,6 +4,8 @@
 //! hold whichever process makes the call. The rules are the same in Redis
 //! (`scripts/quota_call.lua`).
 
+use redb::{ReadableDatabase, ReadableTable, TableError};
+
 use super::counted::{CallLimits, CallQuota};
 use super::database::{Store, StoreError};
 use super::entry::now_ms;
@@ -67,6 +69,35 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Whether a quota would refuse a call of `capability` by `subject` now,
+    /// counting nothing: asked before a human is, so that nobody approves a
+    /// call that cannot run (`Counted`: none would).
+    ///
+    /// # Errors
+    ///
+    /// The store did not answer.
+    pub(crate) fn quota_call_peek(
+        &self,
+        subject: &str,
+        capability: &str,
+        limits: CallLimits,
+    ) -> Result<CallCounted, StoreError> {
+        let database = self.database()?;
+        let read = || -> Result<CallCounted, String> {
+            let transaction = database.begin_read().map_err(|e| e.to_string())?;
+            let counts = match transaction.open_table(COUNTS) {
+                Ok(counts) => counts,
+                Err(TableError::TableDoesNotExist(_)) => return Ok(CallCounted::Counted),
+                Err(error) => return Err(error.to_string()),
+            };
+            let (refused, _) = check(&counts, subject, capability, limits, now_ms())?;
+            Ok(refused.unwrap_or(CallCounted::Counted))
+        };
+        read().map_err(|reason| self.error(reason))
+    }
+}
+
 /// The call's count, in an open transaction, at `now`.
 fn count_in(
     counts: &mut Counts<'_>,
@@ -75,6 +106,29 @@ fn count_in(
     limits: CallLimits,
     now: u64,
 ) -> Result<CallCounted, String> {
+    let (refused, counted) = check(counts, subject, capability, limits, now)?;
+    if let Some(refused) = refused {
+        return Ok(refused);
+    }
+    for (name, window, used) in counted {
+        counts
+            .insert((subject, name.as_str()), (window, used))
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(CallCounted::Counted)
+}
+
+/// Whether a quota refuses a call at `now` (of those that do, the one that
+/// allows more last), and else what each count becomes with it: (count's
+/// name, window, used).
+#[allow(clippy::type_complexity)]
+fn check(
+    counts: &impl ReadableTable<(&'static str, &'static str), (u64, u64)>,
+    subject: &str,
+    capability: &str,
+    limits: CallLimits,
+    now: u64,
+) -> Result<(Option<CallCounted>, Vec<(String, u64, u64)>), String> {
     let mut counted = Vec::with_capacity(CallQuota::ALL.len());
     // Of the quotas that refuse, the one that allows more last: no call runs
     // before then.
@@ -98,15 +152,7 @@ fn count_in(
         }
         counted.push((name, window, used + 1));
     }
-    if let Some(refused) = refused {
-        return Ok(refused);
-    }
-    for (name, window, used) in counted {
-        counts
-            .insert((subject, name.as_str()), (window, used))
-            .map_err(|e| e.to_string())?;
-    }
-    Ok(CallCounted::Counted)
+    Ok((refused, counted))
 }
 
 #[cfg(test)]
@@ -212,6 +258,29 @@ mod tests {
             call(&store, "alice", "github.create_issue", limits, NOW + DAY_MS),
             CallCounted::Counted
         );
+    }
+
+    #[test]
+    fn a_peek_says_whether_a_quota_refuses_and_counts_nothing() {
+        let store = Store::new(StoreLocation::Memory);
+        let limits = CallLimits {
+            calls_per_minute: None,
+            calls_per_day: Some(1),
+        };
+        let peek = |capability| match store.quota_call_peek("alice", capability, limits) {
+            Ok(CallCounted::Counted) => None,
+            Ok(CallCounted::Refused { quota, .. }) => Some(quota),
+            Err(error) => panic!("the store failed: {error}"),
+        };
+        // Nothing counted yet: not even the table exists.
+        assert_eq!(peek("notes.write"), None);
+        assert_eq!(peek("notes.write"), None);
+        assert_eq!(
+            store.quota_call("alice", "notes.write", limits, &until()),
+            Ok(CallCounted::Counted)
+        );
+        assert_eq!(peek("notes.write"), Some(CallQuota::CallsPerDay));
+        assert_eq!(peek("notes.read"), None);
     }
 
     #[test]

@@ -304,7 +304,7 @@ fn used(counts: &Counts<'_>, subject: &str, quota: Quota, window: u64) -> Result
 /// What `subject` used of the count `name` in `window` (nothing when its
 /// count is of another window).
 pub(super) fn used_named(
-    counts: &Counts<'_>,
+    counts: &impl ReadableTable<(&'static str, &'static str), (u64, u64)>,
     subject: &str,
     name: &str,
     window: u64,

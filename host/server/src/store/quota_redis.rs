@@ -131,6 +131,28 @@ impl RedisState {
         limits: CallLimits,
         call: u64,
     ) -> Result<CallCounted, String> {
+        self.call_script(owner, capability, limits, call, "count")
+            .await
+    }
+
+    /// [`crate::store::Store::quota_call_peek`] in Redis.
+    pub(crate) async fn quota_call_peek(
+        &self,
+        owner: &str,
+        capability: &str,
+        limits: CallLimits,
+    ) -> Result<CallCounted, String> {
+        self.call_script(owner, capability, limits, 0, "peek").await
+    }
+
+    async fn call_script(
+        &self,
+        owner: &str,
+        capability: &str,
+        limits: CallLimits,
+        call: u64,
+        mode: &str,
+    ) -> Result<CallCounted, String> {
         let [counts, ..] = &names(owner);
         let calls = &calls_name(owner);
         let answer: Vec<redis::Value> = self
@@ -141,6 +163,7 @@ impl RedisState {
                     .arg(capability)
                     .arg(limit(limits.calls_per_minute))
                     .arg(limit(limits.calls_per_day))
+                    .arg(mode)
                     .invoke_async(&mut connection)
                     .await
             })

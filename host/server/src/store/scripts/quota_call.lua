@@ -3,8 +3,10 @@
 -- KEYS[2] the calls counted in the last minute (a sorted set scored by when
 -- each is forgotten), so that this script sent again after its answer was
 -- lost (the connection's one retry) finds its call and counts it once.
--- ARGV: the call's ID, the capability's ID, then the limits of
--- calls-per-minute and calls-per-day (-1 for none, at most 2^53). Time is
+-- ARGV: the call's ID, the capability (as its table names it), the limits of
+-- calls-per-minute and calls-per-day (-1 for none, at most 2^53), then
+-- 'count', or 'peek' to say whether a quota would refuse the call and change
+-- nothing (asked before a human approves the call). Time is
 -- Redis's own, so replicas with skewed clocks count the same windows. The
 -- rules are those of `call_quota.rs`: every quota is checked before the call
 -- is counted, and a refusal names the one that allows more last. Returns
@@ -12,9 +14,12 @@
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local call, capability = ARGV[1], ARGV[2]
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-if redis.call('ZSCORE', KEYS[2], call) then
-  return {'counted'}
+local peek = ARGV[5] == 'peek'
+if not peek then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  if redis.call('ZSCORE', KEYS[2], call) then
+    return {'counted'}
+  end
 end
 local quotas = {
   {'calls-per-minute', tonumber(ARGV[3]), 60000},
@@ -45,6 +50,9 @@ for _, quota in ipairs(quotas) do
 end
 if refused then
   return {'refused', refused, refused_ms}
+end
+if peek then
+  return {'counted'}
 end
 for _, count in ipairs(counted) do
   redis.call('HSET', KEYS[1], count[1], string.format('%.0f %.0f', count[2], count[3]))
